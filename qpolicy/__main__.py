@@ -1,0 +1,3 @@
+from qpolicy.cli import main
+
+main()

@@ -1,0 +1,257 @@
+"""The vocabulary of qpolicy: GPU policies, pod classes, pod specs and their validation.
+
+Spellings follow ARCHITECTURE.md (and Tencent qGPU): ``best-effort``/``fixed-share``/``burst-share``
+with the short forms ``be``/``fs``/``bs``, classes ``online``/``offline``, shares in integer percent.
+Every parser raises :class:`ValidationError` with a message that quotes the offending value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from qpolicy.errors import PlanError, ValidationError
+
+# /dev/nvidia0 .. /dev/nvidia247 (NV_MINOR_DEVICE_NUMBER_REGULAR_MAX in nvidia.ko).
+MAX_GPU_INDEX = 247
+DEFAULT_PERIOD_MS = 50
+# A switch between two tenants costs ~1.2 ms of channel controls (h200-findings §2); below 5 ms
+# periods the switches would eat most of the GPU, above a second reaction gets too slow.
+MIN_PERIOD_MS = 5
+MAX_PERIOD_MS = 1000
+MIN_SHARE = 1
+MAX_SHARE = 100
+MAX_POD_ID_LEN = 4096
+
+
+class GpuPolicy(StrEnum):
+    BEST_EFFORT = "best-effort"
+    FIXED_SHARE = "fixed-share"
+    BURST_SHARE = "burst-share"
+
+    @property
+    def short(self) -> str:
+        return _POLICY_SHORT[self]
+
+    @property
+    def needs_shares(self) -> bool:
+        """Fixed- and burst-share are defined by shares; best-effort ignores them."""
+        return self is not GpuPolicy.BEST_EFFORT
+
+    @property
+    def work_conserving(self) -> bool:
+        """Whether idle time is handed to busy pods (everything but fixed-share)."""
+        return self is not GpuPolicy.FIXED_SHARE
+
+    @classmethod
+    def parse(cls, text: str) -> GpuPolicy:
+        key = text.strip().lower()
+        for policy in cls:
+            if key in (policy.value, policy.short):
+                return policy
+        raise ValidationError(
+            f"invalid policy {text!r}: expected best-effort (be), fixed-share (fs) "
+            "or burst-share (bs)"
+        )
+
+
+_POLICY_SHORT = {
+    GpuPolicy.BEST_EFFORT: "be",
+    GpuPolicy.FIXED_SHARE: "fs",
+    GpuPolicy.BURST_SHARE: "bs",
+}
+
+
+class PodClass(StrEnum):
+    ONLINE = "online"
+    OFFLINE = "offline"
+
+    @classmethod
+    def parse(cls, text: str) -> PodClass:
+        key = text.strip().lower()
+        for pod_class in cls:
+            if key == pod_class.value:
+                return pod_class
+        raise ValidationError(f"invalid class {text!r}: expected online or offline")
+
+
+def _parse_int(text: str | int, what: str) -> int:
+    if isinstance(text, bool):
+        raise ValidationError(f"invalid {what} {text!r}: expected an integer")
+    if isinstance(text, int):
+        return text
+    stripped = text.strip()
+    if not re.fullmatch(r"[+-]?[0-9]+", stripped):
+        raise ValidationError(f"invalid {what} {text!r}: expected an integer")
+    return int(stripped)
+
+
+def parse_gpu_index(text: str | int) -> int:
+    index = _parse_int(text, "GPU index")
+    if not 0 <= index <= MAX_GPU_INDEX:
+        raise ValidationError(f"invalid GPU index {text!r}: must be from 0 to {MAX_GPU_INDEX}")
+    return index
+
+
+def parse_share(text: str | int) -> int:
+    share = _parse_int(text, "share")
+    if not MIN_SHARE <= share <= MAX_SHARE:
+        raise ValidationError(
+            f"invalid share {text!r}: must be an integer percent from {MIN_SHARE} to {MAX_SHARE}"
+        )
+    return share
+
+
+def parse_period_ms(text: str | int) -> int:
+    period = _parse_int(text, "period")
+    if not MIN_PERIOD_MS <= period <= MAX_PERIOD_MS:
+        raise ValidationError(
+            f"invalid period {text!r} ms: must be from {MIN_PERIOD_MS} to {MAX_PERIOD_MS} ms"
+        )
+    return period
+
+
+_MEMORY_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "ki": 2**10,
+    "kib": 2**10,
+    "mi": 2**20,
+    "mib": 2**20,
+    "gi": 2**30,
+    "gib": 2**30,
+    "ti": 2**40,
+    "tib": 2**40,
+}
+_MEMORY_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*")
+MAX_MEMORY_BYTES = 2**63 - 1
+
+
+def parse_memory(text: str | int) -> int:
+    """Parse a device-memory limit: ``8GiB``, ``512MiB``, ``8Gi``, ``16GB`` or plain bytes."""
+    if isinstance(text, bool):
+        raise ValidationError(f"invalid memory limit {text!r}")
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _MEMORY_RE.fullmatch(text)
+        unit = _MEMORY_UNITS.get(match.group(2).lower()) if match else None
+        if match is None or unit is None:
+            raise ValidationError(
+                f"invalid memory limit {text!r}: expected bytes or a size such as 8GiB or 512MiB"
+            )
+        whole, _, frac = match.group(1).partition(".")
+        # Exact arithmetic: 1.5GiB is a whole number of bytes, 1.5B is not.
+        frac_bytes, remainder = divmod(int(frac or "0") * unit, 10 ** len(frac))
+        if remainder:
+            raise ValidationError(f"invalid memory limit {text!r}: not a whole number of bytes")
+        value = int(whole) * unit + frac_bytes
+    if not 1 <= value <= MAX_MEMORY_BYTES:
+        raise ValidationError(f"invalid memory limit {text!r}: must be at least 1 byte")
+    return value
+
+
+def format_bytes(value: int) -> str:
+    """Render a byte count the way users write limits (``8GiB``), exactly when possible."""
+    for suffix, unit in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= unit and value % unit == 0:
+            return f"{value // unit}{suffix}"
+    for suffix, unit in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= unit:
+            return f"{value / unit:.1f}{suffix}"
+    return f"{value}B"
+
+
+_POD_NAME_RE = re.compile(r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-zA-Z0-9]([-a-zA-Z0-9._]*[a-zA-Z0-9])?")
+
+
+def parse_pod_id(text: str) -> str:
+    """A pod is named by its cgroup v2 path (``/kubepods.slice/...``) or by a pod name.
+
+    Names may carry a namespace (``ml/trainer-0``). Paths must be absolute and normalised so that one
+    cgroup has one spelling.
+    """
+    if not text or len(text) > MAX_POD_ID_LEN:
+        raise ValidationError(f"invalid pod id {text!r}: must be 1 to {MAX_POD_ID_LEN} characters")
+    if text.startswith("/"):
+        bad = any(part in ("", ".", "..") for part in text.split("/")[1:])
+        if bad or not text.isprintable() or any(c.isspace() for c in text):
+            raise ValidationError(
+                f"invalid pod id {text!r}: a cgroup path must be absolute and normalised "
+                "(no empty, '.' or '..' components, no whitespace; not the root cgroup)"
+            )
+        return text
+    if not _POD_NAME_RE.fullmatch(text) or len(text) > 253 + 64:
+        raise ValidationError(
+            f"invalid pod id {text!r}: expected a cgroup path starting with '/' or a pod name "
+            "like 'trainer-0' or 'ml/trainer-0'"
+        )
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class GpuConfig:
+    """The policy of one physical GPU."""
+
+    index: int
+    policy: GpuPolicy = GpuPolicy.BEST_EFFORT
+    period_ms: int = DEFAULT_PERIOD_MS
+
+    def __post_init__(self) -> None:
+        parse_gpu_index(self.index)
+        parse_period_ms(self.period_ms)
+
+    @property
+    def period_us(self) -> int:
+        return self.period_ms * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    """The desired treatment of one pod (a cgroup, or a named pod resolved to cgroups)."""
+
+    id: str
+    gpu: int
+    pod_class: PodClass = PodClass.OFFLINE
+    share: int | None = None
+    memory_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        parse_pod_id(self.id)
+        parse_gpu_index(self.gpu)
+        if self.share is not None:
+            parse_share(self.share)
+        if self.memory_limit is not None:
+            parse_memory(self.memory_limit)
+
+
+def check_pods_fit(gpu: GpuConfig, pods: Iterable[PodSpec]) -> None:
+    """Raise PlanError unless ``pods`` can all be given their shares on ``gpu``.
+
+    Under fixed-share a share is a cap and under burst-share a guarantee; either way the shares on
+    one GPU must fit in 100 %, and every pod needs one. Best-effort accepts anything.
+    """
+    on_gpu = sorted((p for p in pods if p.gpu == gpu.index), key=lambda p: p.id)
+    if not gpu.policy.needs_shares:
+        return
+    missing = [p.id for p in on_gpu if p.share is None]
+    if missing:
+        raise PlanError(
+            f"GPU {gpu.index} is {gpu.policy.value} but pod(s) {', '.join(missing)} have no share"
+        )
+    total = sum(p.share or 0 for p in on_gpu)
+    if total > MAX_SHARE:
+        listing = ", ".join(f"{p.id}={p.share}" for p in on_gpu)
+        raise PlanError(
+            f"shares on GPU {gpu.index} ({gpu.policy.value}) sum to {total} > 100: {listing}"
+        )

@@ -1,0 +1,9 @@
+import os
+
+from hypothesis import settings
+
+# CI runs the same examples every time so a red build can be reproduced; set
+# HYPOTHESIS_PROFILE=explore locally to search further.
+settings.register_profile("ci", derandomize=True, max_examples=300, deadline=None)
+settings.register_profile("explore", max_examples=5000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
