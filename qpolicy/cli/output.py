@@ -1,0 +1,29 @@
+"""What the commands share: the consoles, the state store, JSON and number formatting."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+
+from qpolicy.state import StateStore
+
+# Both consoles look up sys.stdout / sys.stderr when they print, so redirection and pytest's
+# capture see their output. Colour and styles only appear on a terminal.
+console = Console()
+err_console = Console(stderr=True)
+
+
+def state_store() -> StateStore:
+    """The store at $QPOLICY_STATE_DIR (or /var/lib/qpolicy), looked up on every command."""
+    return StateStore()
+
+
+def print_json(data: object) -> None:
+    # Plain json, never through rich: a pod id that looks like markup must come out as it is.
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def percent(value: int | None) -> str:
+    return "-" if value is None else f"{value} %"

@@ -1,0 +1,67 @@
+"""``qpolicy set``: the policy of one GPU."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from qpolicy.cli.output import console, state_store
+from qpolicy.model import (
+    MAX_PERIOD_MS,
+    MIN_PERIOD_MS,
+    GpuConfig,
+    GpuPolicy,
+    parse_gpu_index,
+    parse_period_ms,
+)
+from qpolicy.state import DesiredState
+
+
+def set_policy(
+    *,
+    gpu: Annotated[
+        str,
+        typer.Option("--gpu", metavar="N", help="GPU index, as nvidia-smi numbers them."),
+    ],
+    policy: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            metavar="POLICY",
+            help="[b]best-effort[/b] (be), [b]fixed-share[/b] (fs) or [b]burst-share[/b] (bs).",
+        ),
+    ],
+    period_ms: Annotated[
+        str | None,
+        typer.Option(
+            "--period-ms",
+            metavar="MS",
+            help=f"Scheduling period, {MIN_PERIOD_MS} to {MAX_PERIOD_MS} ms. "
+            "Default: keep the GPU's current period.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Set the time-slicing policy of a GPU.
+
+    fixed-share and burst-share need every pod on the GPU to have a share, summing to at most 100.
+    """
+    # Parsed here, as strings, so that a bad value is reported in the model's words and before
+    # the state file is touched.
+    index = parse_gpu_index(gpu)
+    new_policy = GpuPolicy.parse(policy)
+    period = parse_period_ms(period_ms) if period_ms is not None else None
+
+    def change(state: DesiredState) -> DesiredState:
+        current = state.gpu(index)
+        return state.with_gpu(
+            GpuConfig(index, new_policy, current.period_ms if period is None else period)
+        )
+
+    config = state_store().update(change).gpu(index)
+    console.print(
+        f"GPU {index}: [b]{escape(config.policy.value)}[/b], period {config.period_ms} ms",
+        soft_wrap=True,
+    )
