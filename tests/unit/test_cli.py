@@ -1,0 +1,423 @@
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import typer
+
+import qpolicy
+import qpolicy.cli.status
+from qpolicy.cli import main
+from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
+from qpolicy.state import DesiredState, StateStore
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self) -> list[str]:
+        return self.err.splitlines()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "state"
+    monkeypatch.setenv("QPOLICY_STATE_DIR", str(directory))
+    return directory
+
+
+@pytest.fixture
+def store(state_dir: Path) -> StateStore:
+    return StateStore(state_dir)
+
+
+@pytest.fixture
+def qpolicy_cli(capsys: pytest.CaptureFixture[str], state_dir: Path) -> "Cli":
+    return Cli(capsys)
+
+
+class Cli:
+    """Runs ``main`` in this process, as the console script would, and captures its output."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+
+    def __call__(self, *args: str) -> Result:
+        self.capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main(list(args))
+        out, err = self.capsys.readouterr()
+        code = exit_info.value.code
+        assert isinstance(code, int)
+        return Result(code, out, err)
+
+    def ok(self, *args: str) -> Result:
+        result = self(*args)
+        assert (result.code, result.err) == (0, ""), result
+        return result
+
+
+def populated(store: StateStore) -> bytes:
+    """GPU 0 fixed-share with pod a (50 %), pod free on best-effort GPU 1; returns the file."""
+    store.update(
+        lambda _: DesiredState()
+        .with_gpu(GpuConfig(0, GpuPolicy.FIXED_SHARE, 20))
+        .with_pod(PodSpec("a", 0, PodClass.ONLINE, 50, 8 * GiB))
+        .with_pod(PodSpec("free", 1))
+    )
+    return store.path.read_bytes()
+
+
+# --- version and help -----------------------------------------------------------------------------
+
+
+def test_version(qpolicy_cli: Cli) -> None:
+    assert qpolicy_cli.ok("--version").out == f"qpolicy {qpolicy.__version__}\n"
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["-h"], ["set", "--help"], ["pod", "set", "-h"], ["status", "-h"]]
+)
+def test_help_exits_0(qpolicy_cli: Cli, args: list[str]) -> None:
+    assert "Usage: qpolicy" in qpolicy_cli.ok(*args).out
+
+
+def test_top_level_help_lists_the_commands(qpolicy_cli: Cli) -> None:
+    out = qpolicy_cli.ok("--help").out
+    for command in ("set", "pod", "status"):
+        assert f"│ {command} " in out
+
+
+def test_no_arguments_prints_help_and_no_error_line(qpolicy_cli: Cli) -> None:
+    # typer's no_args_is_help: the help, exit 2 as for any incomplete command line.
+    result = qpolicy_cli()
+    assert result.code == 2
+    assert "Usage: qpolicy" in result.out
+    assert result.err == ""
+
+
+# --- qpolicy set ----------------------------------------------------------------------------------
+
+
+def test_set_policy_and_keep_the_period_when_omitted(qpolicy_cli: Cli, store: StateStore) -> None:
+    assert qpolicy_cli.ok("set", "--gpu", "0", "--policy", "bs").out == (
+        "GPU 0: burst-share, period 50 ms\n"
+    )
+    assert store.load().gpu(0) == GpuConfig(0, GpuPolicy.BURST_SHARE, 50)
+    qpolicy_cli.ok("set", "--gpu", "0", "--policy", "fixed-share", "--period-ms", "20")
+    assert store.load().gpu(0) == GpuConfig(0, GpuPolicy.FIXED_SHARE, 20)
+    assert "period 20 ms" in qpolicy_cli.ok("set", "--gpu", "0", "--policy", "BE").out
+    assert store.load().gpu(0) == GpuConfig(0, GpuPolicy.BEST_EFFORT, 20)
+    assert set(store.load().gpus) == {0}
+
+
+# --- qpolicy pod ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("memory", "expected"),
+    [("8GiB", 8 * GiB), ("512MiB", 512 * 2**20), ("8Gi", 8 * GiB), ("1000000", 10**6)],
+)
+def test_pod_set_memory_spellings(
+    qpolicy_cli: Cli, store: StateStore, memory: str, expected: int
+) -> None:
+    qpolicy_cli.ok("pod", "set", "p", "--gpu", "2", "--memory", memory)
+    assert store.load().pods["p"].memory_limit == expected
+
+
+def test_pod_set_adds_then_replaces(qpolicy_cli: Cli, store: StateStore) -> None:
+    qpolicy_cli.ok("set", "--gpu", "0", "--policy", "bs")
+    out = qpolicy_cli.ok(
+        "pod", "set", "/kubepods/x", "--gpu", "0", "--class", "online", "--share", "30",
+        "--memory", "8GiB",
+    ).out  # fmt: skip
+    assert out == "added pod /kubepods/x on GPU 0: online, share 30 %, memory 8GiB\n"
+    assert store.load().pods["/kubepods/x"] == PodSpec(
+        "/kubepods/x", 0, PodClass.ONLINE, 30, 8 * GiB
+    )
+    # Replacing takes the defaults for what is not given: offline, no memory limit.
+    out = qpolicy_cli.ok("pod", "set", "/kubepods/x", "--gpu", "0", "--share", "40").out
+    assert out.startswith("replaced pod /kubepods/x on GPU 0: offline, share 40 %")
+    assert store.load().pods == {"/kubepods/x": PodSpec("/kubepods/x", 0, share=40)}
+
+
+def test_pod_rm(qpolicy_cli: Cli, store: StateStore) -> None:
+    populated(store)
+    assert qpolicy_cli.ok("pod", "rm", "a").out == "removed pod a\n"
+    assert set(store.load().pods) == {"free"}
+
+
+def test_pod_ls_table(qpolicy_cli: Cli, store: StateStore) -> None:
+    populated(store)
+    lines = qpolicy_cli.ok("pod", "ls").out.splitlines()
+    row_a = next(line for line in lines if "│ a " in line)
+    row_free = next(line for line in lines if "│ free " in line)
+    assert [cell.strip() for cell in row_a.strip("│").split("│")] == [
+        "a", "0", "online", "50 %", "8GiB"
+    ]  # fmt: skip
+    assert [cell.strip() for cell in row_free.strip("│").split("│")] == [
+        "free", "1", "offline", "-", "-"
+    ]  # fmt: skip
+
+
+def test_pod_ls_json_is_sorted_by_gpu_then_id(qpolicy_cli: Cli, store: StateStore) -> None:
+    for pod_id, gpu in [("b", 1), ("z", 0), ("a", 1)]:
+        qpolicy_cli.ok("pod", "set", pod_id, "--gpu", str(gpu))
+    listing = json.loads(qpolicy_cli.ok("pod", "ls", "--json").out)
+    assert [(p["gpu"], p["id"]) for p in listing] == [(0, "z"), (1, "a"), (1, "b")]
+    assert listing[0] == {
+        "id": "z", "gpu": 0, "class": "offline", "share": None, "memory_bytes": None
+    }  # fmt: skip
+
+
+def test_pod_ids_that_look_like_markup_are_printed_as_they_are(
+    qpolicy_cli: Cli, store: StateStore
+) -> None:
+    pod_id = "/kubepods/[bold]x[/bold]"
+    qpolicy_cli.ok("pod", "set", pod_id, "--gpu", "0")
+    assert pod_id in qpolicy_cli.ok("pod", "ls").out
+    assert json.loads(qpolicy_cli.ok("pod", "ls", "--json").out)[0]["id"] == pod_id
+    assert pod_id in qpolicy_cli.ok("pod", "rm", pod_id).out
+
+
+def test_empty_state_listing_and_status_are_hints_not_errors(
+    qpolicy_cli: Cli, state_dir: Path
+) -> None:
+    assert "No pods" in qpolicy_cli.ok("pod", "ls").out
+    assert json.loads(qpolicy_cli.ok("pod", "ls", "--json").out) == []
+    out = qpolicy_cli.ok("status").out
+    assert "Nothing configured yet" in out
+    assert "qpolicy set --gpu 0 --policy burst-share" in out
+    assert json.loads(qpolicy_cli.ok("status", "--json").out) == {
+        "state_file": str(state_dir / "state.json"),
+        "gpus": [],
+    }
+    # Reading an absent state creates nothing.
+    assert not state_dir.exists()
+
+
+# --- qpolicy status -------------------------------------------------------------------------------
+
+
+def test_status_json(qpolicy_cli: Cli, store: StateStore) -> None:
+    qpolicy_cli.ok("set", "--gpu", "0", "--policy", "burst-share")
+    qpolicy_cli.ok("pod", "set", "big", "--gpu", "0", "--share", "50", "--memory", "8GiB")
+    qpolicy_cli.ok("pod", "set", "small", "--gpu", "0", "--share", "30")
+    qpolicy_cli.ok("pod", "set", "solo", "--gpu", "2")
+    qpolicy_cli.ok("set", "--gpu", "1", "--policy", "fs", "--period-ms", "10")
+    report = json.loads(qpolicy_cli.ok("status", "--json").out)
+    assert report["state_file"] == str(store.path)
+    assert [gpu["index"] for gpu in report["gpus"]] == [0, 1, 2]
+    gpu0 = report["gpus"][0]
+    assert {k: v for k, v in gpu0.items() if k != "pods"} == {
+        "index": 0, "policy": "burst-share", "period_ms": 50, "shares_sum": 80, "error": None
+    }  # fmt: skip
+    # Both busy: each keeps its share and the idle 20 % is split 50:30.
+    assert gpu0["pods"] == [
+        {"id": "big", "class": "offline", "share": 50, "memory_bytes": 8 * GiB,
+         "planned_share_when_busy": 0.625},
+        {"id": "small", "class": "offline", "share": 30, "memory_bytes": None,
+         "planned_share_when_busy": 0.375},
+    ]  # fmt: skip
+    assert report["gpus"][1]["pods"] == []
+    assert report["gpus"][1]["period_ms"] == 10
+    assert report["gpus"][2]["policy"] == "best-effort"
+    assert report["gpus"][2]["pods"][0]["planned_share_when_busy"] == 1.0
+
+
+def test_status_table(qpolicy_cli: Cli, store: StateStore) -> None:
+    populated(store)
+    out = qpolicy_cli.ok("status").out
+    assert "GPU 0 · fixed-share · period 20 ms · shares 50 %" in out
+    assert "GPU 1 · best-effort · period 50 ms · shares 0 %" in out
+    row_a = next(line for line in out.splitlines() if "│ a " in line)
+    assert [cell.strip() for cell in row_a.strip("│").split("│")] == [
+        "a", "online", "50 %", "8GiB", "50.0 %"
+    ]  # fmt: skip
+    assert f"state file: {store.path}" in out
+
+
+def test_status_shows_a_gpu_that_cannot_be_planned_instead_of_failing(
+    qpolicy_cli: Cli, store: StateStore
+) -> None:
+    # Hand-edited: 60 + 60 on a fixed-share GPU, which the CLI itself would refuse.
+    document = {
+        "schema": 1,
+        "gpus": {"0": {"policy": "fixed-share", "period_ms": 50}},
+        "pods": {"a": {"gpu": 0, "share": 60}, "b": {"gpu": 0, "share": 60}, "c": {"gpu": 1}},
+    }
+    store.directory.mkdir()
+    store.path.write_text(json.dumps(document))
+    gpu0, gpu1 = json.loads(qpolicy_cli.ok("status", "--json").out)["gpus"]
+    assert gpu0["error"] == "shares on GPU 0 (fixed-share) sum to 120 > 100: a=60, b=60"
+    assert [pod["planned_share_when_busy"] for pod in gpu0["pods"]] == [None, None]
+    assert gpu1["error"] is None
+    out = qpolicy_cli.ok("status").out
+    assert "cannot plan GPU 0: shares on GPU 0 (fixed-share) sum to 120 > 100" in out
+    assert "100.0 %" in out
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+BAD_INPUTS = [
+    ("share too big", ["pod", "set", "n", "--gpu", "0", "--share", "150"], "'150'"),
+    ("share not a number", ["pod", "set", "n", "--gpu", "0", "--share", "abc"], "'abc'"),
+    ("unknown policy", ["set", "--gpu", "0", "--policy", "xx"], "'xx'"),
+    ("negative gpu", ["set", "--gpu", "-1", "--policy", "be"], "'-1'"),
+    ("gpu out of range", ["pod", "set", "n", "--gpu", "248"], "'248'"),
+    ("bad memory unit", ["pod", "set", "n", "--gpu", "1", "--memory", "8XB"], "'8XB'"),
+    ("period zero", ["set", "--gpu", "0", "--policy", "be", "--period-ms", "0"], "'0'"),
+    ("unknown class", ["pod", "set", "n", "--gpu", "1", "--class", "batch"], "'batch'"),
+    ("bad pod id", ["pod", "set", "a b", "--gpu", "1"], "'a b'"),
+    ("unknown pod", ["pod", "rm", "nope"], "no pod 'nope'"),
+    ("fixed-share overflow", ["pod", "set", "b", "--gpu", "0", "--share", "60"], "b=60"),
+    ("no share on fixed-share", ["pod", "set", "b", "--gpu", "0"], "b have no share"),
+    ("policy pods do not fit", ["set", "--gpu", "1", "--policy", "bs"], "free have no share"),
+    ("missing --gpu", ["set", "--policy", "be"], "Missing option '--gpu'"),
+    ("missing pod id", ["pod", "set", "--gpu", "0"], "Missing argument 'ID'"),
+    ("unknown option", ["set", "--gpu", "0", "--policy", "be", "--bogus"], "--bogus"),
+    ("option without value", ["set", "--policy", "be", "--gpu"], "--gpu"),
+    ("unknown command", ["frobnicate"], "frobnicate"),
+    ("extra argument", ["status", "extra"], "extra"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"), [pytest.param(args, needle, id=name) for name, args, needle in BAD_INPUTS]
+)
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(
+    qpolicy_cli: Cli, store: StateStore, args: list[str], needle: str
+) -> None:
+    before = populated(store)
+    result = qpolicy_cli(*args)
+    assert result.code == 2
+    assert len(result.err_lines) == 1, result.err
+    assert result.err_lines[0].startswith("qpolicy: error: ")
+    assert needle in result.err_lines[0]
+    assert result.out == ""
+    assert store.path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["status", "--json"],
+        ["pod", "ls"],
+        ["set", "--gpu", "0", "--policy", "be"],
+        ["pod", "set", "n", "--gpu", "0"],
+        ["pod", "rm", "a"],
+    ],
+)
+def test_unusable_state_file_is_exit_1_one_line_and_left_alone(
+    qpolicy_cli: Cli, store: StateStore, args: list[str]
+) -> None:
+    store.directory.mkdir()
+    store.path.write_bytes(b'{"schema": 1, "gpus": {}, "pods": {"a": {"gpu": 0, "share": 150}}')
+    before = store.path.read_bytes()
+    result = qpolicy_cli(*args)
+    assert result.code == 1
+    assert len(result.err_lines) == 1
+    assert result.err_lines[0].startswith(f"qpolicy: error: state file {store.path}: not valid")
+    assert "left untouched" in result.err
+    assert result.out == ""
+    assert store.path.read_bytes() == before
+
+
+def test_state_dir_that_cannot_be_used(
+    qpolicy_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    monkeypatch.setenv("QPOLICY_STATE_DIR", str(blocker))
+    result = qpolicy_cli("pod", "set", "n", "--gpu", "0")
+    assert result.code == 1
+    assert len(result.err_lines) == 1
+    assert "QPOLICY_STATE_DIR" in result.err
+    assert blocker.read_text() == "x"
+
+
+@pytest.mark.parametrize(
+    ("raised", "message"),
+    [(RuntimeError("boom"), "internal error: RuntimeError: boom"), (typer.Abort(), "aborted")],
+)
+def test_unexpected_failures_are_one_line_too(
+    qpolicy_cli: Cli, monkeypatch: pytest.MonkeyPatch, raised: BaseException, message: str
+) -> None:
+    def explode(*_: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(qpolicy.cli.status, "gpu_report", explode)
+    qpolicy_cli.ok("pod", "set", "a", "--gpu", "0")
+    result = qpolicy_cli("status")
+    assert result.code == 1
+    assert result.err_lines == [f"qpolicy: error: {message}"]
+
+
+# --- the installed script -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def script() -> Path:
+    path = Path(sys.executable).with_name("qpolicy")
+    if not path.exists():
+        pytest.skip(f"the qpolicy console script is not installed next to {sys.executable}")
+    return path
+
+
+def script_env(state_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    env["QPOLICY_STATE_DIR"] = str(state_dir)
+    return env
+
+
+def test_script_version_help_and_errors(script: Path, state_dir: Path) -> None:
+    env = script_env(state_dir)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [script, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    version = run("--version")
+    assert (version.returncode, version.stdout) == (0, f"qpolicy {qpolicy.__version__}\n")
+    assert run("--help").returncode == 0
+    assert run("pod", "set", "/kubepods/x", "--gpu", "0", "--share", "30").returncode == 0
+    before = (state_dir / "state.json").read_bytes()
+    bad = run("pod", "set", "/kubepods/y", "--gpu", "0", "--share", "150")
+    assert bad.returncode == 2
+    assert bad.stderr == (
+        "qpolicy: error: invalid share '150': must be an integer percent from 1 to 100\n"
+    )
+    usage = run("set", "--gpu", "0", "--nope")
+    assert usage.returncode == 2
+    assert usage.stderr.count("\n") == 1
+    assert "--nope" in usage.stderr
+    assert (state_dir / "state.json").read_bytes() == before
+    listing = json.loads(run("pod", "ls", "--json").stdout)
+    assert [pod["id"] for pod in listing] == ["/kubepods/x"]
+
+
+def test_concurrent_cli_calls_lose_no_pod(script: Path, state_dir: Path) -> None:
+    env = script_env(state_dir)
+    calls = [
+        subprocess.Popen(
+            [script, "pod", "set", f"p{n}", "--gpu", str(n % 4)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for n in range(16)
+    ]
+    errors = [call.communicate(timeout=120)[1] for call in calls]
+    assert [call.returncode for call in calls] == [0] * 16, errors
+    assert set(StateStore(state_dir).load().pods) == {f"p{n}" for n in range(16)}
