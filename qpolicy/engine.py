@@ -77,9 +77,7 @@ class Plan:
         raise KeyError(pod)
 
 
-def waterfill(
-    capacity: float, items: Sequence[tuple[str, float, float]]
-) -> dict[str, float]:
+def waterfill(capacity: float, items: Sequence[tuple[str, float, float]]) -> dict[str, float]:
     """Weighted max-min fair division of ``capacity`` among ``(key, weight, want)`` items.
 
     Nobody gets more than it wants; whoever is not satisfied gets capacity in proportion to its

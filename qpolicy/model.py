@@ -1,7 +1,8 @@
 """The vocabulary of qpolicy: GPU policies, pod classes, pod specs and their validation.
 
-Spellings follow ARCHITECTURE.md (and Tencent qGPU): ``best-effort``/``fixed-share``/``burst-share``
-with the short forms ``be``/``fs``/``bs``, classes ``online``/``offline``, shares in integer percent.
+Spellings follow ARCHITECTURE.md (and Tencent qGPU): ``best-effort``, ``fixed-share`` and
+``burst-share`` with the short forms ``be``/``fs``/``bs``, classes ``online``/``offline``, shares in
+integer percent.
 Every parser raises :class:`ValidationError` with a message that quotes the offending value.
 """
 
@@ -172,14 +173,16 @@ def format_bytes(value: int) -> str:
     return f"{value}B"
 
 
-_POD_NAME_RE = re.compile(r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-zA-Z0-9]([-a-zA-Z0-9._]*[a-zA-Z0-9])?")
+_POD_NAME_RE = re.compile(
+    r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-zA-Z0-9]([-a-zA-Z0-9._]*[a-zA-Z0-9])?"
+)
 
 
 def parse_pod_id(text: str) -> str:
     """A pod is named by its cgroup v2 path (``/kubepods.slice/...``) or by a pod name.
 
-    Names may carry a namespace (``ml/trainer-0``). Paths must be absolute and normalised so that one
-    cgroup has one spelling.
+    Names may carry a namespace (``ml/trainer-0``). Paths must be absolute and normalised so that
+    one cgroup has one spelling.
     """
     if not text or len(text) > MAX_POD_ID_LEN:
         raise ValidationError(f"invalid pod id {text!r}: must be 1 to {MAX_POD_ID_LEN} characters")
