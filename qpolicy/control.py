@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from qpolicy.demand import estimate_demand
-from qpolicy.engine import Plan, plan
 from qpolicy.enforcers.base import Enforcer
+from qpolicy.engine import Plan, plan
 from qpolicy.model import GpuConfig, PodSpec
 
 

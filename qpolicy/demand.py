@@ -16,6 +16,4 @@ def estimate_demand(usage: Mapping[str, PodUsage], period_us: float) -> dict[str
     """
     if period_us <= 0:
         raise ValueError(f"period must be positive, got {period_us}")
-    return {
-        pod: 1.0 if u.hungry else min(u.used_us / period_us, 1.0) for pod, u in usage.items()
-    }
+    return {pod: 1.0 if u.hungry else min(u.used_us / period_us, 1.0) for pod, u in usage.items()}

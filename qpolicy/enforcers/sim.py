@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from qpolicy.engine import Plan
 from qpolicy.enforcers.base import Cancellable, PodUsage
 from qpolicy.enforcers.slicer import SliceScheduler
+from qpolicy.engine import Plan
 from qpolicy.sim.calibration import CHANNEL_CONTROL_US
 from qpolicy.sim.events import EventLoop
 from qpolicy.sim.gpu import Context, SimGpu

@@ -5,13 +5,13 @@ Within a period (the model is CFS bandwidth control, with GPU time as the runtim
 * **online pods** keep their channels open from the period start and run whenever they have work;
   the plan's timeslices make the hardware hand them the GPU within one short offline timeslice.
   A capped online pod is closed once its GPU time reaches its cap.
-* **offline pods** take exclusive **turns**, one pod's channels open at a time, so the hardware never
-  pays for context switches between them (two competing contexts lose 7-35 % of the GPU, h200-findings
-  §3). A turn ends when the pod has used its planned GPU time (*budget*), when its part of the
-  remaining wall time is over (*deadline*; a pod cannot starve the ones after it), or when the pod
-  has gone idle.
-* **work-conserving policies** then hand the rest of the period to offline pods that still have work,
-  in proportion to their weights (burst-share: shares; best-effort: equal) in *burst* turns.
+* **offline pods** take exclusive **turns**, one pod's channels open at a time, so the hardware
+  never pays for context switches between them (two competing contexts lose 7-35 % of the GPU,
+  h200-findings §3). A turn ends when the pod has used its planned GPU time (*budget*), when its
+  part of the remaining wall time is over (*deadline*; a pod cannot starve the ones after it), or
+  when the pod has gone idle.
+* **work-conserving policies** then hand the rest of the period to offline pods that still have
+  work, in proportion to their weights (burst-share: shares; best-effort: equal) in *burst* turns.
 
 Controls act ``latency_us`` after they are issued, one after another, so a hand-over is issued ahead
 of time: the next pod is opened first and the current one closed one control later, so the GPU does
@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from qpolicy.engine import Plan
 from qpolicy.enforcers.base import Cancellable, ChannelControl, Clock, PodUsage, UsageSensor
+from qpolicy.engine import Plan
 from qpolicy.model import PodClass
 
 _BUDGET = "budget"
@@ -245,9 +245,13 @@ class SliceScheduler:
             successor = self._peek_successor(plan, now, turn)
             by_budget = now + turn.target_us - used
             end = min(by_budget, turn.deadline)
-            if successor is None and not idle and end >= self._period_end:
-                # Runs to the period end; the next period decides who goes on.
-                return math.inf
+            if successor is None and not idle:
+                if plan.work_conserving:
+                    # Nobody else wants the GPU: keep it, and notice when it goes idle.
+                    return now + self.poll_us
+                if end >= self._period_end:
+                    # Runs to the period end; the next period decides who goes on.
+                    return math.inf
             lead = self._lead(successor, turn)
             if not idle and now < end - lead:
                 return min(end - lead, now + self.poll_us)
@@ -267,11 +271,13 @@ class SliceScheduler:
         for later in self._turns[self._turn_index + 1 :]:
             if self._busy(later.pod):
                 return later.pod
-        if not plan.work_conserving or not self._burst_possible(now):
+        if not plan.work_conserving or self._burst_started:
             return None
         # A burst starts with the pod holding the GPU when it still has work.
         if self._busy(turn.pod):
             return turn.pod
+        if not self._burst_possible(now):
+            return None
         return next((pod for pod in self._offline_pods(plan) if self._busy(pod)), None)
 
     def _lead(self, successor: str | None, turn: _Turn) -> float:
@@ -320,13 +326,16 @@ class SliceScheduler:
 
     def _start_burst(self, plan: Plan, now: float) -> bool:
         """Queue burst turns that share the rest of the period among offline pods with work."""
-        if not self._burst_possible(now):
+        if self._burst_started:
             return False
         busy = [pod for pod in self._offline_pods(plan) if self._busy(pod)]
-        if not busy:
-            return False
         # The pod holding the GPU goes first: no switch.
         busy.sort(key=lambda pod: not self._enabled.get(pod, True))
+        if not self._burst_possible(now):
+            # Too late to switch; the pod holding the GPU may still use the rest.
+            busy = busy[:1] if busy and self._enabled.get(busy[0], True) else []
+        if not busy:
+            return False
         weights = {s.pod: float(s.share) if s.share else 1.0 for s in plan.slices}
         total = sum(weights[pod] for pod in busy)
         left = self._period_end - now

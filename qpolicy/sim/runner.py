@@ -52,6 +52,8 @@ class PodResult:
     latency: Latency | None
     solo_latency: Latency | None
     windows: tuple[float, ...]
+    # (arrival s, latency ms) of every completed request, for plots.
+    latency_trace: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +128,7 @@ def run(
     gpu = SimGpu(loop, window_us=window_s * US_PER_S)
     # Every context starts as libcuda leaves it: channels enabled, 2048 µs timeslice.
     contexts = {p.name: gpu.add_context(p.name, CUDA_TIMESLICE_US) for p in scenario.pods}
-    workloads = {
-        p.name: _workload(loop, gpu, contexts[p.name], p, seed) for p in scenario.pods
-    }
+    workloads = {p.name: _workload(loop, gpu, contexts[p.name], p, seed) for p in scenario.pods}
     controls = 0
     enforcer: SimEnforcer | None = None
     if gated:
@@ -159,9 +159,11 @@ def run(
         solo_latency = None
         if solo and samples is not None:
             alone = replace(scenario, pods=(p,))
-            solo_latency = run(alone, seed=seed, window_s=window_s, gated=False, solo=False).pods[
-                p.name
-            ].latency
+            solo_latency = (
+                run(alone, seed=seed, window_s=window_s, gated=False, solo=False)
+                .pods[p.name]
+                .latency
+            )
         filled = ctx.windows + [0.0] * (len(bounds) - len(ctx.windows))
         pods[p.name] = PodResult(
             name=p.name,
@@ -177,6 +179,12 @@ def run(
                 filled[index] / ((end - start) * US_PER_S)
                 for index, (start, end) in enumerate(bounds)
             ),
+            latency_trace=tuple(
+                (arrival / US_PER_S, latency / 1000.0)
+                for arrival, latency in zip(work.arrivals, samples or [], strict=True)
+            )
+            if isinstance(work, Requests)
+            else (),
         )
     return SimResult(
         scenario=scenario,

@@ -112,7 +112,9 @@ def _mapping(value: Any, path: _Path, allowed: set[str], required: set[str]) -> 
         raise path.error(f"expected a mapping, got {value!r}")
     unknown = sorted(str(k) for k in value if k not in allowed)
     if unknown:
-        raise path.error(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        raise path.error(
+            f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
     missing = sorted(required - set(value))
     if missing:
         raise path.error(f"missing key(s) {', '.join(missing)}")
@@ -150,7 +152,10 @@ def _load(value: Any, path: _Path) -> Load:
             sync_every=_integer(data.get("sync_every", 8), path / "sync_every", 1, 100_000),
         )
     data = _mapping(
-        value, path, {"kind", "rate_hz", "kernels", "kernel_ms", "poisson"}, {"rate_hz", "kernel_ms"}
+        value,
+        path,
+        {"kind", "rate_hz", "kernels", "kernel_ms", "poisson"},
+        {"rate_hz", "kernel_ms"},
     )
     poisson = data.get("poisson", False)
     if not isinstance(poisson, bool):

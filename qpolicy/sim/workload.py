@@ -7,6 +7,7 @@ launches each request's kernels on its stream and wakes the client when the last
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Sequence
 
@@ -102,9 +103,10 @@ class Requests:
         self.kernels_done = 0
         self.requests_done = 0
         self._latencies: list[float] = []
+        self.arrivals: list[float] = []
         self._last_launch = 0.0
         for start, end in active:
-            loop.at(start, lambda end=end: self._arrive(end))
+            loop.at(start, functools.partial(self._arrive, end))
 
     def _arrive(self, window_end: float) -> None:
         now = self.loop.now
@@ -123,6 +125,7 @@ class Requests:
             self.kernels_done += self.kernels
             self.requests_done += 1
             self._latencies.append(self.loop.now + REQUEST_NOTIFY_US - arrival)
+            self.arrivals.append(arrival)
 
         return finish
 
