@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from qpolicy import __version__
-from qpolicy.cli import errors, policy, status
+from qpolicy.cli import errors, policy, simulate, status
 from qpolicy.cli.pod import pod_app
 
 app = typer.Typer(
@@ -51,10 +51,9 @@ app.command("set")(policy.set_policy)
 app.add_typer(pod_app, name="pod")
 app.command("status")(status.status)
 
-# Simulation: `sim` and `demo` live in qpolicy/cli/simulate.py; register them here, e.g.
-#   from qpolicy.cli import simulate
-#   app.command("sim")(simulate.sim)
-#   app.command("demo")(simulate.demo)
+# Simulation.
+app.command("sim")(simulate.sim)
+app.command("demo")(simulate.demo)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
