@@ -16,7 +16,7 @@ from qpolicy.cli import errors, policy, simulate, status
 from qpolicy.cli.pod import pod_app
 
 app = typer.Typer(
-    rich_markup_mode="rich",
+    rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     add_completion=False,
@@ -41,8 +41,8 @@ def root(
 ) -> None:
     """Share NVIDIA GPUs between containers by time slices.
 
-    The desired state lives in [i]$QPOLICY_STATE_DIR/state.json[/i]
-    ($QPOLICY_STATE_DIR defaults to [i]/var/lib/qpolicy[/i]).
+    The desired state lives in *$QPOLICY_STATE_DIR/state.json*
+    ($QPOLICY_STATE_DIR defaults to */var/lib/qpolicy*).
     """
 
 

@@ -7,6 +7,8 @@ a traceback for a library error. Scripts around qpolicy want one predictable lin
 
 from __future__ import annotations
 
+import os
+import traceback
 from collections.abc import Sequence
 
 import typer
@@ -46,7 +48,11 @@ def run(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
         error_line("aborted")
         return 1
     except Exception as error:
-        error_line(f"internal error: {type(error).__name__}: {error}")
+        if os.environ.get("QPOLICY_DEBUG"):
+            traceback.print_exc()
+        error_line(
+            f"internal error: {type(error).__name__}: {error} (QPOLICY_DEBUG=1 shows the traceback)"
+        )
         return 1
     return result if isinstance(result, int) else 0
 

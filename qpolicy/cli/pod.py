@@ -29,7 +29,7 @@ PodId = Annotated[
     str,
     typer.Argument(
         metavar="ID",
-        help="cgroup v2 path ([i]/kubepods.slice/...[/i]) or pod name ([i]ml/trainer-0[/i]).",
+        help="cgroup v2 path (*/kubepods.slice/...*) or pod name (*ml/trainer-0*).",
         show_default=False,
     ),
 ]
@@ -48,7 +48,7 @@ def set_pod(
         typer.Option(
             "--class",
             metavar="CLASS",
-            help="[b]online[/b] (latency-critical, served first) or [b]offline[/b] (batch).",
+            help="**online** (latency-critical, served first) or **offline** (batch).",
         ),
     ] = PodClass.OFFLINE.value,
     share: Annotated[
@@ -65,7 +65,7 @@ def set_pod(
         typer.Option(
             "--memory",
             metavar="SIZE",
-            help="Device memory limit: [i]8GiB[/i], [i]512MiB[/i], [i]8Gi[/i], [i]16GB[/i] "
+            help="Device memory limit: *8GiB*, *512MiB*, *8Gi*, *16GB* "
             "or bytes.",
             show_default=False,
         ),

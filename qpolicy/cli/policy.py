@@ -30,7 +30,7 @@ def set_policy(
         typer.Option(
             "--policy",
             metavar="POLICY",
-            help="[b]best-effort[/b] (be), [b]fixed-share[/b] (fs) or [b]burst-share[/b] (bs).",
+            help="**best-effort** (be), **fixed-share** (fs) or **burst-share** (bs).",
         ),
     ],
     period_ms: Annotated[

@@ -1,7 +1,9 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -348,7 +350,13 @@ def test_state_dir_that_cannot_be_used(
 
 @pytest.mark.parametrize(
     ("raised", "message"),
-    [(RuntimeError("boom"), "internal error: RuntimeError: boom"), (typer.Abort(), "aborted")],
+    [
+        (
+            RuntimeError("boom"),
+            "internal error: RuntimeError: boom (QPOLICY_DEBUG=1 shows the traceback)",
+        ),
+        (typer.Abort(), "aborted"),
+    ],
 )
 def test_unexpected_failures_are_one_line_too(
     qpolicy_cli: Cli, monkeypatch: pytest.MonkeyPatch, raised: BaseException, message: str
@@ -361,6 +369,21 @@ def test_unexpected_failures_are_one_line_too(
     result = qpolicy_cli("status")
     assert result.code == 1
     assert result.err_lines == [f"qpolicy: error: {message}"]
+
+
+def test_debug_environment_shows_the_traceback_of_an_internal_error(
+    qpolicy_cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def explode(*_: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(qpolicy.cli.status, "gpu_report", explode)
+    monkeypatch.setenv("QPOLICY_DEBUG", "1")
+    qpolicy_cli.ok("pod", "set", "a", "--gpu", "0")
+    result = qpolicy_cli("status")
+    assert result.code == 1
+    assert "Traceback (most recent call last)" in result.err
+    assert result.err_lines[-1].startswith("qpolicy: error: internal error: RuntimeError: boom")
 
 
 # --- the installed script -------------------------------------------------------------------------
@@ -421,3 +444,44 @@ def test_concurrent_cli_calls_lose_no_pod(script: Path, state_dir: Path) -> None
     errors = [call.communicate(timeout=120)[1] for call in calls]
     assert [call.returncode for call in calls] == [0] * 16, errors
     assert set(StateStore(state_dir).load().pods) == {f"p{n}" for n in range(16)}
+
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="becoming another user needs root; as a normal user "
+    "test_state.py::test_unreadable_file_and_unwritable_directory covers this",
+)
+def test_permission_errors_for_an_unprivileged_user(script: Path) -> None:
+    """As root the permission-bit test in test_state.py cannot bite, so drop to nobody here."""
+    if subprocess.run([*NOBODY, str(script), "--version"], capture_output=True).returncode:
+        pytest.skip("user nobody cannot run this venv's interpreter")
+    base = Path(tempfile.mkdtemp(prefix="qpolicy-perm-"))
+    try:
+        base.chmod(0o755)
+        env = script_env(base / "state")
+        subprocess.run([str(script), "pod", "set", "a", "--gpu", "0"], env=env, check=True)
+        state_file = base / "state" / "state.json"
+        before = state_file.read_bytes()
+
+        denied = subprocess.run(
+            [*NOBODY, str(script), "pod", "set", "b", "--gpu", "0"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert denied.returncode == 1
+        assert denied.stderr.count("\n") == 1
+        assert "Permission denied" in denied.stderr and "QPOLICY_STATE_DIR" in denied.stderr
+
+        state_file.chmod(0o600)
+        unreadable = subprocess.run(
+            [*NOBODY, str(script), "status"], env=env, capture_output=True, text=True
+        )
+        assert unreadable.returncode == 1
+        assert "cannot read" in unreadable.stderr and unreadable.stderr.count("\n") == 1
+        assert state_file.read_bytes() == before
+    finally:
+        shutil.rmtree(base)
