@@ -30,6 +30,7 @@ class EventLoop:
         self.now = 0.0
         self._queue: list[tuple[float, int, Timer]] = []
         self._seq = 0
+        self.processed = 0
 
     def at(self, when: float, callback: Callable[[], None]) -> Timer:
         timer = Timer(max(when, self.now), callback)
@@ -49,5 +50,6 @@ class EventLoop:
                 continue
             timer.callback = None
             self.now = when
+            self.processed += 1
             callback()
         self.now = max(self.now, end)
