@@ -59,7 +59,10 @@ def _write_plot(
     from qpolicy.sim.plot import plot  # matplotlib is slow to import; only load it when asked
 
     plot(result, found, path, native=native)
-    (err_console if quiet else console).print(f"chart written to {path}")
+    # Unwrapped and unstyled: the path is meant to be copied.
+    (err_console if quiet else console).print(
+        f"chart written to {path}", soft_wrap=True, markup=False, highlight=False
+    )
 
 
 JsonFlag = Annotated[
