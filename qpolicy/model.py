@@ -244,17 +244,17 @@ def check_pods_fit(gpu: GpuConfig, pods: Iterable[PodSpec]) -> None:
     Under fixed-share a share is a cap and under burst-share a guarantee; either way the shares on
     one GPU must fit in 100 %, and every pod needs one. Best-effort accepts anything.
     """
-    on_gpu = sorted((p for p in pods if p.gpu == gpu.index), key=lambda p: p.id)
     if not gpu.policy.needs_shares:
         return
-    missing = [p.id for p in on_gpu if p.share is None]
+    on_gpu = [p for p in pods if p.gpu == gpu.index]
+    missing = sorted(p.id for p in on_gpu if p.share is None)
     if missing:
         raise PlanError(
             f"GPU {gpu.index} is {gpu.policy.value} but pod(s) {', '.join(missing)} have no share"
         )
     total = sum(p.share or 0 for p in on_gpu)
     if total > MAX_SHARE:
-        listing = ", ".join(f"{p.id}={p.share}" for p in on_gpu)
+        listing = ", ".join(f"{p.id}={p.share}" for p in sorted(on_gpu, key=lambda p: p.id))
         raise PlanError(
             f"shares on GPU {gpu.index} ({gpu.policy.value}) sum to {total} > 100: {listing}"
         )

@@ -14,9 +14,22 @@ from qpolicy.sim.analysis import Phase, phases
 from qpolicy.sim.report import latency_table, phases_table, pods_table
 from qpolicy.sim.runner import SimResult, run
 from qpolicy.sim.scenario import Scenario, load_scenario
-from qpolicy.sim.scenarios import builtin
+from qpolicy.sim.scenarios import builtin, names
 
 MAX_WINDOWS = 1_000_000
+
+
+def _load(argument: str) -> Scenario:
+    """A scenario file, or the name of one shipped with qpolicy (a file of that name wins)."""
+    path = Path(argument)
+    if not path.exists() and argument in names():
+        return builtin(argument)
+    try:
+        return load_scenario(path)
+    except ValidationError as error:
+        if path.exists():
+            raise
+        raise ValidationError(f"{error} (shipped scenarios: {', '.join(names())})") from None
 
 
 def _parse_window(text: str, scenario: Scenario) -> float:
@@ -75,7 +88,13 @@ SeedOption = Annotated[
 
 def sim(
     scenario_file: Annotated[
-        str, typer.Argument(metavar="SCENARIO.yaml", help="The scenario to simulate (YAML).")
+        str,
+        typer.Argument(
+            metavar="SCENARIO.yaml",
+            help="A scenario file (YAML), or the name of a shipped one: "
+            + ", ".join(names())
+            + ".",
+        ),
     ],
     *,
     json_output: JsonFlag = False,
@@ -96,7 +115,7 @@ def sim(
     Reports each pod's share of GPU time, throughput and request latency (next to the same requests
     on an idle GPU), and the policy's expected split in each phase of the run.
     """
-    scenario = load_scenario(Path(scenario_file))
+    scenario = _load(scenario_file)
     window = _parse_window(window_s, scenario)
     seed_value = _parse_seed(seed)
     plot_path = _plot_path(plot_file)

@@ -29,27 +29,33 @@ def pods_table(result: SimResult) -> Table:
     mode = "qpolicy" if result.gated else "native time-slicing"
     table = Table(
         title=(
-            f"{gpu.policy.value}, period {gpu.period_ms} ms, {result.scenario.duration_s:g} s "
-            f"simulated, {mode}: GPU busy {_pct(result.utilization)}"
+            f"{gpu.policy.value}, {gpu.period_ms} ms period, {result.scenario.duration_s:g} s, "
+            f"{mode}: GPU busy {_pct(result.utilization)}; latency in ms"
         ),
         title_justify="left",
     )
-    for header in ("pod", "class", "share", "GPU time", "kernels/s", "p50 ms", "p99 ms"):
+    latency = any(pod.latency is not None for pod in result.pods.values())
+    headers = ["pod", "class", "share", "GPU time", "kernels/s"]
+    if latency:
+        headers += ["p50", "p99", "solo p99", "x solo"]
+    for header in headers:
         table.add_column(header, justify="left" if header in ("pod", "class") else "right")
-    table.add_column("solo p99 ms", justify="right")
-    table.add_column("p99 / solo", justify="right")
     for pod in result.pods.values():
-        table.add_row(
+        row = [
             pod.name,
             pod.pod_class.value,
             "-" if pod.share_target is None else f"{pod.share_target} %",
             _pct(pod.gpu_time_fraction),
             f"{pod.throughput_per_s:.1f}",
-            _ms(pod.latency, "p50_ms"),
-            _ms(pod.latency, "p99_ms"),
-            _ms(pod.solo_latency, "p99_ms"),
-            _ratio(pod.latency, pod.solo_latency),
-        )
+        ]
+        if latency:
+            row += [
+                _ms(pod.latency, "p50_ms"),
+                _ms(pod.latency, "p99_ms"),
+                _ms(pod.solo_latency, "p99_ms"),
+                _ratio(pod.latency, pod.solo_latency),
+            ]
+        table.add_row(*row)
     return table
 
 

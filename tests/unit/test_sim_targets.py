@@ -6,31 +6,17 @@ reads shares from the GPU's own accounting, which the scheduler never reports it
 
 from __future__ import annotations
 
+from dataclasses import replace
 from statistics import mean
-from typing import Any
 
 import pytest
 
+from qpolicy.model import GpuPolicy
 from qpolicy.sim.runner import SimResult, run
-from qpolicy.sim.scenario import parse_scenario
+from qpolicy.sim.scenario import RequestsLoad, Scenario
+from qpolicy.sim.scenarios import builtin
 
 pytestmark = pytest.mark.sim
-
-
-def saturate(name: str, kernel_ms: float, share: int | None = None, **extra: Any) -> dict[str, Any]:
-    pod: dict[str, Any] = {
-        "name": name,
-        "load": {"kind": "saturate", "kernel_ms": kernel_ms, "sync_every": 8},
-        **extra,
-    }
-    if share is not None:
-        pod["share"] = share
-    return pod
-
-
-def simulate(policy: str, pods: list[dict[str, Any]], seconds: float = 20, **kw: Any) -> SimResult:
-    scenario = parse_scenario({"gpu": {"policy": policy}, "duration_s": seconds, "pods": pods})
-    return run(scenario, **kw)
 
 
 def window_mean(result: SimResult, pod: str, start: float, end: float) -> float:
@@ -40,34 +26,25 @@ def window_mean(result: SimResult, pod: str, start: float, end: float) -> float:
 
 
 def test_fixed_share_holds_each_pod_within_two_points() -> None:
-    result = simulate(
-        "fixed-share", [saturate("a", 2.0, 50), saturate("b", 1.0, 30), saturate("c", 0.5, 20)]
-    )
+    result = run(builtin("fixed-share"))
     for pod, share in (("a", 0.50), ("b", 0.30), ("c", 0.20)):
         assert result.pods[pod].gpu_time_fraction == pytest.approx(share, abs=0.02), pod
 
 
 def test_a_lone_fixed_share_pod_stays_at_its_share_on_an_idle_gpu() -> None:
-    result = simulate("fixed-share", [saturate("a", 2.0, 30)])
+    result = run(builtin("fixed-share-alone"))
     assert 0.29 <= result.pods["a"].gpu_time_fraction <= 0.31
 
 
 def test_burst_share_lends_an_idle_share_and_takes_it_back_within_a_period() -> None:
-    late = 10.02  # mid-period on purpose
-    result = simulate(
-        "burst-share",
-        [
-            saturate("a", 2.0, 50),
-            saturate("b", 1.0, 30),
-            saturate("c", 0.5, 20, active=[[late, 20]]),
-        ],
-        window_s=0.05,
-    )
-    period = 0.05
+    scenario = builtin("burst-share-late")
+    late = scenario.pods[2].active[0][0]
+    period = scenario.gpu.period_ms / 1000
+    result = run(scenario, window_s=period)
     # While c is idle its 20 % goes to a and b in proportion to their shares: 62.5 / 37.5.
     assert window_mean(result, "a", period, late) == pytest.approx(0.625, abs=0.03)
     assert window_mean(result, "b", period, late) == pytest.approx(0.375, abs=0.03)
-    # From one period after c starts, every 50 ms window is back at 50 / 30 / 20.
+    # From one period after c starts, every period-long window is back at 50 / 30 / 20.
     back = [i for i, (a, _) in enumerate(result.windows) if a >= late + period]
     for pod, share in (("a", 0.50), ("b", 0.30), ("c", 0.20)):
         for i in back:
@@ -75,33 +52,37 @@ def test_burst_share_lends_an_idle_share_and_takes_it_back_within_a_period() -> 
 
 
 def test_best_effort_is_time_fair_across_kernel_lengths() -> None:
-    pods = [saturate("short", 0.03), saturate("mid", 1.0), saturate("long", 4.0)]
-    result = simulate("best-effort", pods)
+    scenario = builtin("best-effort-kernels")
+    result = run(scenario)
     for pod in ("short", "mid", "long"):
         assert result.pods[pod].gpu_time_fraction == pytest.approx(1 / 3, abs=0.02), pod
     # Native time-slicing is not: the short-kernel loop yields at every sync (measured here ~5 %).
-    native = simulate("best-effort", pods, seconds=5, gated=False)
+    native = run(replace(scenario, duration_s=5.0), gated=False)
     assert native.pods["short"].gpu_time_fraction < 0.2
+
+
+def online_offline(policy: str, poisson: bool) -> Scenario:
+    scenario = builtin("online-offline")
+    infer, train = scenario.pods
+    assert isinstance(infer.load, RequestsLoad)
+    infer = replace(infer, load=replace(infer.load, poisson=poisson))
+    if policy == "best-effort":
+        infer, train = replace(infer, share=None), replace(train, share=None)
+    gpu = replace(scenario.gpu, policy=GpuPolicy.parse(policy))
+    return replace(scenario, gpu=gpu, pods=(infer, train))
 
 
 @pytest.mark.parametrize("policy", ["burst-share", "best-effort"])
 @pytest.mark.parametrize("poisson", [False, True], ids=["fixed-interval", "poisson"])
 def test_online_requests_keep_solo_latency_next_to_a_trainer(policy: str, poisson: bool) -> None:
-    shares = (30, 70) if policy == "burst-share" else (None, None)
-    online = {
-        "name": "infer",
-        "class": "online",
-        "load": {"kind": "requests", "rate_hz": 50, "kernel_ms": 0.3, "poisson": poisson},
-    }
-    if shares[0] is not None:
-        online["share"] = shares[0]
-    result = simulate(policy, [online, saturate("train", 2.0, shares[1])])
+    scenario = online_offline(policy, poisson)
+    result = run(scenario)
     infer, train = result.pods["infer"], result.pods["train"]
     assert infer.latency is not None and infer.solo_latency is not None
     assert infer.requests_done is not None and infer.requests_done >= 900
     assert infer.latency.p99_ms <= 1.5 * infer.solo_latency.p99_ms
     assert train.gpu_time_fraction >= 0.90 * (1 - infer.gpu_time_fraction)
     # Without qpolicy the same requests wait for the trainer's timeslices.
-    native = simulate(policy, [online, saturate("train", 2.0, shares[1])], seconds=5, gated=False)
+    native = run(replace(scenario, duration_s=5.0), gated=False)
     assert native.pods["infer"].latency is not None
     assert native.pods["infer"].latency.p99_ms > 3 * infer.solo_latency.p99_ms

@@ -12,10 +12,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.bench import engine, sim
+from tools.bench import engine, sim, targets
 from tools.bench.common import machine
 
-BENCHES = {"engine": engine.run, "sim": sim.run}
+BENCHES = {"engine": engine.run, "sim": sim.run, "targets": targets.run}
 
 
 def main() -> int:
