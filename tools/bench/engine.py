@@ -1,7 +1,9 @@
 """Engine plan time: 1000 pods on 8 GPUs (target < 5 ms for the whole node).
 
 The comparison in the same run is a straightforward water-fill (hand out capacity in rounds until
-everyone is satisfied), the way the algorithm is usually first written; both must agree.
+everyone is satisfied), the way the algorithm is usually first written; both must agree. On real
+inputs it settles in a few rounds, so the two cost about the same: planning time is dominated by
+the per-pod work around the water-fill, not by it.
 """
 
 from __future__ import annotations
