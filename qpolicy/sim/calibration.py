@@ -26,9 +26,9 @@ CHANNEL_CONTROL_US = 600.0
 # switch each: (240 + 15) / (240 + 150) = 65 % of solo, as measured.
 HOST_SYNC_GAP_US = 15.0
 
-# An online request's host-side overhead: launch before the GPU sees the work, plus the wake-up of
-# the waiting thread after it. A 4096 matmul (~0.2 ms kernel) measured 0.29 ms p50 and 0.37 ms p99
-# alone: 0.075 ms fixed plus an exponential tail of mean 0.02 ms gives 0.089 / 0.167 ms overhead.
-REQUEST_LAUNCH_US = 30.0
+# An online request's host-side overhead before the GPU sees its work (receive, launch, doorbell).
+# A 4096 matmul (~0.2 ms kernel) measured 0.29 ms p50 and 0.37 ms p99 alone, from the request to
+# its synchronisation: 0.075 ms fixed plus an exponential tail of mean 0.02 ms gives 0.089 /
+# 0.167 ms of overhead on top of the kernel.
+REQUEST_LAUNCH_US = 75.0
 REQUEST_LAUNCH_JITTER_MEAN_US = 20.0
-REQUEST_NOTIFY_US = 45.0

@@ -2,7 +2,7 @@
 
 Both behave like the PyTorch loops measured on the H200: a trainer submits ``sync_every`` kernels,
 waits for them, and after a short host gap submits the next batch; a server receives requests,
-launches each request's kernels on its stream and wakes the client when the last one is done.
+launches each request's kernels on its stream; the request is done when its last kernel completes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from qpolicy.sim.calibration import (
     HOST_SYNC_GAP_US,
     REQUEST_LAUNCH_JITTER_MEAN_US,
     REQUEST_LAUNCH_US,
-    REQUEST_NOTIFY_US,
 )
 from qpolicy.sim.events import EventLoop
 from qpolicy.sim.gpu import Context, SimGpu
@@ -76,7 +75,7 @@ class Saturate:
 class Requests:
     """Requests at ``rate_hz`` (fixed interval, or Poisson), each ``kernels`` kernels long.
 
-    Latency runs from the request's arrival to the client waking up after its last kernel.
+    Latency runs from the request's arrival to the completion of its last kernel.
     """
 
     def __init__(
@@ -124,7 +123,7 @@ class Requests:
         def finish() -> None:
             self.kernels_done += self.kernels
             self.requests_done += 1
-            self._latencies.append(self.loop.now + REQUEST_NOTIFY_US - arrival)
+            self._latencies.append(self.loop.now - arrival)
             self.arrivals.append(arrival)
 
         return finish
