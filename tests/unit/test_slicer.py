@@ -11,7 +11,7 @@ from qpolicy.enforcers.sim import SimEnforcer
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.sim.calibration import CHANNEL_CONTROL_US, CUDA_TIMESLICE_US
 from qpolicy.sim.events import EventLoop
-from qpolicy.sim.gpu import SimGpu
+from qpolicy.sim.gpu import Context, SimGpu
 from qpolicy.sim.workload import Saturate
 
 L = CHANNEL_CONTROL_US
@@ -21,6 +21,7 @@ L = CHANNEL_CONTROL_US
 class Rig:
     loop: EventLoop
     gpu: SimGpu
+    contexts: dict[str, Context]
     enforcer: SimEnforcer
     control: ControlLoop
     issued: list[tuple[float, str, str]] = field(default_factory=list)
@@ -29,11 +30,7 @@ class Rig:
         self.loop.run_until(seconds * 1e6)
 
     def used(self, pod: str) -> float:
-        return self.gpu.gpu_time(self.enforcer_contexts[pod])
-
-    @property
-    def enforcer_contexts(self) -> dict[str, object]:  # type: ignore[type-arg]
-        return {ctx.name: ctx for ctx in self.gpu.contexts}
+        return self.gpu.gpu_time(self.contexts[pod])
 
 
 def rig(policy: GpuPolicy, pods: list[PodSpec], period_ms: int = 50) -> Rig:
@@ -42,7 +39,7 @@ def rig(policy: GpuPolicy, pods: list[PodSpec], period_ms: int = 50) -> Rig:
     contexts = {p.id: gpu.add_context(p.id, CUDA_TIMESLICE_US) for p in pods}
     enforcer = SimEnforcer(gpu, contexts)
     control = ControlLoop(GpuConfig(0, policy, period_ms), pods, enforcer)
-    result = Rig(loop, gpu, enforcer, control)
+    result = Rig(loop, gpu, contexts, enforcer, control)
     channel = enforcer.control
     original_enabled, original_slice = channel.set_enabled, channel.set_timeslice
 
@@ -67,9 +64,13 @@ def rig(policy: GpuPolicy, pods: list[PodSpec], period_ms: int = 50) -> Rig:
 
 
 def saturate(r: Rig, pod: str, kernel_ms: float = 2.0, start_s: float = 0.0) -> Saturate:
-    ctx = next(c for c in r.gpu.contexts if c.name == pod)
     return Saturate(
-        r.loop, r.gpu, ctx, kernel_us=kernel_ms * 1000, sync_every=8, active=[(start_s * 1e6, 1e12)]
+        r.loop,
+        r.gpu,
+        r.contexts[pod],
+        kernel_us=kernel_ms * 1000,
+        sync_every=8,
+        active=[(start_s * 1e6, 1e12)],
     )
 
 
