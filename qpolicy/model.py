@@ -163,12 +163,11 @@ def parse_memory(text: str | int) -> int:
 
 
 def format_bytes(value: int) -> str:
-    """Render a byte count the way users write limits (``8GiB``), exactly when possible."""
+    """Render a byte count the way users write limits: ``8GiB`` when exact, else ``78.0MiB``."""
     for suffix, unit in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= unit and value % unit == 0:
-            return f"{value // unit}{suffix}"
-    for suffix, unit in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if value >= unit:
+            if value % unit == 0:
+                return f"{value // unit}{suffix}"
             return f"{value / unit:.1f}{suffix}"
     return f"{value}B"
 

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from qpolicy import __version__
-from qpolicy.cli import errors, policy, simulate, status
+from qpolicy.cli import errors, policy, simulate, status, trace
 from qpolicy.cli.pod import pod_app
 
 app = typer.Typer(
@@ -50,6 +50,9 @@ def root(
 app.command("set")(policy.set_policy)
 app.add_typer(pod_app, name="pod")
 app.command("status")(status.status)
+
+# Telemetry.
+app.command("trace")(trace.trace)
 
 # Simulation.
 app.command("sim")(simulate.sim)

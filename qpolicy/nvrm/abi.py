@@ -1,0 +1,713 @@
+"""The NVIDIA RM user ABI that qpolicy reads, in one place.
+
+Facts from open-gpu-kernel-modules 595.45.04 for x86_64 (LP64), as collected in the project's
+nvidia_abi.md, and what the H200 trace shows (h200-findings.md §1). ``kmod/uapi/`` mirrors the
+subset the kernel module needs; a test keeps the two in agreement.
+
+Two kinds of numbers live here: *escapes* (the ioctl number's NR field; the size field picks the
+struct) and, inside RM_CONTROL, *control commands* (class << 16 | category << 8 | index).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+
+# -- ioctl encoding (include/uapi/asm-generic/ioctl.h) ---------------------------------------------
+
+IOC_NRBITS = 8
+IOC_TYPEBITS = 8
+IOC_SIZEBITS = 14
+IOC_NRSHIFT = 0
+IOC_TYPESHIFT = IOC_NRSHIFT + IOC_NRBITS
+IOC_SIZESHIFT = IOC_TYPESHIFT + IOC_TYPEBITS
+IOC_DIRSHIFT = IOC_SIZESHIFT + IOC_SIZEBITS
+IOC_WRITE = 1
+IOC_READ = 2
+
+
+def ioc_nr(cmd: int) -> int:
+    return (cmd >> IOC_NRSHIFT) & ((1 << IOC_NRBITS) - 1)
+
+
+def ioc_type(cmd: int) -> int:
+    return (cmd >> IOC_TYPESHIFT) & ((1 << IOC_TYPEBITS) - 1)
+
+
+def ioc_size(cmd: int) -> int:
+    return (cmd >> IOC_SIZESHIFT) & ((1 << IOC_SIZEBITS) - 1)
+
+
+def ioc_dir(cmd: int) -> int:
+    return (cmd >> IOC_DIRSHIFT) & 0x3
+
+
+def iowr(type_: int, nr: int, size: int) -> int:
+    """``_IOWR(type, nr, size)``: how libcuda builds every RM request."""
+    return (
+        ((IOC_READ | IOC_WRITE) << IOC_DIRSHIFT)
+        | (size << IOC_SIZESHIFT)
+        | (type_ << IOC_TYPESHIFT)
+        | (nr << IOC_NRSHIFT)
+    )
+
+
+# -- device nodes --------------------------------------------------------------------------------
+
+NV_IOCTL_MAGIC = ord("F")
+NV_MAJOR = 195  # /dev/nvidia0..247, /dev/nvidia-modeset (254), /dev/nvidiactl (255)
+NV_CTL_MINOR = 255
+NV_MODESET_MINOR = 254
+NV_MAX_GPU_MINOR = 247
+UVM_DEVICE_NAME = "nvidia-uvm"  # dynamic major, looked up in /proc/devices
+
+
+class Node(StrEnum):
+    """Which NVIDIA device file an fd refers to."""
+
+    CTL = "nvidiactl"
+    GPU = "nvidia"
+    UVM = "nvidia-uvm"
+    MODESET = "nvidia-modeset"
+    CAPS = "nvidia-caps"
+    OTHER = "other"
+
+    @classmethod
+    def of_path(cls, path: str) -> Node:
+        name = path.rsplit("/", 1)[-1]
+        if name == "nvidiactl":
+            return cls.CTL
+        if name in ("nvidia-uvm", "nvidia-uvm-tools"):
+            return cls.UVM
+        if name == "nvidia-modeset":
+            return cls.MODESET
+        if name.startswith("nvidia-cap") or "/nvidia-caps" in path:
+            return cls.CAPS
+        if name.startswith("nvidia") and name[6:].isdigit():
+            return cls.GPU
+        return cls.OTHER
+
+    @classmethod
+    def of_device(cls, major: int, minor: int, uvm_major: int | None) -> Node:
+        if major == NV_MAJOR:
+            if minor == NV_CTL_MINOR:
+                return cls.CTL
+            if minor == NV_MODESET_MINOR:
+                return cls.MODESET
+            return cls.GPU if minor <= NV_MAX_GPU_MINOR else cls.OTHER
+        if uvm_major is not None and major == uvm_major:
+            return cls.UVM
+        return cls.OTHER
+
+
+# -- escapes (NR of an _IOWR('F', nr, size) request) -----------------------------------------------
+
+
+class Escape(IntEnum):
+    RM_ALLOC_MEMORY = 0x27
+    RM_ALLOC_OBJECT = 0x28
+    RM_FREE = 0x29
+    RM_CONTROL = 0x2A
+    RM_ALLOC = 0x2B
+    RM_DUP_OBJECT = 0x34
+    RM_SHARE = 0x35
+    RM_I2C_ACCESS = 0x39
+    RM_IDLE_CHANNELS = 0x41
+    RM_VID_HEAP_CONTROL = 0x4A
+    RM_ACCESS_REGISTRY = 0x4D
+    RM_MAP_MEMORY = 0x4E
+    RM_UNMAP_MEMORY = 0x4F
+    RM_GET_EVENT_DATA = 0x52
+    RM_ALLOC_CONTEXT_DMA2 = 0x54
+    RM_MAP_MEMORY_DMA = 0x57
+    RM_UNMAP_MEMORY_DMA = 0x58
+    RM_BIND_CONTEXT_DMA = 0x59
+    RM_UPDATE_DEVICE_MAPPING_INFO = 0x5E
+    RM_LOCKLESS_DIAGNOSTIC = 0x5F
+    CARD_INFO = 0xC8
+    REGISTER_FD = 0xC9
+    ALLOC_OS_EVENT = 0xCE
+    FREE_OS_EVENT = 0xCF
+    STATUS_CODE = 0xD1
+    CHECK_VERSION_STR = 0xD2
+    IOCTL_XFER_CMD = 0xD3
+    ATTACH_GPUS_TO_FD = 0xD4
+    QUERY_DEVICE_INTR = 0xD5
+    SYS_PARAMS = 0xD6
+    NUMA_INFO = 0xD7
+    SET_NUMA_STATUS = 0xD8
+    EXPORT_TO_DMABUF_FD = 0xD9
+    WAIT_OPEN_COMPLETE = 0xDA
+
+
+# Exact argument sizes the driver accepts per escape (RmValidateIoctl / nv_validate_ioctls). Array
+# escapes take any non-zero multiple of their element size.
+ESCAPE_SIZES: dict[Escape, tuple[int, ...]] = {
+    Escape.RM_ALLOC_MEMORY: (56,),
+    Escape.RM_ALLOC_OBJECT: (20,),
+    Escape.RM_FREE: (16,),
+    Escape.RM_CONTROL: (32,),
+    Escape.RM_ALLOC: (32, 48),
+    Escape.RM_DUP_OBJECT: (28,),
+    Escape.RM_SHARE: (24,),
+    Escape.RM_I2C_ACCESS: (32,),
+    Escape.RM_IDLE_CHANNELS: (56,),
+    Escape.RM_VID_HEAP_CONTROL: (184,),
+    Escape.RM_ACCESS_REGISTRY: (72,),
+    Escape.RM_MAP_MEMORY: (56,),
+    Escape.RM_UNMAP_MEMORY: (32,),
+    Escape.RM_GET_EVENT_DATA: (16,),
+    Escape.RM_ALLOC_CONTEXT_DMA2: (56,),
+    Escape.RM_MAP_MEMORY_DMA: (64,),
+    Escape.RM_UNMAP_MEMORY_DMA: (48,),
+    Escape.RM_BIND_CONTEXT_DMA: (16,),
+    Escape.RM_UPDATE_DEVICE_MAPPING_INFO: (40,),
+    Escape.REGISTER_FD: (4,),
+    Escape.ALLOC_OS_EVENT: (16,),
+    Escape.FREE_OS_EVENT: (16,),
+    Escape.STATUS_CODE: (12,),
+    Escape.CHECK_VERSION_STR: (72,),
+    Escape.IOCTL_XFER_CMD: (16,),
+    Escape.QUERY_DEVICE_INTR: (8,),
+    Escape.SYS_PARAMS: (8,),
+    Escape.NUMA_INFO: (560,),
+    Escape.SET_NUMA_STATUS: (4,),
+    Escape.EXPORT_TO_DMABUF_FD: (2608,),
+    Escape.WAIT_OPEN_COMPLETE: (8,),
+}
+ESCAPE_ARRAY_ELEMENT: dict[Escape, int] = {Escape.CARD_INFO: 72, Escape.ATTACH_GPUS_TO_FD: 4}
+
+NVOS21_SIZE = 32  # RM_ALLOC, the older struct
+NVOS64_SIZE = 48  # RM_ALLOC as libcuda sends it (cmd 0xc030462b)
+MAX_IOCTL_SIZE = 16384  # NV_ABSOLUTE_MAX_IOCTL_SIZE, also the XFER limit
+
+
+def escape_size_ok(escape: Escape, size: int) -> bool:
+    if escape in ESCAPE_ARRAY_ELEMENT:
+        element = ESCAPE_ARRAY_ELEMENT[escape]
+        return size > 0 and size % element == 0
+    return size in ESCAPE_SIZES.get(escape, ())
+
+
+# -- struct layouts --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A C struct as (field, offset, struct format) triples; little endian, no implicit padding."""
+
+    name: str
+    size: int
+    fields: tuple[tuple[str, int, str], ...]
+
+    def unpack(self, data: bytes) -> dict[str, int]:
+        """The fields that lie entirely inside ``data`` (a capture may hold only a prefix)."""
+        values: dict[str, int] = {}
+        for name, offset, fmt in self.fields:
+            end = offset + struct.calcsize(fmt)
+            if end <= len(data):
+                values[name] = struct.unpack_from("<" + fmt, data, offset)[0]
+        return values
+
+    def pack(self, **values: int) -> bytes:
+        out = bytearray(self.size)
+        for name, offset, fmt in self.fields:
+            if name in values:
+                struct.pack_into("<" + fmt, out, offset, values[name])
+        unknown = set(values) - {name for name, _, _ in self.fields}
+        if unknown:
+            raise KeyError(f"{self.name} has no field(s) {sorted(unknown)}")
+        return bytes(out)
+
+
+NVOS00 = Layout(  # RM_FREE
+    "NVOS00_PARAMETERS",
+    16,
+    (("hRoot", 0, "I"), ("hObjectParent", 4, "I"), ("hObjectOld", 8, "I"), ("status", 12, "I")),
+)
+NVOS21 = Layout(  # RM_ALLOC, 32 bytes
+    "NVOS21_PARAMETERS",
+    32,
+    (
+        ("hRoot", 0, "I"),
+        ("hObjectParent", 4, "I"),
+        ("hObjectNew", 8, "I"),
+        ("hClass", 12, "I"),
+        ("pAllocParms", 16, "Q"),
+        ("paramsSize", 24, "I"),
+        ("status", 28, "I"),
+    ),
+)
+NVOS64 = Layout(  # RM_ALLOC, 48 bytes
+    "NVOS64_PARAMETERS",
+    48,
+    (
+        ("hRoot", 0, "I"),
+        ("hObjectParent", 4, "I"),
+        ("hObjectNew", 8, "I"),
+        ("hClass", 12, "I"),
+        ("pAllocParms", 16, "Q"),
+        ("pRightsRequested", 24, "Q"),
+        ("paramsSize", 32, "I"),
+        ("flags", 36, "I"),
+        ("status", 40, "I"),
+    ),
+)
+NVOS54 = Layout(  # RM_CONTROL
+    "NVOS54_PARAMETERS",
+    32,
+    (
+        ("hClient", 0, "I"),
+        ("hObject", 4, "I"),
+        ("cmd", 8, "I"),
+        ("flags", 12, "I"),
+        ("params", 16, "Q"),
+        ("paramsSize", 24, "I"),
+        ("status", 28, "I"),
+    ),
+)
+NVOS02_WITH_FD = Layout(  # RM_ALLOC_MEMORY (nvidiaN only)
+    "nv_ioctl_nvos02_parameters_with_fd",
+    56,
+    (
+        ("hRoot", 0, "I"),
+        ("hObjectParent", 4, "I"),
+        ("hObjectNew", 8, "I"),
+        ("hClass", 12, "I"),
+        ("flags", 16, "I"),
+        ("pMemory", 24, "Q"),
+        ("limit", 32, "Q"),
+        ("status", 40, "I"),
+        ("fd", 48, "i"),
+    ),
+)
+NVOS33_WITH_FD = Layout(  # RM_MAP_MEMORY
+    "nv_ioctl_nvos33_parameters_with_fd",
+    56,
+    (
+        ("hClient", 0, "I"),
+        ("hDevice", 4, "I"),
+        ("hMemory", 8, "I"),
+        ("offset", 16, "Q"),
+        ("length", 24, "Q"),
+        ("pLinearAddress", 32, "Q"),
+        ("status", 40, "I"),
+        ("flags", 44, "I"),
+        ("fd", 48, "i"),
+    ),
+)
+NVOS34 = Layout(  # RM_UNMAP_MEMORY
+    "NVOS34_PARAMETERS",
+    32,
+    (
+        ("hClient", 0, "I"),
+        ("hDevice", 4, "I"),
+        ("hMemory", 8, "I"),
+        ("pLinearAddress", 16, "Q"),
+        ("status", 24, "I"),
+        ("flags", 28, "I"),
+    ),
+)
+NVOS55 = Layout(  # RM_DUP_OBJECT
+    "NVOS55_PARAMETERS",
+    28,
+    (
+        ("hClient", 0, "I"),
+        ("hParent", 4, "I"),
+        ("hObject", 8, "I"),
+        ("hClientSrc", 12, "I"),
+        ("hObjectSrc", 16, "I"),
+        ("flags", 20, "I"),
+        ("status", 24, "I"),
+    ),
+)
+NV_IOCTL_XFER = Layout("nv_ioctl_xfer_t", 16, (("cmd", 0, "I"), ("size", 4, "I"), ("ptr", 8, "Q")))
+NV_IOCTL_REGISTER_FD = Layout("nv_ioctl_register_fd_t", 4, (("ctl_fd", 0, "i"),))
+NV_IOCTL_ALLOC_OS_EVENT = Layout(
+    "nv_ioctl_alloc_os_event_t",
+    16,
+    (("hClient", 0, "I"), ("hDevice", 4, "I"), ("fd", 8, "I"), ("Status", 12, "I")),
+)
+NV_IOCTL_SYS_PARAMS = Layout("nv_ioctl_sys_params_t", 8, (("memblock_size", 0, "Q"),))
+NV_IOCTL_RM_API_VERSION = Layout(
+    "nv_ioctl_rm_api_version_t", 72, (("cmd", 0, "I"), ("reply", 4, "I"))
+)
+NV_IOCTL_WAIT_OPEN_COMPLETE = Layout(
+    "nv_ioctl_wait_open_complete_t", 8, (("rc", 0, "i"), ("adapterStatus", 4, "I"))
+)
+NV_IOCTL_CARD_INFO = Layout(
+    "nv_ioctl_card_info_t",
+    72,
+    (
+        ("valid", 0, "B"),
+        ("domain", 4, "I"),
+        ("bus", 8, "B"),
+        ("slot", 9, "B"),
+        ("function", 10, "B"),
+        ("vendor_id", 12, "H"),
+        ("device_id", 14, "H"),
+        ("gpu_id", 16, "I"),
+        ("interrupt_line", 20, "H"),
+        ("reg_address", 24, "Q"),
+        ("reg_size", 32, "Q"),
+        ("fb_address", 40, "Q"),
+        ("fb_size", 48, "Q"),
+        ("minor_number", 56, "I"),
+    ),
+)
+
+# The outer struct of each escape that creates, frees or controls RM objects.
+ESCAPE_LAYOUTS: dict[Escape, Layout] = {
+    Escape.RM_FREE: NVOS00,
+    Escape.RM_CONTROL: NVOS54,
+    Escape.RM_ALLOC_MEMORY: NVOS02_WITH_FD,
+    Escape.RM_MAP_MEMORY: NVOS33_WITH_FD,
+    Escape.RM_UNMAP_MEMORY: NVOS34,
+    Escape.RM_DUP_OBJECT: NVOS55,
+    Escape.IOCTL_XFER_CMD: NV_IOCTL_XFER,
+    Escape.REGISTER_FD: NV_IOCTL_REGISTER_FD,
+    Escape.ALLOC_OS_EVENT: NV_IOCTL_ALLOC_OS_EVENT,
+    Escape.FREE_OS_EVENT: NV_IOCTL_ALLOC_OS_EVENT,
+    Escape.SYS_PARAMS: NV_IOCTL_SYS_PARAMS,
+    Escape.CHECK_VERSION_STR: NV_IOCTL_RM_API_VERSION,
+    Escape.WAIT_OPEN_COMPLETE: NV_IOCTL_WAIT_OPEN_COMPLETE,
+}
+
+
+def rm_alloc_layout(size: int) -> Layout | None:
+    """RM_ALLOC's struct is chosen by the request size alone (escape.c)."""
+    return {NVOS21_SIZE: NVOS21, NVOS64_SIZE: NVOS64}.get(size)
+
+
+# -- classes ---------------------------------------------------------------------------------------
+
+
+class Kind(StrEnum):
+    """What an RM object is, for the tracker's tree."""
+
+    CLIENT = "client"
+    DEVICE = "device"
+    SUBDEVICE = "subdevice"
+    USERMODE = "usermode"
+    TSG = "tsg"
+    CHANNEL = "channel"
+    COMPUTE = "compute"
+    COPY = "copy"
+    VIDMEM = "vidmem"
+    SYSMEM = "sysmem"
+    OS_DESCRIPTOR = "os-descriptor"
+    VIRTUAL_MEMORY = "virtual-memory"
+    VASPACE = "vaspace"
+    CONTEXT_SHARE = "context-share"
+    EVENT = "event"
+    OTHER = "other"
+
+
+ENGINE_KINDS = frozenset({Kind.COMPUTE, Kind.COPY})
+MEMORY_KINDS = frozenset({Kind.VIDMEM, Kind.SYSMEM, Kind.OS_DESCRIPTOR})
+
+CLASSES: dict[int, tuple[str, Kind]] = {
+    0x0000: ("NV01_ROOT", Kind.CLIENT),
+    0x0001: ("NV01_ROOT_NON_PRIV", Kind.CLIENT),
+    0x0041: ("NV01_ROOT_CLIENT", Kind.CLIENT),
+    0x0005: ("NV01_EVENT", Kind.EVENT),
+    0x0078: ("NV01_EVENT_KERNEL_CALLBACK", Kind.EVENT),
+    0x0079: ("NV01_EVENT_OS_EVENT", Kind.EVENT),
+    0x007E: ("NV01_EVENT_KERNEL_CALLBACK_EX", Kind.EVENT),
+    0x0080: ("NV01_DEVICE_0", Kind.DEVICE),
+    0x2080: ("NV20_SUBDEVICE_0", Kind.SUBDEVICE),
+    0x003E: ("NV01_MEMORY_SYSTEM", Kind.SYSMEM),
+    0x0040: ("NV01_MEMORY_LOCAL_USER", Kind.VIDMEM),
+    0x0070: ("NV01_MEMORY_VIRTUAL", Kind.VIRTUAL_MEMORY),
+    0x0071: ("NV01_MEMORY_SYSTEM_OS_DESCRIPTOR", Kind.OS_DESCRIPTOR),
+    0x50A0: ("NV50_MEMORY_VIRTUAL", Kind.VIRTUAL_MEMORY),
+    0x90F1: ("FERMI_VASPACE_A", Kind.VASPACE),
+    0x9067: ("FERMI_CONTEXT_SHARE_A", Kind.CONTEXT_SHARE),
+    0xA06C: ("KEPLER_CHANNEL_GROUP_A", Kind.TSG),
+    0xC36F: ("VOLTA_CHANNEL_GPFIFO_A", Kind.CHANNEL),
+    0xC46F: ("TURING_CHANNEL_GPFIFO_A", Kind.CHANNEL),
+    0xC56F: ("AMPERE_CHANNEL_GPFIFO_A", Kind.CHANNEL),
+    0xC86F: ("HOPPER_CHANNEL_GPFIFO_A", Kind.CHANNEL),
+    0xC96F: ("BLACKWELL_CHANNEL_GPFIFO_A", Kind.CHANNEL),
+    0xCA6F: ("BLACKWELL_CHANNEL_GPFIFO_B", Kind.CHANNEL),
+    0xC3C0: ("VOLTA_COMPUTE_A", Kind.COMPUTE),
+    0xC4C0: ("VOLTA_COMPUTE_B", Kind.COMPUTE),
+    0xC5C0: ("TURING_COMPUTE_A", Kind.COMPUTE),
+    0xC6C0: ("AMPERE_COMPUTE_A", Kind.COMPUTE),
+    0xC7C0: ("AMPERE_COMPUTE_B", Kind.COMPUTE),
+    0xC9C0: ("ADA_COMPUTE_A", Kind.COMPUTE),
+    0xCBC0: ("HOPPER_COMPUTE_A", Kind.COMPUTE),
+    0xCDC0: ("BLACKWELL_COMPUTE_A", Kind.COMPUTE),
+    0xCEC0: ("BLACKWELL_COMPUTE_B", Kind.COMPUTE),
+    0xC3B5: ("VOLTA_DMA_COPY_A", Kind.COPY),
+    0xC5B5: ("TURING_DMA_COPY_A", Kind.COPY),
+    0xC6B5: ("AMPERE_DMA_COPY_A", Kind.COPY),
+    0xC7B5: ("AMPERE_DMA_COPY_B", Kind.COPY),
+    0xC8B5: ("HOPPER_DMA_COPY_A", Kind.COPY),
+    0xC9B5: ("BLACKWELL_DMA_COPY_A", Kind.COPY),
+    0xCAB5: ("BLACKWELL_DMA_COPY_B", Kind.COPY),
+    0xC361: ("VOLTA_USERMODE_A", Kind.USERMODE),
+    0xC461: ("TURING_USERMODE_A", Kind.USERMODE),
+    0xC561: ("AMPERE_USERMODE_A", Kind.USERMODE),
+    0xC661: ("HOPPER_USERMODE_A", Kind.USERMODE),
+    0xC761: ("BLACKWELL_USERMODE_A", Kind.USERMODE),
+}
+
+
+def class_name(cls: int) -> str:
+    return CLASSES[cls][0] if cls in CLASSES else f"class 0x{cls:04x}"
+
+
+def class_kind(cls: int) -> Kind:
+    return CLASSES[cls][1] if cls in CLASSES else Kind.OTHER
+
+
+# Alloc parameter structs, chosen by class: RM copies the per-class size from resource_list.h and
+# ignores the caller's paramsSize (libcuda leaves it 0, as the trace shows).
+NV_MEMORY_ALLOCATION_PARAMS = Layout(
+    "NV_MEMORY_ALLOCATION_PARAMS",
+    128,
+    (
+        ("owner", 0, "I"),
+        ("type", 4, "I"),
+        ("flags", 8, "I"),
+        ("attr", 24, "I"),
+        ("attr2", 28, "I"),
+        ("size", 64, "Q"),
+        ("alignment", 72, "Q"),
+        ("offset", 80, "Q"),
+        ("limit", 88, "Q"),
+    ),
+)
+NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS = Layout(
+    "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS",
+    20,
+    (
+        ("hObjectError", 0, "I"),
+        ("hObjectEccError", 4, "I"),
+        ("hVASpace", 8, "I"),
+        ("engineType", 12, "I"),
+    ),
+)
+NV_CHANNEL_ALLOC_PARAMS = Layout(
+    "NV_CHANNEL_ALLOC_PARAMS",
+    368,
+    (
+        ("hObjectError", 0, "I"),
+        ("hObjectBuffer", 4, "I"),
+        ("gpFifoOffset", 8, "Q"),
+        ("gpFifoEntries", 16, "I"),
+        ("flags", 20, "I"),
+        ("hContextShare", 24, "I"),
+        ("hVASpace", 28, "I"),
+        ("hUserdMemory0", 32, "I"),
+        ("userdOffset0", 64, "Q"),
+        ("engineType", 128, "I"),
+        ("cid", 132, "I"),
+        ("subDeviceId", 136, "I"),
+    ),
+)
+NV0080_ALLOC_PARAMETERS = Layout(
+    "NV0080_ALLOC_PARAMETERS",
+    56,
+    (("deviceId", 0, "I"), ("hClientShare", 4, "I"), ("flags", 16, "I"), ("vaMode", 48, "I")),
+)
+NV2080_ALLOC_PARAMETERS = Layout("NV2080_ALLOC_PARAMETERS", 4, (("subDeviceId", 0, "I"),))
+NV_CTXSHARE_ALLOCATION_PARAMETERS = Layout(
+    "NV_CTXSHARE_ALLOCATION_PARAMETERS",
+    12,
+    (("hVASpace", 0, "I"), ("flags", 4, "I"), ("subctxId", 8, "I")),
+)
+
+ALLOC_PARAMS_BY_KIND: dict[Kind, Layout] = {
+    Kind.VIDMEM: NV_MEMORY_ALLOCATION_PARAMS,
+    Kind.SYSMEM: NV_MEMORY_ALLOCATION_PARAMS,
+    Kind.VIRTUAL_MEMORY: NV_MEMORY_ALLOCATION_PARAMS,
+    Kind.TSG: NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS,
+    Kind.CHANNEL: NV_CHANNEL_ALLOC_PARAMS,
+    Kind.DEVICE: NV0080_ALLOC_PARAMETERS,
+    Kind.SUBDEVICE: NV2080_ALLOC_PARAMETERS,
+    Kind.CONTEXT_SHARE: NV_CTXSHARE_ALLOCATION_PARAMETERS,
+}
+
+# -- control commands ------------------------------------------------------------------------------
+
+
+def ctrl_class(cmd: int) -> int:
+    return (cmd >> 16) & 0xFFFF
+
+
+def ctrl_category(cmd: int) -> int:
+    return (cmd >> 8) & 0x3F
+
+
+def ctrl_index(cmd: int) -> int:
+    return cmd & 0xFF
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    name: str
+    params: Layout
+
+
+NVA06C_CTRL_CMD_GPFIFO_SCHEDULE = 0xA06C0101
+NVA06C_CTRL_CMD_SET_TIMESLICE = 0xA06C0103
+NVA06C_CTRL_CMD_GET_TIMESLICE = 0xA06C0104
+NVA06C_CTRL_CMD_PREEMPT = 0xA06C0105
+NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL = 0xA06C0107
+NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL = 0xA06C0108
+NVA06F_CTRL_CMD_GPFIFO_SCHEDULE = 0xA06F0103
+NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN = 0xC36F0108
+NV2080_CTRL_CMD_FIFO_GET_INFO = 0x20801109
+NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS = 0x2080110B
+NV2080_CTRL_CMD_FIFO_DISABLE_USERMODE_CHANNELS = 0x20801117
+
+FIFO_DISABLE_CHANNELS_MAX = 64
+
+_SCHEDULE = Layout(
+    "NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS",
+    3,
+    (("bEnable", 0, "B"), ("bSkipSubmit", 1, "B"), ("bSkipEnable", 2, "B")),
+)
+_TIMESLICE = Layout("NVA06C_CTRL_TIMESLICE_PARAMS", 8, (("timesliceUs", 0, "Q"),))
+NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS = Layout(
+    "NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS",
+    536,
+    (
+        ("bDisable", 0, "B"),
+        ("numChannels", 4, "I"),
+        ("bOnlyDisableScheduling", 8, "B"),
+        ("bRewindGpPut", 9, "B"),
+        ("pRunlistPreemptEvent", 16, "Q"),
+        *((f"hClientList{i}", 24 + 4 * i, "I") for i in range(FIFO_DISABLE_CHANNELS_MAX)),
+        *((f"hChannelList{i}", 280 + 4 * i, "I") for i in range(FIFO_DISABLE_CHANNELS_MAX)),
+    ),
+)
+
+CONTROLS: dict[int, Control] = {
+    NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: Control("NVA06C_CTRL_CMD_GPFIFO_SCHEDULE", _SCHEDULE),
+    0xA06C0102: Control(
+        "NVA06C_CTRL_CMD_BIND", Layout("NVA06F_CTRL_BIND_PARAMS", 4, (("engineType", 0, "I"),))
+    ),
+    NVA06C_CTRL_CMD_SET_TIMESLICE: Control("NVA06C_CTRL_CMD_SET_TIMESLICE", _TIMESLICE),
+    NVA06C_CTRL_CMD_GET_TIMESLICE: Control("NVA06C_CTRL_CMD_GET_TIMESLICE", _TIMESLICE),
+    NVA06C_CTRL_CMD_PREEMPT: Control(
+        "NVA06C_CTRL_CMD_PREEMPT",
+        Layout(
+            "NVA06C_CTRL_PREEMPT_PARAMS",
+            8,
+            (("bWait", 0, "B"), ("bManualTimeout", 1, "B"), ("timeoutUs", 4, "I")),
+        ),
+    ),
+    NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL: Control(
+        "NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL",
+        Layout("NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS", 4, (("tsgInterleaveLevel", 0, "I"),)),
+    ),
+    NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL: Control(
+        "NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL",
+        Layout("NVA06C_CTRL_INTERLEAVE_LEVEL_PARAMS", 4, (("tsgInterleaveLevel", 0, "I"),)),
+    ),
+    NVA06F_CTRL_CMD_GPFIFO_SCHEDULE: Control("NVA06F_CTRL_CMD_GPFIFO_SCHEDULE", _SCHEDULE),
+    NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN: Control(
+        "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN",
+        Layout(
+            "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS",
+            4,
+            (("workSubmitToken", 0, "I"),),
+        ),
+    ),
+    NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS: Control(
+        "NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS", NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS
+    ),
+    NV2080_CTRL_CMD_FIFO_DISABLE_USERMODE_CHANNELS: Control(
+        "NV2080_CTRL_CMD_FIFO_DISABLE_USERMODE_CHANNELS",
+        Layout("NV2080_CTRL_FIFO_DISABLE_USERMODE_CHANNELS_PARAMS", 1, (("bDisable", 0, "B"),)),
+    ),
+}
+
+# Controls a tenant may use to change how its own work is scheduled; qpolicy owns these on a
+# gated GPU (the kernel module refuses them from tenants).
+SCHEDULING_CONTROLS = frozenset(
+    {
+        NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
+        NVA06C_CTRL_CMD_SET_TIMESLICE,
+        NVA06C_CTRL_CMD_PREEMPT,
+        NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL,
+        NVA06F_CTRL_CMD_GPFIFO_SCHEDULE,
+        NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+    }
+)
+
+
+def control_name(cmd: int) -> str:
+    if cmd in CONTROLS:
+        return CONTROLS[cmd].name
+    return f"ctrl 0x{cmd:08x}"
+
+
+# -- status codes (nvstatuscodes.h) ----------------------------------------------------------------
+
+
+class NvStatus(IntEnum):
+    NV_OK = 0x00
+    NV_ERR_INSUFFICIENT_RESOURCES = 0x1A
+    NV_ERR_INSUFFICIENT_PERMISSIONS = 0x1B
+    NV_ERR_INVALID_ARGUMENT = 0x1F
+    NV_ERR_INVALID_CLASS = 0x22
+    NV_ERR_INVALID_CLIENT = 0x23
+    NV_ERR_INVALID_COMMAND = 0x24
+    NV_ERR_INVALID_DEVICE = 0x26
+    NV_ERR_INVALID_OBJECT = 0x31
+    NV_ERR_INVALID_OBJECT_HANDLE = 0x33
+    NV_ERR_INVALID_OBJECT_NEW = 0x34
+    NV_ERR_INVALID_OBJECT_OLD = 0x35
+    NV_ERR_INVALID_OBJECT_PARENT = 0x36
+    NV_ERR_INVALID_PARAM_STRUCT = 0x3A
+    NV_ERR_INVALID_POINTER = 0x3D
+    NV_ERR_INVALID_STATE = 0x40
+    NV_ERR_NO_MEMORY = 0x51
+    NV_ERR_NOT_SUPPORTED = 0x56
+    NV_ERR_OBJECT_NOT_FOUND = 0x57
+    NV_ERR_STATE_IN_USE = 0x63
+    NV_ERR_GENERIC = 0xFFFF
+
+
+def status_name(status: int) -> str:
+    try:
+        return NvStatus(status).name
+    except ValueError:
+        return f"status 0x{status:x}"
+
+
+# -- nvidia-uvm ioctls (plain numbers, not _IOC-encoded) ------------------------------------------
+
+UVM_IOCTLS: dict[int, str] = {
+    0x30000001: "UVM_INITIALIZE",
+    0x30000002: "UVM_DEINITIALIZE",
+    23: "UVM_CREATE_RANGE_GROUP",
+    25: "UVM_REGISTER_GPU_VASPACE",
+    26: "UVM_UNREGISTER_GPU_VASPACE",
+    27: "UVM_REGISTER_CHANNEL",
+    28: "UVM_UNREGISTER_CHANNEL",
+    33: "UVM_MAP_EXTERNAL_ALLOCATION",
+    34: "UVM_FREE",
+    37: "UVM_REGISTER_GPU",
+    38: "UVM_UNREGISTER_GPU",
+    39: "UVM_PAGEABLE_MEM_ACCESS",
+    51: "UVM_MIGRATE",
+    65: "UVM_MAP_DYNAMIC_PARALLELISM_REGION",
+    66: "UVM_UNMAP_EXTERNAL",
+    68: "UVM_ALLOC_SEMAPHORE_POOL",
+    70: "UVM_PAGEABLE_MEM_ACCESS_ON_GPU",
+    71: "UVM_POPULATE_PAGEABLE",
+    72: "UVM_VALIDATE_VA_RANGE",
+    73: "UVM_CREATE_EXTERNAL_RANGE",
+    74: "UVM_MAP_EXTERNAL_SPARSE",
+    75: "UVM_MM_INITIALIZE",
+    78: "UVM_ALLOC_DEVICE_P2P",
+    79: "UVM_CLEAR_ALL_ACCESS_COUNTERS",
+    80: "UVM_DISCARD",
+    2047: "UVM_IS_8_SUPPORTED",
+}

@@ -1,0 +1,366 @@
+"""Which RM objects each process holds, built from its successful RM_ALLOC / RM_FREE traffic.
+
+RM names objects by (client handle, object handle). Per process the tracker keeps the tree
+client → device → subdevice / TSG → channel → engine objects (plus memory, VA spaces, events), the
+bytes of device and system memory live, and the fd each client was allocated through: closing that
+fd frees the client and everything under it, as the driver does. Failed calls change nothing. A
+free removes the whole subtree; a handle that is allocated again replaces the old object. Objects
+whose parents were allocated before tracing began hang under a placeholder client.
+
+The same tracker is fed by ``qpolicy trace --replay`` (a recorded trace) and by the eBPF probe.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from qpolicy.nvrm import abi
+from qpolicy.nvrm.abi import Escape, Kind, Node
+from qpolicy.nvrm.decode import Ioctl, decode
+from qpolicy.nvrm.records import Record
+
+SLOWEST_KEPT = 10
+
+
+@dataclass(slots=True)
+class RmObject:
+    client: int
+    handle: int
+    cls: int
+    kind: Kind
+    parent: int | None
+    bytes: int = 0
+    dup: bool = False
+    children: set[int] = field(default_factory=set)
+    # What controls told us: timeslice_us, scheduled, work_submit_token.
+    info: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Client:
+    handle: int
+    fd: int | None
+    objects: dict[int, RmObject] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Slow:
+    dur_ns: int
+    ts: int
+    name: str
+
+
+@dataclass(slots=True)
+class ProcessState:
+    pid: int | None
+    cgroup: int | None = None
+    fds: dict[int, Node] = field(default_factory=dict)
+    clients: dict[int, Client] = field(default_factory=dict)
+    device_bytes: int = 0
+    device_peak: int = 0
+    system_bytes: int = 0
+    system_peak: int = 0
+    created: Counter[Kind] = field(default_factory=Counter)
+    escapes: Counter[str] = field(default_factory=Counter)
+    controls: Counter[str] = field(default_factory=Counter)
+    allocs: Counter[str] = field(default_factory=Counter)
+    failed: int = 0
+    other_ioctls: int = 0
+    mmaps: int = 0
+    opens: Counter[Node] = field(default_factory=Counter)
+    slowest: list[tuple[int, int, str]] = field(default_factory=list)
+
+    def objects(self, kind: Kind) -> list[RmObject]:
+        return [
+            obj
+            for client in self.clients.values()
+            for obj in client.objects.values()
+            if obj.kind is kind and not obj.dup
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What one process (or, summed, one cgroup) holds now and has done."""
+
+    pid: int | None
+    cgroup: int | None
+    clients: int
+    tsgs: int
+    channels: dict[str, int]
+    engines: dict[str, int]
+    device_bytes: int
+    device_peak: int
+    system_bytes: int
+    system_peak: int
+    created: dict[str, int]
+    escapes: dict[str, int]
+    controls: dict[str, int]
+    allocs: dict[str, int]
+    failed: int
+    other_ioctls: int
+    mmaps: int
+    opens: dict[str, int]
+    slowest: tuple[Slow, ...]
+
+    @property
+    def channel_count(self) -> int:
+        return sum(self.channels.values())
+
+    @property
+    def ioctls(self) -> int:
+        return sum(self.escapes.values())
+
+
+class Tracker:
+    def __init__(self) -> None:
+        self.processes: dict[int | None, ProcessState] = {}
+
+    # -- feeding -------------------------------------------------------------------------------
+
+    def feed(self, record: Record, node: Node | None = None) -> Ioctl | None:
+        """Account one record; ``node`` overrides the fd's node (the probe knows the device).
+
+        Returns the decoded ioctl for ioctl records on NVIDIA nodes.
+        """
+        if record.kind == "exit":
+            self.processes.pop(record.pid, None)
+            return None
+        proc = self._process(record.pid, record.cgroup)
+        if record.kind == "open":
+            if record.ret >= 0:
+                opened = node or Node.of_path(record.s)
+                proc.fds[record.ret] = opened
+                proc.opens[opened] += 1
+            return None
+        if record.kind == "close":
+            self.close_fd(proc, record.a1)
+            return None
+        fd_node = node or proc.fds.get(record.fd)
+        if record.kind == "mmap":
+            if fd_node is not None and fd_node is not Node.OTHER:
+                proc.mmaps += 1
+            return None
+        if fd_node is None or fd_node is Node.OTHER:
+            proc.other_ioctls += 1
+            return None
+        ioctl = decode(fd_node, record.cmd, record.p, record.q)
+        self._count(proc, record, ioctl)
+        if ioctl.succeeded(record.ret):
+            self._apply(proc, record.fd, ioctl)
+        else:
+            proc.failed += 1
+        return ioctl
+
+    def feed_all(self, records: Iterable[Record]) -> None:
+        for record in records:
+            self.feed(record)
+
+    def _process(self, pid: int | None, cgroup: int | None) -> ProcessState:
+        proc = self.processes.get(pid)
+        if proc is None:
+            proc = self.processes[pid] = ProcessState(pid)
+        if cgroup is not None:
+            proc.cgroup = cgroup
+        return proc
+
+    @staticmethod
+    def _count(proc: ProcessState, record: Record, ioctl: Ioctl) -> None:
+        proc.escapes[ioctl.name] += 1
+        if ioctl.control is not None:
+            proc.controls[abi.control_name(ioctl.control)] += 1
+        if ioctl.alloc_class is not None:
+            proc.allocs[abi.class_name(ioctl.alloc_class)] += 1
+        name = ioctl.control_name or (
+            f"{ioctl.name} {abi.class_name(ioctl.alloc_class)}"
+            if ioctl.alloc_class is not None
+            else ioctl.name
+        )
+        entry = (record.dur_ns, record.ts, name)
+        if len(proc.slowest) < SLOWEST_KEPT:
+            heapq.heappush(proc.slowest, entry)
+        elif entry > proc.slowest[0]:
+            heapq.heapreplace(proc.slowest, entry)
+
+    # -- the object tree -----------------------------------------------------------------------
+
+    def _apply(self, proc: ProcessState, fd: int, ioctl: Ioctl) -> None:
+        f = ioctl.fields
+        if ioctl.escape in (Escape.RM_ALLOC, Escape.RM_ALLOC_MEMORY):
+            if ioctl.alloc_class is None:
+                return
+            # RM_ALLOC_MEMORY describes memory by its last byte (limit), RM_ALLOC by its size.
+            if ioctl.escape is Escape.RM_ALLOC:
+                size = ioctl.params.get("size", 0)
+            else:
+                size = f["limit"] + 1 if "limit" in f else 0
+            new = (f["hRoot"], f["hObjectParent"], f["hObjectNew"])
+            self._alloc(proc, fd, *new, ioctl.alloc_class, size)
+        elif ioctl.escape is Escape.RM_FREE:
+            self._free(proc, f["hRoot"], f["hObjectOld"])
+        elif ioctl.escape is Escape.RM_DUP_OBJECT:
+            self._dup(proc, f)
+        elif ioctl.escape is Escape.RM_CONTROL and ioctl.control is not None:
+            self._control(proc, f["hClient"], f["hObject"], ioctl.control, ioctl.params)
+
+    def _alloc(
+        self,
+        proc: ProcessState,
+        fd: int,
+        root: int,
+        parent: int,
+        handle: int,
+        cls: int,
+        size: int,
+    ) -> None:
+        kind = abi.class_kind(cls)
+        if kind is Kind.CLIENT:
+            if handle in proc.clients:
+                self._drop_client(proc, handle)
+            client = Client(handle, fd)
+            client.objects[handle] = RmObject(handle, handle, cls, kind, None)
+            proc.clients[handle] = client
+            proc.created[kind] += 1
+            return
+        found = proc.clients.get(root)
+        if found is None:
+            # Allocated before we started watching: keep its objects under a stand-in client.
+            found = proc.clients[root] = Client(root, None)
+            found.objects[root] = RmObject(root, root, 0, Kind.CLIENT, None)
+        client = found
+        if handle in client.objects:
+            self._remove_subtree(proc, client, handle)
+        obj = RmObject(root, handle, cls, kind, parent)
+        if kind in abi.MEMORY_KINDS:
+            obj.bytes = size
+            self._add_bytes(proc, kind, size)
+        client.objects[handle] = obj
+        if parent in client.objects:
+            client.objects[parent].children.add(handle)
+        proc.created[kind] += 1
+
+    def _free(self, proc: ProcessState, root: int, handle: int) -> None:
+        if handle == root:
+            self._drop_client(proc, root)
+            return
+        client = proc.clients.get(root)
+        if client is not None and handle in client.objects:
+            self._remove_subtree(proc, client, handle)
+
+    def _dup(self, proc: ProcessState, f: dict[str, int]) -> None:
+        client = proc.clients.get(f["hClient"])
+        if client is None:
+            return
+        source_client = proc.clients.get(f["hClientSrc"])
+        source = source_client.objects.get(f["hObjectSrc"]) if source_client else None
+        cls = source.cls if source else 0
+        kind = source.kind if source else Kind.OTHER
+        handle = f["hObject"]
+        if handle in client.objects:
+            self._remove_subtree(proc, client, handle)
+        client.objects[handle] = RmObject(client.handle, handle, cls, kind, f["hParent"], dup=True)
+        if f["hParent"] in client.objects:
+            client.objects[f["hParent"]].children.add(handle)
+
+    @staticmethod
+    def _control(
+        proc: ProcessState, client_handle: int, handle: int, cmd: int, params: dict[str, int]
+    ) -> None:
+        client = proc.clients.get(client_handle)
+        obj = client.objects.get(handle) if client else None
+        if obj is None:
+            return
+        if cmd == abi.NVA06C_CTRL_CMD_SET_TIMESLICE and "timesliceUs" in params:
+            obj.info["timeslice_us"] = params["timesliceUs"]
+        elif cmd in (abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, abi.NVA06F_CTRL_CMD_GPFIFO_SCHEDULE):
+            if "bEnable" in params:
+                obj.info["scheduled"] = params["bEnable"]
+        elif (
+            cmd == abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN and "workSubmitToken" in params
+        ):
+            obj.info["work_submit_token"] = params["workSubmitToken"]
+
+    def _remove_subtree(self, proc: ProcessState, client: Client, handle: int) -> None:
+        stack = [handle]
+        while stack:
+            obj = client.objects.pop(stack.pop(), None)
+            if obj is None:
+                continue
+            stack.extend(obj.children)
+            if obj.bytes and not obj.dup:
+                self._add_bytes(proc, obj.kind, -obj.bytes)
+            if obj.parent is not None and obj.parent in client.objects:
+                client.objects[obj.parent].children.discard(obj.handle)
+        # Objects whose parent is not tracked (allocated before tracing) are not reachable from
+        # the client's tree; a freed client takes them along.
+
+    def _drop_client(self, proc: ProcessState, handle: int) -> None:
+        client = proc.clients.pop(handle, None)
+        if client is None:
+            return
+        for obj in client.objects.values():
+            if obj.bytes and not obj.dup:
+                self._add_bytes(proc, obj.kind, -obj.bytes)
+
+    @staticmethod
+    def _add_bytes(proc: ProcessState, kind: Kind, delta: int) -> None:
+        if kind is Kind.VIDMEM:
+            proc.device_bytes += delta
+            proc.device_peak = max(proc.device_peak, proc.device_bytes)
+        elif kind in (Kind.SYSMEM, Kind.OS_DESCRIPTOR):
+            proc.system_bytes += delta
+            proc.system_peak = max(proc.system_peak, proc.system_bytes)
+
+    def close_fd(self, proc: ProcessState, fd: int) -> None:
+        """The driver frees the clients allocated through an fd when it is closed."""
+        proc.fds.pop(fd, None)
+        for handle in [h for h, client in proc.clients.items() if client.fd == fd]:
+            self._drop_client(proc, handle)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def summary(self, pid: int | None) -> Summary:
+        proc = self.processes[pid]
+        channels: Counter[str] = Counter()
+        engines: Counter[str] = Counter()
+        for client in proc.clients.values():
+            for obj in client.objects.values():
+                if obj.dup:
+                    continue
+                if obj.kind is Kind.CHANNEL:
+                    channels[abi.class_name(obj.cls)] += 1
+                elif obj.kind in abi.ENGINE_KINDS:
+                    engines[abi.class_name(obj.cls)] += 1
+        return Summary(
+            pid=proc.pid,
+            cgroup=proc.cgroup,
+            clients=len(proc.clients),
+            tsgs=len(proc.objects(Kind.TSG)),
+            channels=dict(channels),
+            engines=dict(engines),
+            device_bytes=proc.device_bytes,
+            device_peak=proc.device_peak,
+            system_bytes=proc.system_bytes,
+            system_peak=proc.system_peak,
+            created={kind.value: count for kind, count in proc.created.items()},
+            escapes=dict(proc.escapes),
+            controls=dict(proc.controls),
+            allocs=dict(proc.allocs),
+            failed=proc.failed,
+            other_ioctls=proc.other_ioctls,
+            mmaps=proc.mmaps,
+            opens={node.value: count for node, count in proc.opens.items()},
+            slowest=tuple(
+                Slow(dur, ts, name) for dur, ts, name in sorted(proc.slowest, reverse=True)
+            ),
+        )
+
+    def handles(self, pid: int | None, kind: Kind) -> list[tuple[int, int]]:
+        """(client, object) handles of ``kind`` a process holds, e.g. for channel controls."""
+        proc = self.processes.get(pid)
+        if proc is None:
+            return []
+        return sorted((obj.client, obj.handle) for obj in proc.objects(kind))
