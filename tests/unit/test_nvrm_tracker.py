@@ -1,0 +1,271 @@
+"""The ioctl decoder and the object tracker on hand-made traffic."""
+
+from __future__ import annotations
+
+import pytest
+
+from qpolicy.nvrm import abi
+from qpolicy.nvrm.abi import Escape, Kind, Node
+from qpolicy.nvrm.decode import decode
+from qpolicy.nvrm.records import Record
+from qpolicy.nvrm.tracker import Tracker
+
+CTL_FD, GPU_FD = 5, 6
+CLIENT, DEVICE, SUBDEVICE, TSG, CHANNEL, COMPUTE, VIDMEM = (
+    0xC1D00001,
+    0x1,
+    0x2,
+    0x10,
+    0x11,
+    0x12,
+    0x20,
+)
+RM_ALLOC64 = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_ALLOC, 48)
+RM_ALLOC21 = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_ALLOC, 32)
+RM_FREE = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_FREE, 16)
+RM_CONTROL = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_CONTROL, 32)
+RM_ALLOC_MEMORY = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_ALLOC_MEMORY, 56)
+RM_DUP = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_DUP_OBJECT, 28)
+
+_ts = iter(range(1, 10**9))
+
+
+def opened(fd: int, path: str, pid: int = 100) -> Record:
+    return Record("open", next(_ts), pid, ret=fd, s=path, pid=pid, cgroup=7)
+
+
+def alloc(
+    parent: int,
+    new: int,
+    cls: int,
+    *,
+    root: int = CLIENT,
+    size: int = 0,
+    status: int = 0,
+    ret: int = 0,
+    nvos21: bool = False,
+    pid: int = 100,
+    fd: int = CTL_FD,
+) -> Record:
+    layout = abi.NVOS21 if nvos21 else abi.NVOS64
+    p = layout.pack(
+        hRoot=root,
+        hObjectParent=parent,
+        hObjectNew=new,
+        hClass=cls,
+        pAllocParms=0x1000,
+        status=status,
+    )
+    q = abi.NV_MEMORY_ALLOCATION_PARAMS.pack(size=size) if size else bytes(96)
+    cmd = RM_ALLOC21 if nvos21 else RM_ALLOC64
+    return Record(
+        "ioctl", next(_ts), pid, cmd=cmd, a1=fd, ret=ret, p=p, q=q[:96], pid=pid, cgroup=7
+    )
+
+
+def freed(
+    handle: int, *, root: int = CLIENT, parent: int = 0, status: int = 0, pid: int = 100
+) -> Record:
+    p = abi.NVOS00.pack(hRoot=root, hObjectParent=parent, hObjectOld=handle, status=status)
+    return Record("ioctl", next(_ts), pid, cmd=RM_FREE, a1=CTL_FD, p=p, pid=pid)
+
+
+def control(handle: int, cmd: int, params: bytes, pid: int = 100) -> Record:
+    p = abi.NVOS54.pack(
+        hClient=CLIENT, hObject=handle, cmd=cmd, params=0x2000, paramsSize=len(params)
+    )
+    return Record("ioctl", next(_ts), pid, cmd=RM_CONTROL, a1=CTL_FD, p=p, q=params, pid=pid)
+
+
+def basic_tree(t: Tracker, pid: int = 100) -> None:
+    t.feed(opened(CTL_FD, "/dev/nvidiactl", pid))
+    t.feed(opened(GPU_FD, "/dev/nvidia0", pid))
+    for record in (
+        alloc(0, CLIENT, 0x41, root=0, pid=pid),
+        alloc(CLIENT, DEVICE, 0x80, pid=pid),
+        alloc(DEVICE, SUBDEVICE, 0x2080, pid=pid),
+        alloc(DEVICE, TSG, 0xA06C, pid=pid),
+        alloc(TSG, CHANNEL, 0xC86F, pid=pid),
+        alloc(CHANNEL, COMPUTE, 0xCBC0, pid=pid),
+        alloc(DEVICE, VIDMEM, 0x40, size=64 << 20, pid=pid),
+    ):
+        t.feed(record)
+
+
+def test_iowr_and_field_decoding_round_trip() -> None:
+    assert RM_ALLOC64 == 0xC030462B and RM_CONTROL == 0xC020462A and RM_FREE == 0xC0104629
+    assert abi.ioc_nr(RM_ALLOC64) == 0x2B and abi.ioc_size(RM_ALLOC64) == 48
+    assert abi.ioc_type(RM_ALLOC64) == ord("F") and abi.ioc_dir(RM_ALLOC64) == 3
+    assert abi.ctrl_class(0xA06C0103) == 0xA06C and abi.ctrl_category(0xA06C0103) == 1
+    assert abi.ctrl_index(0xA06C0103) == 3
+
+
+@pytest.mark.parametrize(
+    ("path", "node"),
+    [
+        ("/dev/nvidiactl", Node.CTL),
+        ("/dev/nvidia0", Node.GPU),
+        ("/dev/nvidia17", Node.GPU),
+        ("/dev/nvidia-uvm", Node.UVM),
+        ("/dev/nvidia-uvm-tools", Node.UVM),
+        ("/dev/nvidia-caps/nvidia-cap1", Node.CAPS),
+        ("/dev/nvidia-modeset", Node.MODESET),
+        ("/dev/null", Node.OTHER),
+        ("/dev/nvidiax", Node.OTHER),
+    ],
+)
+def test_nodes_by_path(path: str, node: Node) -> None:
+    assert Node.of_path(path) is node
+
+
+def test_nodes_by_device_number() -> None:
+    assert Node.of_device(195, 255, 510) is Node.CTL
+    assert Node.of_device(195, 0, 510) is Node.GPU
+    assert Node.of_device(195, 254, 510) is Node.MODESET
+    assert Node.of_device(510, 0, 510) is Node.UVM
+    assert Node.of_device(1, 3, 510) is Node.OTHER
+
+
+def test_decode_picks_the_struct_by_size_and_the_params_by_class() -> None:
+    record = alloc(DEVICE, VIDMEM, 0x40, size=1 << 30, nvos21=True)
+    ioctl = decode(Node.CTL, record.cmd, record.p, record.q)
+    assert ioctl.escape is Escape.RM_ALLOC and ioctl.size == 32 and ioctl.size_ok
+    assert ioctl.fields["hObjectNew"] == VIDMEM and ioctl.params["size"] == 1 << 30
+    assert ioctl.succeeded(0) and not ioctl.succeeded(-22)
+    bad_size = decode(Node.CTL, abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_ALLOC, 40), record.p)
+    assert not bad_size.size_ok and not bad_size.succeeded(0)
+
+
+def test_decode_controls_unknown_escapes_and_other_nodes() -> None:
+    record = control(TSG, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, (500).to_bytes(8, "little"))
+    ioctl = decode(Node.CTL, record.cmd, record.p, record.q)
+    assert ioctl.control_name == "NVA06C_CTRL_CMD_SET_TIMESLICE"
+    assert ioctl.params == {"timesliceUs": 500}
+    assert decode(Node.CTL, abi.iowr(abi.NV_IOCTL_MAGIC, 0x99, 8), b"").name == "escape 0x99"
+    assert decode(Node.UVM, 27, b"").name == "UVM_REGISTER_CHANNEL"
+    assert decode(Node.CTL, 0x5401, b"").name == "ioctl 0x5401"
+    assert decode(Node.OTHER, RM_ALLOC64, b"").escape is None
+
+
+def test_a_tree_is_built_and_summarised() -> None:
+    t = Tracker()
+    basic_tree(t)
+    s = t.summary(100)
+    assert (s.clients, s.tsgs, s.channel_count) == (1, 1, 1)
+    assert s.engines == {"HOPPER_COMPUTE_A": 1}
+    assert s.device_bytes == s.device_peak == 64 << 20
+    assert s.cgroup == 7
+    assert t.handles(100, Kind.CHANNEL) == [(CLIENT, CHANNEL)]
+    assert t.handles(100, Kind.SUBDEVICE) == [(CLIENT, SUBDEVICE)]
+
+
+def test_failed_calls_change_nothing() -> None:
+    t = Tracker()
+    basic_tree(t)
+    t.feed(alloc(DEVICE, 0x30, 0x40, size=1 << 30, status=abi.NvStatus.NV_ERR_NO_MEMORY))
+    t.feed(alloc(DEVICE, 0x31, 0x40, size=1 << 30, ret=-22))
+    t.feed(freed(TSG, status=abi.NvStatus.NV_ERR_INVALID_OBJECT_HANDLE))
+    s = t.summary(100)
+    assert s.device_bytes == 64 << 20 and s.tsgs == 1 and s.failed == 3
+
+
+def test_free_removes_the_subtree_and_its_memory() -> None:
+    t = Tracker()
+    basic_tree(t)
+    t.feed(alloc(TSG, 0x40, 0x40, size=1 << 20))  # memory parented under the TSG
+    t.feed(freed(TSG, parent=DEVICE))
+    s = t.summary(100)
+    assert s.tsgs == 0 and s.channel_count == 0 and s.engines == {}
+    assert s.device_bytes == 64 << 20 and s.device_peak == (64 << 20) + (1 << 20)
+    t.feed(freed(DEVICE))
+    assert t.summary(100).device_bytes == 0
+    t.feed(freed(0xDEAD))  # unknown handle: nothing to do, nothing breaks
+    t.feed(freed(CLIENT))
+    assert t.summary(100).clients == 0
+
+
+def test_a_reused_handle_replaces_the_old_object() -> None:
+    t = Tracker()
+    basic_tree(t)
+    t.feed(alloc(DEVICE, VIDMEM, 0x40, size=2 << 20))  # same handle, no free seen
+    assert t.summary(100).device_bytes == 2 << 20
+
+
+def test_closing_the_fd_a_client_lives_on_frees_it() -> None:
+    t = Tracker()
+    basic_tree(t)
+    t.feed(alloc(0, 0xC1D00002, 0x41, root=0, fd=GPU_FD))
+    t.feed(Record("close", next(_ts), 100, a1=CTL_FD, pid=100))
+    s = t.summary(100)
+    assert s.clients == 1 and s.tsgs == 0 and s.device_bytes == 0
+
+
+def test_exit_drops_the_process_and_processes_are_separate() -> None:
+    t = Tracker()
+    basic_tree(t, pid=100)
+    basic_tree(t, pid=200)
+    t.feed(Record("exit", next(_ts), 100, pid=100))
+    assert set(t.processes) == {200}
+    assert t.summary(200).tsgs == 1
+
+
+def test_objects_under_unseen_parents_are_tracked_and_freed_with_their_client() -> None:
+    t = Tracker()
+    t.feed(opened(CTL_FD, "/dev/nvidiactl"))
+    t.feed(alloc(0x77, 0x78, 0xA06C, root=0xC1D00009))  # client and device predate the trace
+    t.feed(alloc(0x78, 0x79, 0xC86F, root=0xC1D00009))
+    s = t.summary(100)
+    assert s.tsgs == 1 and s.channel_count == 1
+    t.feed(freed(0xC1D00009, root=0xC1D00009))
+    assert t.summary(100).tsgs == 0
+
+
+def test_os_descriptor_memory_counts_as_system_memory() -> None:
+    t = Tracker()
+    basic_tree(t)
+    p = abi.NVOS02_WITH_FD.pack(
+        hRoot=CLIENT, hObjectParent=DEVICE, hObjectNew=0x50, hClass=0x71, limit=(2 << 20) - 1, fd=-1
+    )
+    t.feed(Record("ioctl", next(_ts), 100, cmd=RM_ALLOC_MEMORY, a1=GPU_FD, p=p, pid=100))
+    assert t.summary(100).system_bytes == 2 << 20
+
+
+def test_dup_objects_are_tracked_but_not_counted_twice() -> None:
+    t = Tracker()
+    basic_tree(t)
+    t.feed(alloc(0, 0xC1D00002, 0x41, root=0))
+    p = abi.NVOS55.pack(
+        hClient=0xC1D00002, hParent=0xC1D00002, hObject=0x99, hClientSrc=CLIENT, hObjectSrc=VIDMEM
+    )
+    t.feed(Record("ioctl", next(_ts), 100, cmd=RM_DUP, a1=CTL_FD, p=p, pid=100))
+    s = t.summary(100)
+    assert s.device_bytes == 64 << 20
+    assert t.processes[100].clients[0xC1D00002].objects[0x99].kind is Kind.VIDMEM
+
+
+def test_controls_record_timeslice_schedule_and_submit_token() -> None:
+    t = Tracker()
+    basic_tree(t)
+    t.feed(control(TSG, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, (2048).to_bytes(8, "little")))
+    t.feed(control(TSG, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, b"\x01\x00\x00"))
+    t.feed(control(CHANNEL, abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, b"\x05\x00\x03\x00"))
+    objects = t.processes[100].clients[CLIENT].objects
+    assert objects[TSG].info == {"timeslice_us": 2048, "scheduled": 1}
+    assert objects[CHANNEL].info == {"work_submit_token": 0x30005}
+    assert t.summary(100).controls["NVA06C_CTRL_CMD_SET_TIMESLICE"] == 1
+
+
+def test_ioctls_on_other_files_are_counted_apart() -> None:
+    t = Tracker()
+    t.feed(opened(CTL_FD, "/dev/nvidiactl"))
+    t.feed(Record("ioctl", next(_ts), 100, cmd=0x5401, a1=3, pid=100))
+    t.feed(Record("mmap", next(_ts), 100, cmd=CTL_FD, pid=100))
+    t.feed(Record("mmap", next(_ts), 100, cmd=3, pid=100))
+    s = t.summary(100)
+    assert (s.ioctls, s.other_ioctls, s.mmaps) == (0, 1, 1)
+
+
+def test_layout_pack_rejects_unknown_fields() -> None:
+    with pytest.raises(KeyError, match="no field"):
+        abi.NVOS00.pack(hRoot=1, nonsense=2)
+    assert abi.NVOS64.unpack(bytes(10)) == {"hRoot": 0, "hObjectParent": 0}
