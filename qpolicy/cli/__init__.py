@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from qpolicy import __version__
-from qpolicy.cli import errors, policy, simulate, status, trace
+from qpolicy.cli import daemon, errors, policy, simulate, status, trace
 from qpolicy.cli.pod import pod_app
 
 app = typer.Typer(
@@ -51,8 +51,9 @@ app.command("set")(policy.set_policy)
 app.add_typer(pod_app, name="pod")
 app.command("status")(status.status)
 
-# Telemetry.
+# Telemetry and the node agent.
 app.command("trace")(trace.trace)
+app.command("daemon")(daemon.daemon)
 
 # Simulation.
 app.command("sim")(simulate.sim)

@@ -19,7 +19,7 @@ from qpolicy.sim.scenarios import builtin, names
 MAX_WINDOWS = 1_000_000
 
 
-def _load(argument: str) -> Scenario:
+def load_scenario_argument(argument: str) -> Scenario:
     """A scenario file, or the name of one shipped with qpolicy (a file of that name wins)."""
     path = Path(argument)
     if not path.exists() and argument in names():
@@ -115,7 +115,7 @@ def sim(
     Reports each pod's share of GPU time, throughput and request latency (next to the same requests
     on an idle GPU), and the policy's expected split in each phase of the run.
     """
-    scenario = _load(scenario_file)
+    scenario = load_scenario_argument(scenario_file)
     window = _parse_window(window_s, scenario)
     seed_value = _parse_seed(seed)
     plot_path = _plot_path(plot_file)

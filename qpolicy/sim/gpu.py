@@ -25,17 +25,23 @@ _EPS = 1e-6
 
 
 class Job:
-    __slots__ = ("on_done", "remaining")
+    __slots__ = ("on_done", "remaining", "started", "submitted_at")
 
-    def __init__(self, work_us: float, on_done: Callable[[], None] | None) -> None:
+    def __init__(
+        self, work_us: float, on_done: Callable[[], None] | None, submitted_at: float
+    ) -> None:
         self.remaining = work_us
         self.on_done = on_done
+        self.submitted_at = submitted_at
+        self.started = False
 
 
 class Context:
     """A channel group of one process, as the GPU scheduler sees it."""
 
     __slots__ = (
+        "blocked_since",
+        "blocked_time",
         "enabled",
         "gpu_time",
         "idle_since",
@@ -44,6 +50,7 @@ class Context:
         "queue",
         "submitted",
         "timeslice_us",
+        "waits",
         "windows",
     )
 
@@ -57,6 +64,10 @@ class Context:
         self.windows: list[float] = []
         self.submitted = 0
         self.idle_since = 0.0
+        # Time with work queued but channels disabled, and how long each job waited to start.
+        self.blocked_time = 0.0
+        self.blocked_since: float | None = None
+        self.waits: list[float] = []
 
     @property
     def runnable(self) -> bool:
@@ -95,8 +106,10 @@ class SimGpu:
 
     def submit(self, ctx: Context, work_us: float, on_done: Callable[[], None] | None) -> None:
         was_runnable = ctx.runnable
-        ctx.queue.append(Job(work_us, on_done))
+        ctx.queue.append(Job(work_us, on_done, self.loop.now))
         ctx.submitted += 1
+        if not ctx.enabled and ctx.blocked_since is None:
+            ctx.blocked_since = self.loop.now
         if not was_runnable and ctx.enabled:
             self._became_runnable(ctx)
 
@@ -105,9 +118,14 @@ class SimGpu:
             return
         ctx.enabled = enabled
         if enabled:
+            if ctx.blocked_since is not None:
+                ctx.blocked_time += self.loop.now - ctx.blocked_since
+                ctx.blocked_since = None
             if ctx.queue:
                 self._became_runnable(ctx)
             return
+        if ctx.queue:
+            ctx.blocked_since = self.loop.now
         if self._running is ctx:
             self._flush()
             self._stop_running()
@@ -131,6 +149,11 @@ class SimGpu:
         if self._running is ctx:
             return ctx.gpu_time + (self.loop.now - self._seg_start)
         return ctx.gpu_time
+
+    def blocked_time(self, ctx: Context) -> float:
+        """How long ``ctx`` has had work while its channels were disabled."""
+        since = ctx.blocked_since
+        return ctx.blocked_time + (self.loop.now - since if since is not None else 0.0)
 
     def idle_for(self, ctx: Context) -> float:
         """How long ``ctx`` has had no work queued (0 while it has work)."""
@@ -197,11 +220,16 @@ class SimGpu:
         assert ctx is not None
         self._cancel_timer()
         now = self.loop.now
+        head = ctx.queue[0]
+        if not head.started:
+            # Every job starts through here: on a fresh segment or right after its predecessor.
+            head.started = True
+            ctx.waits.append(now - head.submitted_at)
         self._slice_end = math.inf
         if self._has_competitor(ctx):
             slices = math.floor((now - self._slice_start) / ctx.timeslice_us + _EPS) + 1
             self._slice_end = self._slice_start + slices * ctx.timeslice_us
-        when = min(now + ctx.queue[0].remaining, self._slice_end)
+        when = min(now + head.remaining, self._slice_end)
         self._timer = self.loop.at(when, self._segment_end)
 
     def _segment_end(self) -> None:

@@ -108,6 +108,54 @@ class SimResult:
         }
 
 
+class Simulation:
+    """A scenario's GPU, processes and (when ``gated``) qpolicy's control loop, ready to run.
+
+    :func:`run` drives one to the end; the daemon's simulated node advances one with the clock.
+    """
+
+    def __init__(
+        self, scenario: Scenario, *, seed: int = 0, window_s: float = 1.0, gated: bool = True
+    ) -> None:
+        if not window_s > 0:
+            raise ValueError(f"window must be positive, got {window_s}")
+        self.scenario = scenario
+        self.loop = EventLoop()
+        self.gpu = SimGpu(self.loop, window_us=window_s * US_PER_S)
+        # Every context starts as libcuda leaves it: channels enabled, 2048 µs timeslice.
+        self.contexts = {
+            p.name: self.gpu.add_context(p.name, CUDA_TIMESLICE_US) for p in scenario.pods
+        }
+        self.workloads = {
+            p.name: _workload(self.loop, self.gpu, self.contexts[p.name], p, seed)
+            for p in scenario.pods
+        }
+        self.enforcer: SimEnforcer | None = None
+        self.control: ControlLoop | None = None
+        if gated:
+            self.enforcer = SimEnforcer(self.gpu, self.contexts)
+            self.control = ControlLoop(scenario.gpu, scenario.pod_specs(), self.enforcer)
+            self.loop.at(0.0, lambda: self._step(0))
+
+    def _step(self, index: int) -> None:
+        assert self.control is not None
+        self.control.step()
+        period_us = float(self.scenario.gpu.period_us)
+        self.loop.at((index + 1) * period_us, lambda: self._step(index + 1))
+
+    def run_until(self, seconds: float) -> None:
+        self.loop.run_until(seconds * US_PER_S)
+        self.gpu.flush()
+
+    @property
+    def now_s(self) -> float:
+        return self.loop.now / US_PER_S
+
+    @property
+    def controls(self) -> int:
+        return 0 if self.enforcer is None else self.enforcer.control.controls
+
+
 def run(
     scenario: Scenario,
     *,
@@ -121,30 +169,11 @@ def run(
     With ``solo``, every request stream is also run alone on an idle GPU (same seed, so the same
     arrivals and host jitter) to give the latency it is compared against.
     """
-    if not window_s > 0:
-        raise ValueError(f"window must be positive, got {window_s}")
+    sim = Simulation(scenario, seed=seed, window_s=window_s, gated=gated)
+    sim.run_until(scenario.duration_s)
     duration_us = scenario.duration_s * US_PER_S
-    loop = EventLoop()
-    gpu = SimGpu(loop, window_us=window_s * US_PER_S)
-    # Every context starts as libcuda leaves it: channels enabled, 2048 µs timeslice.
-    contexts = {p.name: gpu.add_context(p.name, CUDA_TIMESLICE_US) for p in scenario.pods}
-    workloads = {p.name: _workload(loop, gpu, contexts[p.name], p, seed) for p in scenario.pods}
-    controls = 0
-    enforcer: SimEnforcer | None = None
-    if gated:
-        enforcer = SimEnforcer(gpu, contexts)
-        control = ControlLoop(scenario.gpu, scenario.pod_specs(), enforcer)
-        period_us = float(scenario.gpu.period_us)
-
-        def step(index: int) -> None:
-            control.step()
-            loop.at((index + 1) * period_us, lambda: step(index + 1))
-
-        loop.at(0.0, lambda: step(0))
-    loop.run_until(duration_us)
-    gpu.flush()
-    if enforcer is not None:
-        controls = enforcer.control.controls
+    contexts, workloads, gpu = sim.contexts, sim.workloads, sim.gpu
+    controls = sim.controls
 
     window_us = window_s * US_PER_S
     bounds = tuple(

@@ -8,6 +8,7 @@ Example::
       - name: infer
         class: online                # default offline
         share: 30                    # percent; optional under best-effort
+        memory: 8GiB                 # optional device memory limit
         load: {kind: requests, rate_hz: 50, kernels: 1, kernel_ms: 0.3}   # poisson: true optional
         active: [[0, 20]]            # optional windows [start_s, end_s]
       - name: train
@@ -35,6 +36,7 @@ from qpolicy.model import (
     PodClass,
     PodSpec,
     check_pods_fit,
+    parse_memory,
     parse_period_ms,
     parse_pod_id,
     parse_share,
@@ -70,6 +72,7 @@ class ScenarioPod:
     share: int | None
     load: Load
     active: tuple[tuple[float, float], ...]
+    memory_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,13 @@ class Scenario:
 
     def pod_specs(self) -> list[PodSpec]:
         return [
-            PodSpec(id=p.name, gpu=self.gpu.index, pod_class=p.pod_class, share=p.share)
+            PodSpec(
+                id=p.name,
+                gpu=self.gpu.index,
+                pod_class=p.pod_class,
+                share=p.share,
+                memory_limit=p.memory_limit,
+            )
             for p in self.pods
         ]
 
@@ -205,11 +214,14 @@ def parse_scenario(document: Any, source: str = "scenario") -> Scenario:
     pods: list[ScenarioPod] = []
     for index, item in enumerate(pods_data):
         path = root / "pods" / index
-        pod = _mapping(item, path, {"name", "class", "share", "load", "active"}, {"name", "load"})
+        pod = _mapping(
+            item, path, {"name", "class", "share", "memory", "load", "active"}, {"name", "load"}
+        )
         name = (path / "name").wrap(parse_pod_id, str(pod["name"]))
         if any(p.name == name for p in pods):
             raise (path / "name").error(f"duplicate pod name {name!r}")
         share = pod.get("share")
+        memory = pod.get("memory")
         pods.append(
             ScenarioPod(
                 name=name,
@@ -217,6 +229,9 @@ def parse_scenario(document: Any, source: str = "scenario") -> Scenario:
                 share=None if share is None else (path / "share").wrap(parse_share, share),
                 load=_load(pod["load"], path / "load"),
                 active=_active(pod.get("active"), path / "active", duration),
+                memory_limit=None
+                if memory is None
+                else (path / "memory").wrap(parse_memory, memory),
             )
         )
     scenario = Scenario(gpu=gpu, duration_s=duration, pods=tuple(pods))

@@ -44,6 +44,7 @@ class Saturate:
         self.host_gap_us = host_gap_us
         self.active = list(active)
         self.kernels_done = 0
+        self.launches = 0
         self._running = False
         for start, _ in self.active:
             loop.at(start, self._start)
@@ -61,6 +62,7 @@ class Saturate:
         if not self._is_active():
             self._running = False
             return
+        self.launches += self.sync_every
         self.gpu.submit(self.ctx, self.kernel_us * self.sync_every, self._batch_done)
 
     def _batch_done(self) -> None:
@@ -100,6 +102,7 @@ class Requests:
         self.poisson = poisson
         self.rng = rng
         self.kernels_done = 0
+        self.launches = 0
         self.requests_done = 0
         self._latencies: list[float] = []
         self.arrivals: list[float] = []
@@ -117,7 +120,11 @@ class Requests:
         # One stream: a request's kernels cannot reach the GPU before the previous request's.
         launch = max(now + REQUEST_LAUNCH_US + jitter, self._last_launch)
         self._last_launch = launch
-        self.loop.at(launch, lambda: self.gpu.submit(self.ctx, self.work_us, self._done(now)))
+        self.loop.at(launch, functools.partial(self._submit, now))
+
+    def _submit(self, arrival: float) -> None:
+        self.launches += self.kernels
+        self.gpu.submit(self.ctx, self.work_us, self._done(arrival))
 
     def _done(self, arrival: float) -> Callable[[], None]:
         def finish() -> None:

@@ -1,0 +1,96 @@
+"""``qpolicy daemon``: the node agent."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Annotated
+
+import typer
+
+from qpolicy.cli.output import err_console
+from qpolicy.cli.simulate import load_scenario_argument
+from qpolicy.daemon import Daemon, DaemonConfig, EnforcerKind, install_signal_handlers
+from qpolicy.errors import ValidationError
+from qpolicy.state import default_state_dir
+from qpolicy.telemetry.exporter import DEFAULT_METRICS_ADDR, parse_metrics_addr
+
+
+def _parse_enforcer(text: str) -> EnforcerKind:
+    try:
+        return EnforcerKind(text.strip().lower())
+    except ValueError:
+        choices = ", ".join(kind.value for kind in EnforcerKind)
+        raise ValidationError(f"invalid enforcer {text!r}: expected one of {choices}") from None
+
+
+def _parse_positive(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValidationError(f"invalid {what} {text!r}: expected a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValidationError(f"invalid {what} {text!r}: must be more than 0")
+    return value
+
+
+def daemon(
+    *,
+    enforcer: Annotated[
+        str,
+        typer.Option(
+            "--enforcer",
+            metavar="KIND",
+            help="**sim**: run --scenario on the simulated GPU; **none**: observe only.",
+        ),
+    ] = "none",
+    metrics_addr: Annotated[
+        str,
+        typer.Option(
+            "--metrics-addr",
+            metavar="IP:PORT",
+            help="Where to serve Prometheus metrics.",
+            envvar="QPOLICY_METRICS_ADDR",
+        ),
+    ] = DEFAULT_METRICS_ADDR,
+    no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Do not serve metrics.")] = False,
+    scenario: Annotated[
+        str | None,
+        typer.Option(
+            "--scenario",
+            metavar="NAME|FILE",
+            help="The scenario the sim enforcer runs (repeated when it ends).",
+        ),
+    ] = None,
+    speed: Annotated[
+        str, typer.Option("--speed", metavar="X", help="Run the simulation X times real time.")
+    ] = "1",
+    tick_ms: Annotated[
+        str, typer.Option("--tick-ms", metavar="MS", help="How often sources are read.")
+    ] = "100",
+) -> None:
+    """Run the node agent: read the desired state and telemetry, enforce, serve metrics.
+
+    Stops cleanly on SIGTERM or SIGINT.
+    """
+    kind = _parse_enforcer(enforcer)
+    if not no_metrics:
+        parse_metrics_addr(metrics_addr)
+    config = DaemonConfig(
+        enforcer=kind,
+        state_dir=default_state_dir(),
+        metrics_addr=None if no_metrics else metrics_addr,
+        scenario=load_scenario_argument(scenario) if scenario is not None else None,
+        speed=_parse_positive(speed, "speed"),
+        tick_s=_parse_positive(tick_ms, "tick") / 1000,
+    )
+    agent = Daemon(config)
+    install_signal_handlers(agent)
+    if config.metrics_addr is not None:
+        err_console.print(
+            f"qpolicy daemon: enforcer {kind.value}, metrics on http://{config.metrics_addr}/metrics",
+            markup=False,
+            highlight=False,
+        )
+    sys.stdout.flush()
+    raise typer.Exit(agent.run())

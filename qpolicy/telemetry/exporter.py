@@ -1,0 +1,221 @@
+"""The Prometheus exporter: metrics built fresh from a NodeView at every scrape.
+
+A custom collector, as the Prometheus guidelines ask of exporters that mirror another system's
+state: nothing is cached between scrapes, so a pod that is gone has no series left. Names follow
+the conventions: ``qpolicy_`` prefix, base units (seconds, bytes, ratios), ``_total`` counters.
+Labels: ``gpu``, ``pod`` (cgroup path or pod name) and ``class`` (online, offline, or unmanaged for
+cgroups no pod spec covers).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from qpolicy.errors import QPolicyError, ValidationError
+from qpolicy.telemetry.view import Histogram, NodeView, PodView
+
+POD_LABELS = ("gpu", "pod", "class")
+SOURCES = ("state", "probe", "enforcer", "nvml")
+DEFAULT_METRICS_ADDR = "127.0.0.1:9400"
+
+
+def _labels(pod: PodView) -> list[str]:
+    return [pod.gpu, pod.pod, pod.pod_class]
+
+
+def _histogram(name: str, doc: str, labels: tuple[str, ...]) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, doc, labels=list(labels))
+
+
+def _add_histogram(family: HistogramMetricFamily, values: list[str], histogram: Histogram) -> None:
+    family.add_metric(values, histogram.cumulative(), histogram.total)
+
+
+class NodeCollector(Collector):
+    """Reads ``snapshot()`` once per scrape and turns it into metric families."""
+
+    def __init__(self, snapshot: Callable[[], NodeView]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        view = self._snapshot()
+        yield from self._sources(view)
+        yield from self._gpus(view)
+        yield from self._pods(view)
+
+    @staticmethod
+    def _sources(view: NodeView) -> Iterator[Metric]:
+        for source in SOURCES:
+            if source in view.sources:
+                gauge = GaugeMetricFamily(
+                    f"qpolicy_{source}_up",
+                    f"Whether the {source} data source answered its last read (1) or not (0).",
+                )
+                gauge.add_metric([], 1.0 if view.sources[source] else 0.0)
+                yield gauge
+
+    @staticmethod
+    def _gpus(view: NodeView) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "qpolicy_gpu_info", "The policy of each GPU (always 1).", labels=["gpu", "policy"]
+        )
+        period = GaugeMetricFamily(
+            "qpolicy_gpu_period_seconds", "Scheduling period of each GPU.", labels=["gpu"]
+        )
+        busy = GaugeMetricFamily(
+            "qpolicy_gpu_busy_ratio",
+            "Fraction of time the GPU ran work over the last period, where known.",
+            labels=["gpu"],
+        )
+        for gpu in view.gpus:
+            info.add_metric([gpu.gpu, gpu.policy], 1.0)
+            period.add_metric([gpu.gpu], gpu.period_s)
+            if gpu.utilization is not None:
+                busy.add_metric([gpu.gpu], gpu.utilization)
+        yield from (info, period, busy)
+
+    @staticmethod
+    def _pods(view: NodeView) -> Iterator[Metric]:
+        labels = list(POD_LABELS)
+        ioctls = CounterMetricFamily(
+            "qpolicy_ioctls",
+            "ioctls on NVIDIA device files, by escape (RM escape or nvidia-uvm command).",
+            labels=[*labels, "escape"],
+        )
+        latency = _histogram(
+            "qpolicy_ioctl_duration_seconds",
+            "Time spent in ioctls on NVIDIA device files.",
+            POD_LABELS,
+        )
+        launches = CounterMetricFamily(
+            "qpolicy_cuda_launches",
+            "CUDA kernel and graph launches seen in libcuda.",
+            labels=labels,
+        )
+        memory = GaugeMetricFamily(
+            "qpolicy_device_memory_bytes", "Device memory the pod's processes hold.", labels=labels
+        )
+        limit = GaugeMetricFamily(
+            "qpolicy_device_memory_limit_bytes", "The pod's device memory limit.", labels=labels
+        )
+        tsgs = GaugeMetricFamily(
+            "qpolicy_tsgs", "Channel groups (TSGs) the pod holds.", labels=labels
+        )
+        channels = GaugeMetricFamily(
+            "qpolicy_channels", "GPU channels the pod holds.", labels=labels
+        )
+        processes = GaugeMetricFamily(
+            "qpolicy_processes", "Processes of the pod using the GPU.", labels=labels
+        )
+        gpu_time = CounterMetricFamily(
+            "qpolicy_gpu_time_seconds", "GPU time the pod's work ran.", labels=labels
+        )
+        target = GaugeMetricFamily(
+            "qpolicy_share_target_ratio", "The pod's share of its GPU (0-1).", labels=labels
+        )
+        planned = GaugeMetricFamily(
+            "qpolicy_share_planned_ratio",
+            "The share the policy engine planned for the pod in the current period (0-1).",
+            labels=labels,
+        )
+        throttled = CounterMetricFamily(
+            "qpolicy_throttled_seconds",
+            "Time the pod had work but its channels were closed by qpolicy.",
+            labels=labels,
+        )
+        wait = _histogram(
+            "qpolicy_online_wait_seconds",
+            "How long an online pod's work waited for the GPU after it was submitted.",
+            POD_LABELS,
+        )
+        for pod in view.pods:
+            values = _labels(pod)
+            activity, enforcement = pod.activity, pod.enforcement
+            for escape, count in sorted(activity.ioctls.items()):
+                ioctls.add_metric([*values, escape], count)
+            _add_histogram(latency, values, activity.ioctl_latency)
+            launches.add_metric(values, activity.launches)
+            memory.add_metric(values, activity.device_memory)
+            tsgs.add_metric(values, activity.tsgs)
+            channels.add_metric(values, activity.channels)
+            processes.add_metric(values, activity.processes)
+            if pod.memory_limit is not None:
+                limit.add_metric(values, pod.memory_limit)
+            gpu_time.add_metric(values, enforcement.gpu_time_s)
+            throttled.add_metric(values, enforcement.throttled_s)
+            if pod.share_target is not None:
+                target.add_metric(values, pod.share_target)
+            if enforcement.planned_share is not None:
+                planned.add_metric(values, enforcement.planned_share)
+            if pod.pod_class == "online":
+                _add_histogram(wait, values, enforcement.online_wait)
+        yield from (
+            ioctls,
+            latency,
+            launches,
+            memory,
+            limit,
+            tsgs,
+            channels,
+            processes,
+            gpu_time,
+            target,
+            planned,
+            throttled,
+            wait,
+        )
+
+
+def parse_metrics_addr(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9400`` for IPv6); the host must be an IP address."""
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    try:
+        if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+            raise ValueError
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValidationError(
+            f"invalid metrics address {text!r}: expected IP:PORT, e.g. {DEFAULT_METRICS_ADDR}"
+        ) from None
+    return host, int(port_text)
+
+
+@dataclass
+class MetricsServer:
+    # prometheus_client serves each scrape on its own thread (ThreadingMixIn).
+    server: WSGIServer
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def serve(addr: str, snapshot: Callable[[], NodeView]) -> MetricsServer:
+    """Serve ``/metrics`` on ``addr`` from a fresh registry holding only the node collector."""
+    host, port = parse_metrics_addr(addr)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(snapshot))
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as error:
+        raise QPolicyError(f"cannot listen on {addr!r}: {error.strerror}") from None
+    return MetricsServer(server, thread)
