@@ -65,8 +65,7 @@ def set_pod(
         typer.Option(
             "--memory",
             metavar="SIZE",
-            help="Device memory limit: *8GiB*, *512MiB*, *8Gi*, *16GB* "
-            "or bytes.",
+            help="Device memory limit: *8GiB*, *512MiB*, *8Gi*, *16GB* or bytes.",
             show_default=False,
         ),
     ] = None,
