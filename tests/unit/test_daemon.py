@@ -1,0 +1,184 @@
+"""The daemon's sources: the simulated node against a clock, the state file, shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from qpolicy.daemon import Daemon, DaemonConfig, EnforcerKind
+from qpolicy.errors import ValidationError
+from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
+from qpolicy.sim.events import EventLoop
+from qpolicy.sim.gpu import SimGpu
+from qpolicy.sim.scenarios import builtin
+from qpolicy.state import StateStore
+from qpolicy.telemetry.simsource import SimulatedNode, trace_activity
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_simulated_node_counters_keep_growing_across_restarts() -> None:
+    clock = FakeClock()
+    scenario = builtin("demo")
+    node = SimulatedNode(scenario, clock=clock)
+    clock.now += 15
+    node.advance()
+    first = {p.pod: p for p in node.view().pods}
+    assert node.runs == 0
+    clock.now += 10  # 25 s: the 20 s scenario ran once and started again
+    node.advance()
+    second = {p.pod: p for p in node.view().pods}
+    assert node.runs == 1
+    for name in first:
+        a, b = first[name], second[name]
+        assert b.enforcement.gpu_time_s > a.enforcement.gpu_time_s
+        assert b.activity.launches > a.activity.launches
+        assert sum(b.activity.ioctls.values()) >= sum(a.activity.ioctls.values())
+        assert b.enforcement.online_wait.count >= a.enforcement.online_wait.count
+    # 25 s of 50 requests/s: every request's kernel waited once and was counted once.
+    infer = second["infer"]
+    assert infer.enforcement.online_wait.count == pytest.approx(25 * 50, abs=3)
+    assert infer.activity.launches == pytest.approx(25 * 50, abs=3)
+
+
+def test_simulated_processes_hold_what_the_traced_process_held() -> None:
+    clock = FakeClock()
+    node = SimulatedNode(builtin("demo"), clock=clock)
+    trace = trace_activity()
+    clock.now += 5  # train-b starts at 8 s
+    node.advance()
+    pods = {p.pod: p for p in node.view().pods}
+    assert pods["train-a"].activity.tsgs == trace.tsgs == 4
+    assert pods["train-a"].activity.channels == 20
+    assert pods["train-a"].activity.device_memory == trace.device_memory
+    assert pods["train-b"].activity.tsgs == 0 and pods["train-b"].activity.ioctls == {}
+    assert pods["train-b"].enforcement.gpu_time_s == 0
+    assert pods["train-a"].enforcement.planned_share == pytest.approx(0.985, abs=0.01)
+
+
+def test_blocked_time_and_waits_in_the_simulated_gpu() -> None:
+    loop = EventLoop()
+    gpu = SimGpu(loop, switch_us=0.0)
+    a = gpu.add_context("a")
+    gpu.set_enabled(a, False)
+    gpu.submit(a, 100.0, None)
+    loop.at(1000.0, lambda: gpu.set_enabled(a, True))
+    loop.run_until(500.0)
+    assert gpu.blocked_time(a) == pytest.approx(500.0)
+    loop.run_until(5000.0)
+    assert gpu.blocked_time(a) == pytest.approx(1000.0)
+    gpu.submit(a, 50.0, None)
+    gpu.submit(a, 50.0, None)
+    loop.run_until(6000.0)
+    # The first job waited for its channels, the next two for their predecessors only.
+    assert a.waits == [pytest.approx(1000.0), pytest.approx(0.0), pytest.approx(50.0)]
+
+
+def daemon(tmp_path: Path, **kw: object) -> Daemon:
+    config = DaemonConfig(
+        enforcer=kw.pop("enforcer", EnforcerKind.NONE),  # type: ignore[arg-type]
+        state_dir=tmp_path,
+        metrics_addr=None,
+        **kw,  # type: ignore[arg-type]
+    )
+    return Daemon(config)
+
+
+def test_observe_only_daemon_follows_the_state_file(tmp_path: Path) -> None:
+    agent = daemon(tmp_path)
+    agent.tick()
+    assert agent.snapshot().pods == () and agent.snapshot().sources == {"state": True}
+    store = StateStore(tmp_path)
+    store.update(lambda s: s.with_gpu(GpuConfig(0, GpuPolicy.FIXED_SHARE)))
+    store.update(lambda s: s.with_pod(PodSpec("/kubepods/a", 0, PodClass.ONLINE, 40, 1 << 30)))
+    agent.tick()
+    (pod,) = agent.snapshot().pods
+    assert (pod.pod, pod.pod_class, pod.share_target, pod.memory_limit) == (
+        "/kubepods/a",
+        "online",
+        0.4,
+        1 << 30,
+    )
+    assert pod.enforcement.planned_share == 0.0  # nothing measured busy yet
+    assert agent.snapshot().gpus[0].policy == "fixed-share"
+
+
+def test_a_corrupt_state_file_marks_the_source_down_and_keeps_the_last_good_state(
+    tmp_path: Path,
+) -> None:
+    store = StateStore(tmp_path)
+    store.update(lambda s: s.with_pod(PodSpec("a", 0)))
+    agent = daemon(tmp_path)
+    agent.tick()
+    store.path.write_text("{ not json")
+    agent.tick()
+    view = agent.snapshot()
+    assert view.sources == {"state": False}
+    assert [p.pod for p in view.pods] == ["a"]
+    assert agent.state.error is not None and "not valid JSON" in agent.state.error
+
+
+def test_sim_daemon_needs_a_scenario(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="needs a scenario"):
+        daemon(tmp_path, enforcer=EnforcerKind.SIM)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_daemon_serves_metrics_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    script = Path(sys.executable).with_name("qpolicy")
+    env = {**os.environ, "QPOLICY_STATE_DIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [
+            str(script),
+            "daemon",
+            "--enforcer",
+            "sim",
+            "--scenario",
+            "demo",
+            "--metrics-addr",
+            f"127.0.0.1:{port}",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        body = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    body = r.read().decode()
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert 'qpolicy_share_target_ratio{class="offline",gpu="0",pod="train-a"} 0.5' in body
+        assert "qpolicy_enforcer_up 1.0" in body
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

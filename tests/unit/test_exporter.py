@@ -1,0 +1,171 @@
+"""The Prometheus exporter: what a scrape of a known node view contains."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+from qpolicy.errors import ValidationError
+from qpolicy.telemetry.exporter import NodeCollector, parse_metrics_addr, serve
+from qpolicy.telemetry.view import (
+    WAIT_BUCKETS_S,
+    DriverActivity,
+    Enforcement,
+    GpuView,
+    Histogram,
+    NodeView,
+    PodView,
+)
+
+
+def pod(name: str, pod_class: str = "offline", *, limit: int | None = None) -> PodView:
+    return PodView(
+        gpu="0",
+        pod=name,
+        pod_class=pod_class,
+        share_target=0.3,
+        memory_limit=limit,
+        activity=DriverActivity(
+            ioctls={"RM_ALLOC": 7, "RM_CONTROL": 3},
+            ioctl_latency=Histogram.from_log2_us([1, 2, 0, 4], 0.5),
+            launches=11,
+            tsgs=4,
+            channels=20,
+            device_memory=800 << 20,
+            processes=1,
+        ),
+        enforcement=Enforcement(
+            gpu_time_s=12.5,
+            throttled_s=1.25,
+            online_wait=Histogram.of(WAIT_BUCKETS_S, [0.00015, 0.003, 9.0]),
+            planned_share=0.35,
+        ),
+    )
+
+
+VIEW = NodeView(
+    pods=(pod("/kubepods/web", "online", limit=8 << 30), pod("train")),
+    gpus=(GpuView("0", "burst-share", 0.05, 0.97),),
+    sources={"state": True, "enforcer": False},
+)
+
+
+def scrape(view: NodeView) -> dict[str, object]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(lambda: view))
+    text = generate_latest(registry).decode()
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def samples(families: dict[str, object], name: str) -> list[tuple[str, dict[str, str], float]]:
+    family = families[name]
+    return [(s.name, s.labels, s.value) for s in family.samples]  # type: ignore[attr-defined]
+
+
+def test_counters_gauges_and_their_labels() -> None:
+    families = scrape(VIEW)
+    kinds = {name: family.type for name, family in families.items()}  # type: ignore[attr-defined]
+    assert kinds["qpolicy_ioctls"] == "counter"
+    assert kinds["qpolicy_gpu_time_seconds"] == "counter"
+    assert kinds["qpolicy_throttled_seconds"] == "counter"
+    assert kinds["qpolicy_cuda_launches"] == "counter"
+    assert kinds["qpolicy_device_memory_bytes"] == "gauge"
+    assert kinds["qpolicy_share_target_ratio"] == "gauge"
+    assert kinds["qpolicy_ioctl_duration_seconds"] == "histogram"
+    assert kinds["qpolicy_online_wait_seconds"] == "histogram"
+    gpu_time = samples(families, "qpolicy_gpu_time_seconds")
+    assert (
+        "qpolicy_gpu_time_seconds_total",
+        {"gpu": "0", "pod": "train", "class": "offline"},
+        12.5,
+    ) in gpu_time
+    ioctls = samples(families, "qpolicy_ioctls")
+    assert (
+        "qpolicy_ioctls_total",
+        {"gpu": "0", "pod": "train", "class": "offline", "escape": "RM_ALLOC"},
+        7.0,
+    ) in ioctls
+
+
+def test_limits_and_online_wait_only_where_they_exist() -> None:
+    families = scrape(VIEW)
+    limits = samples(families, "qpolicy_device_memory_limit_bytes")
+    assert [(labels["pod"], value) for _, labels, value in limits] == [("/kubepods/web", 8 << 30)]
+    waits = samples(families, "qpolicy_online_wait_seconds")
+    assert {labels["pod"] for _, labels, _ in waits} == {"/kubepods/web"}
+    buckets = {labels["le"]: value for name, labels, value in waits if name.endswith("_bucket")}
+    assert buckets["0.0002"] == 1 and buckets["0.005"] == 2 and buckets["+Inf"] == 3
+    count = [value for name, _, value in waits if name.endswith("_count")]
+    assert count == [3]
+
+
+def test_ioctl_histogram_is_cumulative_in_seconds() -> None:
+    families = scrape(VIEW)
+    rows = samples(families, "qpolicy_ioctl_duration_seconds")
+    train = {
+        labels["le"]: value
+        for name, labels, value in rows
+        if name.endswith("_bucket") and labels["pod"] == "train"
+    }
+    # log2 µs buckets [<1 µs]=1, [1,2)=2, [2,4)=0, [4,8)=4
+    assert (
+        train["1e-06"] == 1 and train["2e-06"] == 3 and train["4e-06"] == 3 and train["8e-06"] == 7
+    )
+    assert train["+Inf"] == 7
+
+
+def test_source_up_gauges_and_gpu_series() -> None:
+    families = scrape(VIEW)
+    assert samples(families, "qpolicy_state_up") == [("qpolicy_state_up", {}, 1.0)]
+    assert samples(families, "qpolicy_enforcer_up") == [("qpolicy_enforcer_up", {}, 0.0)]
+    assert "qpolicy_probe_up" not in families
+    assert samples(families, "qpolicy_gpu_info") == [
+        ("qpolicy_gpu_info", {"gpu": "0", "policy": "burst-share"}, 1.0)
+    ]
+
+
+def test_a_pod_that_is_gone_leaves_no_series() -> None:
+    smaller = NodeView(pods=(VIEW.pods[1],), gpus=VIEW.gpus, sources=VIEW.sources)
+    families = scrape(smaller)
+    for name in ("qpolicy_gpu_time_seconds", "qpolicy_device_memory_bytes", "qpolicy_ioctls"):
+        assert all(labels["pod"] == "train" for _, labels, _ in samples(families, name))
+
+
+@pytest.mark.parametrize(
+    "text", ["9400", "localhost:9400", "127.0.0.1", "127.0.0.1:99999", "1.2.3.4:x"]
+)
+def test_bad_metrics_addresses(text: str) -> None:
+    with pytest.raises(ValidationError, match="invalid metrics address"):
+        parse_metrics_addr(text)
+
+
+def test_metrics_addresses() -> None:
+    assert parse_metrics_addr("127.0.0.1:9400") == ("127.0.0.1", 9400)
+    assert parse_metrics_addr("[::1]:9400") == ("::1", 9400)
+
+
+def test_serving_over_http() -> None:
+    current = {"view": VIEW}
+    server = serve("127.0.0.1:0", lambda: current["view"])
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = response.read().decode()
+        assert 'qpolicy_gpu_time_seconds_total{class="offline",gpu="0",pod="train"} 12.5' in body
+        current["view"] = NodeView()
+        with urllib.request.urlopen(url, timeout=5) as response:
+            assert "qpolicy_gpu_time_seconds_total{" not in response.read().decode()
+    finally:
+        server.close()
+
+
+def test_histograms_merge_only_with_equal_buckets() -> None:
+    a = Histogram.of((1.0, 2.0), [0.5, 1.5, 5])
+    assert a.counts == (1, 1, 1) and a.total == 7.0
+    assert a.merged(a).counts == (2, 2, 2)
+    with pytest.raises(ValueError, match="different buckets"):
+        a.merged(Histogram.of((1.0,), []))
