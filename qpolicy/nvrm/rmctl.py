@@ -1,0 +1,126 @@
+"""RM controls sent on behalf of another process: the rm enforcer's levers.
+
+Root can take a copy of a tenant's ``/dev/nvidiactl`` descriptor with ``pidfd_getfd(2)`` and issue
+RM_CONTROL on the tenant's own objects (its client, subdevice, TSG and channel handles), which RM
+accepts because the control arrives on the file the client lives on (h200-findings §2). Of the
+scheduling levers only two act on a GSP-era GPU: ``FIFO_DISABLE_CHANNELS`` stops and resumes a
+process's channels, and ``SET_TIMESLICE`` (small values) changes how soon it yields.
+
+Everything here is a thin, typed wrapper over one ioctl; callers own the descriptors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from qpolicy.errors import QPolicyError
+from qpolicy.nvrm import abi
+
+_SYS_PIDFD_GETFD = 438  # x86_64 and every architecture using the generic syscall table
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.ioctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)
+_libc.ioctl.restype = ctypes.c_int
+
+RM_CONTROL_REQUEST = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_CONTROL, abi.NVOS54.size)
+
+
+class RmError(QPolicyError):
+    """An RM control could not be sent (the ioctl failed) or RM refused it (a status)."""
+
+
+def borrow_fd(pid: int, fd: int) -> int:
+    """A descriptor of this process for ``pid``'s ``fd`` (same open file): pidfd_getfd(2).
+
+    Needs ptrace access to the target (root, or CAP_SYS_PTRACE). The caller closes it.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as error:
+        raise RmError(f"cannot open process {pid}: {error.strerror}") from None
+    try:
+        result = _libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
+        if result < 0:
+            err = ctypes.get_errno()
+            hint = " (needs root or CAP_SYS_PTRACE)" if err == errno.EPERM else ""
+            raise RmError(f"cannot take fd {fd} of process {pid}: {os.strerror(err)}{hint}")
+        return int(result)
+    finally:
+        os.close(pidfd)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlResult:
+    status: int
+    duration_ns: int
+
+    @property
+    def ok(self) -> bool:
+        return self.status == abi.NvStatus.NV_OK
+
+
+def rm_control(fd: int, client: int, obj: int, cmd: int, params: bytearray) -> ControlResult:
+    """Send RM_CONTROL ``cmd`` to ``obj`` of ``client`` over ``fd``; ``params`` is updated."""
+    buffer = (ctypes.c_char * max(len(params), 1)).from_buffer(params or bytearray(1))
+    request = ctypes.create_string_buffer(
+        abi.NVOS54.pack(
+            hClient=client,
+            hObject=obj,
+            cmd=cmd,
+            params=ctypes.addressof(buffer) if params else 0,
+            paramsSize=len(params),
+        ),
+        abi.NVOS54.size,
+    )
+    start = time.perf_counter_ns()
+    ret = _libc.ioctl(fd, RM_CONTROL_REQUEST, request)
+    duration = time.perf_counter_ns() - start
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise RmError(f"RM control {abi.control_name(cmd)} on fd {fd} failed: {os.strerror(err)}")
+    status = abi.NVOS54.unpack(request.raw)["status"]
+    return ControlResult(status, duration)
+
+
+def disable_channels_params(client: int, channels: Sequence[int], *, disable: bool) -> bytearray:
+    """NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS for up to 64 channels of one client."""
+    if not 0 < len(channels) <= abi.FIFO_DISABLE_CHANNELS_MAX:
+        raise ValueError(f"1 to {abi.FIFO_DISABLE_CHANNELS_MAX} channels, got {len(channels)}")
+    fields: dict[str, int] = {"bDisable": int(disable), "numChannels": len(channels)}
+    for index, channel in enumerate(channels):
+        fields[f"hClientList{index}"] = client
+        fields[f"hChannelList{index}"] = channel
+    return bytearray(abi.NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS.pack(**fields))
+
+
+def disable_channels(
+    fd: int, client: int, subdevice: int, channels: Sequence[int], *, disable: bool
+) -> ControlResult:
+    """Stop (``disable``) or resume a client's channels; one control per 64 channels."""
+    total = 0
+    for start in range(0, len(channels), abi.FIFO_DISABLE_CHANNELS_MAX):
+        chunk = channels[start : start + abi.FIFO_DISABLE_CHANNELS_MAX]
+        params = disable_channels_params(client, chunk, disable=disable)
+        result = rm_control(
+            fd, client, subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, params
+        )
+        total += result.duration_ns
+        if not result.ok:
+            return ControlResult(result.status, total)
+    return ControlResult(abi.NvStatus.NV_OK, total)
+
+
+def set_timeslice(fd: int, client: int, tsg: int, timeslice_us: int) -> ControlResult:
+    params = bytearray(timeslice_us.to_bytes(8, "little"))
+    return rm_control(fd, client, tsg, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, params)
+
+
+def get_timeslice(fd: int, client: int, tsg: int) -> tuple[ControlResult, int]:
+    params = bytearray(8)
+    result = rm_control(fd, client, tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, params)
+    return result, int.from_bytes(params, "little")
