@@ -1,0 +1,1 @@
+"""What the node's GPU users do: the eBPF probe, its views, and the metrics exporter."""
