@@ -83,6 +83,23 @@ class ProcessState:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientChannels:
+    """One client's GPU work handles, as the rm enforcer addresses them.
+
+    ``FIFO_DISABLE_CHANNELS`` goes to a subdevice of the same client, over the fd the client
+    lives on; ``SET_TIMESLICE`` goes to each TSG.
+    """
+
+    pid: int | None
+    cgroup: int | None
+    fd: int | None
+    client: int
+    subdevice: int | None
+    channels: tuple[int, ...]
+    tsgs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Summary:
     """What one process (or, summed, one cgroup) holds now and has done."""
 
@@ -357,6 +374,31 @@ class Tracker:
                 Slow(dur, ts, name) for dur, ts, name in sorted(proc.slowest, reverse=True)
             ),
         )
+
+    def channel_groups(self, pid: int | None) -> list[ClientChannels]:
+        """Per client of ``pid`` that holds channels: what it takes to stop and resume them."""
+        proc = self.processes.get(pid)
+        if proc is None:
+            return []
+        groups: list[ClientChannels] = []
+        for client in proc.clients.values():
+            owned = [obj for obj in client.objects.values() if not obj.dup]
+            channels = tuple(sorted(o.handle for o in owned if o.kind is Kind.CHANNEL))
+            if not channels:
+                continue
+            subdevices = sorted(o.handle for o in owned if o.kind is Kind.SUBDEVICE)
+            groups.append(
+                ClientChannels(
+                    pid=proc.pid,
+                    cgroup=proc.cgroup,
+                    fd=client.fd,
+                    client=client.handle,
+                    subdevice=subdevices[0] if subdevices else None,
+                    channels=channels,
+                    tsgs=tuple(sorted(o.handle for o in owned if o.kind is Kind.TSG)),
+                )
+            )
+        return groups
 
     def handles(self, pid: int | None, kind: Kind) -> list[tuple[int, int]]:
         """(client, object) handles of ``kind`` a process holds, e.g. for channel controls."""

@@ -269,3 +269,24 @@ def test_layout_pack_rejects_unknown_fields() -> None:
     with pytest.raises(KeyError, match="no field"):
         abi.NVOS00.pack(hRoot=1, nonsense=2)
     assert abi.NVOS64.unpack(bytes(10)) == {"hRoot": 0, "hObjectParent": 0}
+
+
+def test_channel_groups_name_what_a_channel_control_needs() -> None:
+    t = Tracker()
+    basic_tree(t)
+    t.feed(alloc(0, 0xC1D00002, 0x41, root=0, fd=GPU_FD))  # a second client without channels
+    (group,) = t.channel_groups(100)
+    assert (group.pid, group.cgroup, group.fd, group.client) == (100, 7, CTL_FD, CLIENT)
+    assert (group.subdevice, group.channels, group.tsgs) == (SUBDEVICE, (CHANNEL,), (TSG,))
+    assert t.channel_groups(999) == []
+
+
+def test_the_h200_trace_gives_one_client_with_all_channels() -> None:
+    from qpolicy.nvrm.replay import builtin_records
+
+    t = Tracker()
+    t.feed_all(builtin_records())
+    (group,) = t.channel_groups(None)
+    assert len(group.channels) == 20 and len(group.tsgs) == 4
+    assert group.subdevice == 0x5C000003 and group.client == 0xC1D0001B
+    assert group.fd is not None
