@@ -13,7 +13,9 @@ demo: venv
 	$(BIN)/qpolicy demo
 
 # lint first: a type error is cheaper to read than the test failure it causes.
+# setup-prometheus installs the Prometheus server that tests/grafana query (as root).
 test: lint
+	tools/setup-prometheus.sh
 	$(BIN)/python -m pytest tests
 
 lint: venv
