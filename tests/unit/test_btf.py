@@ -122,7 +122,7 @@ def test_hand_built_errors() -> None:
         blob.member("file", "f_inode")
     with pytest.raises(BtfError, match="struct inode has no member i_ino"):
         blob.member("inode", "i_ino")
-    with pytest.raises(BtfError, match="flags.low is a bitfield"):
+    with pytest.raises(BtfError, match=r"flags\.low is a bitfield"):
         blob.member("flags", "low")
 
 

@@ -1,0 +1,471 @@
+"""The eBPF probe on the NVIDIA driver's device files (``ebpf/nvprobe.c``), loaded with bcc.
+
+Per cgroup v2 the kernel side counts ioctls by escape, RM controls by command, allocations by
+class, a log2 histogram of ioctl time, opens, mmaps and libcuda launches; it streams opens,
+closes, process exits and the outcomes of the RM calls that create, free and schedule objects,
+which :meth:`NvProbe.poll` returns as trace records for :class:`~qpolicy.nvrm.tracker.Tracker`.
+
+Everything about the running kernel is probed at load time, never inferred from its version:
+struct offsets from BTF, optional tracepoints from tracefs, the ring buffer by creating one.
+bcc is imported only when a probe starts, so the rest of qpolicy works without it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from qpolicy.errors import QPolicyError
+from qpolicy.nvrm import abi
+from qpolicy.nvrm.abi import Escape, Node
+from qpolicy.nvrm.decode import decode
+from qpolicy.telemetry import wire
+from qpolicy.telemetry.btf import Btf, Member, probe_offsets
+from qpolicy.telemetry.devices import DeviceFilter
+from qpolicy.telemetry.libcuda import LAUNCH_SYMBOLS, find_libcuda
+from qpolicy.telemetry.wire import ProbeRecord
+
+EBPF_DIR = Path(__file__).resolve().parents[2] / "ebpf"
+SOURCE = "nvprobe.c"
+TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+DEFAULT_BUFFER_PAGES = 64
+
+# RM controls whose outcome the tracker reads (scheduling state, work submit tokens).
+STREAMED_CONTROLS = (
+    abi.NVA06C_CTRL_CMD_SET_TIMESLICE,
+    abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
+    abi.NVA06F_CTRL_CMD_GPFIFO_SCHEDULE,
+    abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN,
+    abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+)
+
+# Placeholder -> "struct.member" whose byte offset replaces it.
+OFFSET_PLACEHOLDERS = {
+    "QP_OFF_TASK_FILES": "task_struct.files",
+    "QP_OFF_FILES_FDT": "files_struct.fdt",
+    "QP_OFF_FDT_MAX_FDS": "fdtable.max_fds",
+    "QP_OFF_FDT_FD": "fdtable.fd",
+    "QP_OFF_FILE_INODE": "file.f_inode",
+    "QP_OFF_INODE_MODE": "inode.i_mode",
+    "QP_OFF_INODE_RDEV": "inode.i_rdev",
+    "QP_OFF_TASK_SIGNAL": "task_struct.signal",
+    "QP_OFF_SIGNAL_LIVE": "signal_struct.live",
+}
+# The widths the C code reads each member with: a kernel that changed one must not be misread.
+EXPECTED_SIZES = {
+    "task_struct.files": 8,
+    "files_struct.fdt": 8,
+    "fdtable.max_fds": 4,
+    "fdtable.fd": 8,
+    "file.f_inode": 8,
+    "inode.i_mode": 2,
+    "inode.i_rdev": 4,
+    "task_struct.signal": 8,
+    "signal_struct.live": 4,
+}
+
+Output = Literal["auto", "ringbuf", "perf"]
+GroupDead = Literal["auto", "tracepoint", "task"]
+
+
+class ProbeError(QPolicyError):
+    """The probe cannot be loaded or attached here; the message says what is missing."""
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupCounters:
+    """Cumulative kernel-side counts of one cgroup since the probe was loaded.
+
+    ``latency_log2[i]`` counts ioctls that took [2^(i-1), 2^i) µs; index 0 those under 1 µs.
+    """
+
+    cgroup: int
+    ioctls: int = 0
+    escapes: Mapping[str, int] = field(default_factory=dict)
+    controls: Mapping[str, int] = field(default_factory=dict)
+    allocs: Mapping[str, int] = field(default_factory=dict)
+    latency_log2: tuple[int, ...] = ()
+    latency_sum_ns: int = 0
+    opens: int = 0
+    mmaps: int = 0
+    launches: int = 0
+
+
+def ioctl_name(node: Node, code: int, by_nr: bool) -> str:
+    """The name :func:`qpolicy.nvrm.decode.decode` gives, from the kernel's ioctl key."""
+    if by_nr:
+        try:
+            return Escape(code).name
+        except ValueError:
+            return f"escape 0x{code:02x}"
+    return decode(node, code, b"").name
+
+
+def build_counters(
+    ioctls: Iterable[tuple[int, int, int, bool, int]],
+    controls: Iterable[tuple[int, int, int]],
+    allocs: Iterable[tuple[int, int, int]],
+    latency: Iterable[tuple[int, int, int]],
+    stats: Iterable[tuple[int, int, int, int, int, int]],
+) -> dict[int, CgroupCounters]:
+    """Per-cgroup counters from the rows of the kernel maps.
+
+    ``ioctls``: (cgroup, node code, code, by_nr, count); ``controls`` / ``allocs`` / ``latency``:
+    (cgroup, command / class / log2 slot, count); ``stats``: (cgroup, ioctls, latency ns, opens,
+    mmaps, launches).
+    """
+    escapes: dict[int, Counter[str]] = defaultdict(Counter)
+    for cgroup, node_code, code, by_nr, count in ioctls:
+        node = wire.NODES_BY_CODE.get(node_code, Node.OTHER)
+        escapes[cgroup][ioctl_name(node, code, by_nr)] += count
+    named_controls: dict[int, Counter[str]] = defaultdict(Counter)
+    for cgroup, cmd, count in controls:
+        named_controls[cgroup][abi.control_name(cmd)] += count
+    named_allocs: dict[int, Counter[str]] = defaultdict(Counter)
+    for cgroup, cls, count in allocs:
+        named_allocs[cgroup][abi.class_name(cls)] += count
+    slots: dict[int, dict[int, int]] = defaultdict(dict)
+    for cgroup, slot, count in latency:
+        slots[cgroup][slot] = slots[cgroup].get(slot, 0) + count
+    totals = {row[0]: row[1:] for row in stats}
+    result = {}
+    for cgroup in set(totals) | set(escapes) | set(named_controls) | set(named_allocs):
+        n_ioctls, latency_ns, opens, mmaps, launches = totals.get(cgroup, (0, 0, 0, 0, 0))
+        hist = slots.get(cgroup, {})
+        width = max(hist, default=-1) + 1
+        result[cgroup] = CgroupCounters(
+            cgroup=cgroup,
+            ioctls=n_ioctls,
+            escapes=dict(escapes.get(cgroup, {})),
+            controls=dict(named_controls.get(cgroup, {})),
+            allocs=dict(named_allocs.get(cgroup, {})),
+            latency_log2=tuple(hist.get(i, 0) for i in range(width)),
+            latency_sum_ns=latency_ns,
+            opens=opens,
+            mmaps=mmaps,
+            launches=launches,
+        )
+    return result
+
+
+def _tracefs() -> Path | None:
+    return next((d for d in TRACEFS_DIRS if (d / "events").is_dir()), None)
+
+
+def tracepoint_format(category: str, event: str) -> str | None:
+    tracefs = _tracefs()
+    if tracefs is None:
+        return None
+    try:
+        return (tracefs / "events" / category / event / "format").read_text()
+    except OSError:
+        return None
+
+
+def render_source(
+    offsets: Mapping[str, Member],
+    *,
+    openat2: bool,
+    open_: bool,
+    group_dead: Literal["tracepoint", "task"],
+    output: Literal["ringbuf", "perf"],
+    buffer_pages: int = DEFAULT_BUFFER_PAGES,
+    source: str | None = None,
+) -> str:
+    """The BPF C text with every placeholder substituted (what ``--ebpf`` prints)."""
+    text = source if source is not None else (EBPF_DIR / SOURCE).read_text()
+    for member, expected in EXPECTED_SIZES.items():
+        if offsets[member].size != expected:
+            raise ProbeError(
+                f"kernel struct member {member} is {offsets[member].size} bytes, "
+                f"the probe reads {expected}"
+            )
+    values: dict[str, str] = {
+        name: str(offsets[member].offset) for name, member in OFFSET_PLACEHOLDERS.items()
+    }
+    values["QP_HAVE_OPENAT2"] = "1" if openat2 else "0"
+    values["QP_HAVE_OPEN"] = "1" if open_ else "0"
+    values["QP_GROUP_DEAD"] = (
+        "args->group_dead" if group_dead == "tracepoint" else "signal_group_dead()"
+    )
+    if output == "ringbuf":
+        values["QP_OUTPUT_DECL"] = f"BPF_RINGBUF_OUTPUT(events, {buffer_pages});"
+        values["QP_SUBMIT_BODY"] = "return events.ringbuf_output(ev, size, 0);"
+    else:
+        values["QP_OUTPUT_DECL"] = "BPF_PERF_OUTPUT(events);"
+        values["QP_SUBMIT_BODY"] = "return events.perf_submit(ctx, ev, size);"
+    for name, value in values.items():
+        text = re.sub(rf"\b{name}\b", value, text)
+    left = sorted(set(re.findall(r"\bQP_[A-Z0-9_]*[A-Z0-9]\b", text)))
+    if left:
+        raise ProbeError(f"{SOURCE} has placeholders the probe does not fill: {', '.join(left)}")
+    return text
+
+
+def _import_bpf() -> Any:
+    try:
+        from bcc import BPF
+    except ImportError:
+        raise ProbeError(
+            "the eBPF probe needs bcc's Python module: install the Debian package python3-bpfcc "
+            "(tools/setup-ebpf.sh installs it and makes .venv see it)"
+        ) from None
+    return BPF
+
+
+CAP_SYS_ADMIN = 21
+CAP_PERFMON = 38
+CAP_BPF = 39
+
+
+def _check_privileges(status: str | None = None) -> None:
+    if status is None:
+        if os.geteuid() == 0:
+            return
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            status = ""
+    caps = 0
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            caps = int(line.split()[1], 16)
+
+    def has(cap: int) -> bool:
+        return bool(caps >> cap & 1)
+
+    if has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON)):
+        return
+    raise ProbeError("the eBPF probe needs root (or CAP_BPF and CAP_PERFMON): run it with sudo")
+
+
+def _ringbuf_supported() -> bool:
+    """Whether this kernel creates BPF ring buffers (5.8+, but asked, not assumed)."""
+    try:
+        from bcc.libbcc import lib
+    except ImportError:
+        return False
+    create = lib.bcc_create_map
+    create.restype = ctypes.c_int
+    create.argtypes = [ctypes.c_int] + [ctypes.c_char_p] + [ctypes.c_int] * 4
+    fd = int(create(27, b"qp_ringbuf_probe", 0, 0, 4096, 0))  # BPF_MAP_TYPE_RINGBUF
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+class NvProbe:
+    """The loaded probe. ``devices``: the device filter (default: this machine's NVIDIA nodes);
+    ``libcuda``: "auto", a path, or None for no launch counting."""
+
+    def __init__(
+        self,
+        devices: DeviceFilter | None = None,
+        libcuda: str | Path | None = "auto",
+        *,
+        output: Output = "auto",
+        group_dead: GroupDead = "auto",
+        buffer_pages: int = DEFAULT_BUFFER_PAGES,
+    ) -> None:
+        if buffer_pages <= 0 or buffer_pages & (buffer_pages - 1):
+            raise ProbeError(f"buffer_pages must be a power of two, not {buffer_pages}")
+        self.devices = devices if devices is not None else DeviceFilter.nvidia()
+        self._libcuda_spec = libcuda
+        self._output: Output = output
+        self._group_dead: GroupDead = group_dead
+        self._buffer_pages = buffer_pages
+        self.features: dict[str, bool | str] = {}
+        self._bpf: Any = None
+        self._pending: list[bytes] = []
+        self.bad_events = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def source(self) -> str:
+        """Probe the kernel's features and return the BPF C text that would be loaded."""
+        offsets = probe_offsets(Btf.load())
+        tracefs = _tracefs()
+        if tracefs is None:
+            raise ProbeError("tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)")
+
+        def exists(name: str) -> bool:
+            return (tracefs / "events" / "syscalls" / name).is_dir()
+
+        if not (exists("sys_enter_ioctl") and exists("sys_enter_openat")):
+            raise ProbeError(
+                f"{tracefs} has no syscall tracepoints (kernel without CONFIG_FTRACE_SYSCALLS)"
+            )
+        openat2 = exists("sys_enter_openat2")
+        open_ = exists("sys_enter_open")
+        exit_format = tracepoint_format("sched", "sched_process_exit") or ""
+        group_dead: Literal["tracepoint", "task"]
+        if self._group_dead == "auto":
+            group_dead = "tracepoint" if re.search(r"\bgroup_dead;", exit_format) else "task"
+        else:
+            group_dead = self._group_dead
+        output: Literal["ringbuf", "perf"]
+        if self._output == "auto":
+            output = "ringbuf" if _ringbuf_supported() else "perf"
+        else:
+            output = self._output
+        self.features.update(openat2=openat2, open=open_, group_dead=group_dead, output=output)
+        return render_source(
+            offsets,
+            openat2=openat2,
+            open_=open_,
+            group_dead=group_dead,
+            output=output,
+            buffer_pages=self._buffer_pages,
+        )
+
+    def start(self) -> NvProbe:
+        if self._bpf is not None:
+            return self
+        bpf_class = _import_bpf()
+        _check_privileges()
+        if not self.devices:
+            raise ProbeError("the device filter is empty: nothing to watch")
+        libcuda = find_libcuda(self._libcuda_spec)
+        text = self.source()
+        try:
+            bpf = bpf_class(text=text.encode(), cflags=[f"-I{EBPF_DIR}", "-Wno-macro-redefined"])
+        except Exception as error:  # bcc raises bare Exception for compile/load/attach failures
+            raise ProbeError(f"cannot load {SOURCE}: {error}") from None
+        self._bpf = bpf
+        try:
+            self._fill_maps(bpf)
+            self._attach_launches(bpf, libcuda)
+            self._open_output(bpf)
+        except Exception:
+            self.close()
+            raise
+        return self
+
+    def _fill_maps(self, bpf: Any) -> None:
+        devs = bpf[b"devs"]
+        for (major, minor), node in self.devices.exact.items():
+            devs[devs.Key(wire.kernel_dev(major, minor))] = devs.Leaf(wire.NODE_CODES[node])
+        majors = bpf[b"majors"]
+        for major, node in self.devices.majors.items():
+            majors[majors.Key(major)] = majors.Leaf(wire.NODE_CODES[node])
+        streamed = bpf[b"stream_controls"]
+        for cmd in STREAMED_CONTROLS:
+            streamed[streamed.Key(cmd)] = streamed.Leaf(1)
+
+    def _attach_launches(self, bpf: Any, libcuda: Path | None) -> None:
+        if libcuda is None:
+            self.features["libcuda"] = False
+            self.features["launch_symbols"] = "libcuda not found"
+            return
+        path = str(libcuda).encode()
+        try:
+            found = bpf.get_user_functions_and_addresses(path, LAUNCH_SYMBOLS.pattern.encode())
+            names = sorted({name.decode() for name, _ in found})
+        except Exception as error:
+            raise ProbeError(f"cannot read the symbols of {libcuda}: {error}") from None
+        if not names:
+            self.features["libcuda"] = str(libcuda)
+            self.features["launch_symbols"] = "none found"
+            return
+        try:
+            # bcc attaches each distinct address once, so aliases are not counted twice.
+            bpf.attach_uprobe(
+                name=path, sym_re=LAUNCH_SYMBOLS.pattern.encode(), fn_name=b"on_launch"
+            )
+        except Exception as error:
+            raise ProbeError(f"cannot attach uprobes to {libcuda}: {error}") from None
+        self.features["libcuda"] = str(libcuda)
+        self.features["launch_symbols"] = ",".join(names)
+
+    def _open_output(self, bpf: Any) -> None:
+        if self.features["output"] == "ringbuf":
+            bpf[b"events"].open_ring_buffer(self._on_ringbuf)
+        else:
+            # Lost samples are counted in the kernel (a failed submit), not here as well.
+            bpf[b"events"].open_perf_buffer(
+                self._on_perf, page_cnt=self._buffer_pages, lost_cb=lambda _count: None
+            )
+
+    def _on_ringbuf(self, _ctx: Any, data: Any, size: int) -> int:
+        self._pending.append(ctypes.string_at(data, size))
+        return 0
+
+    def _on_perf(self, _cpu: int, data: Any, size: int) -> None:
+        self._pending.append(ctypes.string_at(data, size))
+
+    def close(self) -> None:
+        bpf, self._bpf = self._bpf, None
+        if bpf is not None:
+            bpf.cleanup()
+
+    def __enter__(self) -> NvProbe:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _loaded(self) -> Any:
+        if self._bpf is None:
+            raise ProbeError("the probe is not started")
+        return self._bpf
+
+    def poll(self, timeout_ms: int = 0) -> list[ProbeRecord]:
+        """Streamed events that arrived, waiting up to ``timeout_ms`` for the first one."""
+        bpf = self._loaded()
+        if self.features["output"] == "ringbuf":
+            bpf.ring_buffer_poll(timeout_ms)
+        else:
+            bpf.perf_buffer_poll(timeout_ms)
+        raw, self._pending = self._pending, []
+        records = []
+        for event in raw:
+            try:
+                records.append(wire.decode_event(event))
+            except wire.WireError:
+                self.bad_events += 1
+        return records
+
+    def counters(self) -> dict[int, CgroupCounters]:
+        bpf = self._loaded()
+        return build_counters(
+            ((k.cgroup, k.node, k.code, bool(k.by_nr), v.value) for k, v in bpf[b"ioctls"].items()),
+            ((k.cgroup, k.value, v.value) for k, v in bpf[b"controls"].items()),
+            ((k.cgroup, k.value, v.value) for k, v in bpf[b"allocs"].items()),
+            ((k.cgroup, k.value, v.value) for k, v in bpf[b"latency"].items()),
+            (
+                (k.value, v.ioctls, v.latency_ns, v.opens, v.mmaps, v.launches)
+                for k, v in bpf[b"stats"].items()
+            ),
+        )
+
+    def _meta(self, slot: int) -> int:
+        table = self._loaded()[b"meta"]
+        return int(table[table.Key(slot)].value)
+
+    @property
+    def lost(self) -> int:
+        """Events the output buffer had no room for (userspace did not poll fast enough)."""
+        return self._meta(wire.META_LOST)
+
+    @property
+    def map_full(self) -> int:
+        """Counter updates dropped because a counter map was full."""
+        return self._meta(wire.META_MAP_FULL)
+
+    def node_of(self, major: int, minor: int) -> Node:
+        return self.devices.node_of(major, minor)
