@@ -1,6 +1,6 @@
 """`make bench`: run the benchmarks, print a summary, write bench-results/<name>.json.
 
-python tools/bench/run.py [engine] [sim]
+python tools/bench/run.py [engine] [sim] [targets] [exporter]
 """
 
 from __future__ import annotations
@@ -12,10 +12,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.bench import engine, sim, targets
+from tools.bench import engine, exporter, sim, targets
 from tools.bench.common import machine
 
-BENCHES = {"engine": engine.run, "sim": sim.run, "targets": targets.run}
+BENCHES = {
+    "engine": engine.run,
+    "sim": sim.run,
+    "targets": targets.run,
+    "exporter": exporter.run,
+}
 
 
 def main() -> int:
