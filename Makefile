@@ -13,8 +13,10 @@ demo: venv
 	$(BIN)/qpolicy demo
 
 # lint first: a type error is cheaper to read than the test failure it causes.
+# setup-ebpf makes the host eBPF tier runnable when root (tests/ebpf skip themselves otherwise).
 # setup-prometheus installs the Prometheus server that tests/grafana query (as root).
 test: lint
+	tools/setup-ebpf.sh
 	tools/setup-prometheus.sh
 	$(BIN)/python -m pytest tests
 

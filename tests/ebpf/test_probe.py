@@ -1,0 +1,420 @@
+"""The probe on the running kernel: exact per-cgroup counts, streamed outcomes, exits, uprobes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qpolicy.nvrm import abi
+from qpolicy.nvrm.abi import Escape, Node
+from qpolicy.nvrm.decode import decode
+from qpolicy.nvrm.tracker import Tracker
+from qpolicy.telemetry.devices import DeviceFilter
+from qpolicy.telemetry.probe import CgroupCounters, NvProbe
+from qpolicy.telemetry.wire import P_BYTES, Q_BYTES
+
+from .conftest import TEST_DEVICES, Cgroup, Collected, Workload, collect
+
+Spawn = Callable[[Cgroup, list[dict[str, Any]]], Workload]
+MakeCgroup = Callable[[], Cgroup]
+
+CLIENT = 0xC1D00001
+RM_ALLOC_48 = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_ALLOC, 48)
+RM_ALLOC_32 = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_ALLOC, 32)
+RM_CONTROL = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_CONTROL, 32)
+RM_FREE = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_FREE, 16)
+RM_ALLOC_MEMORY = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.RM_ALLOC_MEMORY, 56)
+CARD_INFO = abi.iowr(abi.NV_IOCTL_MAGIC, Escape.CARD_INFO, 72)
+UNKNOWN_ESCAPE = abi.iowr(abi.NV_IOCTL_MAGIC, 0x99, 8)
+TCGETS = 0x5401
+UVM_REGISTER_CHANNEL = 27
+UVM_INITIALIZE = 0x30000001
+TSG_PARAMS = bytes(range(1, 97))  # 96 recognisable bytes
+
+
+def alloc48(handle: int, cls: int) -> str:
+    return abi.NVOS64.pack(hRoot=CLIENT, hObjectParent=CLIENT, hObjectNew=handle, hClass=cls).hex()
+
+
+def alloc32(handle: int, cls: int) -> str:
+    return abi.NVOS21.pack(hRoot=CLIENT, hObjectParent=CLIENT, hObjectNew=handle, hClass=cls).hex()
+
+
+def control(cmd: int) -> str:
+    return abi.NVOS54.pack(hClient=CLIENT, hObject=0xCAF0, cmd=cmd).hex()
+
+
+def free(handle: int) -> str:
+    return abi.NVOS00.pack(hRoot=CLIENT, hObjectParent=CLIENT, hObjectOld=handle).hex()
+
+
+def alloc_memory(handle: int, cls: int) -> str:
+    return abi.NVOS02_WITH_FD.pack(
+        hRoot=CLIENT, hObjectParent=CLIENT, hObjectNew=handle, hClass=cls, limit=4095
+    ).hex()
+
+
+def sequence(scale: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A known mix of escapes, controls and classes; ``scale`` makes two cgroups' mixes differ.
+
+    Returns the workload steps and the counts the probe must report for them.
+    """
+    n = scale
+    steps: list[dict[str, Any]] = [
+        {"open": "/dev/full", "as": "ctl"},
+        {"open": "/dev/zero", "as": "uvm"},
+        {"ioctl": "ctl", "cmd": RM_ALLOC_48, "arg": alloc48(0xA0, 0xA06C), "times": 3 * n},
+        {"ioctl": "ctl", "cmd": RM_ALLOC_32, "arg": alloc32(0xB0, 0xC86F), "times": 2 * n},
+        {
+            "ioctl": "ctl",
+            "cmd": RM_CONTROL,
+            "arg": control(abi.NVA06C_CTRL_CMD_SET_TIMESLICE),
+            "times": 4 * n,
+        },
+        {
+            "ioctl": "ctl",
+            "cmd": RM_CONTROL,
+            "arg": control(abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE),
+            "times": n,
+        },
+        {
+            "ioctl": "ctl",
+            "cmd": RM_CONTROL,
+            "arg": control(abi.NV2080_CTRL_CMD_FIFO_GET_INFO),
+            "times": 5 * n,
+        },
+        {"ioctl": "ctl", "cmd": RM_FREE, "arg": free(0xA0), "times": 2 * n},
+        {
+            "ioctl": "ctl",
+            "cmd": RM_ALLOC_MEMORY,
+            "arg": alloc_memory(0xD0, 0x3E),
+            "times": n,
+        },
+        {"ioctl": "ctl", "cmd": CARD_INFO, "arg": "00" * 72, "times": n},
+        {"ioctl": "ctl", "cmd": UNKNOWN_ESCAPE, "arg": "00" * 8, "times": n},
+        {"ioctl": "ctl", "cmd": TCGETS, "arg": "00" * 64, "times": n},
+        {"ioctl": "uvm", "cmd": UVM_INITIALIZE, "times": n},
+        {"ioctl": "uvm", "cmd": UVM_REGISTER_CHANNEL, "times": 2 * n},
+        {"mmap": "uvm"},
+        {"mmap": "ctl"},
+        {"close": "ctl"},
+        {"close": "uvm"},
+    ]
+    expected = {
+        "escapes": {
+            "RM_ALLOC": 5 * n,
+            "RM_CONTROL": 10 * n,
+            "RM_FREE": 2 * n,
+            "RM_ALLOC_MEMORY": n,
+            "CARD_INFO": n,
+            "escape 0x99": n,
+            "ioctl 0x5401": n,
+            "UVM_INITIALIZE": n,
+            "UVM_REGISTER_CHANNEL": 2 * n,
+        },
+        "controls": {
+            "NVA06C_CTRL_CMD_SET_TIMESLICE": 4 * n,
+            "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE": n,
+            "ctrl 0x20801109": 5 * n,
+        },
+        "allocs": {
+            "KEPLER_CHANNEL_GROUP_A": 3 * n,
+            "HOPPER_CHANNEL_GPFIFO_A": 2 * n,
+            "NV01_MEMORY_SYSTEM": n,
+        },
+        "opens": 2,
+        "mmaps": 2,
+    }
+    expected["ioctls"] = sum(expected["escapes"].values())
+    return steps, expected
+
+
+def assert_counts(probe: NvProbe, cgroup: Cgroup, expected: dict[str, Any]) -> None:
+    counts = probe.counters()[cgroup.id]
+    assert dict(counts.escapes) == expected["escapes"]
+    assert dict(counts.controls) == expected["controls"]
+    assert dict(counts.allocs) == expected["allocs"]
+    assert counts.ioctls == expected["ioctls"]
+    assert counts.opens == expected["opens"]
+    assert counts.mmaps == expected["mmaps"]
+    assert sum(counts.latency_log2) == counts.ioctls
+    assert counts.latency_sum_ns > 0
+
+
+def test_counts_are_exact_per_cgroup_with_two_processes(
+    probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn
+) -> None:
+    a, b = make_cgroup(), make_cgroup()
+    steps_a, expected_a = sequence(1)
+    steps_b, expected_b = sequence(3)
+    first, second = spawn(a, steps_a), spawn(b, steps_b)
+    first.go()
+    second.go()
+    report_a, report_b = first.report(), second.report()
+    # Every RM request fails on /dev/full and /dev/zero: the ioctls reached the driver.
+    assert report_a["errors"] == {"ENOTTY": expected_a["ioctls"]}
+    assert report_b["errors"] == {"ENOTTY": expected_b["ioctls"]}
+    assert_counts(probe, a, expected_a)
+    assert_counts(probe, b, expected_b)
+
+
+def test_rm_alloc_outcomes_carry_what_the_process_sent(
+    probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn
+) -> None:
+    cgroup = make_cgroup()
+    steps: list[dict[str, Any]] = [
+        {"open": "/dev/full", "as": "ctl"},
+        {
+            "ioctl": "ctl",
+            "cmd": RM_ALLOC_48,
+            "arg": alloc48(0xA1, 0xA06C),
+            "inner": TSG_PARAMS.hex(),
+        },
+        {
+            "ioctl": "ctl",
+            "cmd": RM_ALLOC_32,
+            "arg": alloc32(0xB1, 0xC86F),
+            "inner": TSG_PARAMS.hex(),
+        },
+        # Params that end where an unmapped page begins: the probe reads what the page holds.
+        {
+            "ioctl": "ctl",
+            "cmd": RM_CONTROL,
+            "arg": control(abi.NVA06C_CTRL_CMD_SET_TIMESLICE),
+            "inner": (2048).to_bytes(8, "little").hex(),
+            "inner_page_end": True,
+        },
+        {"ioctl": "ctl", "cmd": RM_CONTROL, "arg": control(abi.NV2080_CTRL_CMD_FIFO_GET_INFO)},
+        {"ioctl": "ctl", "cmd": RM_FREE, "arg": free(0xA1)},
+        {"ioctl": "ctl", "cmd": RM_ALLOC_MEMORY, "arg": alloc_memory(0xD1, 0x40)},
+        {"close": "ctl"},
+    ]
+    workload = spawn(cgroup, steps)
+    workload.go()
+    workload.report()
+    got = collect(probe, lambda c: len(c.of(cgroup, "exit")) == 1)
+    ioctls = got.of(cgroup, "ioctl")
+    # FIFO_GET_INFO is counted but not streamed: the tracker does not use it.
+    assert [r.cmd for r in ioctls] == [
+        RM_ALLOC_48,
+        RM_ALLOC_32,
+        RM_CONTROL,
+        RM_FREE,
+        RM_ALLOC_MEMORY,
+    ]
+    opened = got.of(cgroup, "open")[0]
+    fd = opened.ret
+    for record in ioctls:
+        assert record.pid == workload.pid
+        assert record.a1 == fd
+        assert record.ret == -errno.ENOTTY
+        assert (record.major, record.minor) == (1, 7)
+        assert probe.node_of(record.major, record.minor) is Node.CTL
+        assert record.dur_ns > 0
+    alloc48_rec, alloc32_rec, timeslice, free_rec, memory = ioctls
+    first = decode(Node.CTL, alloc48_rec.cmd, alloc48_rec.p, alloc48_rec.q)
+    assert len(alloc48_rec.p) == 48
+    assert (first.fields["hRoot"], first.fields["hObjectNew"]) == (CLIENT, 0xA1)
+    assert first.alloc_class == 0xA06C
+    assert first.fields["pAllocParms"] == alloc48_rec.a3 != 0
+    assert alloc48_rec.q == TSG_PARAMS[:Q_BYTES]
+    second = decode(Node.CTL, alloc32_rec.cmd, alloc32_rec.p, alloc32_rec.q)
+    assert len(alloc32_rec.p) == 32
+    assert (second.fields["hObjectNew"], second.alloc_class) == (0xB1, 0xC86F)
+    assert alloc32_rec.q == TSG_PARAMS
+    slice_ = decode(Node.CTL, timeslice.cmd, timeslice.p, timeslice.q)
+    assert slice_.control == abi.NVA06C_CTRL_CMD_SET_TIMESLICE
+    assert timeslice.q == (2048).to_bytes(8, "little")  # only the bytes before the guard page
+    assert slice_.params == {"timesliceUs": 2048}
+    assert decode(Node.CTL, free_rec.cmd, free_rec.p).fields["hObjectOld"] == 0xA1
+    assert memory.a3 == 0 and memory.q == b""
+    assert decode(Node.CTL, memory.cmd, memory.p).alloc_class == 0x40
+    assert all(len(r.p) <= P_BYTES for r in ioctls)
+
+    # The driver said no, so the tracker holds nothing for this process.
+    tracker = Tracker()
+    for record in got.of(cgroup):
+        if record.kind != "exit":
+            tracker.feed(record, node=probe.node_of(record.major, record.minor))
+    summary = tracker.summary(workload.pid)
+    assert (summary.clients, summary.tsgs, summary.channel_count) == (0, 0, 0)
+    assert summary.failed == 5
+
+
+def test_open_and_close_records(probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn) -> None:
+    cgroup = make_cgroup()
+    vias = ["openat", "open", "openat2"]
+    steps: list[dict[str, Any]] = []
+    for via in vias:
+        steps += [{"open": "/dev/full", "as": via, "via": via}, {"close": via}]
+    steps += [{"open": "/dev/null", "as": "unwatched"}, {"close": "unwatched"}]
+    workload = spawn(cgroup, steps)
+    workload.go()
+    workload.report()
+    got = collect(probe, lambda c: len(c.of(cgroup, "exit")) == 1)
+    opens, closes = got.of(cgroup, "open"), got.of(cgroup, "close")
+    # openat is always traced; open and openat2 where this kernel has their tracepoints.
+    assert len(opens) == 1 + bool(probe.features["open"]) + bool(probe.features["openat2"])
+    assert len(closes) == len(vias)  # /dev/null is not watched
+    for record in opens:
+        assert record.s == "/dev/full"
+        assert record.pid == workload.pid
+        assert record.a1 & os.O_ACCMODE == os.O_RDWR
+        assert record.a1 & os.O_CLOEXEC
+        assert record.ret >= 0
+    assert {c.a1 for c in closes} >= {o.ret for o in opens}
+    assert probe.counters()[cgroup.id].opens == len(opens)
+
+
+def test_sigkill_mid_loop_leaves_the_probe_and_other_cgroups_exact(
+    probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn
+) -> None:
+    doomed_cgroup, steady_cgroup = make_cgroup(), make_cgroup()
+    doomed = spawn(
+        doomed_cgroup,
+        [
+            {"open": "/dev/full", "as": "ctl"},
+            {"say": "looping"},
+            {
+                "forever": [
+                    {
+                        "ioctl": "ctl",
+                        "cmd": RM_CONTROL,
+                        "arg": control(abi.NV2080_CTRL_CMD_FIFO_GET_INFO),
+                        "times": 100,
+                    },
+                    {"ioctl": "ctl", "cmd": RM_ALLOC_48, "arg": alloc48(0xA2, 0xA06C)},
+                ]
+            },
+        ],
+    )
+    steps, expected = sequence(50)
+    steady = spawn(steady_cgroup, steps)
+    doomed.go()
+    doomed.wait_line("looping")
+    deadline = time.monotonic() + 10
+    while probe.counters().get(doomed_cgroup.id, CgroupCounters(0)).ioctls < 1000:
+        assert time.monotonic() < deadline, "the looping workload is not counted"
+        time.sleep(0.01)
+    steady.go()
+    os.kill(doomed.pid, signal.SIGKILL)
+    assert doomed.process.wait(timeout=10) == -signal.SIGKILL
+    steady.report()
+
+    got = collect(
+        probe,
+        lambda c: len(c.of(doomed_cgroup, "exit")) == 1 and len(c.of(steady_cgroup, "exit")) == 1,
+    )
+    assert got.of(doomed_cgroup, "exit")[0].pid == doomed.pid
+    assert_counts(probe, steady_cgroup, expected)
+    killed = probe.counters()[doomed_cgroup.id]
+    assert killed.ioctls > 0
+    assert sum(killed.latency_log2) == killed.ioctls
+
+    # The probe still works after the kill: a fresh process in the same cgroup is counted.
+    three_allocs = sequence(1)[0][2]
+    assert three_allocs["times"] == 3
+    again = spawn(doomed_cgroup, [{"open": "/dev/full", "as": "ctl"}, three_allocs])
+    again.go()
+    again.report()
+    assert probe.counters()[doomed_cgroup.id].ioctls == killed.ioctls + 3
+
+
+def test_exit_records_only_when_the_whole_process_exits(
+    probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn
+) -> None:
+    cgroup = make_cgroup()
+    step = {"ioctl": "ctl", "cmd": RM_FREE, "arg": free(0xA3)}
+    workload = spawn(
+        cgroup, [{"open": "/dev/full", "as": "ctl"}, {"thread": [step]}, {"thread": [step]}, step]
+    )
+    workload.go()
+    workload.report()
+    got = collect(probe, lambda c: len(c.of(cgroup, "exit")) == 1)
+    frees = got.of(cgroup, "ioctl")
+    assert len(frees) == 3
+    assert len({r.tid for r in frees}) == 3  # two threads that exited, then the main thread
+    more = Collected(probe.poll(200))
+    assert not more.of(cgroup, "exit")
+
+
+def test_launches_are_counted_per_cgroup(
+    probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn, fake_libcuda: Path
+) -> None:
+    assert probe.features["libcuda"] == str(fake_libcuda.resolve())
+    names = str(probe.features["launch_symbols"]).split(",")
+    assert {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuGraphLaunch"} <= set(
+        names
+    )
+    assert "cuMemAlloc" not in names
+    lib = str(fake_libcuda)
+
+    def calls(n: int) -> list[dict[str, Any]]:
+        return [
+            {"launch": "cuLaunchKernel", "lib": lib, "times": 7 * n},
+            {"launch": "cuLaunchKernel_ptsz", "lib": lib, "times": 2 * n},
+            {"launch": "cuLaunchKernelEx", "lib": lib, "times": n},
+            {"launch": "cuLaunchKernelEx_ptsz", "lib": lib, "times": n},  # alias: same address
+            {"launch": "cuGraphLaunch", "lib": lib, "times": 3 * n},
+            {"launch": "cuMemAlloc", "lib": lib, "times": 5},  # not a launch
+        ]
+
+    a, b = make_cgroup(), make_cgroup()
+    first, second = spawn(a, calls(1)), spawn(b, calls(10))
+    first.go()
+    second.go()
+    first.report()
+    second.report()
+    counters = probe.counters()
+    assert counters[a.id].launches == 14
+    assert counters[b.id].launches == 140
+    assert counters[a.id].ioctls == 0
+
+
+@pytest.mark.parametrize(
+    ("output", "group_dead"), [("perf", "task"), ("ringbuf", "task"), ("perf", "tracepoint")]
+)
+def test_fallbacks_stream_the_same_records(
+    output: str,
+    group_dead: str,
+    make_cgroup: MakeCgroup,
+    spawn: Spawn,
+) -> None:
+    """The perf buffer (kernels without a ring buffer) and the task->signal->live exit check
+    (kernels whose sched_process_exit has no group_dead) give the same records."""
+    if group_dead == "tracepoint" and "group_dead" not in (
+        Path("/sys/kernel/tracing/events/sched/sched_process_exit/format").read_text()
+    ):
+        pytest.skip("this kernel's sched_process_exit has no group_dead field")
+    cgroup = make_cgroup()
+    with NvProbe(
+        DeviceFilter.parse(TEST_DEVICES),
+        libcuda=None,
+        output=output,  # type: ignore[arg-type]
+        group_dead=group_dead,  # type: ignore[arg-type]
+    ) as other:
+        assert other.features["output"] == output
+        assert other.features["group_dead"] == group_dead
+        step = {"ioctl": "ctl", "cmd": RM_FREE, "arg": free(0xA4)}
+        workload = spawn(
+            cgroup, [{"open": "/dev/full", "as": "ctl"}, {"thread": [step]}, step, {"close": "ctl"}]
+        )
+        workload.go()
+        workload.report()
+        got = collect(other, lambda c: len(c.of(cgroup, "exit")) == 1)
+        assert Counter(r.kind for r in got.of(cgroup)) == {
+            "open": 1,
+            "ioctl": 2,
+            "close": 1,
+            "exit": 1,
+        }
+        assert other.counters()[cgroup.id].escapes == {"RM_FREE": 2}
+        assert other.lost == 0
