@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
 
 import pytest
@@ -169,3 +170,30 @@ def test_histograms_merge_only_with_equal_buckets() -> None:
     assert a.merged(a).counts == (2, 2, 2)
     with pytest.raises(ValueError, match="different buckets"):
         a.merged(Histogram.of((1.0,), []))
+
+
+def test_gzip_and_openmetrics_as_prometheus_asks() -> None:
+    import gzip
+
+    server = serve("127.0.0.1:0", lambda: VIEW)
+    try:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{server.port}/metrics",
+            headers={
+                "Accept": "application/openmetrics-text;version=1.0.0",
+                "Accept-Encoding": "gzip",
+            },
+        )
+        for _ in range(2):  # the second answer comes from the rendered copy of the same view
+            with urllib.request.urlopen(request, timeout=5) as response:
+                assert response.headers["Content-Encoding"] == "gzip"
+                assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+                text = gzip.decompress(response.read()).decode()
+            assert text.rstrip().endswith("# EOF")
+            assert (
+                'qpolicy_gpu_time_seconds_total{class="offline",gpu="0",pod="train"} 12.5' in text
+            )
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/other", timeout=5)
+    finally:
+        server.close()
