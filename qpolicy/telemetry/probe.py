@@ -29,7 +29,7 @@ from qpolicy.nvrm.decode import decode
 from qpolicy.telemetry import wire
 from qpolicy.telemetry.btf import Btf, Member, probe_offsets
 from qpolicy.telemetry.devices import DeviceFilter
-from qpolicy.telemetry.libcuda import LAUNCH_SYMBOLS, find_libcuda
+from qpolicy.telemetry.libcuda import LAUNCH_SYMBOLS, find_libcuda, probe_address
 from qpolicy.telemetry.wire import ProbeRecord
 
 EBPF_DIR = Path(__file__).resolve().parents[2] / "ebpf"
@@ -365,25 +365,22 @@ class NvProbe:
             self.features["libcuda"] = False
             self.features["launch_symbols"] = "libcuda not found"
             return
+        self.features["libcuda"] = str(libcuda)
         path = str(libcuda).encode()
         try:
             found = bpf.get_user_functions_and_addresses(path, LAUNCH_SYMBOLS.pattern.encode())
-            names = sorted({name.decode() for name, _ in found})
         except Exception as error:
             raise ProbeError(f"cannot read the symbols of {libcuda}: {error}") from None
-        if not names:
-            self.features["libcuda"] = str(libcuda)
-            self.features["launch_symbols"] = "none found"
-            return
+        # Aliases share an address: one uprobe each, or a call would count once per name.
+        addresses = sorted({probe_address(libcuda, int(address)) for _, address in found})
         try:
-            # bcc attaches each distinct address once, so aliases are not counted twice.
-            bpf.attach_uprobe(
-                name=path, sym_re=LAUNCH_SYMBOLS.pattern.encode(), fn_name=b"on_launch"
-            )
+            for address in addresses:
+                bpf.attach_uprobe(name=path, addr=address, fn_name=b"on_launch")
         except Exception as error:
             raise ProbeError(f"cannot attach uprobes to {libcuda}: {error}") from None
-        self.features["libcuda"] = str(libcuda)
-        self.features["launch_symbols"] = ",".join(names)
+        names = sorted({name.decode() for name, _ in found})
+        self.features["launch_symbols"] = ",".join(names) if names else "none found"
+        self.features["launch_uprobes"] = str(len(addresses))
 
     def _open_output(self, bpf: Any) -> None:
         if self.features["output"] == "ringbuf":

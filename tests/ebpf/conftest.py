@@ -39,7 +39,8 @@ TEST_DEVICES = ("1:7=ctl", "1:5=uvm")
 FAKE_LIBCUDA_C = r"""
 /* Launch entry points with libcuda's names; each does a little distinct work so that no two
  * share an address, except cuLaunchKernelEx_ptsz, an alias of cuLaunchKernelEx (the probe must
- * count one call once, not once per name). */
+ * count one call once, not once per name). Built for CET, so each starts with endbr64, which
+ * the probe steps over. */
 volatile int calls[8];
 __attribute__((noinline)) int cuLaunchKernel(void) { calls[0]++; return 0; }
 __attribute__((noinline)) int cuLaunchKernel_ptsz(void) { calls[1]++; return 0; }
@@ -69,7 +70,7 @@ def fake_libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
     gcc = shutil.which("gcc")
     assert gcc, "gcc is needed to build the fake libcuda (tools/setup-ebpf.sh installs it)"
     subprocess.run(
-        [gcc, "-O1", "-shared", "-fPIC", "-o", str(library), str(source)],
+        [gcc, "-O1", "-fcf-protection=full", "-shared", "-fPIC", "-o", str(library), str(source)],
         check=True,
         capture_output=True,
     )

@@ -355,6 +355,7 @@ def test_launches_are_counted_per_cgroup(
         names
     )
     assert "cuMemAlloc" not in names
+    assert probe.features["launch_uprobes"] == "4"  # cuLaunchKernelEx_ptsz is an alias
     lib = str(fake_libcuda)
 
     def calls(n: int) -> list[dict[str, Any]]:

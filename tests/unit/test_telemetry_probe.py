@@ -2,6 +2,7 @@
 its device filter, libcuda lookup and the privilege check."""
 
 import re
+import struct
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from qpolicy.telemetry import probe as probe_module
 from qpolicy.telemetry import wire
 from qpolicy.telemetry.btf import Member
 from qpolicy.telemetry.devices import DeviceFilter, char_majors
-from qpolicy.telemetry.libcuda import LAUNCH_SYMBOLS, find_libcuda
+from qpolicy.telemetry.libcuda import ENDBR64, LAUNCH_SYMBOLS, find_libcuda, probe_address
 from qpolicy.telemetry.probe import (
     CgroupCounters,
     NvProbe,
@@ -232,3 +233,34 @@ def test_find_libcuda(tmp_path: Path) -> None:
         find_libcuda(tmp_path / "missing.so")
     auto = find_libcuda("auto")
     assert auto is None or auto.name.startswith("libcuda.so")
+
+
+def test_launch_uprobes_step_over_endbr64(tmp_path: Path) -> None:
+    # A minimal ELF64: one PT_LOAD mapping file offset 0x100 at address 0x2000.
+    header = struct.pack(
+        "<16sHHIQQQIHHHHHH",
+        b"\x7fELF\x02\x01\x01" + bytes(9),
+        3,
+        62,
+        1,
+        0,
+        64,
+        0,
+        0,
+        64,
+        56,
+        1,
+        0,
+        0,
+        0,
+    )
+    segment = struct.pack("<IIQQQQQQ", 1, 5, 0x100, 0x2000, 0x2000, 0x40, 0x40, 0x1000)
+    code = (ENDBR64 + b"\x55" + bytes(11)) + (b"\x55" + bytes(15))
+    library = tmp_path / "libcuda.so.1"
+    library.write_bytes((header + segment).ljust(0x100, b"\0") + code.ljust(0x40, b"\0"))
+    assert probe_address(library, 0x2000) == 0x2004  # endbr64: probe the push after it
+    assert probe_address(library, 0x2010) == 0x2010  # starts with push
+    assert probe_address(library, 0x9000) == 0x9000  # outside every segment: as given
+    not_elf = tmp_path / "not-elf"
+    not_elf.write_bytes(b"hello")
+    assert probe_address(not_elf, 0x2000) == 0x2000
