@@ -17,11 +17,12 @@
  * load time from the running kernel's BTF (qpolicy/telemetry/btf.py) and the walk
  * task->files->fdt->fd[fd]->f_inode->i_rdev is done with one bpf_probe_read_kernel per hop.
  *
- * Placeholders substituted by probe.py: QP_OFF_* (byte offsets), QP_HAVE_OPENAT2, QP_HAVE_OPEN,
- * QP_GROUP_DEAD (args->group_dead, or a read of task->signal->live), QP_OUTPUT_DECL and
- * QP_SUBMIT_BODY (BPF ring buffer, or perf buffer on kernels without one).
+ * probe.py substitutes the QP_ placeholders: member offsets, whether the openat2 and open
+ * tracepoints exist, how a whole-process exit is recognised (the tracepoint's group_dead field,
+ * or task->signal->live on kernels without it) and the output buffer (BPF ring buffer, or perf
+ * buffer on kernels without one). `qpolicy trace --ebpf` prints the result.
  *
- * 21-Nov-2025  qpolicy  Created this.
+ * 21-Nov-2026  qpolicy  Created this.
  */
 #include <uapi/linux/ptrace.h>
 #include "nvprobe.h"

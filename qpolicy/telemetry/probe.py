@@ -291,18 +291,16 @@ class NvProbe:
 
     def source(self) -> str:
         """Probe the kernel's features and return the BPF C text that would be loaded."""
+        bpf_class = _import_bpf()
         offsets = probe_offsets(Btf.load())
-        tracefs = _tracefs()
-        if tracefs is None:
+        if _tracefs() is None:
             raise ProbeError("tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)")
 
         def exists(name: str) -> bool:
-            return (tracefs / "events" / "syscalls" / name).is_dir()
+            return bool(bpf_class.tracepoint_exists("syscalls", name))
 
         if not (exists("sys_enter_ioctl") and exists("sys_enter_openat")):
-            raise ProbeError(
-                f"{tracefs} has no syscall tracepoints (kernel without CONFIG_FTRACE_SYSCALLS)"
-            )
+            raise ProbeError("no syscall tracepoints (a kernel without CONFIG_FTRACE_SYSCALLS)")
         openat2 = exists("sys_enter_openat2")
         open_ = exists("sys_enter_open")
         exit_format = tracepoint_format("sched", "sched_process_exit") or ""

@@ -63,9 +63,17 @@ def test_bad_live_options(
     assert message in err and err.count("\n") == 1
 
 
+def _have_bcc() -> bool:
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 @pytest.mark.skipif(
-    not VMLINUX.exists() or not os.access("/sys/kernel/tracing/events", os.R_OK),
-    reason="needs the kernel's BTF and a readable tracefs",
+    not VMLINUX.exists() or not os.access("/sys/kernel/tracing/events", os.R_OK) or not _have_bcc(),
+    reason="needs the kernel's BTF, a readable tracefs and bcc",
 )
 def test_ebpf_prints_the_program_with_this_kernels_offsets(
     capsys: pytest.CaptureFixture[str],
