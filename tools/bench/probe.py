@@ -7,6 +7,8 @@ with the probe detached and then attached, best of 3:
   updated, and the outcome with both buffers is streamed;
 - an unmatched ioctl: the same request on /dev/null, which every process on the node pays:
   the fd walk and a filter miss;
+- any other syscall (getppid): enabling syscall tracepoints sends every syscall of every process
+  through the kernel's tracing path, whatever the programs then filter;
 - a call of cuLaunchKernel in a stand-in libcuda, with the launch uprobe attached, twice: built
   like a CET distro library (endbr64, then push %rbp: the probe sits on the push, which the
   kernel emulates), and with a first instruction the kernel must single-step out of line (a
@@ -75,6 +77,29 @@ int main(int argc, char **argv)
 }
 """
 
+SYSCALL_LOOP_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+	long calls = atol(argv[1]), i;
+	struct timespec start, end;
+
+	for (i = 0; i < 1000; i++)
+		syscall(SYS_getppid);
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (i = 0; i < calls; i++)
+		syscall(SYS_getppid);
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	printf("%.3f\n", ((end.tv_sec - start.tv_sec) * 1e9 + (end.tv_nsec - start.tv_nsec)) / calls);
+	return 0;
+}
+"""
+
 LAUNCH_LOOP_C = r"""
 #include <dlfcn.h>
 #include <stdio.h>
@@ -125,6 +150,7 @@ def _build(directory: Path) -> dict[str, Path]:
     built = {}
     for name, source, flags in (
         ("ioctl_loop", IOCTL_LOOP_C, ["-O2"]),
+        ("syscall_loop", SYSCALL_LOOP_C, ["-O2"]),
         ("launch_loop", LAUNCH_LOOP_C, ["-O2", "-ldl"]),
         ("libcuda.so.1", FAKE_LIBCUDA_C, ["-O0", "-fcf-protection=full", "-shared", "-fPIC"]),
         (
@@ -150,6 +176,7 @@ def _loops(built: dict[str, Path]) -> dict[str, list[str]]:
     return {
         "matched_ioctl": [ioctl_loop, "/dev/full", hex(RM_ALLOC_48), str(CALLS)],
         "unmatched_ioctl": [ioctl_loop, "/dev/null", hex(RM_ALLOC_48), str(CALLS)],
+        "other_syscall": [str(built["syscall_loop"]), str(CALLS)],
         "uprobe_call": [str(built["launch_loop"]), str(built["libcuda.so.1"]), str(CALLS)],
         "uprobe_call_stepped": [
             str(built["launch_loop"]),
@@ -185,7 +212,7 @@ def run() -> dict[str, Any]:
         features: dict[str, Any] = {}
         # One probe per stand-in library: the probe watches one libcuda.
         for library, names in (
-            ("libcuda.so.1", ("matched_ioctl", "unmatched_ioctl", "uprobe_call")),
+            ("libcuda.so.1", ("matched_ioctl", "unmatched_ioctl", "other_syscall", "uprobe_call")),
             ("libcuda-stepped.so.1", ("uprobe_call_stepped",)),
         ):
             with NvProbe(
