@@ -26,8 +26,8 @@
  * ioctl whose RM_ALLOC outcome is streamed costs 1.2-1.8 us more; an ioctl on any other file
  * 0.3-0.6 us more (the fd walk and a filter miss); any other syscall about 60 ns more, since
  * syscall tracepoints put every syscall through the tracing path. A launch uprobe costs 0.8 us
- * per call where the probed instruction is emulated (push, after endbr64) and 9 us where it is
- * single-stepped. The shipped H200 PyTorch trace (1864 ioctls, 202 launches, 3.7 s) would pay
+ * per call where the probed instruction is emulated (push, after endbr64; libcuda 580.159.04
+ * starts every launch function with push %rbp) and 9 us where it is single-stepped. The shipped H200 PyTorch trace (1864 ioctls, 202 launches, 3.7 s) would pay
  * about 0.13 %. Hooking the NVIDIA module's ioctl handlers instead of the syscall would take the
  * cost off every other process; that needs the module's symbols (not testable without it).
  *

@@ -9,6 +9,7 @@ Where a launch function starts with ``endbr64`` (libraries built for CET), the u
 next instruction: the kernel cannot emulate ``endbr64`` and single-steps it out of line instead,
 which cost 9 us per call against 0.8 us for an emulated ``push`` on the CI VM (bench: probe).
 ``endbr64`` only marks a valid indirect-branch target, so every call still passes the probe.
+(libcuda 580.159.04 has no endbr64: its launch functions start with ``push %rbp``.)
 """
 
 from __future__ import annotations
