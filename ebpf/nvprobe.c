@@ -54,11 +54,16 @@ BPF_HASH(devs, u32, u8, 1024);          /* kernel dev_t -> NODE_* */
 BPF_HASH(majors, u32, u8, 64);          /* major, any minor -> NODE_* */
 BPF_HASH(stream_controls, u32, u8, 64); /* RM_CONTROL commands whose outcome is streamed */
 
-BPF_HASH(ioctls, struct ioctl_key, u64, 16384);
-BPF_HASH(controls, struct cg_key, u64, 16384);
-BPF_HASH(allocs, struct cg_key, u64, 16384);
-BPF_HASH(latency, struct cg_key, u64, 16384);
-BPF_HASH(stats, u64, struct cg_stats, 4096);
+/*
+ * Counters, sized for about a thousand GPU cgroups at the H200 trace's variety per process (26
+ * escapes, 76 controls, 23 classes, ~20 latency slots), allocated as used rather than up
+ * front. Userspace removes the keys of cgroups that are gone (NvProbe.forget).
+ */
+BPF_F_TABLE("hash", struct ioctl_key, u64, ioctls, 65536, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", struct cg_key, u64, controls, 131072, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", struct cg_key, u64, allocs, 65536, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", struct cg_key, u64, latency, 65536, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("hash", u64, struct cg_stats, stats, 16384, BPF_F_NO_PREALLOC);
 BPF_ARRAY(meta, u64, META_SLOTS);
 
 struct inflight {

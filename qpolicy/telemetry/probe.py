@@ -12,6 +12,7 @@ bcc is imported only when a probe starts, so the rest of qpolicy works without i
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -447,6 +448,25 @@ class NvProbe:
                 for k, v in bpf[b"stats"].items()
             ),
         )
+
+    def forget(self, cgroups: Iterable[int]) -> int:
+        """Drop the counters of cgroups that are gone, so that pod churn does not fill the maps
+        (ids are never reused). Returns how many map entries were removed."""
+        gone = set(cgroups)
+        bpf = self._loaded()
+        removed = 0
+        for name in (b"ioctls", b"controls", b"allocs", b"latency"):
+            table = bpf[name]
+            for key in [key for key in table if key.cgroup in gone]:
+                with contextlib.suppress(KeyError):
+                    del table[key]
+                    removed += 1
+        stats = bpf[b"stats"]
+        for cgroup in gone:
+            with contextlib.suppress(KeyError):
+                del stats[stats.Key(cgroup)]
+                removed += 1
+        return removed
 
     def _meta(self, slot: int) -> int:
         table = self._loaded()[b"meta"]

@@ -165,6 +165,14 @@ def test_counts_are_exact_per_cgroup_with_two_processes(
     assert_counts(probe, a, expected_a)
     assert_counts(probe, b, expected_b)
 
+    # Dropping a cgroup's counters removes every key it had and leaves the others alone.
+    before = probe.counters()[a.id]
+    keys = 1 + len(before.escapes) + len(before.controls) + len(before.allocs)
+    keys += sum(1 for count in before.latency_log2 if count)
+    assert probe.forget([a.id]) == keys
+    assert a.id not in probe.counters()
+    assert_counts(probe, b, expected_b)
+
 
 def test_rm_alloc_outcomes_carry_what_the_process_sent(
     probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn
@@ -272,6 +280,10 @@ def test_open_and_close_records(probe: NvProbe, make_cgroup: MakeCgroup, spawn: 
         assert record.ret >= 0
     assert {c.a1 for c in closes} >= {o.ret for o in opens}
     assert probe.counters()[cgroup.id].opens == len(opens)
+
+    # Once the cgroup is gone its counters can be dropped.
+    assert probe.forget([cgroup.id]) == 1  # opens only: its stats entry
+    assert cgroup.id not in probe.counters()
 
 
 def test_sigkill_mid_loop_leaves_the_probe_and_other_cgroups_exact(
