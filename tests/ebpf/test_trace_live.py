@@ -131,3 +131,18 @@ def test_table_output(make_cgroup: MakeCgroup, spawn: Spawn) -> None:
     assert trace.returncode == 0, err
     assert "NVIDIA driver traffic per cgroup" in out
     assert cgroup.rel in out
+
+
+def test_smoke_under_timeout_sigint() -> None:
+    """bcc's tool smoke test: run it under `timeout -s INT` and accept 0 or 124."""
+    done = subprocess.run(
+        ["timeout", "-s", "INT", "8", sys.executable, "-m", "qpolicy", "trace", "--json",
+         "--device", "1:7=ctl", "--libcuda", "none"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode in (0, 124), done.stderr
+    assert "Hit Ctrl-C to end." in done.stderr
+    assert all(json.loads(line)["cgroups"] is not None for line in done.stdout.splitlines())
