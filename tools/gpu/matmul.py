@@ -1,0 +1,118 @@
+"""A PyTorch bf16 matmul loop, the workload of h200-findings.md, for the GPU tier.
+
+    python3 matmul.py --n 4096 --seconds 10 [--sync-every 8] [--count-kernels] [--hold]
+    python3 matmul.py --n 4096 --requests-hz 50 --seconds 10     # online: one matmul per request
+
+Prints one JSON line: iterations, seconds, it/s (saturating) or request latencies (online), and
+with --count-kernels the number of GPU kernels PyTorch's profiler (CUPTI) saw, which the probe's
+launch count is checked against. --hold waits for a line on stdin before exiting, so whoever
+watches the process can read its state while it still holds its GPU objects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)] if ordered else 0.0
+
+
+def saturate(
+    torch: Any, n: int, seconds: float, sync_every: int, iters: int | None
+) -> dict[str, Any]:
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        torch.matmul(a, b)
+    torch.cuda.synchronize()
+    done = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while (iters is None and time.perf_counter() < deadline) or (
+        iters is not None and done < iters
+    ):
+        for _ in range(sync_every):
+            torch.matmul(a, b)
+        torch.cuda.synchronize()
+        done += sync_every
+    elapsed = time.perf_counter() - start
+    return {"iterations": done, "seconds": elapsed, "it_per_s": done / elapsed}
+
+
+def requests(torch: Any, n: int, seconds: float, rate_hz: float) -> dict[str, Any]:
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(10):
+        torch.matmul(a, b)
+    torch.cuda.synchronize()
+    interval = 1.0 / rate_hz
+    latencies: list[float] = []
+    start = time.perf_counter()
+    next_at = start
+    while next_at < start + seconds:
+        now = time.perf_counter()
+        if next_at > now:
+            time.sleep(next_at - now)
+        arrival = next_at
+        torch.matmul(a, b)
+        torch.cuda.synchronize()
+        latencies.append((time.perf_counter() - arrival) * 1000)
+        next_at += interval
+    return {
+        "requests": len(latencies),
+        "seconds": time.perf_counter() - start,
+        "p50_ms": _percentile(latencies, 0.50),
+        "p99_ms": _percentile(latencies, 0.99),
+        "mean_ms": sum(latencies) / len(latencies),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--iters", type=int, default=None, help="stop after this many matmuls")
+    parser.add_argument("--sync-every", type=int, default=8)
+    parser.add_argument("--requests-hz", type=float, default=None)
+    parser.add_argument("--count-kernels", action="store_true")
+    parser.add_argument("--hold", action="store_true")
+    parser.add_argument("--label", default="")
+    args = parser.parse_args()
+
+    import torch
+
+    profiler = None
+    if args.count_kernels:
+        from torch.profiler import ProfilerActivity, profile
+
+        profiler = profile(activities=[ProfilerActivity.CUDA])
+        profiler.__enter__()
+    if args.requests_hz:
+        result = requests(torch, args.n, args.seconds, args.requests_hz)
+    else:
+        result = saturate(torch, args.n, args.seconds, args.sync_every, args.iters)
+    result.update({"n": args.n, "label": args.label, "pid": __import__("os").getpid()})
+    if profiler is not None:
+        torch.cuda.synchronize()
+        profiler.__exit__(None, None, None)
+        kernels = [
+            e
+            for e in profiler.events()
+            if e.device_type.name == "CUDA" and "Memcpy" not in e.name and "Memset" not in e.name
+        ]
+        result["kernels_profiled"] = len(kernels)
+    print(json.dumps(result), flush=True)
+    if args.hold:
+        sys.stdin.readline()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
