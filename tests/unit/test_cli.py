@@ -71,10 +71,12 @@ class Cli:
 def populated(store: StateStore) -> bytes:
     """GPU 0 fixed-share with pod a (50 %), pod free on best-effort GPU 1; returns the file."""
     store.update(
-        lambda _: DesiredState()
-        .with_gpu(GpuConfig(0, GpuPolicy.FIXED_SHARE, 20))
-        .with_pod(PodSpec("a", 0, PodClass.ONLINE, 50, 8 * GiB))
-        .with_pod(PodSpec("free", 1))
+        lambda _: (
+            DesiredState()
+            .with_gpu(GpuConfig(0, GpuPolicy.FIXED_SHARE, 20))
+            .with_pod(PodSpec("a", 0, PodClass.ONLINE, 50, 8 * GiB))
+            .with_pod(PodSpec("free", 1))
+        )
     )
     return store.path.read_bytes()
 

@@ -137,7 +137,7 @@ def count_check(probe: NvProbe, logger: Path, out_dir: Path) -> dict[str, Any]:
     cgroup.rmdir()
     return {
         "workload": workload,
-        "probe_features": {k: v for k, v in probe.features.items()},
+        "probe_features": dict(probe.features),
         "probe_lost_events": probe.lost,
         "escapes_probe": dict(sorted(seen.items())),
         "escapes_logger": dict(sorted(witness.items())),

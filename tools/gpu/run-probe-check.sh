@@ -10,8 +10,10 @@ ROOT=${BCC_ROOT:-/tmp/bccroot}
 mkdir -p "$ROOT"
 for deb in "$DEBS"/*.deb; do dpkg -x "$deb" "$ROOT"; done
 release=$(uname -r)
-headers=$(ls -d "$ROOT"/usr/src/linux-headers-*-cloud-amd64 | head -n 1)
-common=$(ls -d "$ROOT"/usr/src/linux-headers-*-common | head -n 1)
+trees=("$ROOT"/usr/src/linux-headers-*-cloud-amd64)
+headers=${trees[0]}
+trees=("$ROOT"/usr/src/linux-headers-*-common)
+common=${trees[0]}
 mkdir -p "/lib/modules/$release" /usr/src
 # Never replace a real header tree; the carried one is only a stand-in where none exists.
 [ -e "/lib/modules/$release/build" ] || ln -sfn "$headers" "/lib/modules/$release/build"
