@@ -10,7 +10,13 @@ import typer
 
 from qpolicy.cli.output import err_console
 from qpolicy.cli.simulate import load_scenario_argument
-from qpolicy.daemon import Daemon, DaemonConfig, EnforcerKind, install_signal_handlers
+from qpolicy.daemon import (
+    Daemon,
+    DaemonConfig,
+    EnforcerKind,
+    ProbeMode,
+    install_signal_handlers,
+)
 from qpolicy.errors import ValidationError
 from qpolicy.state import default_state_dir
 from qpolicy.telemetry.exporter import DEFAULT_METRICS_ADDR, parse_metrics_addr
@@ -22,6 +28,13 @@ def _parse_enforcer(text: str) -> EnforcerKind:
     except ValueError:
         choices = ", ".join(kind.value for kind in EnforcerKind)
         raise ValidationError(f"invalid enforcer {text!r}: expected one of {choices}") from None
+
+
+def _parse_probe(text: str) -> ProbeMode:
+    try:
+        return ProbeMode(text.strip().lower())
+    except ValueError:
+        raise ValidationError(f"invalid probe mode {text!r}: expected auto, on or off") from None
 
 
 def _parse_positive(text: str, what: str) -> float:
@@ -68,6 +81,15 @@ def daemon(
     tick_ms: Annotated[
         str, typer.Option("--tick-ms", metavar="MS", help="How often sources are read.")
     ] = "100",
+    probe: Annotated[
+        str | None,
+        typer.Option(
+            "--probe",
+            metavar="auto|on|off",
+            help="Load the eBPF probe (needs root and python3-bpfcc). Default: auto, except "
+            "under the sim enforcer. **auto** carries on without it if it cannot load.",
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: read the desired state and telemetry, enforce, serve metrics.
 
@@ -76,8 +98,13 @@ def daemon(
     kind = _parse_enforcer(enforcer)
     if not no_metrics:
         parse_metrics_addr(metrics_addr)
+    if probe is None:
+        probe_mode = ProbeMode.OFF if kind is EnforcerKind.SIM else ProbeMode.AUTO
+    else:
+        probe_mode = _parse_probe(probe)
     config = DaemonConfig(
         enforcer=kind,
+        probe=probe_mode,
         state_dir=default_state_dir(),
         metrics_addr=None if no_metrics else metrics_addr,
         scenario=load_scenario_argument(scenario) if scenario is not None else None,
@@ -86,6 +113,12 @@ def daemon(
     )
     agent = Daemon(config)
     install_signal_handlers(agent)
+    if agent.probe_error is not None:
+        err_console.print(
+            f"qpolicy daemon: running without the eBPF probe: {agent.probe_error}",
+            markup=False,
+            highlight=False,
+        )
     if config.metrics_addr is not None:
         err_console.print(
             f"qpolicy daemon: enforcer {kind.value}, metrics on http://{config.metrics_addr}/metrics",

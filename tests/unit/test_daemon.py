@@ -10,10 +10,11 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from qpolicy.daemon import Daemon, DaemonConfig, EnforcerKind
+from qpolicy.daemon import Daemon, DaemonConfig, EnforcerKind, ProbeMode
 from qpolicy.errors import ValidationError
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.sim.events import EventLoop
@@ -182,3 +183,75 @@ def test_daemon_serves_metrics_and_stops_cleanly_on_sigterm(tmp_path: Path) -> N
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_probe_activity_is_attributed_to_the_pod_owning_the_cgroup(tmp_path: Path) -> None:
+    from qpolicy.telemetry.cgroups import CgroupMap
+    from qpolicy.telemetry.probe import CgroupCounters
+    from qpolicy.telemetry.probesource import ProbeSource
+    from qpolicy.telemetry.wire import ProbeRecord
+    from tests.unit.test_telemetry_live import FakeProbe, rm_alloc
+
+    def open_record(pid: int, cgroup: int, fd: int, path: str, minor: int) -> ProbeRecord:
+        return ProbeRecord(
+            "open", ts=0, tid=pid, ret=fd, s=path, pid=pid, cgroup=cgroup, major=195, minor=minor
+        )
+
+    root = tmp_path / "cgroup"
+    (root / "kube" / "web" / "ctr").mkdir(parents=True)
+    (root / "batch").mkdir()
+    cgroups = CgroupMap(root=root)
+    web, batch = cgroups.id_of("/kube/web/ctr"), cgroups.id_of("/batch")
+    probe = FakeProbe()
+    probe.pending = [
+        open_record(10, web, 5, "/dev/nvidiactl", minor=255),
+        open_record(10, web, 6, "/dev/nvidia0", minor=0),
+        rm_alloc(10, web, 0xC1D00001, 0, 0x41),
+        rm_alloc(10, web, 0x2, 0xC1D00001, 0x80),
+        rm_alloc(10, web, 0x3, 0x2, 0xA06C),
+        open_record(20, batch, 7, "/dev/nvidia1", minor=1),
+    ]
+    probe.counts = {
+        web: CgroupCounters(web, ioctls=3, escapes={"RM_ALLOC": 3}, launches=42),
+        batch: CgroupCounters(batch, ioctls=1, escapes={"CARD_INFO": 1}),
+    }
+    store = StateStore(tmp_path / "state")
+    store.update(lambda s: s.with_pod(PodSpec("/kube/web", 0, PodClass.ONLINE, 30)))
+    config = DaemonConfig(
+        enforcer=EnforcerKind.NONE,
+        state_dir=tmp_path / "state",
+        metrics_addr=None,
+        probe=ProbeMode.ON,
+    )
+    agent = Daemon(config, probe_loader=lambda: ProbeSource(probe, cgroups))
+    agent.tick()
+    view = agent.snapshot()
+    pods = {pod.pod: pod for pod in view.pods}
+    assert view.sources == {"state": True, "probe": True}
+    web_pod = pods["/kube/web"]
+    assert web_pod.pod_class == "online" and web_pod.gpu == "0"
+    assert web_pod.activity.ioctls == {"RM_ALLOC": 3} and web_pod.activity.launches == 42
+    assert web_pod.activity.tsgs == 1 and web_pod.activity.processes == 1
+    stray = pods["/batch"]
+    assert (stray.pod_class, stray.gpu, stray.share_target) == ("unmanaged", "1", None)
+    assert stray.activity.ioctls == {"CARD_INFO": 1}
+
+
+def test_probe_that_cannot_load(tmp_path: Path) -> None:
+    from qpolicy.errors import QPolicyError
+
+    def fail() -> Any:
+        raise QPolicyError("bcc missing: install python3-bpfcc")
+
+    for mode, fatal in ((ProbeMode.AUTO, False), (ProbeMode.ON, True)):
+        config = DaemonConfig(
+            enforcer=EnforcerKind.NONE, state_dir=tmp_path, metrics_addr=None, probe=mode
+        )
+        if fatal:
+            with pytest.raises(QPolicyError, match="python3-bpfcc"):
+                Daemon(config, probe_loader=fail)
+            continue
+        agent = Daemon(config, probe_loader=fail)
+        agent.tick()
+        assert agent.snapshot().sources == {"state": True, "probe": False}
+        assert agent.probe_error == "bcc missing: install python3-bpfcc"

@@ -28,6 +28,7 @@
 static unsigned char fd_node[MAX_FDS];
 static unsigned long counts[4][256];	/* NV nodes: by escape NR */
 static unsigned long uvm_counts[4096];	/* uvm: by request number (small ones) */
+static struct { unsigned long request, count; } uvm_large[16];	/* UVM_INITIALIZE and kin */
 static unsigned long uvm_other;
 static struct { uint32_t cls, status; int ret; } allocs[MAX_ALLOCS];
 static unsigned long nallocs;
@@ -128,10 +129,21 @@ int ioctl(int fd, unsigned long request, ...)
 		return ret;
 	pthread_mutex_lock(&lock);
 	if (node == NODE_UVM) {
-		if (request < 4096)
+		if (request < 4096) {
 			uvm_counts[request]++;
-		else
-			uvm_other++;
+		} else {
+			int i;
+
+			for (i = 0; i < 16; i++)
+				if (uvm_large[i].request == request || !uvm_large[i].count)
+					break;
+			if (i < 16) {
+				uvm_large[i].request = request;
+				uvm_large[i].count++;
+			} else {
+				uvm_other++;
+			}
+		}
 	} else if (((request >> 8) & 0xff) == 'F') {
 		unsigned int nr = request & 0xff, size = (request >> 16) & 0x3fff;
 
@@ -175,6 +187,11 @@ __attribute__((destructor)) static void dump(void)
 			fprintf(f, "%s\"%d\": %lu", first ? "" : ", ", nr, uvm_counts[nr]);
 			first = 0;
 		}
+	for (nr = 0; nr < 16 && uvm_large[nr].count; nr++) {
+		fprintf(f, "%s\"%lu\": %lu", first ? "" : ", ", uvm_large[nr].request,
+			uvm_large[nr].count);
+		first = 0;
+	}
 	fprintf(f, "}, \"uvm_other\": %lu, \"allocs\": [", uvm_other);
 	for (i = 0; i < nallocs; i++)
 		fprintf(f, "%s[%u, %u, %d]", i ? ", " : "", allocs[i].cls, allocs[i].status,

@@ -1,0 +1,122 @@
+"""The eBPF probe as a daemon data source: what each cgroup's processes do with the driver.
+
+Counters (ioctls by escape, latency, launches) come from the probe's kernel maps; the objects a
+cgroup holds (TSGs, channels, device memory) from the tracker its RM_ALLOC/RM_FREE outcomes feed;
+which GPUs a cgroup uses from the minors of the /dev/nvidiaN files its processes opened.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from qpolicy.nvrm.abi import Node
+from qpolicy.telemetry.cgroups import CgroupMap
+from qpolicy.telemetry.live import LiveView, Source
+from qpolicy.telemetry.view import DriverActivity, Histogram
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupActivity:
+    path: str
+    activity: DriverActivity
+    gpus: frozenset[int] = field(default_factory=frozenset)
+
+
+def merge(a: DriverActivity, b: DriverActivity) -> DriverActivity:
+    ioctls = dict(a.ioctls)
+    for name, count in b.ioctls.items():
+        ioctls[name] = ioctls.get(name, 0) + count
+    return DriverActivity(
+        ioctls=ioctls,
+        ioctl_latency=a.ioctl_latency.merged(b.ioctl_latency),
+        launches=a.launches + b.launches,
+        tsgs=a.tsgs + b.tsgs,
+        channels=a.channels + b.channels,
+        device_memory=a.device_memory + b.device_memory,
+        processes=a.processes + b.processes,
+    )
+
+
+class ProbeSource:
+    def __init__(self, probe: Source, cgroups: CgroupMap | None = None) -> None:
+        self.probe = probe
+        self.view = LiveView(probe, cgroups if cgroups is not None else CgroupMap())
+        self.up = False
+        self.error: str | None = None
+        self._gpus: dict[int, set[int]] = defaultdict(set)
+
+    def refresh(self) -> None:
+        try:
+            records = self.probe.poll(0)
+        except Exception as error:  # the probe's buffer reader raises whatever bcc raises
+            self.up, self.error = False, str(error)
+            return
+        for record in records:
+            if (
+                record.kind == "open"
+                and record.cgroup is not None
+                and self.probe.node_of(record.major, record.minor) is Node.GPU
+            ):
+                self._gpus[record.cgroup].add(record.minor)
+        self.view.feed(records)
+        self.up, self.error = True, None
+
+    def prune(self) -> int:
+        """Drop the counters of cgroups that were removed and hold no process any more."""
+        forget = getattr(self.probe, "forget", None)
+        if forget is None:
+            return 0
+        alive = {proc.cgroup for proc in self.view.tracker.processes.values()}
+        root = self.view.cgroups.root
+        gone = []
+        for cgid in self.probe.counters():
+            path = self.view.cgroups.path_of(cgid)
+            if cgid not in alive and (path is None or not (root / path.lstrip("/")).exists()):
+                gone.append(cgid)
+        for cgid in gone:
+            self._gpus.pop(cgid, None)
+        return int(forget(gone)) if gone else 0
+
+    def close(self) -> None:
+        close = getattr(self.probe, "close", None)
+        if close is not None:
+            close()
+
+    def activity(self) -> Mapping[int, CgroupActivity]:
+        """Per cgroup id that the probe has seen: its path, driver activity and GPUs."""
+        held: dict[int, DriverActivity] = {}
+        tracker = self.view.tracker
+        for pid, proc in tracker.processes.items():
+            if proc.cgroup is None:
+                continue
+            summary = tracker.summary(pid)
+            one = DriverActivity(
+                tsgs=summary.tsgs,
+                channels=summary.channel_count,
+                device_memory=summary.device_bytes,
+                processes=1,
+            )
+            previous = held.get(proc.cgroup)
+            held[proc.cgroup] = one if previous is None else merge(previous, one)
+        counters = self.probe.counters()
+        found: dict[int, CgroupActivity] = {}
+        for cgid in set(counters) | set(held):
+            path = self.view.cgroups.path_of(cgid) or f"cgroup#{cgid}"
+            base = held.get(cgid, DriverActivity())
+            count = counters.get(cgid)
+            if count is not None:
+                base = DriverActivity(
+                    ioctls=dict(count.escapes),
+                    ioctl_latency=Histogram.from_log2_us(
+                        count.latency_log2, count.latency_sum_ns / 1e9
+                    ),
+                    launches=count.launches,
+                    tsgs=base.tsgs,
+                    channels=base.channels,
+                    device_memory=base.device_memory,
+                    processes=base.processes,
+                )
+            found[cgid] = CgroupActivity(path, base, frozenset(self._gpus.get(cgid, ())))
+        return found
