@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from qpolicy.enforcers.base import Cancellable, PodUsage
-from qpolicy.enforcers.slicer import SliceScheduler
+from qpolicy.enforcers.slicer import Handover, SliceScheduler
 from qpolicy.engine import Plan
 from qpolicy.sim.calibration import CHANNEL_CONTROL_US
 from qpolicy.sim.events import EventLoop
@@ -84,11 +84,20 @@ class SimUsageSensor:
 class SimEnforcer:
     name = "sim"
 
-    def __init__(self, gpu: SimGpu, contexts: Mapping[str, Context]) -> None:
+    def __init__(
+        self,
+        gpu: SimGpu,
+        contexts: Mapping[str, Context],
+        *,
+        handover: Handover = "make-before-break",
+    ) -> None:
         original = {pod: ctx.timeslice_us for pod, ctx in contexts.items()}
         self.control = SimChannelControl(gpu, contexts, original)
         self.scheduler = SliceScheduler(
-            _LoopClock(gpu.loop), self.control, SimUsageSensor(gpu, contexts)
+            _LoopClock(gpu.loop),
+            self.control,
+            SimUsageSensor(gpu, contexts),
+            handover=handover,
         )
 
     def collect(self) -> Mapping[str, PodUsage]:

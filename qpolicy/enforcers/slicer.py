@@ -14,8 +14,11 @@ Within a period (the model is CFS bandwidth control, with GPU time as the runtim
   work, in proportion to their weights (burst-share: shares; best-effort: equal) in *burst* turns.
 
 Controls act ``latency_us`` after they are issued, one after another, so a hand-over is issued ahead
-of time: the next pod is opened first and the current one closed one control later, so the GPU does
-not wait for a control (make before break).
+of time. *Make before break* opens the next pod first and closes the current one a control later:
+the GPU never waits for a control, and the two pods share the overlap as the hardware decides (the
+simulator's default). *Break before make* closes the current pod first, so turns never overlap and
+each pod's GPU time is the time its channels were open, at the price of one control of idle GPU per
+switch (the rm enforcer's choice: on real hardware the overlap cannot be measured).
 
 Two feedbacks keep achieved shares on the plan:
 
@@ -30,10 +33,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from qpolicy.enforcers.base import Cancellable, ChannelControl, Clock, PodUsage, UsageSensor
 from qpolicy.engine import Plan
 from qpolicy.model import PodClass
+
+Handover = Literal["make-before-break", "break-before-make"]
 
 _BUDGET = "budget"
 _DEADLINE = "deadline"
@@ -78,6 +84,7 @@ class SliceScheduler:
         idle_grace_us: float = 500.0,
         poll_us: float = 1000.0,
         max_carry: float = 0.1,
+        handover: Handover = "make-before-break",
     ) -> None:
         self.clock = clock
         self.control = control
@@ -85,6 +92,7 @@ class SliceScheduler:
         self.idle_grace_us = idle_grace_us
         self.poll_us = poll_us
         self.max_carry = max_carry
+        self.handover = handover
         self.stats = SlicerStats()
         self._plan: Plan | None = None
         self._period_end = 0.0
@@ -165,12 +173,16 @@ class SliceScheduler:
                 break
         self._turns = turns
         self._turn_index = 0
+        first = turns[0].pod if turns else None
+        closing = [s.pod for s in plan.slices if s.pod_class is PodClass.OFFLINE and s.pod != first]
+        if self.handover == "break-before-make":
+            for pod in closing:
+                self._set_enabled(pod, False)
         if turns:
             self._open_turn(turns[0], now, previous=None)
-        first = turns[0].pod if turns else None
-        for s in plan.slices:
-            if s.pod_class is PodClass.OFFLINE and s.pod != first:
-                self._set_enabled(s.pod, False)
+        if self.handover == "make-before-break":
+            for pod in closing:
+                self._set_enabled(pod, False)
         self._tick()
 
     def release(self) -> None:
@@ -285,7 +297,9 @@ class SliceScheduler:
         if successor == turn.pod:
             return 0.0
         backlog = max(self.control.settled_at() - self.clock.now, 0.0)
-        controls = 1 if successor is None else 2
+        # Only the close has to land at the turn's end; under make before break the next pod's
+        # open goes in front of it.
+        controls = 2 if successor is not None and self.handover == "make-before-break" else 1
         return backlog + self.control.latency_us * controls
 
     def _hand_over(self, plan: Plan, turn: _Turn, now: float) -> None:
@@ -295,11 +309,19 @@ class SliceScheduler:
             self._turn_index += 1
         if nxt is None and plan.work_conserving and self._start_burst(plan, now):
             nxt = self._current_turn()
+        if nxt is not None and nxt.pod == turn.pod:
+            turn.closed_at = now
+            self._open_turn(nxt, now, previous=turn.pod)
+            return
+        if nxt is not None and self.handover == "make-before-break":
+            self._open_turn(nxt, now, previous=turn.pod)
+            self._set_enabled(turn.pod, False)
+            turn.closed_at = self.control.settled_at()
+            return
+        self._set_enabled(turn.pod, False)
+        turn.closed_at = self.control.settled_at()
         if nxt is not None:
             self._open_turn(nxt, now, previous=turn.pod)
-        if nxt is None or nxt.pod != turn.pod:
-            self._set_enabled(turn.pod, False)
-        turn.closed_at = self.control.settled_at() if nxt is None or nxt.pod != turn.pod else now
 
     def _open_turn(self, turn: _Turn, now: float, previous: str | None) -> None:
         """Open ``turn``'s channels (before the previous pod is closed) and set its deadline."""
@@ -309,7 +331,11 @@ class SliceScheduler:
             self.stats.switches += 1
         self.stats.turns += 1
         turn.start_gpu_us = self.sensor.gpu_time_us(turn.pod)
-        turn.owns_gpu_at = self.control.settled_at() + (self.control.latency_us if switching else 0)
+        # Under make before break the previous pod's close still follows this open.
+        closing_after = switching and self.handover == "make-before-break"
+        turn.owns_gpu_at = self.control.settled_at() + (
+            self.control.latency_us if closing_after else 0
+        )
         start = min(max(turn.owns_gpu_at, now), self._period_end)
         # Wall time is split by how long each remaining turn needs for its GPU time.
         needs = {

@@ -8,6 +8,7 @@ import pytest
 
 from qpolicy.control import ControlLoop
 from qpolicy.enforcers.sim import SimEnforcer
+from qpolicy.enforcers.slicer import Handover
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.sim.calibration import CHANNEL_CONTROL_US, CUDA_TIMESLICE_US
 from qpolicy.sim.events import EventLoop
@@ -33,11 +34,16 @@ class Rig:
         return self.gpu.gpu_time(self.contexts[pod])
 
 
-def rig(policy: GpuPolicy, pods: list[PodSpec], period_ms: int = 50) -> Rig:
+def rig(
+    policy: GpuPolicy,
+    pods: list[PodSpec],
+    period_ms: int = 50,
+    handover: Handover = "make-before-break",
+) -> Rig:
     loop = EventLoop()
     gpu = SimGpu(loop)
     contexts = {p.id: gpu.add_context(p.id, CUDA_TIMESLICE_US) for p in pods}
-    enforcer = SimEnforcer(gpu, contexts)
+    enforcer = SimEnforcer(gpu, contexts, handover=handover)
     control = ControlLoop(GpuConfig(0, policy, period_ms), pods, enforcer)
     result = Rig(loop, gpu, contexts, enforcer, control)
     channel = enforcer.control
@@ -147,3 +153,25 @@ def test_release_reopens_every_pod_and_restores_timeslices() -> None:
     r.loop.run_until(r.loop.now + 10 * L)
     assert all(ctx.enabled for ctx in r.gpu.contexts)
     assert all(ctx.timeslice_us == CUDA_TIMESLICE_US for ctx in r.gpu.contexts)
+
+
+def test_break_before_make_never_opens_two_offline_pods_and_keeps_shares() -> None:
+    pods = [PodSpec("a", 0, share=50), PodSpec("b", 0, share=30), PodSpec("c", 0, share=20)]
+    r = rig(GpuPolicy.FIXED_SHARE, pods, handover="break-before-make")
+    for name, kernel_ms in (("a", 2.0), ("b", 1.0), ("c", 0.5)):
+        saturate(r, name, kernel_ms=kernel_ms)
+    overlaps = []
+    original = r.gpu.set_enabled
+
+    def watch(ctx: Context, enabled: bool) -> None:
+        original(ctx, enabled)
+        open_now = [c.name for c in r.gpu.contexts if c.enabled]
+        if len(open_now) > 1:
+            overlaps.append((r.loop.now, open_now))
+
+    r.gpu.set_enabled = watch  # type: ignore[method-assign]
+    r.run(10.0)
+    # Before the first plan every context is open, as processes start; after it, never two.
+    assert [o for o in overlaps if o[0] > 0.1e6] == []
+    for name, share in (("a", 0.5), ("b", 0.3), ("c", 0.2)):
+        assert r.used(name) / 10e6 == pytest.approx(share, abs=0.02), name
