@@ -1,24 +1,41 @@
-"""``qpolicy daemon``: keeps the node's view current and serves it to Prometheus.
+"""``qpolicy daemon``: the node agent. Sense, plan, act once per period per GPU; serve metrics.
 
-Every tick the daemon advances its sources (the desired-state file, the simulated node, and later
-the probe and the hardware enforcers) and publishes a new immutable :class:`NodeView`; the exporter
-thread only ever reads the latest one. SIGTERM and SIGINT stop it cleanly with status 0.
+Everything that schedules runs on one real-time loop thread: the periodic refresh of the desired
+state (the state file and the ``user.qpolicy.*`` annotations on cgroups) and of the probe, each
+GPU's control loop step at its period, and the slice scheduler's timers. The exporter thread only
+reads the immutable view the loop publishes. SIGTERM and SIGINT stop the loop; the enforcer then
+opens every channel it closed and restores every timeslice it changed, and the daemon exits 0. A
+daemon killed with SIGKILL leaves a record of what it had closed; the next one opens it again
+before anything else.
+
+Enforcers (``--enforcer``): ``rm`` drives a real GPU from userspace through RM controls (needs root
+and the eBPF probe); ``sim`` runs a scenario on the simulated GPU; ``none`` only observes; ``kmod``
+is the qgpu kernel module's, and ``auto`` picks kmod where ``/sys/kernel/qgpu`` exists, rm where
+NVIDIA devices exist, and sim otherwise.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 
+from qpolicy.annotations import Annotations, scan
+from qpolicy.control import ControlLoop
+from qpolicy.enforcers.realtime import RealtimeLoop, Repeating
+from qpolicy.enforcers.rm import RmEnforcer, RmShared, restore
 from qpolicy.engine import plan
 from qpolicy.errors import QPolicyError, ValidationError
+from qpolicy.model import PodSpec
+from qpolicy.nvrm.tracker import ClientChannels
 from qpolicy.sim.scenario import Scenario
+from qpolicy.sim.scenarios import builtin
 from qpolicy.state import DesiredState, StateStore
 from qpolicy.telemetry.cgroups import within
 from qpolicy.telemetry.exporter import MetricsServer, serve
@@ -26,11 +43,20 @@ from qpolicy.telemetry.probesource import CgroupActivity, ProbeSource, merge
 from qpolicy.telemetry.simsource import SimulatedNode
 from qpolicy.telemetry.view import DriverActivity, Enforcement, GpuView, NodeView, PodView
 
+log = logging.getLogger(__name__)
+
 # How often cgroups that are gone are dropped from the probe's maps (which have a fixed size).
 PRUNE_EVERY_S = 10.0
+# How often the cgroup hierarchy is walked for annotations.
+ANNOTATIONS_EVERY_S = 1.0
+QGPU_SYSFS = Path("/sys/kernel/qgpu")
+NVIDIA_CTL = Path("/dev/nvidiactl")
 
 
 class EnforcerKind(StrEnum):
+    AUTO = "auto"
+    KMOD = "kmod"
+    RM = "rm"
     SIM = "sim"
     NONE = "none"
 
@@ -43,6 +69,16 @@ class ProbeMode(StrEnum):
     OFF = "off"
 
 
+def choose_enforcer(
+    kind: EnforcerKind, *, qgpu: Path = QGPU_SYSFS, nvidia: Path = NVIDIA_CTL
+) -> EnforcerKind:
+    if kind is not EnforcerKind.AUTO:
+        return kind
+    if qgpu.exists():
+        return EnforcerKind.KMOD
+    return EnforcerKind.RM if nvidia.exists() else EnforcerKind.SIM
+
+
 @dataclass(frozen=True, slots=True)
 class DaemonConfig:
     enforcer: EnforcerKind
@@ -52,6 +88,7 @@ class DaemonConfig:
     speed: float = 1.0
     tick_s: float = 0.1
     probe: ProbeMode = ProbeMode.OFF
+    cgroup_root: Path | None = None
 
     def __post_init__(self) -> None:
         if self.enforcer is EnforcerKind.SIM and self.scenario is None:
@@ -70,7 +107,8 @@ class StateSource:
         self.error: str | None = None
         self._seen: tuple[float, int] | None = None
 
-    def refresh(self) -> None:
+    def refresh(self) -> bool:
+        """Re-read if the file changed; True when the state may have changed."""
         try:
             stat = self.store.path.stat()
             stamp = (stat.st_mtime, stat.st_ino)
@@ -78,21 +116,76 @@ class StateSource:
             stamp = (0.0, 0)
         except OSError as error:
             self.up, self.error = False, str(error)
-            return
+            return False
         if stamp == self._seen and self.up:
-            return
+            return False
         try:
             self.state = self.store.load()
         except QPolicyError as error:
             self.up, self.error = False, str(error)
-            return
+            return False
         self.up, self.error, self._seen = True, None, stamp
+        return True
 
 
 def load_probe() -> ProbeSource:
     from qpolicy.telemetry.probe import NvProbe  # bcc is imported only when a probe is wanted
 
     return ProbeSource(NvProbe().start())
+
+
+def merged_state(state: DesiredState, annotations: Annotations) -> DesiredState:
+    """The state file's pods plus annotated cgroups it does not name (the file wins)."""
+    pods = {pod.id: pod for pod in annotations.pods.values()}
+    pods.update(state.pods)
+    return replace(state, pods=pods)
+
+
+class ProbeResolver:
+    """Pods to processes for the rm enforcer: a pod named by a cgroup path owns its subtree."""
+
+    def __init__(self, probe: ProbeSource, pods: Callable[[], Mapping[str, PodSpec]]) -> None:
+        self.probe = probe
+        self._pods = pods
+
+    def _owner(self, cgroup: int | None) -> str | None:
+        if cgroup is None:
+            return None
+        path = self.probe.view.cgroups.path_of(cgroup)
+        if path is None:
+            return None
+        owners = [pod for pod in self._pods() if pod.startswith("/") and within(path, pod)]
+        return max(owners, key=len) if owners else None
+
+    def groups(self, pod: str) -> list[ClientChannels]:
+        tracker = self.probe.view.tracker
+        found: list[ClientChannels] = []
+        for pid, proc in tracker.processes.items():
+            if self._owner(proc.cgroup) == pod:
+                found.extend(tracker.channel_groups(pid))
+        return found
+
+    def launches(self) -> Mapping[str, int]:
+        totals: dict[str, int] = {}
+        for cgroup, count in self.probe.launches().items():
+            owner = self._owner(cgroup)
+            if owner is not None:
+                totals[owner] = totals.get(owner, 0) + count
+        return totals
+
+
+@dataclass
+class _Gpu:
+    """One GPU under the rm enforcer: its control loop and when it next steps."""
+
+    loop: ControlLoop
+    enforcer: RmEnforcer
+    timer: Repeating | None = None
+
+
+@dataclass
+class _Stats:
+    steps: int = 0
 
 
 class Daemon:
@@ -102,11 +195,31 @@ class Daemon:
         *,
         clock: Callable[[], float] = time.monotonic,
         probe_loader: Callable[[], ProbeSource] = load_probe,
+        is_root: Callable[[], bool] = lambda: os.geteuid() == 0,
     ) -> None:
+        self.kind = choose_enforcer(config.enforcer)
+        if self.kind is EnforcerKind.KMOD:
+            raise QPolicyError(
+                "the kmod enforcer drives qgpu.ko, which this build does not include yet; "
+                "use --enforcer rm"
+            )
+        if self.kind is EnforcerKind.SIM and config.scenario is None:
+            config = replace(config, scenario=builtin("demo"))
+        if self.kind is EnforcerKind.RM:
+            if not is_root():
+                raise QPolicyError(
+                    "the rm enforcer needs root: it takes tenants' /dev/nvidiactl descriptors "
+                    "(pidfd_getfd) and loads the eBPF probe"
+                )
+            config = replace(config, probe=ProbeMode.ON)
         self.config = config
         self.state = StateSource(StateStore(config.state_dir))
+        self.annotations = Annotations()
+        self.desired = DesiredState()
+        self.loop = RealtimeLoop(clock)
+        self._clock = clock
         self.sim: SimulatedNode | None = None
-        if config.enforcer is EnforcerKind.SIM:
+        if self.kind is EnforcerKind.SIM:
             assert config.scenario is not None
             self.sim = SimulatedNode(config.scenario, speed=config.speed, clock=clock)
         self.probe: ProbeSource | None = None
@@ -118,22 +231,50 @@ class Daemon:
                 if config.probe is ProbeMode.ON:
                     raise
                 self.probe_error = str(error)
-        self._clock = clock
+        self.rm: RmShared | None = None
+        self.restored: tuple[int, list[str]] = (0, [])
+        self.gpus: dict[int, _Gpu] = {}
+        if self.kind is EnforcerKind.RM:
+            config.state_dir.mkdir(parents=True, exist_ok=True)
+            self.restored = restore(config.state_dir / "rm-disabled.json")
+            self.rm = RmShared(self.loop, config.state_dir)
+            if self.probe is not None:
+                self.probe.on_exit.append(self.rm.files.forget)
         self._pruned_at = clock()
+        self._annotated_at: float | None = None
         self._view = NodeView()
-        self._stop = threading.Event()
         self.server: MetricsServer | None = None
+        self.stats = _Stats()
+
+    # -- the view ------------------------------------------------------------------------------
 
     def snapshot(self) -> NodeView:
         return self._view
 
     def tick(self) -> None:
-        """Advance every source once and publish a new view."""
-        self.state.refresh()
+        """Refresh the sources, follow changes of the desired state, publish a new view."""
+        changed = self.state.refresh()
+        now = self._clock()
+        root = self._cgroup_root()
+        if root is not None and (
+            self._annotated_at is None or now - self._annotated_at >= ANNOTATIONS_EVERY_S
+        ):
+            self._annotated_at = now
+            annotations = scan(root)
+            if annotations != self.annotations:
+                for path, error in annotations.errors.items():
+                    if self.annotations.errors.get(path) != error:
+                        log.warning("ignoring the annotations of %s", error)
+                self.annotations = annotations
+                changed = True
+        if changed:
+            self.desired = merged_state(self.state.state, self.annotations)
+            if self.rm is not None:
+                self._sync_gpus()
         if self.probe is not None:
             self.probe.refresh()
-            if self._clock() - self._pruned_at >= PRUNE_EVERY_S:
-                self._pruned_at = self._clock()
+            if now - self._pruned_at >= PRUNE_EVERY_S:
+                self._pruned_at = now
                 self.probe.prune()
         if self.sim is not None:
             self.sim.advance()
@@ -141,6 +282,13 @@ class Daemon:
             self._view = replace(view, sources={**view.sources, "state": self.state.up})
             return
         self._view = self._state_view()
+
+    def _cgroup_root(self) -> Path | None:
+        if self.config.cgroup_root is not None:
+            return self.config.cgroup_root
+        if self.probe is not None:
+            return self.probe.view.cgroups.root
+        return None
 
     def _attribute(
         self, state: DesiredState
@@ -162,8 +310,22 @@ class Daemon:
                 )
         return owned, unmanaged
 
+    def _enforcement(self, gpu: int, pod: str, planned: Mapping[str, float]) -> Enforcement:
+        driven = self.gpus.get(gpu)
+        if driven is None:
+            return Enforcement(planned_share=planned.get(pod))
+        last = driven.loop.last_plan
+        share = None
+        if last is not None:
+            share = next((s.allocation for s in last.slices if s.pod == pod), None)
+        return Enforcement(
+            gpu_time_s=driven.enforcer.sensor.gpu_time_us(pod) / 1e6,
+            throttled_s=driven.enforcer.sensor.throttled_us.get(pod, 0.0) / 1e6,
+            planned_share=share,
+        )
+
     def _state_view(self) -> NodeView:
-        state = self.state.state
+        state = self.desired
         owned, unmanaged = self._attribute(state)
         pods: list[PodView] = []
         gpus: list[GpuView] = []
@@ -184,7 +346,7 @@ class Daemon:
                         share_target=None if pod.share is None else pod.share / 100,
                         memory_limit=pod.memory_limit,
                         activity=owned.get(pod.id, DriverActivity()),
-                        enforcement=Enforcement(planned_share=planned.get(pod.id)),
+                        enforcement=self._enforcement(index, pod.id, planned),
                     )
                 )
         for cgroup in unmanaged:
@@ -202,20 +364,79 @@ class Daemon:
         sources = {"state": self.state.up}
         if self.config.probe is not ProbeMode.OFF:
             sources["probe"] = self.probe is not None and self.probe.up
+        if self.kind is EnforcerKind.RM:
+            sources["enforcer"] = self.rm is not None
         return NodeView(pods=tuple(pods), gpus=tuple(gpus), sources=sources)
 
+    # -- enforcement ---------------------------------------------------------------------------
+
+    def _sync_gpus(self) -> None:
+        """Start, update or stop each GPU's control loop to match the desired state."""
+        assert self.rm is not None and self.probe is not None
+        wanted = {
+            index: (self.desired.gpu(index), list(self.desired.pods_on(index)))
+            for index in self.desired.gpu_indices()
+            if self.desired.pods_on(index)
+        }
+        for index in [i for i in self.gpus if i not in wanted]:
+            gone = self.gpus.pop(index)
+            if gone.timer is not None:
+                gone.timer.cancel()
+            gone.enforcer.release()
+        for index, (gpu, pods) in wanted.items():
+            driven = self.gpus.get(index)
+            if driven is None:
+                resolver = ProbeResolver(self.probe, lambda: self.desired.pods)
+                enforcer = RmEnforcer(self.rm, resolver)
+                self.gpus[index] = _Gpu(ControlLoop(gpu, pods, enforcer), enforcer)
+                self._schedule(index)
+                continue
+            period_changed = driven.loop.gpu.period_ms != gpu.period_ms
+            driven.loop.gpu = gpu
+            driven.loop.pods = pods
+            if period_changed:
+                self._schedule(index)
+
+    def _schedule(self, index: int) -> None:
+        driven = self.gpus[index]
+        if driven.timer is not None:
+            driven.timer.cancel()
+
+        def step() -> None:
+            try:
+                driven.loop.step()
+                self.stats.steps += 1
+            except QPolicyError as error:
+                log.warning("GPU %d: %s", index, error)
+
+        step()
+        driven.timer = self.loop.every(driven.loop.gpu.period_us, step)
+
+    def release(self) -> None:
+        """Give every GPU back: open what was closed, restore timeslices, drop descriptors."""
+        for driven in self.gpus.values():
+            if driven.timer is not None:
+                driven.timer.cancel()
+            driven.enforcer.release()
+        self.gpus.clear()
+        if self.rm is not None:
+            self.rm.close()
+
+    # -- running -------------------------------------------------------------------------------
+
     def stop(self) -> None:
-        self._stop.set()
+        self.loop.stop()
 
     def run(self) -> int:
         """Serve until stopped; returns the exit status."""
         self.tick()
         if self.config.metrics_addr is not None:
             self.server = serve(self.config.metrics_addr, self.snapshot)
+        self.loop.every(self.config.tick_s * 1e6, self.tick)
         try:
-            while not self._stop.wait(self.config.tick_s):
-                self.tick()
+            self.loop.run()
         finally:
+            self.release()
             if self.server is not None:
                 self.server.close()
             if self.probe is not None:

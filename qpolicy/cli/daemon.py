@@ -15,6 +15,7 @@ from qpolicy.daemon import (
     DaemonConfig,
     EnforcerKind,
     ProbeMode,
+    choose_enforcer,
     install_signal_handlers,
 )
 from qpolicy.errors import ValidationError
@@ -54,9 +55,11 @@ def daemon(
         typer.Option(
             "--enforcer",
             metavar="KIND",
-            help="**sim**: run --scenario on the simulated GPU; **none**: observe only.",
+            help="**auto** (kmod where qgpu.ko is loaded, rm where NVIDIA devices exist, else "
+            "sim), **rm** (RM controls from userspace; root), **sim** (run --scenario on the "
+            "simulated GPU), **none** (observe only), **kmod**.",
         ),
-    ] = "none",
+    ] = "auto",
     metrics_addr: Annotated[
         str,
         typer.Option(
@@ -99,7 +102,7 @@ def daemon(
     if not no_metrics:
         parse_metrics_addr(metrics_addr)
     if probe is None:
-        probe_mode = ProbeMode.OFF if kind is EnforcerKind.SIM else ProbeMode.AUTO
+        probe_mode = ProbeMode.OFF if choose_enforcer(kind) is EnforcerKind.SIM else ProbeMode.AUTO
     else:
         probe_mode = _parse_probe(probe)
     config = DaemonConfig(
@@ -119,9 +122,18 @@ def daemon(
             markup=False,
             highlight=False,
         )
+    opened, problems = agent.restored
+    if opened or problems:
+        err_console.print(
+            f"qpolicy daemon: re-opened {opened} channel group(s) a previous daemon had closed"
+            + (f"; {len(problems)} could not be: {problems[0]}" if problems else ""),
+            markup=False,
+            highlight=False,
+        )
     if config.metrics_addr is not None:
         err_console.print(
-            f"qpolicy daemon: enforcer {kind.value}, metrics on http://{config.metrics_addr}/metrics",
+            f"qpolicy daemon: enforcer {agent.kind.value}, "
+            f"metrics on http://{config.metrics_addr}/metrics",
             markup=False,
             highlight=False,
         )

@@ -449,6 +449,11 @@ class NvProbe:
             ),
         )
 
+    def launches(self) -> dict[int, int]:
+        """CUDA launches per cgroup id: one map, cheap enough to read every few milliseconds."""
+        bpf = self._loaded()
+        return {k.value: int(v.launches) for k, v in bpf[b"stats"].items()}
+
     def forget(self, cgroups: Iterable[int]) -> int:
         """Drop the counters of cgroups that are gone, so that pod churn does not fill the maps
         (ids are never reused). Returns how many map entries were removed."""

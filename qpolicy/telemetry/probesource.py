@@ -8,7 +8,7 @@ which GPUs a cgroup uses from the minors of the /dev/nvidiaN files its processes
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from qpolicy.nvrm.abi import Node
@@ -46,6 +46,8 @@ class ProbeSource:
         self.up = False
         self.error: str | None = None
         self._gpus: dict[int, set[int]] = defaultdict(set)
+        # Called with the pid of every process that exits (the rm enforcer lets go of its files).
+        self.on_exit: list[Callable[[int], None]] = []
 
     def refresh(self) -> None:
         try:
@@ -54,6 +56,9 @@ class ProbeSource:
             self.up, self.error = False, str(error)
             return
         for record in records:
+            if record.kind == "exit" and record.pid is not None:
+                for callback in self.on_exit:
+                    callback(record.pid)
             if (
                 record.kind == "open"
                 and record.cgroup is not None
@@ -78,6 +83,13 @@ class ProbeSource:
         for cgid in gone:
             self._gpus.pop(cgid, None)
         return int(forget(gone)) if gone else 0
+
+    def launches(self) -> dict[int, int]:
+        """CUDA launches per cgroup id, read fresh (cheap where the probe offers it)."""
+        cheap = getattr(self.probe, "launches", None)
+        if cheap is not None:
+            return dict(cheap())
+        return {cgid: c.launches for cgid, c in self.probe.counters().items()}
 
     def close(self) -> None:
         close = getattr(self.probe, "close", None)

@@ -255,3 +255,31 @@ def test_probe_that_cannot_load(tmp_path: Path) -> None:
         agent.tick()
         assert agent.snapshot().sources == {"state": True, "probe": False}
         assert agent.probe_error == "bcc missing: install python3-bpfcc"
+
+
+def test_auto_picks_kmod_then_rm_then_sim(tmp_path: Path) -> None:
+    from qpolicy.daemon import choose_enforcer
+
+    qgpu, ctl = tmp_path / "qgpu", tmp_path / "nvidiactl"
+    assert choose_enforcer(EnforcerKind.AUTO, qgpu=qgpu, nvidia=ctl) is EnforcerKind.SIM
+    ctl.touch()
+    assert choose_enforcer(EnforcerKind.AUTO, qgpu=qgpu, nvidia=ctl) is EnforcerKind.RM
+    qgpu.mkdir()
+    assert choose_enforcer(EnforcerKind.AUTO, qgpu=qgpu, nvidia=ctl) is EnforcerKind.KMOD
+    assert choose_enforcer(EnforcerKind.NONE, qgpu=qgpu, nvidia=ctl) is EnforcerKind.NONE
+
+
+def test_rm_enforcer_needs_root_and_says_so(tmp_path: Path) -> None:
+    from qpolicy.errors import QPolicyError
+
+    config = DaemonConfig(enforcer=EnforcerKind.RM, state_dir=tmp_path, metrics_addr=None)
+    with pytest.raises(QPolicyError, match="rm enforcer needs root"):
+        Daemon(config, is_root=lambda: False)
+
+
+def test_kmod_enforcer_is_refused_clearly_until_the_module_exists(tmp_path: Path) -> None:
+    from qpolicy.errors import QPolicyError
+
+    config = DaemonConfig(enforcer=EnforcerKind.KMOD, state_dir=tmp_path, metrics_addr=None)
+    with pytest.raises(QPolicyError, match=r"qgpu\.ko"):
+        Daemon(config)

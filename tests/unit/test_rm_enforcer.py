@@ -1,0 +1,312 @@
+"""The rm enforcer's logic in virtual time, against a fake driver.
+
+The real slice scheduler, control bookkeeping, sensor, borrowed files and record run here; only
+the ioctls (qpolicy.nvrm.rmctl) are replaced by a recorder, and the real-time loop by the
+simulator's event queue. A control takes 0.6 ms, one after another, as on the H200.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from qpolicy.control import ControlLoop
+from qpolicy.enforcers import rm
+from qpolicy.enforcers.realtime import Repeating
+from qpolicy.enforcers.rm import RmEnforcer, RmShared, restore
+from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
+from qpolicy.nvrm import rmctl
+from qpolicy.nvrm.abi import NvStatus
+from qpolicy.nvrm.tracker import ClientChannels
+from qpolicy.sim.events import EventLoop, Timer
+
+LATENCY = 600.0
+
+
+class VirtualLoop(EventLoop):
+    def every(self, interval_us: float, callback: Callable[[], None]) -> Repeating:
+        repeating = Repeating()
+
+        def tick() -> None:
+            if not repeating.cancelled:
+                callback()
+                repeating.timer = self.after(interval_us, tick)
+
+        repeating.timer = self.after(interval_us, tick)
+        return repeating
+
+    def at(self, when: float, callback: Callable[[], None]) -> Timer:
+        return super().at(when, callback)
+
+
+class FakeWorker:
+    """Runs each job LATENCY after the previous one finished, in virtual time."""
+
+    def __init__(self, loop: VirtualLoop) -> None:
+        self.loop = loop
+        self.latency_us = LATENCY
+        self._free_at = 0.0
+
+    def settled_at(self) -> float:
+        return max(self._free_at, self.loop.now)
+
+    def submit(self, job: Callable[[], float]) -> None:
+        self._free_at = self.settled_at() + self.latency_us
+        self.loop.at(self._free_at, lambda: job())
+
+    def drain(self, timeout_s: float = 5.0) -> bool:
+        self.loop.run_until(self.settled_at())
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeDriver:
+    """Stands in for RM: records controls, keeps channel and timeslice state per group."""
+
+    loop: VirtualLoop
+    calls: list[tuple[float, str, int, bool]] = field(default_factory=list)
+    disabled: set[tuple[int, int]] = field(default_factory=set)
+    timeslice: dict[int, int] = field(default_factory=dict)
+    borrowed: list[tuple[int, int]] = field(default_factory=list)
+    fail_pid: int | None = None
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        fds = iter(range(1000, 10**6))
+
+        def borrow_fd(pid: int, fd: int) -> int:
+            if pid == self.fail_pid:
+                raise rmctl.RmError(f"cannot open process {pid}: No such process")
+            self.borrowed.append((pid, fd))
+            return next(fds)
+
+        def disable_channels(
+            fd: int, client: int, subdevice: int, channels: list[int], *, disable: bool
+        ) -> rmctl.ControlResult:
+            self.calls.append((self.loop.now, "disable" if disable else "enable", client, disable))
+            for channel in channels:
+                (self.disabled.add if disable else self.disabled.discard)((client, channel))
+            return rmctl.ControlResult(NvStatus.NV_OK, 600_000)
+
+        def get_timeslice(fd: int, client: int, tsg: int) -> tuple[rmctl.ControlResult, int]:
+            return rmctl.ControlResult(NvStatus.NV_OK, 1), self.timeslice.get(tsg, 2048)
+
+        def set_timeslice(fd: int, client: int, tsg: int, us: int) -> rmctl.ControlResult:
+            self.timeslice[tsg] = us
+            return rmctl.ControlResult(NvStatus.NV_OK, 1)
+
+        monkeypatch.setattr(rm.rmctl, "borrow_fd", borrow_fd)
+        monkeypatch.setattr(rm.rmctl, "disable_channels", disable_channels)
+        monkeypatch.setattr(rm.rmctl, "get_timeslice", get_timeslice)
+        monkeypatch.setattr(rm.rmctl, "set_timeslice", set_timeslice)
+        monkeypatch.setattr(rm.os, "close", lambda fd: None)
+
+
+def group(pid: int, client: int, pod_index: int) -> ClientChannels:
+    return ClientChannels(
+        pid=pid,
+        cgroup=None,
+        fd=8,
+        client=client,
+        subdevice=0x5C000003,
+        channels=tuple(0x100 * pod_index + c for c in range(4)),
+        tsgs=(0x10 * pod_index,),
+    )
+
+
+class FakeResolver:
+    """Pods whose processes launch kernels while their channels are open."""
+
+    def __init__(self, driver: FakeDriver, groups: dict[str, list[ClientChannels]]) -> None:
+        self.driver = driver
+        self._groups = groups
+        self._launches: dict[str, int] = dict.fromkeys(groups, 0)
+
+    def groups(self, pod: str) -> list[ClientChannels]:
+        return list(self._groups.get(pod, []))
+
+    def launches(self) -> dict[str, int]:
+        for pod, groups in self._groups.items():
+            if any((g.client, g.channels[0]) not in self.driver.disabled for g in groups):
+                self._launches[pod] += 1
+        return dict(self._launches)
+
+
+@dataclass
+class Rig:
+    loop: VirtualLoop
+    driver: FakeDriver
+    resolver: FakeResolver
+    shared: RmShared
+    enforcer: RmEnforcer
+    control: ControlLoop
+
+
+def rig(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pods: list[PodSpec],
+    policy: GpuPolicy = GpuPolicy.FIXED_SHARE,
+) -> Rig:
+    loop = VirtualLoop()
+    driver = FakeDriver(loop)
+    driver.install(monkeypatch)
+    groups = {pod.id: [group(100 + i, 0xC1D00000 + i, i + 1)] for i, pod in enumerate(pods)}
+    resolver = FakeResolver(driver, groups)
+    shared = RmShared(loop, tmp_path, worker=FakeWorker(loop))  # type: ignore[arg-type]
+    enforcer = RmEnforcer(shared, resolver)
+    control = ControlLoop(GpuConfig(0, policy), pods, enforcer)
+    period = 50_000.0
+
+    def step() -> None:
+        control.step()
+        loop.after(period, step)
+
+    loop.at(0.0, step)
+    return Rig(loop, driver, resolver, shared, enforcer, control)
+
+
+def test_fixed_share_turns_never_overlap_and_split_open_time_by_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = rig(tmp_path, monkeypatch, [PodSpec("/a", 0, share=70), PodSpec("/b", 0, share=30)])
+    r.loop.run_until(4e6)
+    a = r.enforcer.sensor.gpu_time_us("/a") / 4e6
+    b = r.enforcer.sensor.gpu_time_us("/b") / 4e6
+    assert a == pytest.approx(0.70, abs=0.02)
+    assert b == pytest.approx(0.30, abs=0.02)
+    # Break before make: at every hand-over the current pod is closed before the next opens.
+    opened: set[int] = set()
+    for _, what, client, _ in r.driver.calls:
+        if what == "enable":
+            opened.add(client)
+        else:
+            opened.discard(client)
+        assert len(opened) <= 1, r.driver.calls
+
+
+def test_an_idle_pod_gets_no_turn_and_its_share_goes_to_the_busy_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+    # /b never launches anything: its process is idle.
+    original = r.resolver.launches
+    r.resolver.launches = lambda: {**original(), "/b": 0}  # type: ignore[method-assign]
+    r.loop.run_until(2e6)
+    assert r.enforcer.sensor.gpu_time_us("/a") / 2e6 > 0.95
+
+
+def test_release_opens_everything_and_restores_timeslices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [
+        PodSpec("/web", 0, PodClass.ONLINE, share=20),
+        PodSpec("/a", 0, share=40),
+        PodSpec("/b", 0, share=40),
+    ]
+    r = rig(tmp_path, monkeypatch, pods)
+    r.loop.run_until(1e6)
+    assert r.driver.timeslice == {0x10: 8192, 0x20: 32, 0x30: 32}
+    assert r.driver.disabled  # somebody is closed mid-period
+    assert json.loads((tmp_path / rm.RECORD_NAME).read_text())
+    r.enforcer.release()
+    r.shared.close()
+    assert r.driver.disabled == set()
+    assert r.driver.timeslice == {0x10: 2048, 0x20: 2048, 0x30: 2048}
+    assert json.loads((tmp_path / rm.RECORD_NAME).read_text()) == {}
+
+
+def test_a_process_that_is_gone_costs_one_warning_not_a_storm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = rig(tmp_path, monkeypatch, [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)])
+    r.driver.fail_pid = 101  # /b's process
+    r.loop.run_until(3e6)
+    warnings = [rec for rec in caplog.records if "/b" in rec.getMessage()]
+    assert len(warnings) == 1
+    assert r.enforcer.control.errors > 10
+    assert r.enforcer.sensor.gpu_time_us("/a") > 0
+
+
+def test_borrowed_files_are_closed_when_the_process_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed: list[int] = []
+    r = rig(tmp_path, monkeypatch, [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)])
+    monkeypatch.setattr(rm.os, "close", closed.append)
+    r.loop.run_until(0.5e6)
+    assert len(r.shared.files) == 2
+    r.shared.files.forget(100)
+    assert len(r.shared.files) == 1 and len(closed) == 1
+
+
+def test_restore_reopens_what_a_killed_daemon_left_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[int, int, int, list[int], bool]] = []
+
+    def borrow_fd(pid: int, fd: int) -> int:
+        return os.open("/dev/null", os.O_RDONLY)
+
+    def disable_channels(
+        fd: int, client: int, subdevice: int, channels: list[int], *, disable: bool
+    ) -> rmctl.ControlResult:
+        calls.append((fd, client, subdevice, channels, disable))
+        return rmctl.ControlResult(NvStatus.NV_OK, 1)
+
+    monkeypatch.setattr(rm.rmctl, "borrow_fd", borrow_fd)
+    monkeypatch.setattr(rm.rmctl, "disable_channels", disable_channels)
+    me = os.getpid()
+    record = tmp_path / rm.RECORD_NAME
+    record.write_text(
+        json.dumps(
+            {
+                "alive": {
+                    "pid": me,
+                    "start_time": rm.process_start_time(me),
+                    "fd": 8,
+                    "client": 0xC1D0001B,
+                    "subdevice": 0x5C000003,
+                    "channels": [1, 2, 3],
+                },
+                "reused pid": {
+                    "pid": me,
+                    "start_time": 1,
+                    "fd": 8,
+                    "client": 1,
+                    "subdevice": 2,
+                    "channels": [3],
+                },
+                "gone": {
+                    "pid": 2**22 + 7,
+                    "start_time": 5,
+                    "fd": 8,
+                    "client": 1,
+                    "subdevice": 2,
+                    "channels": [3],
+                },
+            }
+        )
+    )
+    opened, problems = restore(record)
+    assert (opened, problems) == (1, [])
+    assert [(c, s, ch, d) for _, c, s, ch, d in calls] == [
+        (0xC1D0001B, 0x5C000003, [1, 2, 3], False)
+    ]
+    assert not record.exists()
+
+
+def test_restore_with_no_record_or_a_damaged_one(tmp_path: Path) -> None:
+    assert restore(tmp_path / "missing.json") == (0, [])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    opened, problems = restore(bad)
+    assert opened == 0 and "cannot read" in problems[0]
