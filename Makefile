@@ -4,7 +4,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test lint bench clean distclean
+.PHONY: venv demo test lint bench bench-gpu clean distclean
 
 venv:
 	tools/bootstrap.sh
@@ -26,6 +26,11 @@ lint: venv
 
 bench: venv
 	$(BIN)/python tools/bench/run.py
+
+# On a GPU machine, as root, with the system Python that has PyTorch (no venv there): native
+# time-slicing vs MPS vs the rm enforcer. ARGS go to tools/bench/gpu.py.
+bench-gpu:
+	tools/gpu/bench-gpu.sh $(ARGS)
 
 # Build outputs and caches; the venv stays (rebuilding it needs the network): see distclean.
 clean:

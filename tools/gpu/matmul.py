@@ -24,16 +24,33 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[max(math.ceil(q * len(ordered)) - 1, 0)] if ordered else 0.0
 
 
+def _wait_until(start_at: float | None) -> None:
+    """Sleep until the wall-clock time ``start_at`` (after CUDA init, so runs overlap exactly)."""
+    if start_at is not None:
+        delay = start_at - time.time()
+        if delay > 0:
+            time.sleep(delay)
+
+
 def saturate(
-    torch: Any, n: int, seconds: float, sync_every: int, iters: int | None
+    torch: Any,
+    n: int,
+    seconds: float,
+    sync_every: int,
+    iters: int | None,
+    start_at: float | None = None,
+    timeline: bool = False,
 ) -> dict[str, Any]:
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     for _ in range(3):
         torch.matmul(a, b)
     torch.cuda.synchronize()
+    _wait_until(start_at)
     done = 0
+    syncs: list[float] = []
     start = time.perf_counter()
+    wall_start = time.time()
     deadline = start + seconds
     while (iters is None and time.perf_counter() < deadline) or (
         iters is not None and done < iters
@@ -42,16 +59,30 @@ def saturate(
             torch.matmul(a, b)
         torch.cuda.synchronize()
         done += sync_every
+        if timeline:
+            syncs.append(time.perf_counter() - start)
     elapsed = time.perf_counter() - start
-    return {"iterations": done, "seconds": elapsed, "it_per_s": done / elapsed}
+    result: dict[str, Any] = {
+        "iterations": done,
+        "seconds": elapsed,
+        "it_per_s": done / elapsed,
+        "wall_start": wall_start,
+    }
+    if timeline:
+        # When each batch of sync_every matmuls finished, relative to wall_start.
+        result["timeline"] = [round(t, 5) for t in syncs]
+    return result
 
 
-def requests(torch: Any, n: int, seconds: float, rate_hz: float) -> dict[str, Any]:
+def requests(
+    torch: Any, n: int, seconds: float, rate_hz: float, start_at: float | None = None
+) -> dict[str, Any]:
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     for _ in range(10):
         torch.matmul(a, b)
     torch.cuda.synchronize()
+    _wait_until(start_at)
     interval = 1.0 / rate_hz
     latencies: list[float] = []
     start = time.perf_counter()
@@ -84,6 +115,8 @@ def main() -> int:
     parser.add_argument("--count-kernels", action="store_true")
     parser.add_argument("--hold", action="store_true")
     parser.add_argument("--label", default="")
+    parser.add_argument("--start-at", type=float, default=None, help="wall-clock start (epoch s)")
+    parser.add_argument("--timeline", action="store_true", help="record when each batch ended")
     args = parser.parse_args()
 
     import torch
@@ -95,9 +128,11 @@ def main() -> int:
         profiler = profile(activities=[ProfilerActivity.CUDA])
         profiler.__enter__()
     if args.requests_hz:
-        result = requests(torch, args.n, args.seconds, args.requests_hz)
+        result = requests(torch, args.n, args.seconds, args.requests_hz, args.start_at)
     else:
-        result = saturate(torch, args.n, args.seconds, args.sync_every, args.iters)
+        result = saturate(
+            torch, args.n, args.seconds, args.sync_every, args.iters, args.start_at, args.timeline
+        )
     result.update({"n": args.n, "label": args.label, "pid": __import__("os").getpid()})
     if profiler is not None:
         torch.cuda.synchronize()

@@ -1,27 +1,6 @@
 #!/usr/bin/env bash
-# On the lent GPU machine, as root: make bcc importable from Debian packages carried along
-# (../shared/tools/device-bcc.md: apt-get download libbpfcc libclang-cpp14 libllvm14 python3-bpfcc
-# libbpf1 libz3-4 linux-headers-6.1.0-56-common linux-headers-6.1.0-56-cloud-amd64 into DEBS),
-# then run tools/gpu/probe_check.py with the given arguments.
+# On a GPU machine, as root: the probe's GPU-tier check (tools/gpu/probe_check.py).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-DEBS=${DEBS:-.gpu-carry/debs}
-ROOT=${BCC_ROOT:-/tmp/bccroot}
-mkdir -p "$ROOT"
-for deb in "$DEBS"/*.deb; do dpkg -x "$deb" "$ROOT"; done
-release=$(uname -r)
-trees=("$ROOT"/usr/src/linux-headers-*-cloud-amd64)
-headers=${trees[0]}
-trees=("$ROOT"/usr/src/linux-headers-*-common)
-common=${trees[0]}
-mkdir -p "/lib/modules/$release" /usr/src
-# Never replace a real header tree; the carried one is only a stand-in where none exists.
-[ -e "/lib/modules/$release/build" ] || ln -sfn "$headers" "/lib/modules/$release/build"
-[ -e "/lib/modules/$release/source" ] || ln -sfn "$common" "/lib/modules/$release/source"
-# The arch tree names its common tree by a path relative to /usr/src.
-[ -e "/usr/src/$(basename "$common")" ] || ln -sfn "$common" "/usr/src/$(basename "$common")"
-export LD_LIBRARY_PATH="$ROOT/usr/lib/x86_64-linux-gnu:$ROOT/usr/lib/llvm-14/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONPATH="$PWD:$ROOT/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}"
-mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug || true
-mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
-exec python3 tools/gpu/probe_check.py "$@"
+# shellcheck source=tools/gpu/bcc-env.sh
+source "$(dirname "$0")/bcc-env.sh"
+exec python3 "$qpolicy_root/tools/gpu/probe_check.py" "$@"

@@ -1,0 +1,399 @@
+"""``make bench-gpu``: native time-slicing, MPS and qpolicy's rm enforcer, side by side on one GPU.
+
+Run as root on a machine with an NVIDIA GPU, PyTorch and bcc (tools/gpu/bench-gpu.sh prepares the
+lent GPU machine). For each scenario and matrix size the same PyTorch processes run three times:
+
+* **native**: the driver's own time-slicing;
+* **mps**: an MPS server, each client capped with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its share;
+* **qpolicy**: ``qpolicy daemon --enforcer rm`` with the scenario's policy and the pods' cgroups.
+
+A pod's achieved share is its throughput divided by the same process's throughput alone on the
+GPU (measured first, in the same run). Every process starts its timed loop at the same wall-clock
+moment, after its CUDA initialisation. Scenarios: fixed-share 70/30 and 50/30/20, burst-share with
+one pod idle half the time, best-effort with 3 pods, at n = 2048, 4096, 8192; an online pod (4096
+matmul + sync at 50 Hz) next to an offline 8192 trainer; and the daemon's CPU with 10 pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec  # noqa: E402
+from qpolicy.state import DesiredState, StateStore  # noqa: E402
+from qpolicy.telemetry.cgroups import cgroup2_mount  # noqa: E402
+
+MATMUL = ROOT / "tools" / "gpu" / "matmul.py"
+INIT_S = 8.0
+MPS_ENV = {
+    "CUDA_MPS_PIPE_DIRECTORY": "/tmp/qpolicy-mps/pipe",
+    "CUDA_MPS_LOG_DIRECTORY": "/tmp/qpolicy-mps/log",
+}
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    share: int | None
+    pod_class: PodClass = PodClass.OFFLINE
+    n: int | None = None  # None: the scenario's size
+    requests_hz: float | None = None
+    late: bool = False  # starts half way through
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    policy: GpuPolicy
+    pods: tuple[Pod, ...]
+    sizes: tuple[int, ...] = (2048, 4096, 8192)
+    modes: tuple[str, ...] = ("native", "mps", "qpolicy")
+
+
+SCENARIOS = (
+    Scenario("fixed-share 70/30", GpuPolicy.FIXED_SHARE, (Pod("a", 70), Pod("b", 30))),
+    Scenario(
+        "fixed-share 50/30/20", GpuPolicy.FIXED_SHARE, (Pod("a", 50), Pod("b", 30), Pod("c", 20))
+    ),
+    Scenario(
+        "burst-share 50/50, b idle the first half",
+        GpuPolicy.BURST_SHARE,
+        (Pod("a", 50), Pod("b", 50, late=True)),
+    ),
+    Scenario(
+        "best-effort, 3 pods",
+        GpuPolicy.BEST_EFFORT,
+        (Pod("a", None), Pod("b", None), Pod("c", None)),
+    ),
+    Scenario(
+        "online 4096 @ 50 Hz next to an offline 8192 trainer",
+        GpuPolicy.BURST_SHARE,
+        (
+            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=50),
+            Pod("trainer", 80, n=8192),
+        ),
+        sizes=(0,),
+    ),
+    Scenario(
+        "daemon CPU, 10 pods",
+        GpuPolicy.BEST_EFFORT,
+        tuple(Pod(f"p{i}", None) for i in range(10)),
+        sizes=(4096,),
+        modes=("qpolicy",),
+    ),
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Cgroups:
+    root: Path = field(default_factory=lambda: cgroup2_mount() / "qpolicy-bench")
+
+    def path(self, pod: str) -> Path:
+        directory = self.root / pod
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def id(self, pod: str) -> str:
+        return "/" + str(self.path(pod).relative_to(cgroup2_mount()))
+
+    def clean(self) -> None:
+        if self.root.exists():
+            for child in self.root.iterdir():
+                if child.is_dir():
+                    with contextlib.suppress(OSError):
+                        child.rmdir()
+            with contextlib.suppress(OSError):
+                self.root.rmdir()
+
+
+def spawn(
+    pod: Pod, n: int, seconds: float, start_at: float, cgroups: Cgroups, env: dict[str, str]
+) -> subprocess.Popen[str]:
+    argv = [sys.executable, str(MATMUL), "--n", str(pod.n or n), "--label", pod.name]
+    if pod.requests_hz:
+        argv += ["--requests-hz", str(pod.requests_hz)]
+    if pod.late:
+        argv += ["--start-at", str(start_at + seconds / 2), "--seconds", str(seconds / 2)]
+    else:
+        argv += ["--start-at", str(start_at), "--seconds", str(seconds), "--timeline"]
+    cgroup = cgroups.path(pod.name)
+    wrapper = ["sh", "-c", f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"', "sh", *argv]
+    return subprocess.Popen(
+        wrapper, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def collect(processes: dict[str, subprocess.Popen[str]], timeout: float) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for name, proc in processes.items():
+        out, err = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            results[name] = {"error": err.strip().splitlines()[-5:]}
+            continue
+        results[name] = json.loads(out.strip().splitlines()[-1])
+    return results
+
+
+@contextlib.contextmanager
+def mps_server() -> Iterator[dict[str, str]]:
+    for directory in MPS_ENV.values():
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **MPS_ENV}
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True)
+    try:
+        yield MPS_ENV
+    finally:
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, check=False)
+        time.sleep(1.0)
+
+
+@contextlib.contextmanager
+def qpolicy_daemon(scenario: Scenario, cgroups: Cgroups) -> Iterator[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="qpolicy-bench-state-") as state_dir:
+        pods = [PodSpec(cgroups.id(p.name), 0, p.pod_class, p.share) for p in scenario.pods]
+        state = DesiredState().with_gpu(GpuConfig(0, scenario.policy))
+        for pod in pods:
+            state = state.with_pod(pod)
+        StateStore(state_dir).update(lambda _: state)
+        port = free_port()
+        daemon = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "qpolicy",
+                "daemon",
+                "--enforcer",
+                "rm",
+                "--metrics-addr",
+                f"127.0.0.1:{port}",
+            ],
+            env={
+                **os.environ,
+                "QPOLICY_STATE_DIR": state_dir,
+                "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        info: dict[str, Any] = {"port": port, "pid": daemon.pid}
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if daemon.poll() is not None:
+                raise RuntimeError(
+                    f"qpolicy daemon exited: {daemon.stderr.read() if daemon.stderr else ''}"
+                )
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    if b"qpolicy_probe_up 1.0" in r.read():
+                        break
+            except OSError:
+                pass
+            time.sleep(0.3)
+        try:
+            yield info
+        finally:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    info["metrics"] = [
+                        line
+                        for line in r.read().decode().splitlines()
+                        if line.startswith(
+                            ("qpolicy_gpu_time", "qpolicy_share_planned", "qpolicy_throttled")
+                        )
+                    ]
+            except OSError as error:
+                info["metrics_error"] = str(error)
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                _, err = daemon.communicate(timeout=30)
+                info["exit_code"] = daemon.returncode
+                info["stderr_tail"] = err.strip().splitlines()[-5:]
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                info["exit_code"] = "killed"
+
+
+def run_once(
+    scenario: Scenario, n: int, mode: str, seconds: float, cgroups: Cgroups
+) -> dict[str, Any]:
+    env = dict(os.environ)
+    start_at = time.time() + INIT_S
+    with contextlib.ExitStack() as stack:
+        daemon_info: dict[str, Any] | None = None
+        if mode == "mps":
+            stack.enter_context(mps_server())
+        if mode == "qpolicy":
+            daemon_info = stack.enter_context(qpolicy_daemon(scenario, cgroups))
+            start_at = time.time() + INIT_S
+        processes: dict[str, subprocess.Popen[str]] = {}
+        for pod in scenario.pods:
+            pod_env = dict(env)
+            if mode == "mps":
+                pod_env.update(MPS_ENV)
+                pod_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(pod.share or 100)
+            processes[pod.name] = spawn(pod, n, seconds, start_at, cgroups, pod_env)
+        cpu_before = cpu_window = None
+        if daemon_info is not None:
+            time.sleep(max(start_at - time.time(), 0))
+            cpu_before = cpu_seconds(daemon_info["pid"])
+            time.sleep(seconds)
+            cpu_window = cpu_seconds(daemon_info["pid"]) - cpu_before
+        results = collect(processes, timeout=INIT_S + seconds + 120)
+    out: dict[str, Any] = {"mode": mode, "n": n, "pods": results}
+    if daemon_info is not None:
+        out["daemon"] = {k: v for k, v in daemon_info.items() if k != "port"}
+        if cpu_window is not None:
+            out["daemon"]["cpu_percent_of_one_core"] = 100 * cpu_window / seconds
+    return out
+
+
+def solo(n: int, seconds: float, cgroups: Cgroups) -> float:
+    result = run_once(
+        Scenario("solo", GpuPolicy.BEST_EFFORT, (Pod("solo", None),)), n, "native", seconds, cgroups
+    )
+    return float(result["pods"]["solo"]["it_per_s"])
+
+
+def rate_between(
+    result: dict[str, Any], start: float, end: float, sync_every: int = 8
+) -> float | None:
+    timeline = result.get("timeline")
+    if not timeline:
+        return None
+    batches = sum(1 for t in timeline if start <= t < end)
+    return batches * sync_every / (end - start)
+
+
+def summarise(
+    scenario: Scenario, run: dict[str, Any], solos: dict[int, float], seconds: float
+) -> dict[str, Any]:
+    pods = run["pods"]
+    summary: dict[str, Any] = {}
+    if scenario.name.startswith("online"):
+        online, trainer = pods.get("online", {}), pods.get("trainer", {})
+        summary["online_p50_ms"] = online.get("p50_ms")
+        summary["online_p99_ms"] = online.get("p99_ms")
+        summary["trainer_it_per_s"] = trainer.get("it_per_s")
+        return summary
+    shares = {}
+    for pod in scenario.pods:
+        result = pods.get(pod.name, {})
+        size = pod.n or run["n"]
+        if "it_per_s" in result and size in solos:
+            shares[pod.name] = result["it_per_s"] / solos[size]
+    summary["achieved_shares"] = shares
+    summary["aggregate"] = sum(shares.values())
+    if any(p.late for p in scenario.pods):
+        early = pods.get("a", {})
+        size = run["n"]
+        first = rate_between(early, 0.5, seconds / 2 - 0.1)
+        second = rate_between(early, seconds / 2 + 0.5, seconds - 0.1)
+        if first is not None and second is not None and size in solos:
+            summary["a_share_while_b_idle"] = first / solos[size]
+            summary["a_share_after_b_starts"] = second / solos[size]
+            # Share of a in consecutive 50 ms windows around b's start: how fast it hands back.
+            windows = []
+            for k in range(-4, 12):
+                start = seconds / 2 + k * 0.05
+                rate = rate_between(early, start, start + 0.05)
+                windows.append(None if rate is None else round(rate / solos[size], 3))
+            summary["a_share_per_50ms_around_b_start"] = windows
+    return summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench-results/gpu.json")
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--sizes", default="2048,4096,8192")
+    parser.add_argument("--modes", default="native,mps,qpolicy")
+    parser.add_argument("--only", action="append", default=None, help="scenario name prefix")
+    args = parser.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    modes = args.modes.split(",")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cgroups = Cgroups()
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "gpu": subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip(),
+        "seconds": args.seconds,
+        "solo_it_per_s": {},
+        "scenarios": {},
+    }
+    try:
+        needed = set(sizes) | {4096, 8192}
+        for n in sorted(needed):
+            report["solo_it_per_s"][n] = solo(n, args.seconds, cgroups)
+            print(f"solo n={n}: {report['solo_it_per_s'][n]:.1f} it/s", flush=True)
+        online_solo = run_once(
+            Scenario(
+                "online solo", GpuPolicy.BEST_EFFORT, (Pod("online", None, n=4096, requests_hz=50),)
+            ),
+            0,
+            "native",
+            args.seconds,
+            cgroups,
+        )
+        report["online_solo"] = online_solo["pods"]["online"]
+        for scenario in SCENARIOS:
+            if args.only and not any(scenario.name.startswith(p) for p in args.only):
+                continue
+            rows = report["scenarios"].setdefault(scenario.name, [])
+            for n in scenario.sizes if scenario.sizes != (0,) else (0,):
+                if n and n not in sizes:
+                    continue
+                for mode in scenario.modes:
+                    if mode not in modes:
+                        continue
+                    run = run_once(scenario, n, mode, args.seconds, cgroups)
+                    run["summary"] = summarise(scenario, run, report["solo_it_per_s"], args.seconds)
+                    rows.append(run)
+                    print(
+                        json.dumps(
+                            {"scenario": scenario.name, "n": n, "mode": mode, **run["summary"]}
+                        ),
+                        flush=True,
+                    )
+                    out.write_text(json.dumps(report, indent=1))
+    finally:
+        cgroups.clean()
+        out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
