@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 # How often cgroups that are gone are dropped from the probe's maps (which have a fixed size).
 PRUNE_EVERY_S = 10.0
+# How often the exporter's view is rebuilt.
+PUBLISH_EVERY_S = 1.0
 # How often the cgroup hierarchy is walked for annotations.
 ANNOTATIONS_EVERY_S = 1.0
 QGPU_SYSFS = Path("/sys/kernel/qgpu")
@@ -252,7 +254,12 @@ class Daemon:
         return self._view
 
     def tick(self) -> None:
-        """Refresh the sources, follow changes of the desired state, publish a new view."""
+        """Refresh the sources and publish a new view."""
+        self.refresh()
+        self.publish()
+
+    def refresh(self) -> None:
+        """Read the sources and follow changes of the desired state (every tick)."""
         changed = self.state.refresh()
         now = self._clock()
         root = self._cgroup_root()
@@ -278,6 +285,10 @@ class Daemon:
                 self.probe.prune()
         if self.sim is not None:
             self.sim.advance()
+
+    def publish(self) -> None:
+        """Build the view the exporter serves (every second: scrapes come far less often)."""
+        if self.sim is not None:
             view = self.sim.view()
             self._view = replace(view, sources={**view.sources, "state": self.state.up})
             return
@@ -432,7 +443,8 @@ class Daemon:
         self.tick()
         if self.config.metrics_addr is not None:
             self.server = serve(self.config.metrics_addr, self.snapshot)
-        self.loop.every(self.config.tick_s * 1e6, self.tick)
+        self.loop.every(self.config.tick_s * 1e6, self.refresh)
+        self.loop.every(max(PUBLISH_EVERY_S, self.config.tick_s) * 1e6, self.publish)
         try:
             self.loop.run()
         finally:

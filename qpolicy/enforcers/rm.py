@@ -370,7 +370,7 @@ class RmEnforcer:
         resolver: PodResolver,
         *,
         idle_grace_us: float = 50_000.0,
-        poll_us: float = 5_000.0,
+        poll_us: float = 10_000.0,
     ) -> None:
         self.loop = shared.loop
         self.shared = shared

@@ -52,6 +52,8 @@ class _Turn:
     pod: str
     target_us: float
     burst: bool
+    # The most the pod may use in this turn; target_us may be smaller (see SliceScheduler._fit).
+    cap_us: float = math.inf
     start_gpu_us: float = 0.0
     owns_gpu_at: float = 0.0
     deadline: float = 0.0
@@ -85,6 +87,7 @@ class SliceScheduler:
         poll_us: float = 1000.0,
         max_carry: float = 0.1,
         handover: Handover = "make-before-break",
+        context_switch_us: float = 150.0,
     ) -> None:
         self.clock = clock
         self.control = control
@@ -93,6 +96,7 @@ class SliceScheduler:
         self.poll_us = poll_us
         self.max_carry = max_carry
         self.handover = handover
+        self.context_switch_us = context_switch_us
         self.stats = SlicerStats()
         self._plan: Plan | None = None
         self._period_end = 0.0
@@ -167,10 +171,13 @@ class SliceScheduler:
             if s.pod_class is PodClass.OFFLINE and s.allocation > 0
         ]
         # Start with whoever holds the GPU already: that saves a switch at every period boundary.
+        continuing = False
         for index, turn in enumerate(turns):
             if self._enabled.get(turn.pod, True):
                 turns = turns[index:] + turns[:index]
+                continuing = True
                 break
+        self._fit(turns, period, switches=max(len(turns) - 1, 0) + (0 if continuing else 1))
         self._turns = turns
         self._turn_index = 0
         first = turns[0].pod if turns else None
@@ -184,6 +191,28 @@ class SliceScheduler:
             for pod in closing:
                 self._set_enabled(pod, False)
         self._tick()
+
+    def _fit(self, turns: list[_Turn], period: float, switches: int) -> None:
+        """Shrink the turns of a period they over-commit by what its switches will cost.
+
+        Fixed-share 70/30 plans the whole period; each switch then loses a context switch (and,
+        breaking before making, a control) of GPU time. Left alone the turn that meets the period
+        end absorbs it all; scaled, every pod loses the same fraction, and turns end on their
+        budget, where missed time is carried forward.
+        """
+        if not turns:
+            return
+        per_switch = self.context_switch_us + (
+            self.control.latency_us if self.handover == "break-before-make" else 0.0
+        )
+        available = period - switches * per_switch
+        total = sum(turn.target_us for turn in turns)
+        for turn in turns:
+            turn.cap_us = turn.target_us
+        if total > available > 0:
+            scale = available / total
+            for turn in turns:
+                turn.target_us *= scale
 
     def release(self) -> None:
         """Open every pod the scheduler closed and restore the timeslices it changed."""
@@ -255,7 +284,9 @@ class SliceScheduler:
             used = self.sensor.gpu_time_us(turn.pod) - turn.start_gpu_us
             idle = now >= turn.owns_gpu_at and not self._busy(turn.pod)
             successor = self._peek_successor(plan, now, turn)
-            by_budget = now + turn.target_us - used
+            # Handing over keeps to the target; with nobody to hand over to, only the cap binds.
+            limit = turn.target_us if successor is not None else turn.cap_us
+            by_budget = now + limit - used
             end = min(by_budget, turn.deadline)
             if successor is None and not idle:
                 if plan.work_conserving:

@@ -106,9 +106,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process and its threads."""
     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(stat[11]) / tick, int(stat[12]) / tick
 
 
 @dataclass
@@ -260,18 +262,21 @@ def run_once(
                 pod_env.update(MPS_ENV)
                 pod_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(pod.share or 100)
             processes[pod.name] = spawn(pod, n, seconds, start_at, cgroups, pod_env)
-        cpu_before = cpu_window = None
+        cpu_window: tuple[float, float] | None = None
         if daemon_info is not None:
             time.sleep(max(start_at - time.time(), 0))
-            cpu_before = cpu_seconds(daemon_info["pid"])
+            user0, sys0 = cpu_seconds(daemon_info["pid"])
             time.sleep(seconds)
-            cpu_window = cpu_seconds(daemon_info["pid"]) - cpu_before
+            user1, sys1 = cpu_seconds(daemon_info["pid"])
+            cpu_window = (user1 - user0, sys1 - sys0)
         results = collect(processes, timeout=INIT_S + seconds + 120)
     out: dict[str, Any] = {"mode": mode, "n": n, "pods": results}
     if daemon_info is not None:
         out["daemon"] = {k: v for k, v in daemon_info.items() if k != "port"}
         if cpu_window is not None:
-            out["daemon"]["cpu_percent_of_one_core"] = 100 * cpu_window / seconds
+            out["daemon"]["cpu_percent_of_one_core"] = 100 * sum(cpu_window) / seconds
+            out["daemon"]["cpu_user_percent"] = 100 * cpu_window[0] / seconds
+            out["daemon"]["cpu_system_percent"] = 100 * cpu_window[1] / seconds
     return out
 
 
