@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -314,9 +315,10 @@ class RmShared:
 class RmUsageSensor:
     """GPU time from open intervals; activity from libcuda launches seen by the probe.
 
-    A pod is busy while it keeps launching. A closed pod is also busy if it launched since it was
-    closed, or shortly before: its process is then waiting on work stuck behind closed channels,
-    and it will not launch again until they open.
+    A pod is idle once its channels have been open for the grace without it launching. Only open
+    time counts: a closed pod cannot make progress, so its process may be waiting on work stuck
+    behind the closed channels and launch nothing, and a long wait must not make it look idle.
+    A pod that launches while closed (launching needs no open channel) is busy again at once.
     """
 
     def __init__(self, control: RmChannelControl, resolver: PodResolver, grace_us: float) -> None:
@@ -324,8 +326,9 @@ class RmUsageSensor:
         self.resolver = resolver
         self.grace_us = grace_us
         self._count: dict[str, int] = {}
-        self._changed_at: dict[str, float] = {}
-        self._closed_at: dict[str, float] = {}
+        # Per pod: open time since its last launch, as of the last poll.
+        self._open_idle: dict[str, float] = {}
+        self._was_open: dict[str, bool] = {}
         self._polled_at: float | None = None
         self.throttled_us: dict[str, float] = {}
 
@@ -334,29 +337,29 @@ class RmUsageSensor:
         since = now - self._polled_at if self._polled_at is not None else 0.0
         self._polled_at = now
         for pod, count in self.resolver.launches().items():
+            if pod not in self._count:
+                self._was_open[pod] = self.control.is_open(pod)
             if count != self._count.get(pod):
                 self._count[pod] = count
-                self._changed_at[pod] = now
+                self._open_idle[pod] = 0.0
+            elif self._was_open.get(pod, True):
+                self._open_idle[pod] = self._open_idle.get(pod, 0.0) + since
         for pod in self._count:
-            if not self.control.is_open(pod):
-                self._closed_at.setdefault(pod, now)
-                if self.idle_for_us(pod) < self.grace_us:
-                    self.throttled_us[pod] = self.throttled_us.get(pod, 0.0) + since
-            else:
-                self._closed_at.pop(pod, None)
+            is_open = self.control.is_open(pod)
+            self._was_open[pod] = is_open
+            if not is_open and self.idle_for_us(pod) < self.grace_us:
+                self.throttled_us[pod] = self.throttled_us.get(pod, 0.0) + since
 
     def gpu_time_us(self, pod: str) -> float:
         return self.control.open_time_us(pod)
 
     def idle_for_us(self, pod: str) -> float:
-        now = self.control.loop.now
-        changed = self._changed_at.get(pod)
-        if changed is None:
-            return now  # never launched anything
-        closed = self._closed_at.get(pod)
-        if closed is not None and changed >= closed - self.grace_us:
-            return 0.0
-        return now - changed
+        idle = self._open_idle.get(pod)
+        if idle is None:
+            return math.inf  # never launched anything
+        if self._was_open.get(pod, True) and self._polled_at is not None:
+            idle += self.control.loop.now - self._polled_at
+        return idle
 
 
 class RmEnforcer:

@@ -310,3 +310,71 @@ def test_restore_with_no_record_or_a_damaged_one(tmp_path: Path) -> None:
     bad.write_text("{")
     opened, problems = restore(bad)
     assert opened == 0 and "cannot read" in problems[0]
+
+
+class StallingResolver(FakeResolver):
+    """Like a real trainer: while closed its process waits on the GPU and launches nothing; once
+    opened it needs a moment (the queued batch finishes, the host loop resumes) before its next
+    launch."""
+
+    def __init__(self, driver: FakeDriver, groups: dict[str, list[ClientChannels]]) -> None:
+        super().__init__(driver, groups)
+        self.opened_at: dict[str, float] = {}
+        # Launching needs no open channel (only the wait after it does): every process has
+        # launched its first batch when it starts, whatever its channels.
+        self._launches = dict.fromkeys(groups, 1)
+
+    def launches(self) -> dict[str, int]:
+        now = self.driver.loop.now
+        for pod, groups in self._groups.items():
+            is_open = any((g.client, g.channels[0]) not in self.driver.disabled for g in groups)
+            if not is_open:
+                self.opened_at.pop(pod, None)
+                continue
+            since = self.opened_at.setdefault(pod, now)
+            if now - since >= 3_000:  # 3 ms to resume after a long wait
+                self._launches[pod] += 1
+        return dict(self._launches)
+
+
+@pytest.mark.parametrize("policy", [GpuPolicy.FIXED_SHARE, GpuPolicy.BURST_SHARE])
+def test_a_pod_closed_longer_than_the_grace_is_not_mistaken_for_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: GpuPolicy
+) -> None:
+    pods = [PodSpec("/a", 0, share=70), PodSpec("/b", 0, share=30)]
+    r = rig(tmp_path, monkeypatch, pods, policy)
+    stalling = StallingResolver(r.driver, r.resolver._groups)
+    r.enforcer.control.resolver = stalling
+    r.enforcer.sensor.resolver = stalling
+    r.loop.run_until(4e6)
+    # Both keep getting turns: b is closed for ~35 ms at a time, a for ~15 ms; both resume.
+    b = r.enforcer.sensor.gpu_time_us("/b") / 4e6
+    a = r.enforcer.sensor.gpu_time_us("/a") / 4e6
+    assert b == pytest.approx(0.30, abs=0.03)
+    assert a == pytest.approx(0.70, abs=0.03)
+
+
+def test_a_pod_that_stops_launching_is_idle_after_one_grace_of_open_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+    original = r.resolver.launches
+    stopped: dict[str, int] = {}
+
+    def launches() -> dict[str, int]:
+        counts = original()
+        if r.loop.now >= 1e6:  # /b's job ends after one second
+            stopped.setdefault("/b", counts["/b"])
+            counts["/b"] = stopped["/b"]
+        return counts
+
+    r.resolver.launches = launches  # type: ignore[method-assign]
+    r.loop.run_until(1e6)
+    b_before = r.enforcer.sensor.gpu_time_us("/b")
+    assert b_before / 1e6 == pytest.approx(0.5, abs=0.05)
+    a_mark = r.enforcer.sensor.gpu_time_us("/a")
+    r.loop.run_until(3e6)
+    # /b keeps at most one more turn's grace; then /a has the GPU to itself.
+    assert r.enforcer.sensor.gpu_time_us("/b") - b_before < 0.1e6
+    assert (r.enforcer.sensor.gpu_time_us("/a") - a_mark) / 2e6 > 0.93
