@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from typing import Annotated
@@ -113,6 +114,11 @@ def daemon(
         scenario=load_scenario_argument(scenario) if scenario is not None else None,
         speed=_parse_positive(speed, "speed"),
         tick_s=_parse_positive(tick_ms, "tick") / 1000,
+    )
+    # The enforcers report what they could not do (a process gone, a control refused) through
+    # logging; a daemon's stderr is its journal.
+    logging.basicConfig(
+        level=logging.INFO, format="qpolicy daemon: %(levelname)s %(name)s: %(message)s"
     )
     agent = Daemon(config)
     install_signal_handlers(agent)

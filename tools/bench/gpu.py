@@ -153,9 +153,17 @@ def spawn(
 
 
 def collect(processes: dict[str, subprocess.Popen[str]], timeout: float) -> dict[str, Any]:
+    """Each process's result line; one that hangs is killed and recorded, the rest still count."""
     results: dict[str, Any] = {}
+    deadline = time.time() + timeout
     for name, proc in processes.items():
-        out, err = proc.communicate(timeout=timeout)
+        try:
+            out, err = proc.communicate(timeout=max(deadline - time.time(), 1.0))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            results[name] = {"error": ["timed out", *err.strip().splitlines()[-5:]]}
+            continue
         if proc.returncode != 0:
             results[name] = {"error": err.strip().splitlines()[-5:]}
             continue
@@ -185,6 +193,9 @@ def qpolicy_daemon(scenario: Scenario, cgroups: Cgroups) -> Iterator[dict[str, A
             state = state.with_pod(pod)
         StateStore(state_dir).update(lambda _: state)
         port = free_port()
+        # A file, not a pipe: a chatty daemon must never block on a pipe nobody reads.
+        log_path = Path(state_dir) / "daemon.log"
+        log_file = log_path.open("w")
         daemon = subprocess.Popen(
             [
                 sys.executable,
@@ -201,17 +212,15 @@ def qpolicy_daemon(scenario: Scenario, cgroups: Cgroups) -> Iterator[dict[str, A
                 "QPOLICY_STATE_DIR": state_dir,
                 "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
             },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
             text=True,
         )
         info: dict[str, Any] = {"port": port, "pid": daemon.pid}
         deadline = time.time() + 60
         while time.time() < deadline:
             if daemon.poll() is not None:
-                raise RuntimeError(
-                    f"qpolicy daemon exited: {daemon.stderr.read() if daemon.stderr else ''}"
-                )
+                raise RuntimeError(f"qpolicy daemon exited: {log_path.read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
                     if b"qpolicy_probe_up 1.0" in r.read():
@@ -235,12 +244,13 @@ def qpolicy_daemon(scenario: Scenario, cgroups: Cgroups) -> Iterator[dict[str, A
                 info["metrics_error"] = str(error)
             daemon.send_signal(signal.SIGTERM)
             try:
-                _, err = daemon.communicate(timeout=30)
-                info["exit_code"] = daemon.returncode
-                info["stderr_tail"] = err.strip().splitlines()[-5:]
+                info["exit_code"] = daemon.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 daemon.kill()
+                daemon.wait()
                 info["exit_code"] = "killed"
+            log_file.close()
+            info["stderr_tail"] = log_path.read_text().strip().splitlines()[-30:]
 
 
 def run_once(
