@@ -39,6 +39,9 @@ def _parse_probe(text: str) -> ProbeMode:
         raise ValidationError(f"invalid probe mode {text!r}: expected auto, on or off") from None
 
 
+_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+
+
 def _parse_positive(text: str, what: str) -> float:
     try:
         value = float(text)
@@ -85,6 +88,15 @@ def daemon(
     tick_ms: Annotated[
         str, typer.Option("--tick-ms", metavar="MS", help="How often sources are read.")
     ] = "100",
+    log_level: Annotated[
+        str,
+        typer.Option(
+            "--log-level",
+            metavar="LEVEL",
+            help="**info** (what could not be done), **debug** (every period, turn and control), "
+            "**warning**.",
+        ),
+    ] = "info",
     probe: Annotated[
         str | None,
         typer.Option(
@@ -100,6 +112,11 @@ def daemon(
     Stops cleanly on SIGTERM or SIGINT.
     """
     kind = _parse_enforcer(enforcer)
+    level = _LOG_LEVELS.get(log_level.lower())
+    if level is None:
+        raise ValidationError(
+            f"invalid log level {log_level!r}: expected one of {', '.join(_LOG_LEVELS)}"
+        )
     if not no_metrics:
         parse_metrics_addr(metrics_addr)
     if probe is None:
@@ -117,8 +134,9 @@ def daemon(
     )
     # The enforcers report what they could not do (a process gone, a control refused) through
     # logging; a daemon's stderr is its journal.
+    stamp = "%(relativeCreated)10.1f ms " if level == logging.DEBUG else ""
     logging.basicConfig(
-        level=logging.INFO, format="qpolicy daemon: %(levelname)s %(name)s: %(message)s"
+        level=level, format=f"qpolicy daemon: {stamp}%(levelname)s %(name)s: %(message)s"
     )
     agent = Daemon(config)
     install_signal_handlers(agent)

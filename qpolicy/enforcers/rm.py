@@ -238,6 +238,9 @@ class RmChannelControl:
 
     def set_enabled(self, pod: str, enabled: bool) -> None:
         groups = [g for g in self.resolver.groups(pod) if g.subdevice is not None and g.pid]
+        debug = log.isEnabledFor(logging.DEBUG)
+        if debug and not groups:
+            log.debug("pod %s: %s with no channels known", pod, "open" if enabled else "close")
 
         def job() -> float:
             sent = 0
@@ -253,6 +256,16 @@ class RmChannelControl:
                 except rmctl.RmError as error:
                     self._complain(pod, str(error))
                     continue
+                if debug:
+                    log.debug(
+                        "pod %s: %s pid %d client %#x channels %d: %#x",
+                        pod,
+                        "open" if enabled else "close",
+                        group.pid,
+                        group.client,
+                        len(group.channels),
+                        result.status,
+                    )
                 if not result.ok:
                     self._complain(pod, f"FIFO_DISABLE_CHANNELS answered {result.status:#x}")
                 elif enabled:
@@ -330,6 +343,7 @@ class RmUsageSensor:
         self._open_idle: dict[str, float] = {}
         self._was_open: dict[str, bool] = {}
         self._polled_at: float | None = None
+        self._busy: dict[str, bool] = {}
         self.throttled_us: dict[str, float] = {}
 
     def poll(self) -> None:
@@ -347,8 +361,18 @@ class RmUsageSensor:
         for pod in self._count:
             is_open = self.control.is_open(pod)
             self._was_open[pod] = is_open
-            if not is_open and self.idle_for_us(pod) < self.grace_us:
+            busy = self.idle_for_us(pod) < self.grace_us
+            if not is_open and busy:
                 self.throttled_us[pod] = self.throttled_us.get(pod, 0.0) + since
+            if busy != self._busy.get(pod) and log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "pod %s: %s (%d launches, %s)",
+                    pod,
+                    "busy" if busy else "idle",
+                    self._count[pod],
+                    "open" if is_open else "closed",
+                )
+            self._busy[pod] = busy
 
     def gpu_time_us(self, pod: str) -> float:
         return self.control.open_time_us(pod)
@@ -392,9 +416,23 @@ class RmEnforcer:
         self._poller = shared.loop.every(poll_us, self.sensor.poll)
 
     def collect(self) -> Mapping[str, PodUsage]:
-        return self.scheduler.collect()
+        usage = self.scheduler.collect()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "period used %s",
+                ", ".join(
+                    f"{pod} {u.used_us / 1000:.1f} ms{' hungry' if u.hungry else ''}"
+                    for pod, u in usage.items()
+                ),
+            )
+        return usage
 
     def apply(self, plan: Plan) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "plan %s",
+                ", ".join(f"{s.pod} {s.allocation:.3f}" for s in plan.slices),
+            )
         self.scheduler.apply(plan)
 
     def release(self) -> None:

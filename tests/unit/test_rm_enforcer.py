@@ -8,6 +8,7 @@ simulator's event queue. A control takes 0.6 ms, one after another, as on the H2
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -378,3 +379,18 @@ def test_a_pod_that_stops_launching_is_idle_after_one_grace_of_open_time(
     # /b keeps at most one more turn's grace; then /a has the GPU to itself.
     assert r.enforcer.sensor.gpu_time_us("/b") - b_before < 0.1e6
     assert (r.enforcer.sensor.gpu_time_us("/a") - a_mark) / 2e6 > 0.93
+
+
+def test_debug_log_tells_each_period_and_control(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="qpolicy.enforcers.rm")
+    r = rig(tmp_path, monkeypatch, [PodSpec("/a", 0, share=70), PodSpec("/b", 0, share=30)])
+    r.loop.run_until(0.2e6)
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(m.startswith("plan /a 0.700, /b 0.300") for m in messages), messages
+    assert any(m.startswith("period used /a ") for m in messages)
+    assert any(
+        m.startswith("pod /b: close pid 101 client 0xc1d00001 channels 4: 0x0") for m in messages
+    )
+    assert any(m.startswith("pod /a: busy") for m in messages)

@@ -240,3 +240,15 @@ def test_demo_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert code == 0
     for needle in ("share of GPU time, by phase", "qpolicy", "native", "train-b", "p99 / solo"):
         assert needle in out
+
+
+def test_daemon_refuses_an_unknown_log_level(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QPOLICY_STATE_DIR", str(tmp_path))
+    code, _, err = cli(capsys, "daemon", "--log-level", "loud", "--no-metrics")
+    assert code == 2
+    assert err.strip() == (
+        "qpolicy: error: invalid log level 'loud': expected one of debug, info, warning"
+    )
+    assert not (tmp_path / "state.json").exists()

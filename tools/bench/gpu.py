@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -185,7 +186,9 @@ def mps_server() -> Iterator[dict[str, str]]:
 
 
 @contextlib.contextmanager
-def qpolicy_daemon(scenario: Scenario, cgroups: Cgroups) -> Iterator[dict[str, Any]]:
+def qpolicy_daemon(
+    scenario: Scenario, cgroups: Cgroups, keep_log: Path | None = None
+) -> Iterator[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="qpolicy-bench-state-") as state_dir:
         pods = [PodSpec(cgroups.id(p.name), 0, p.pod_class, p.share) for p in scenario.pods]
         state = DesiredState().with_gpu(GpuConfig(0, scenario.policy))
@@ -206,6 +209,8 @@ def qpolicy_daemon(scenario: Scenario, cgroups: Cgroups) -> Iterator[dict[str, A
                 "rm",
                 "--metrics-addr",
                 f"127.0.0.1:{port}",
+                "--log-level",
+                "info" if keep_log is None else "debug",
             ],
             env={
                 **os.environ,
@@ -250,11 +255,18 @@ def qpolicy_daemon(scenario: Scenario, cgroups: Cgroups) -> Iterator[dict[str, A
                 daemon.wait()
                 info["exit_code"] = "killed"
             log_file.close()
+            if keep_log is not None:
+                shutil.copyfile(log_path, keep_log)
             info["stderr_tail"] = log_path.read_text().strip().splitlines()[-30:]
 
 
 def run_once(
-    scenario: Scenario, n: int, mode: str, seconds: float, cgroups: Cgroups
+    scenario: Scenario,
+    n: int,
+    mode: str,
+    seconds: float,
+    cgroups: Cgroups,
+    keep_log: Path | None = None,
 ) -> dict[str, Any]:
     env = dict(os.environ)
     start_at = time.time() + INIT_S
@@ -263,7 +275,7 @@ def run_once(
         if mode == "mps":
             stack.enter_context(mps_server())
         if mode == "qpolicy":
-            daemon_info = stack.enter_context(qpolicy_daemon(scenario, cgroups))
+            daemon_info = stack.enter_context(qpolicy_daemon(scenario, cgroups, keep_log))
             start_at = time.time() + INIT_S
         processes: dict[str, subprocess.Popen[str]] = {}
         for pod in scenario.pods:
@@ -279,7 +291,7 @@ def run_once(
             time.sleep(seconds)
             user1, sys1 = cpu_seconds(daemon_info["pid"])
             cpu_window = (user1 - user0, sys1 - sys0)
-        results = collect(processes, timeout=INIT_S + seconds + 120)
+        results = collect(processes, timeout=INIT_S + seconds + 30)
     out: dict[str, Any] = {"mode": mode, "n": n, "pods": results}
     if daemon_info is not None:
         out["daemon"] = {k: v for k, v in daemon_info.items() if k != "port"}
@@ -351,6 +363,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="2048,4096,8192")
     parser.add_argument("--modes", default="native,mps,qpolicy")
     parser.add_argument("--only", action="append", default=None, help="scenario name prefix")
+    parser.add_argument(
+        "--daemon-logs", action="store_true", help="keep each daemon's debug log next to --out"
+    )
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     modes = args.modes.split(",")
@@ -394,7 +409,11 @@ def main() -> int:
                 for mode in scenario.modes:
                     if mode not in modes:
                         continue
-                    run = run_once(scenario, n, mode, args.seconds, cgroups)
+                    keep_log = None
+                    if args.daemon_logs and mode == "qpolicy":
+                        slug = "".join(c if c.isalnum() else "-" for c in scenario.name)
+                        keep_log = out.parent / f"daemon-{slug}-{n}.log"
+                    run = run_once(scenario, n, mode, args.seconds, cgroups, keep_log)
                     run["summary"] = summarise(scenario, run, report["solo_it_per_s"], args.seconds)
                     rows.append(run)
                     print(
