@@ -212,6 +212,11 @@ class RmChannelControl:
             total = self._open_total.get(pod, 0.0)
         return total + (self.loop.now - since if since is not None else 0.0)
 
+    def track(self, pod: str) -> None:
+        """Count an untouched pod's time from now: its channels are as the tenant left them."""
+        with self._lock:
+            self._opened_at.setdefault(pod, self.loop.now)
+
     def is_open(self, pod: str) -> bool:
         with self._lock:
             # Unknown pods have never been touched: their channels are as the tenant left them.
@@ -326,7 +331,8 @@ class RmShared:
 
 
 class RmUsageSensor:
-    """GPU time from open intervals; activity from libcuda launches seen by the probe.
+    """GPU time from open intervals (less the time an idle pod sits open); activity from
+    libcuda launches seen by the probe.
 
     A pod is idle once its channels have been open for the grace without it launching. Only open
     time counts: a closed pod cannot make progress, so its process may be waiting on work stuck
@@ -344,6 +350,7 @@ class RmUsageSensor:
         self._was_open: dict[str, bool] = {}
         self._polled_at: float | None = None
         self._busy: dict[str, bool] = {}
+        self._unused: dict[str, float] = {}
         self.throttled_us: dict[str, float] = {}
 
     def poll(self) -> None:
@@ -352,12 +359,18 @@ class RmUsageSensor:
         self._polled_at = now
         for pod, count in self.resolver.launches().items():
             if pod not in self._count:
+                self.control.track(pod)
                 self._was_open[pod] = self.control.is_open(pod)
             if count != self._count.get(pod):
                 self._count[pod] = count
                 self._open_idle[pod] = 0.0
             elif self._was_open.get(pod, True):
-                self._open_idle[pod] = self._open_idle.get(pod, 0.0) + since
+                before = self._open_idle.get(pod, 0.0)
+                self._open_idle[pod] = before + since
+                # An idle pod is left open; time it sits open past the grace is not GPU time.
+                past_grace = min(since, before + since - self.grace_us)
+                if past_grace > 0:
+                    self._unused[pod] = self._unused.get(pod, 0.0) + past_grace
         for pod in self._count:
             is_open = self.control.is_open(pod)
             self._was_open[pod] = is_open
@@ -375,7 +388,7 @@ class RmUsageSensor:
             self._busy[pod] = busy
 
     def gpu_time_us(self, pod: str) -> float:
-        return self.control.open_time_us(pod)
+        return self.control.open_time_us(pod) - self._unused.get(pod, 0.0)
 
     def idle_for_us(self, pod: str) -> float:
         idle = self._open_idle.get(pod)

@@ -181,15 +181,15 @@ class SliceScheduler:
         self._turns = turns
         self._turn_index = 0
         first = turns[0].pod if turns else None
-        closing = [s.pod for s in plan.slices if s.pod_class is PodClass.OFFLINE and s.pod != first]
+        others = [s.pod for s in plan.slices if s.pod_class is PodClass.OFFLINE and s.pod != first]
         if self.handover == "break-before-make":
-            for pod in closing:
-                self._set_enabled(pod, False)
+            for pod in others:
+                self._step_aside(pod)
         if turns:
             self._open_turn(turns[0], now, previous=None)
         if self.handover == "make-before-break":
-            for pod in closing:
-                self._set_enabled(pod, False)
+            for pod in others:
+                self._step_aside(pod)
         self._tick()
 
     def _fit(self, turns: list[_Turn], period: float, switches: int) -> None:
@@ -268,6 +268,8 @@ class SliceScheduler:
             else:
                 wake = min(wake, now + left - latency)
         wake = min(wake, self._advance_turns(plan, now))
+        if self._close_woken(plan, now):
+            wake = min(wake, now + self.poll_us)
         if wake < self._period_end:
             self._wake = self.clock.at(max(wake, now), self._tick)
 
@@ -346,10 +348,10 @@ class SliceScheduler:
             return
         if nxt is not None and self.handover == "make-before-break":
             self._open_turn(nxt, now, previous=turn.pod)
-            self._set_enabled(turn.pod, False)
+            self._step_aside(turn.pod)
             turn.closed_at = self.control.settled_at()
             return
-        self._set_enabled(turn.pod, False)
+        self._step_aside(turn.pod)
         turn.closed_at = self.control.settled_at()
         if nxt is not None:
             self._open_turn(nxt, now, previous=turn.pod)
@@ -403,6 +405,48 @@ class SliceScheduler:
     @staticmethod
     def _offline_pods(plan: Plan) -> list[str]:
         return [s.pod for s in plan.slices if s.pod_class is PodClass.OFFLINE]
+
+    def _step_aside(self, pod: str) -> None:
+        """Take an offline pod off the GPU outside its turn: close it if it has work.
+
+        An idle pod stays open. Closing it would gain nothing, and "idle" only means it launched
+        no kernel for a while: a process creating its context or copying data has GPU work that
+        is not a launch, and closed it could wait forever for a turn it is never judged to need.
+        """
+        self._set_enabled(pod, not self._busy(pod))
+
+    def _close_woken(self, plan: Plan, now: float) -> bool:
+        """Deal with idle offline pods, left open, that started launching outside a turn.
+
+        One whose turn this period was skipped or ended idle gets the rest of it back, at once
+        if nobody holds the GPU; any other is closed until its next turn. True while a pod is
+        open outside a turn, so that ticks keep watching it.
+        """
+        watching = False
+        for pod in self._offline_pods(plan):
+            turn = self._current_turn()
+            if (turn is not None and pod == turn.pod) or not self._enabled.get(pod, True):
+                continue
+            if not self._busy(pod):
+                watching = True
+                continue
+            left = self._unused_turn_time(pod)
+            if left > 2 * self.control.latency_us:
+                self._turns.append(_Turn(pod, left, False))
+                if turn is None:
+                    self._open_turn(self._turns[self._turn_index], now, previous=None)
+                    watching = True
+                    continue
+            self._set_enabled(pod, False)
+        return watching
+
+    def _unused_turn_time(self, pod: str) -> float:
+        """What is left of ``pod``'s turns this period if they all ended early for idleness."""
+        own = [t for t in self._turns if t.pod == pod and not t.burst]
+        if not own or any(t.end not in (_SKIPPED, _IDLE) for t in own):
+            return 0.0
+        used = self.sensor.gpu_time_us(pod) - self._start_gpu.get(pod, 0.0)
+        return sum(t.target_us for t in own) - used
 
     def _set_enabled(self, pod: str, enabled: bool) -> None:
         if self._enabled.get(pod, True) == enabled:

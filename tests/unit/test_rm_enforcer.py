@@ -394,3 +394,44 @@ def test_debug_log_tells_each_period_and_control(
         m.startswith("pod /b: close pid 101 client 0xc1d00001 channels 4: 0x0") for m in messages
     )
     assert any(m.startswith("pod /a: busy") for m in messages)
+
+
+class InitialisingResolver(FakeResolver):
+    """/b first creates its CUDA context: 200 ms of GPU work that is not a kernel launch, which
+    stops while its channels are closed. It launches only once that is done."""
+
+    def __init__(self, driver: FakeDriver, groups: dict[str, list[ClientChannels]]) -> None:
+        super().__init__(driver, groups)
+        self.init_left_us = 200_000.0
+        self._last = 0.0
+
+    def launches(self) -> dict[str, int]:
+        now = self.driver.loop.now
+        b_open = all(
+            (g.client, g.channels[0]) not in self.driver.disabled for g in self._groups["/b"]
+        )
+        if self.init_left_us > 0 and b_open:
+            self.init_left_us -= now - self._last
+        self._last = now
+        counts = super().launches()
+        if self.init_left_us > 0:
+            counts["/b"] = 0
+            self._launches["/b"] = 0
+        return counts
+
+
+@pytest.mark.parametrize(
+    "policy", [GpuPolicy.FIXED_SHARE, GpuPolicy.BURST_SHARE, GpuPolicy.BEST_EFFORT]
+)
+def test_a_pod_that_has_not_launched_yet_is_never_shut_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: GpuPolicy
+) -> None:
+    pods = [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)]
+    r = rig(tmp_path, monkeypatch, pods, policy)
+    initialising = InitialisingResolver(r.driver, r.resolver._groups)
+    r.enforcer.control.resolver = initialising
+    r.enforcer.sensor.resolver = initialising
+    r.loop.run_until(3e6)
+    assert initialising.init_left_us <= 0
+    b = r.enforcer.sensor.gpu_time_us("/b") / 3e6
+    assert b == pytest.approx(0.5, abs=0.05)
