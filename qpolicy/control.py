@@ -6,29 +6,119 @@ runs one on simulated time.
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from qpolicy.demand import estimate_demand
-from qpolicy.enforcers.base import Enforcer
+from qpolicy.enforcers.base import Cancellable, Enforcer
+from qpolicy.enforcers.realtime import Loop
 from qpolicy.engine import Plan, plan
-from qpolicy.model import GpuConfig, PodSpec
+from qpolicy.errors import QPolicyError
+from qpolicy.model import GpuConfig, PodClass, PodSpec
+
+log = logging.getLogger(__name__)
 
 
 class ControlLoop:
-    def __init__(self, gpu: GpuConfig, pods: Sequence[PodSpec], enforcer: Enforcer) -> None:
+    """One GPU's loop.
+
+    ``min_turn_us`` bounds how often an enforcer whose switches are expensive hands the GPU over:
+    when offline pods take turns, the period is stretched so that each turn is about that long
+    (as CFS stretches its latency period with the number of runnable tasks). The plan then carries
+    the stretched period, and the caller steps again when it ends.
+    """
+
+    def __init__(
+        self,
+        gpu: GpuConfig,
+        pods: Sequence[PodSpec],
+        enforcer: Enforcer,
+        *,
+        min_turn_us: float | None = None,
+    ) -> None:
         self.gpu = gpu
         self.pods = [p for p in pods if p.gpu == gpu.index]
         self.enforcer = enforcer
+        self.min_turn_us = min_turn_us
         self.last_plan: Plan | None = None
 
-    def step(self) -> Plan:
-        """Close the period that ends now and start the next one."""
+    def step(self, elapsed_us: float | None = None) -> Plan:
+        """Close the period that ends now and start the next one.
+
+        ``elapsed_us`` is how long the closing period really ran, when it was cut short.
+        """
         usage = self.enforcer.collect()
         if self.last_plan is None:
             # Nothing measured yet: assume everyone is busy; idle pods show up within a period.
             demand = {p.id: 1.0 for p in self.pods}
         else:
-            demand = estimate_demand(usage, self.gpu.period_us)
-        self.last_plan = plan(self.gpu, self.pods, demand)
+            ran = elapsed_us if elapsed_us is not None else self.last_plan.period_us
+            demand = estimate_demand(usage, max(ran, 1.0))
+        self.last_plan = self._stretched(plan(self.gpu, self.pods, demand))
         self.enforcer.apply(self.last_plan)
         return self.last_plan
+
+    def _stretched(self, p: Plan) -> Plan:
+        if self.min_turn_us is None:
+            return p
+        offline = [s for s in p.slices if s.pod_class is PodClass.OFFLINE and s.allocation > 0]
+        edges = len(offline)
+        if edges == 1 and not p.work_conserving and p.allocated < 1.0:
+            edges = 2  # a lone capped pod is opened and closed once a period
+        if edges < 2:
+            return p
+        period = max(p.period_us, round(edges * self.min_turn_us))
+        return p if period == p.period_us else replace(p, period_us=period)
+
+
+class PeriodicControl:
+    """Steps a :class:`ControlLoop` on a loop, at the end of each plan's (possibly stretched)
+    period, and sooner when a pod with nothing planned wakes up: a stretched period must not
+    keep it waiting longer than the configured one would."""
+
+    def __init__(self, loop: Loop, control: ControlLoop) -> None:
+        self.loop = loop
+        self.control = control
+        self.steps = 0
+        self.errors: list[str] = []
+        self._timer: Cancellable | None = None
+        self._stepped_at: float | None = None
+        self._next_at = math.inf
+
+    def step(self) -> None:
+        """Close the period now, start the next, and step again when it ends."""
+        self.cancel()
+        now = self.loop.now
+        elapsed = None if self._stepped_at is None else now - self._stepped_at
+        period: float = self.control.gpu.period_us
+        try:
+            period = self.control.step(elapsed).period_us
+            self.steps += 1
+        except QPolicyError as error:
+            # Plans fail only on a desired state that does not fit; the next step retries.
+            self.errors.append(str(error))
+            del self.errors[:-10]
+            log.warning("GPU %d: %s", self.control.gpu.index, error)
+        self._stepped_at = now
+        self._arm(now + period)
+
+    def wake(self) -> None:
+        """Step within a configured period from the last step (queued, never run inside)."""
+        if self._stepped_at is None:
+            return
+        when = max(self._stepped_at + self.control.gpu.period_us, self.loop.now)
+        if when < self._next_at:
+            self.cancel()
+            self._arm(when)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._next_at = math.inf
+
+    def _arm(self, when: float) -> None:
+        self._next_at = when
+        self._timer = self.loop.at(when, self.step)

@@ -27,8 +27,8 @@ from pathlib import Path
 from types import FrameType
 
 from qpolicy.annotations import Annotations, scan
-from qpolicy.control import ControlLoop
-from qpolicy.enforcers.realtime import RealtimeLoop, Repeating
+from qpolicy.control import ControlLoop, PeriodicControl
+from qpolicy.enforcers.realtime import RealtimeLoop
 from qpolicy.enforcers.rm import RmEnforcer, RmShared, restore
 from qpolicy.engine import plan
 from qpolicy.errors import QPolicyError, ValidationError
@@ -91,12 +91,19 @@ class DaemonConfig:
     tick_s: float = 0.1
     probe: ProbeMode = ProbeMode.OFF
     cgroup_root: Path | None = None
+    #: Under the rm enforcer, the shortest turn an offline pod gets when pods take turns: each
+    #: hand-over costs two RM controls of about a millisecond of CPU each.
+    min_turn_ms: float = 200.0
 
     def __post_init__(self) -> None:
         if self.enforcer is EnforcerKind.SIM and self.scenario is None:
             raise ValidationError("--enforcer sim needs a scenario (--scenario NAME|FILE)")
         if not 0.01 <= self.tick_s <= 10:
             raise ValidationError(f"invalid tick {self.tick_s!r} s: must be from 0.01 to 10")
+        if not 0 <= self.min_turn_ms <= 10_000:
+            raise ValidationError(
+                f"invalid minimum turn {self.min_turn_ms!r} ms: must be from 0 to 10000"
+            )
 
 
 class StateSource:
@@ -180,14 +187,8 @@ class ProbeResolver:
 class _Gpu:
     """One GPU under the rm enforcer: its control loop and when it next steps."""
 
-    loop: ControlLoop
+    periodic: PeriodicControl
     enforcer: RmEnforcer
-    timer: Repeating | None = None
-
-
-@dataclass
-class _Stats:
-    steps: int = 0
 
 
 class Daemon:
@@ -246,7 +247,6 @@ class Daemon:
         self._annotated_at: float | None = None
         self._view = NodeView()
         self.server: MetricsServer | None = None
-        self.stats = _Stats()
 
     # -- the view ------------------------------------------------------------------------------
 
@@ -325,7 +325,7 @@ class Daemon:
         driven = self.gpus.get(gpu)
         if driven is None:
             return Enforcement(planned_share=planned.get(pod))
-        last = driven.loop.last_plan
+        last = driven.periodic.control.last_plan
         share = None
         if last is not None:
             share = next((s.allocation for s in last.slices if s.pod == pod), None)
@@ -391,43 +391,31 @@ class Daemon:
         }
         for index in [i for i in self.gpus if i not in wanted]:
             gone = self.gpus.pop(index)
-            if gone.timer is not None:
-                gone.timer.cancel()
+            gone.periodic.cancel()
             gone.enforcer.release()
         for index, (gpu, pods) in wanted.items():
             driven = self.gpus.get(index)
             if driven is None:
                 resolver = ProbeResolver(self.probe, lambda: self.desired.pods)
                 enforcer = RmEnforcer(self.rm, resolver)
-                self.gpus[index] = _Gpu(ControlLoop(gpu, pods, enforcer), enforcer)
-                self._schedule(index)
+                min_turn = self.config.min_turn_ms * 1000 or None
+                control = ControlLoop(gpu, pods, enforcer, min_turn_us=min_turn)
+                driven = _Gpu(PeriodicControl(self.loop, control), enforcer)
+                enforcer.scheduler.on_wake = driven.periodic.wake
+                self.gpus[index] = driven
+                driven.periodic.step()
                 continue
-            period_changed = driven.loop.gpu.period_ms != gpu.period_ms
-            driven.loop.gpu = gpu
-            driven.loop.pods = pods
+            control = driven.periodic.control
+            period_changed = control.gpu.period_ms != gpu.period_ms
+            control.gpu = gpu
+            control.pods = pods
             if period_changed:
-                self._schedule(index)
-
-    def _schedule(self, index: int) -> None:
-        driven = self.gpus[index]
-        if driven.timer is not None:
-            driven.timer.cancel()
-
-        def step() -> None:
-            try:
-                driven.loop.step()
-                self.stats.steps += 1
-            except QPolicyError as error:
-                log.warning("GPU %d: %s", index, error)
-
-        step()
-        driven.timer = self.loop.every(driven.loop.gpu.period_us, step)
+                driven.periodic.step()
 
     def release(self) -> None:
         """Give every GPU back: open what was closed, restore timeslices, drop descriptors."""
         for driven in self.gpus.values():
-            if driven.timer is not None:
-                driven.timer.cancel()
+            driven.periodic.cancel()
             driven.enforcer.release()
         self.gpus.clear()
         if self.rm is not None:

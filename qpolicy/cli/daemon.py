@@ -42,6 +42,16 @@ def _parse_probe(text: str) -> ProbeMode:
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
 
+def _parse_number(text: str, what: str, low: float, high: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValidationError(f"invalid {what} {text!r}: expected a number") from None
+    if not low <= value <= high:  # also refuses nan
+        raise ValidationError(f"invalid {what} {text!r}: must be from {low:g} to {high:g}")
+    return value
+
+
 def _parse_positive(text: str, what: str) -> float:
     try:
         value = float(text)
@@ -88,6 +98,16 @@ def daemon(
     tick_ms: Annotated[
         str, typer.Option("--tick-ms", metavar="MS", help="How often sources are read.")
     ] = "100",
+    min_turn_ms: Annotated[
+        str,
+        typer.Option(
+            "--min-turn-ms",
+            metavar="MS",
+            help="rm enforcer: the shortest turn an offline pod gets when pods take turns; the "
+            "period is stretched to fit (each hand-over costs two RM controls, ~1 ms of CPU "
+            "each). 0: turns as short as the period makes them.",
+        ),
+    ] = "200",
     log_level: Annotated[
         str,
         typer.Option(
@@ -131,6 +151,7 @@ def daemon(
         scenario=load_scenario_argument(scenario) if scenario is not None else None,
         speed=_parse_positive(speed, "speed"),
         tick_s=_parse_positive(tick_ms, "tick") / 1000,
+        min_turn_ms=_parse_number(min_turn_ms, "minimum turn", 0, 10_000),
     )
     # The enforcers report what they could not do (a process gone, a control refused) through
     # logging; a daemon's stderr is its journal.

@@ -72,6 +72,11 @@ class ChannelControl(Protocol):
 
 
 class UsageSensor(Protocol):
+    #: Whether gpu_time_us counts only the time the pod's work really ran, also while pods run
+    #: side by side. A sensor that can only tell when a pod was allowed to run is not exact, and
+    #: caps on pods that share the GPU concurrently cannot be enforced from it.
+    exact: bool
+
     def gpu_time_us(self, pod: str) -> float:
         """GPU time the pod has used since it appeared (monotonic)."""
         ...

@@ -304,8 +304,16 @@ class RmChannelControl:
                             else timeslice_us
                         )
                         if target is not None:
-                            rmctl.set_timeslice(fd, group.client, tsg, target)
+                            result = rmctl.set_timeslice(fd, group.client, tsg, target)
                             sent += 1
+                            log.debug(
+                                "pod %s: timeslice %d us on TSG %#x of pid %d: %#x",
+                                pod,
+                                target,
+                                tsg,
+                                group.pid,
+                                result.status,
+                            )
                     except rmctl.RmError as error:
                         self._complain(pod, str(error))
             return float(sent)
@@ -339,6 +347,10 @@ class RmUsageSensor:
     behind the closed channels and launch nothing, and a long wait must not make it look idle.
     A pod that launches while closed (launching needs no open channel) is busy again at once.
     """
+
+    # Open time is when a pod may run, not when it ran: an online pod that shares the GPU with
+    # others is not capped from it (the offline timeslice keeps it ahead instead).
+    exact = False
 
     def __init__(self, control: RmChannelControl, resolver: PodResolver, grace_us: float) -> None:
         self.control = control

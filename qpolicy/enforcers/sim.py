@@ -68,6 +68,7 @@ class SimChannelControl:
 
 
 class SimUsageSensor:
+    exact = True
     """Reads the simulated GPU's ground truth, as nvmock's debugfs gives it in the VM tier."""
 
     def __init__(self, gpu: SimGpu, contexts: Mapping[str, Context]) -> None:

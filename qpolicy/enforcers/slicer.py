@@ -32,6 +32,7 @@ Two feedbacks keep achieved shares on the plan:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -110,6 +111,8 @@ class SliceScheduler:
         self._carry: dict[str, float] = {}
         self._efficiency: dict[str, float] = {}
         self._wake: Cancellable | None = None
+        #: Called when an offline pod with nothing planned this period starts launching.
+        self.on_wake: Callable[[], None] | None = None
 
     # -- the period interface ------------------------------------------------------------------
 
@@ -156,7 +159,7 @@ class SliceScheduler:
 
         period = plan.period_us
         self._online = [
-            _Online(s.pod, None if s.cap is None else s.cap * period)
+            _Online(s.pod, None if s.cap is None or not self.sensor.exact else s.cap * period)
             for s in plan.slices
             if s.pod_class is PodClass.ONLINE
         ]
@@ -171,12 +174,23 @@ class SliceScheduler:
             if s.pod_class is PodClass.OFFLINE and s.allocation > 0
         ]
         # Start with whoever holds the GPU already: that saves a switch at every period boundary.
+        # A pod that waited through the last period without a turn goes first, though: handing
+        # the GPU back within one period matters more than the switch.
+        had_turn = {t.pod for t in self._turns if t.end != _SKIPPED}
+        waited = [
+            i
+            for i, t in enumerate(turns)
+            if self._turns and t.pod not in had_turn and not self._enabled.get(t.pod, True)
+        ]
         continuing = False
-        for index, turn in enumerate(turns):
-            if self._enabled.get(turn.pod, True):
-                turns = turns[index:] + turns[:index]
-                continuing = True
-                break
+        if waited:
+            turns = turns[waited[0] :] + turns[: waited[0]]
+        else:
+            for index, turn in enumerate(turns):
+                if self._enabled.get(turn.pod, True):
+                    turns = turns[index:] + turns[:index]
+                    continuing = True
+                    break
         self._fit(turns, period, switches=max(len(turns) - 1, 0) + (0 if continuing else 1))
         self._turns = turns
         self._turn_index = 0
@@ -437,6 +451,10 @@ class SliceScheduler:
                     self._open_turn(self._turns[self._turn_index], now, previous=None)
                     watching = True
                     continue
+            else:
+                # Nothing planned for it this period: the loop may want to plan again sooner.
+                if self.on_wake is not None:
+                    self.on_wake()
             self._set_enabled(pod, False)
         return watching
 

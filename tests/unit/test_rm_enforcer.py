@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from qpolicy.control import ControlLoop
+from qpolicy.control import ControlLoop, PeriodicControl
 from qpolicy.enforcers import rm
 from qpolicy.enforcers.realtime import Repeating
 from qpolicy.enforcers.rm import RmEnforcer, RmShared, restore
@@ -155,7 +155,9 @@ def rig(
     monkeypatch: pytest.MonkeyPatch,
     pods: list[PodSpec],
     policy: GpuPolicy = GpuPolicy.FIXED_SHARE,
+    min_turn_us: float | None = None,
 ) -> Rig:
+    """The daemon's wiring of one GPU: a 50 ms period, stepped as the daemon steps it."""
     loop = VirtualLoop()
     driver = FakeDriver(loop)
     driver.install(monkeypatch)
@@ -163,14 +165,10 @@ def rig(
     resolver = FakeResolver(driver, groups)
     shared = RmShared(loop, tmp_path, worker=FakeWorker(loop))  # type: ignore[arg-type]
     enforcer = RmEnforcer(shared, resolver)
-    control = ControlLoop(GpuConfig(0, policy), pods, enforcer)
-    period = 50_000.0
-
-    def step() -> None:
-        control.step()
-        loop.after(period, step)
-
-    loop.at(0.0, step)
+    control = ControlLoop(GpuConfig(0, policy), pods, enforcer, min_turn_us=min_turn_us)
+    periodic = PeriodicControl(loop, control)
+    enforcer.scheduler.on_wake = periodic.wake
+    loop.at(0.0, periodic.step)
     return Rig(loop, driver, resolver, shared, enforcer, control)
 
 
@@ -435,3 +433,68 @@ def test_a_pod_that_has_not_launched_yet_is_never_shut_out(
     assert initialising.init_left_us <= 0
     b = r.enforcer.sensor.gpu_time_us("/b") / 3e6
     assert b == pytest.approx(0.5, abs=0.05)
+
+
+def test_a_minimum_turn_stretches_the_period_and_keeps_the_shares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/a", 0, share=70), PodSpec("/b", 0, share=30)]
+    r = rig(tmp_path, monkeypatch, pods, min_turn_us=200_000)
+    r.loop.run_until(8e6)
+    assert r.control.last_plan is not None and r.control.last_plan.period_us == 400_000
+    a = r.enforcer.sensor.gpu_time_us("/a") / 8e6
+    b = r.enforcer.sensor.gpu_time_us("/b") / 8e6
+    assert a == pytest.approx(0.70, abs=0.02)
+    assert b == pytest.approx(0.30, abs=0.02)
+    # One hand-over each way per 400 ms period at most: two controls each, about 10 a second,
+    # where the 50 ms period alone needs 40.
+    assert len(r.driver.calls) / 8 <= 11
+
+
+def test_a_pod_that_wakes_in_a_stretched_period_gets_the_gpu_within_a_configured_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/a", 0, share=34), PodSpec("/b", 0, share=33), PodSpec("/c", 0, share=33)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, min_turn_us=200_000)
+    original = r.resolver.launches
+    wakes_at = 2.03e6
+
+    def launches() -> dict[str, int]:
+        counts = original()
+        if r.loop.now < wakes_at:  # /b's job has not started
+            counts["/b"] = 0
+            r.resolver._launches["/b"] = 0
+        return counts
+
+    r.resolver.launches = launches  # type: ignore[method-assign]
+    r.loop.run_until(wakes_at)
+    # /a and /c take 200 ms turns in a 400 ms period...
+    assert r.control.last_plan is not None and r.control.last_plan.period_us == 400_000
+    b_idle = r.enforcer.sensor.gpu_time_us("/b")
+    # ...but /b, waking, runs within one 50 ms period (plus a poll and the controls).
+    r.loop.run_until(wakes_at + 80_000)
+    assert r.enforcer.control.is_open("/b")
+    assert not r.enforcer.control.is_open("/a") and not r.enforcer.control.is_open("/c")
+    marks = {pod.id: r.enforcer.sensor.gpu_time_us(pod.id) for pod in pods}
+    assert marks["/b"] > b_idle
+    r.loop.run_until(wakes_at + 6e6)
+    for pod in pods:
+        share = (r.enforcer.sensor.gpu_time_us(pod.id) - marks[pod.id]) / 5.92e6
+        assert share == pytest.approx(1 / 3, abs=0.04), pod.id
+
+
+def test_online_pods_are_not_capped_from_open_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Open time says when an online pod could run, not when it ran: capping an online pod that
+    idles between requests on it would throttle it for nothing (it did, on an H200: p50 22 ms)."""
+    pods = [
+        PodSpec("/online", 0, PodClass.ONLINE, share=20),
+        PodSpec("/trainer", 0, share=80),
+    ]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+    r.loop.run_until(2e6)
+    online_client = 0xC1D00000
+    assert not any(client == online_client for _, _, client, _ in r.driver.calls)
+    # The timeslices do the protecting: online long, offline short.
+    assert r.driver.timeslice == {0x10: 8192, 0x20: 32}

@@ -1,0 +1,80 @@
+"""The control loop's period: stretched for enforcers whose hand-overs are expensive."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from qpolicy.control import ControlLoop
+from qpolicy.enforcers.base import PodUsage
+from qpolicy.engine import Plan
+from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
+
+
+class RecordingEnforcer:
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.usage: dict[str, PodUsage] = {}
+        self.plans: list[Plan] = []
+
+    def collect(self) -> Mapping[str, PodUsage]:
+        return self.usage
+
+    def apply(self, plan: Plan) -> None:
+        self.plans.append(plan)
+
+    def release(self) -> None:
+        pass
+
+
+def offline(name: str, share: int | None) -> PodSpec:
+    return PodSpec(name, 0, PodClass.OFFLINE, share)
+
+
+@pytest.mark.parametrize(
+    ("policy", "pods", "period_ms"),
+    [
+        # Two pods taking turns: each turn about 200 ms.
+        (GpuPolicy.FIXED_SHARE, [offline("a", 70), offline("b", 30)], 400),
+        # A lone capped pod is still opened and closed once a period.
+        (GpuPolicy.FIXED_SHARE, [offline("a", 30)], 400),
+        # A lone pod that may use everything is never switched.
+        (GpuPolicy.BEST_EFFORT, [offline("a", None)], 50),
+        (GpuPolicy.BEST_EFFORT, [offline(f"p{i}", None) for i in range(10)], 2000),
+        # Online pods run side by side: no turns, no stretch.
+        (
+            GpuPolicy.BURST_SHARE,
+            [PodSpec("on", 0, PodClass.ONLINE, 30), offline("a", 70)],
+            50,
+        ),
+    ],
+)
+def test_the_period_is_stretched_to_the_minimum_turn(
+    policy: GpuPolicy, pods: list[PodSpec], period_ms: int
+) -> None:
+    loop = ControlLoop(GpuConfig(0, policy), pods, RecordingEnforcer(), min_turn_us=200_000)
+    assert loop.step().period_us == period_ms * 1000
+
+
+def test_without_a_minimum_turn_the_period_is_the_configured_one() -> None:
+    pods = [offline(f"p{i}", None) for i in range(10)]
+    loop = ControlLoop(GpuConfig(0, GpuPolicy.BEST_EFFORT, 20), pods, RecordingEnforcer())
+    assert loop.step().period_us == 20_000
+
+
+def test_demand_is_measured_over_the_time_the_period_really_ran() -> None:
+    enforcer = RecordingEnforcer()
+    pods = [offline("a", None), offline("b", None)]
+    loop = ControlLoop(GpuConfig(0, GpuPolicy.BEST_EFFORT), pods, enforcer)
+    loop.step()
+    # Cut short after 10 ms of a 50 ms period, /a used 9 ms and is done: it wanted 90 %.
+    enforcer.usage = {"a": PodUsage(9_000, hungry=False), "b": PodUsage(1_000, hungry=True)}
+    plan = loop.step(elapsed_us=10_000)
+    assert plan.slice("a").allocation == pytest.approx(0.5)
+    loop.step()
+    enforcer.usage = {"a": PodUsage(9_000, hungry=False), "b": PodUsage(1_000, hungry=False)}
+    plan = loop.step(elapsed_us=10_000)
+    assert plan.slice("a").allocation == pytest.approx(0.9)
+    assert plan.slice("b").allocation == pytest.approx(0.1)
