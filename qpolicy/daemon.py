@@ -156,15 +156,25 @@ class ProbeResolver:
     def __init__(self, probe: ProbeSource, pods: Callable[[], Mapping[str, PodSpec]]) -> None:
         self.probe = probe
         self._pods = pods
+        # Owners per cgroup id for one desired state: launches are read every poll.
+        self._owners: dict[int, str | None] = {}
+        self._owners_of: Mapping[str, PodSpec] | None = None
 
     def _owner(self, cgroup: int | None) -> str | None:
         if cgroup is None:
             return None
+        pods = self._pods()
+        if pods is not self._owners_of:
+            self._owners, self._owners_of = {}, pods
+        if cgroup in self._owners:
+            return self._owners[cgroup]
         path = self.probe.view.cgroups.path_of(cgroup)
         if path is None:
-            return None
-        owners = [pod for pod in self._pods() if pod.startswith("/") and within(path, pod)]
-        return max(owners, key=len) if owners else None
+            return None  # not known yet: ask again next time
+        owners = [pod for pod in pods if pod.startswith("/") and within(path, pod)]
+        owner = max(owners, key=len) if owners else None
+        self._owners[cgroup] = owner
+        return owner
 
     def groups(self, pod: str) -> list[ClientChannels]:
         tracker = self.probe.view.tracker

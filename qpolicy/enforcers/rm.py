@@ -130,6 +130,9 @@ class DisabledRecord:
                 self._write()
 
     def _write(self) -> None:
+        if not self.entries:
+            self.path.unlink(missing_ok=True)  # everything is open: nothing to restore
+            return
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.entries))
         os.replace(tmp, self.path)
@@ -422,7 +425,7 @@ class RmEnforcer:
         resolver: PodResolver,
         *,
         idle_grace_us: float = 50_000.0,
-        poll_us: float = 10_000.0,
+        poll_us: float = 20_000.0,
     ) -> None:
         self.loop = shared.loop
         self.shared = shared

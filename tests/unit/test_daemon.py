@@ -283,3 +283,102 @@ def test_kmod_enforcer_is_refused_clearly_until_the_module_exists(tmp_path: Path
     config = DaemonConfig(enforcer=EnforcerKind.KMOD, state_dir=tmp_path, metrics_addr=None)
     with pytest.raises(QPolicyError, match=r"qgpu\.ko"):
         Daemon(config)
+
+
+def test_rm_daemon_takes_turns_then_gives_everything_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's rm wiring end to end, with the probe and the RM controls replaced: two
+    fixed-share pods take turns in a stretched period and, stopped, the daemon re-opens every
+    channel it closed."""
+    import threading
+
+    from qpolicy.enforcers import rm
+    from qpolicy.nvrm import rmctl
+    from qpolicy.nvrm.abi import NvStatus
+    from qpolicy.telemetry.cgroups import CgroupMap
+    from qpolicy.telemetry.probesource import ProbeSource
+    from tests.unit.test_telemetry_live import FakeProbe, process, rm_alloc
+
+    root = tmp_path / "cgroup"
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+    cgroups = CgroupMap(root=root)
+    ids = {"/a": cgroups.id_of("/a"), "/b": cgroups.id_of("/b")}
+    pids = {"/a": 10, "/b": 20}
+
+    class BusyProbe(FakeProbe):
+        """Both pods launch all the time."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def launches(self) -> dict[int, int]:
+            self.calls += 1
+            return dict.fromkeys(ids.values(), self.calls)
+
+    probe = BusyProbe()
+    for pod, cgroup in ids.items():
+        pid = pids[pod]
+        probe.pending += [
+            *process(pid, cgroup, tsgs=1, channels_per_tsg=2, vidmem=0),
+            rm_alloc(pid, cgroup, 0xD1, 0xD0, 0x2080),
+        ]
+    lock = threading.Lock()
+    controls: list[tuple[int, bool]] = []
+    disabled: set[int] = set()
+
+    def disable_channels(
+        fd: int, client: int, subdevice: int, channels: list[int], *, disable: bool
+    ) -> rmctl.ControlResult:
+        with lock:
+            controls.append((fd, disable))
+            (disabled.add if disable else disabled.discard)(fd)
+        return rmctl.ControlResult(NvStatus.NV_OK, 1000)
+
+    monkeypatch.setattr(rm.rmctl, "borrow_fd", lambda pid, fd: 1000 + pid)
+    monkeypatch.setattr(rm.rmctl, "disable_channels", disable_channels)
+    monkeypatch.setattr(
+        rm.rmctl, "get_timeslice", lambda fd, c, t: (rmctl.ControlResult(NvStatus.NV_OK, 1), 2048)
+    )
+    monkeypatch.setattr(
+        rm.rmctl, "set_timeslice", lambda fd, c, t, us: rmctl.ControlResult(NvStatus.NV_OK, 1)
+    )
+    monkeypatch.setattr(rm.os, "close", lambda fd: None)
+    monkeypatch.setattr(rm, "process_start_time", lambda pid: 1)
+
+    state_dir = tmp_path / "state"
+    store = StateStore(state_dir)
+    store.update(
+        lambda s: s.with_pod(PodSpec("/a", 0, share=70)).with_pod(PodSpec("/b", 0, share=30))
+    )
+    config = DaemonConfig(
+        enforcer=EnforcerKind.RM,
+        state_dir=state_dir,
+        metrics_addr=None,
+        cgroup_root=root,
+        min_turn_ms=100,
+    )
+    agent = Daemon(config, probe_loader=lambda: ProbeSource(probe, cgroups), is_root=lambda: True)
+    runner = threading.Thread(target=agent.run)
+    runner.start()
+    try:
+        time.sleep(2.0)
+        periodic = agent.gpus[0].periodic
+        assert periodic.control.last_plan is not None
+        assert periodic.control.last_plan.period_us == 200_000
+        with lock:
+            seen = list(controls)
+    finally:
+        agent.stop()
+        runner.join(timeout=10)
+    assert not runner.is_alive()
+    a_fd, b_fd = 1000 + pids["/a"], 1000 + pids["/b"]
+    # Turns: each pod was closed and opened again, a few times a second (not 20 times).
+    for fd in (a_fd, b_fd):
+        assert (fd, True) in seen and (fd, False) in seen
+    assert len(seen) <= 2 * 2 * 12
+    # Stopped: nothing is left closed and no record is left.
+    assert disabled == set()
+    assert not (state_dir / "rm-disabled.json").exists()
