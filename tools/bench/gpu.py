@@ -10,8 +10,9 @@ lent GPU machine). For each scenario and matrix size the same PyTorch processes 
 A pod's achieved share is its throughput divided by the same process's throughput alone on the
 GPU (measured first, in the same run). Every process starts its timed loop at the same wall-clock
 moment, after its CUDA initialisation. Scenarios: fixed-share 70/30 and 50/30/20, burst-share with
-one pod idle half the time, best-effort with 3 pods, at n = 2048, 4096, 8192; an online pod (4096
-matmul + sync at 50 Hz) next to an offline 8192 trainer; and the daemon's CPU with 10 pods.
+one pod idle half the time, best-effort with 3 pods, at n = 2048, 4096, 8192; a fixed-share pod
+alone; an online pod (4096 matmul + sync at 50 Hz) next to an offline 8192 trainer; and the
+daemon's CPU with 10 pods.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ SCENARIOS = (
     Scenario(
         "fixed-share 50/30/20", GpuPolicy.FIXED_SHARE, (Pod("a", 50), Pod("b", 30), Pod("c", 20))
     ),
+    Scenario("fixed-share 30 alone", GpuPolicy.FIXED_SHARE, (Pod("a", 30),)),
     Scenario(
         "burst-share 50/50, b idle the first half",
         GpuPolicy.BURST_SHARE,
@@ -356,6 +358,96 @@ def summarise(
     return summary
 
 
+def _shares(summary: dict[str, Any]) -> str:
+    shares = summary.get("achieved_shares") or {}
+    if not shares:
+        return "-"
+    text = " ".join(f"{pod} {value:.3f}" for pod, value in shares.items())
+    return f"{text} (sum {summary.get('aggregate', 0):.3f})"
+
+
+def _verdict(scenario: Scenario, summary: dict[str, Any], report: dict[str, Any], n: int) -> str:
+    """The issue's target for this scenario, checked on the qpolicy run."""
+    shares = summary.get("achieved_shares") or {}
+    if scenario.name.startswith("online"):
+        solo_p99 = report.get("online_solo", {}).get("p99_ms")
+        native = next(
+            (
+                r["summary"].get("trainer_it_per_s")
+                for r in report["scenarios"].get(scenario.name, [])
+                if r["mode"] == "native"
+            ),
+            None,
+        )
+        p99, trainer = summary.get("online_p99_ms"), summary.get("trainer_it_per_s")
+        if None in (solo_p99, native, p99, trainer):
+            return "incomplete"
+        ratio, keeps = p99 / solo_p99, trainer / native
+        ok = ratio <= 1.5 and keeps >= 0.9
+        return f"p99 {ratio:.2f}x solo (<=1.5), trainer {keeps:.0%} of native (>=90%): " + (
+            "meets" if ok else "MISSES"
+        )
+    if scenario.name.startswith("daemon CPU"):
+        return "see CPU column"
+    if len(shares) != len(scenario.pods):
+        return "incomplete"
+    if scenario.policy is GpuPolicy.FIXED_SHARE and len(scenario.pods) == 1:
+        pod = scenario.pods[0]
+        assert pod.share is not None
+        over = shares[pod.name] - pod.share / 100
+        return f"{over * 100:+.1f} points (<= +2): " + ("meets" if over <= 0.02 else "MISSES")
+    if scenario.policy is GpuPolicy.FIXED_SHARE:
+        errors = {p.name: shares[p.name] / ((p.share or 1) / 100) - 1 for p in scenario.pods}
+        worst = max(errors.values(), key=abs)
+        ok = abs(worst) <= 0.05 and summary["aggregate"] >= 0.95
+        return f"worst {worst:+.1%} (+-5%), sum >= 0.95: " + ("meets" if ok else "MISSES")
+    if scenario.policy is GpuPolicy.BURST_SHARE:
+        windows = summary.get("a_share_per_50ms_around_b_start") or []
+        after = windows[4:]
+        handed = next((i for i, w in enumerate(after) if w is not None and w <= 0.6), None)
+        idle = summary.get("a_share_while_b_idle") or 0.0
+        ok = idle >= 0.9 and handed is not None and handed <= 1
+        back = "never" if handed is None else f"{(handed + 1) * 50} ms"
+        return f"a alone {idle:.2f}, handed back within {back}: " + ("meets" if ok else "MISSES")
+    ok = summary["aggregate"] >= 0.95
+    return f"sum {summary['aggregate']:.3f} (>= 0.95): " + ("meets" if ok else "MISSES")
+
+
+def table(report: dict[str, Any]) -> list[str]:
+    """Native, MPS and qpolicy side by side, with the target checked on qpolicy's run."""
+    lines = [
+        "| scenario | n | native | MPS | qpolicy | daemon CPU | target (qpolicy) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for scenario in SCENARIOS:
+        rows = report["scenarios"].get(scenario.name, [])
+        for n in sorted({r["n"] for r in rows}):
+            by_mode = {r["mode"]: r for r in rows if r["n"] == n}
+            cells = []
+            for mode in ("native", "mps", "qpolicy"):
+                summary = by_mode.get(mode, {}).get("summary")
+                if summary is None:
+                    cells.append("-")
+                elif scenario.name.startswith("online"):
+                    cells.append(
+                        f"p50 {summary.get('online_p50_ms') or 0:.2f} / p99 "
+                        f"{summary.get('online_p99_ms') or 0:.2f} ms, trainer "
+                        f"{summary.get('trainer_it_per_s') or 0:.0f} it/s"
+                    )
+                else:
+                    cells.append(_shares(summary))
+            daemon = by_mode.get("qpolicy", {}).get("daemon", {})
+            cpu = daemon.get("cpu_percent_of_one_core")
+            cpu_cell = "-" if cpu is None else f"{cpu:.1f} %"
+            if scenario.name.startswith("daemon CPU") and cpu is not None:
+                cpu_cell += " (< 2): " + ("meets" if cpu < 2 else "MISSES")
+            summary = by_mode.get("qpolicy", {}).get("summary")
+            verdict = "-" if summary is None else _verdict(scenario, summary, report, n)
+            lines.append(f"| {scenario.name} | {n or '-'} | {' | '.join(cells)} | {cpu_cell} "
+                         f"| {verdict} |")  # fmt: skip
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench-results/gpu.json")
@@ -366,7 +458,13 @@ def main() -> int:
     parser.add_argument(
         "--daemon-logs", action="store_true", help="keep each daemon's debug log next to --out"
     )
+    parser.add_argument(
+        "--table", metavar="JSON", help="print the table of an earlier run's JSON and exit"
+    )
     args = parser.parse_args()
+    if args.table:
+        print("\n".join(table(json.loads(Path(args.table).read_text()))))
+        return 0
     sizes = [int(x) for x in args.sizes.split(",")]
     modes = args.modes.split(",")
     out = Path(args.out)
@@ -426,6 +524,7 @@ def main() -> int:
     finally:
         cgroups.clean()
         out.write_text(json.dumps(report, indent=1))
+    print("\n".join(table(report)))
     return 0
 
 
