@@ -20,14 +20,18 @@ from qpolicy.model import GpuConfig, PodClass, PodSpec
 
 log = logging.getLogger(__name__)
 
+#: How far allocations may move between two plans that still count as the same.
+STEADY_TOLERANCE = 0.02
+
 
 class ControlLoop:
     """One GPU's loop.
 
     ``min_turn_us`` bounds how often an enforcer whose switches are expensive hands the GPU over:
-    when offline pods take turns, the period is stretched so that each turn is about that long
-    (as CFS stretches its latency period with the number of runnable tasks). The plan then carries
-    the stretched period, and the caller steps again when it ends.
+    when offline pods take turns and the plan repeats the last one, the period is stretched so
+    that each turn is about that long (as CFS stretches its latency period with the number of
+    runnable tasks). The plan then carries the stretched period, and the caller steps again when
+    it ends.
     """
 
     def __init__(
@@ -61,7 +65,9 @@ class ControlLoop:
         return self.last_plan
 
     def _stretched(self, p: Plan) -> Plan:
-        if self.min_turn_us is None:
+        # Only a plan that repeats the last one is stretched: after a change (a pod woke, went
+        # idle, started), demand is still settling and must be measured again a period later.
+        if self.min_turn_us is None or not self._repeats(p):
             return p
         offline = [s for s in p.slices if s.pod_class is PodClass.OFFLINE and s.allocation > 0]
         edges = len(offline)
@@ -71,6 +77,16 @@ class ControlLoop:
             return p
         period = max(p.period_us, round(edges * self.min_turn_us))
         return p if period == p.period_us else replace(p, period_us=period)
+
+    def _repeats(self, p: Plan) -> bool:
+        last = self.last_plan
+        if last is None or len(last.slices) != len(p.slices):
+            return False
+        before = {s.pod: s.allocation for s in last.slices}
+        return all(
+            s.pod in before and abs(s.allocation - before[s.pod]) <= STEADY_TOLERANCE
+            for s in p.slices
+        )
 
 
 class PeriodicControl:

@@ -252,7 +252,7 @@ class Daemon:
             self.restored = restore(config.state_dir / "rm-disabled.json")
             self.rm = RmShared(self.loop, config.state_dir)
             if self.probe is not None:
-                self.probe.on_exit.append(self.rm.files.forget)
+                self.probe.on_exit.append(self.rm.forget)
         self._pruned_at = clock()
         self._annotated_at: float | None = None
         self._view = NodeView()

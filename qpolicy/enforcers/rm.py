@@ -199,6 +199,8 @@ class RmChannelControl:
         self._opened_at: dict[str, float | None] = {}
         self._open_total: dict[str, float] = {}
         self._original_timeslice: dict[tuple[int, int, int], int] = {}
+        self._wanted_timeslice: dict[str, int] = {}
+        self._timeslice_sent: set[tuple[int, int, int]] = set()
         self.errors = 0
         self._last_error_log: dict[str, float] = {}
 
@@ -286,39 +288,65 @@ class RmChannelControl:
         self.worker.submit(job)
 
     def set_timeslice(self, pod: str, timeslice_us: int | None) -> None:
-        groups = [g for g in self.resolver.groups(pod) if g.pid]
+        """Give the pod's TSGs ``timeslice_us`` (None: their own again), now and as they appear."""
+        if timeslice_us is None:
+            self._wanted_timeslice.pop(pod, None)
+        else:
+            self._wanted_timeslice[pod] = timeslice_us
+        self._send_timeslices(pod, timeslice_us, only_new=False)
+
+    def forget(self, pid: int) -> None:
+        """Drop what is kept about the TSGs of a process that exited."""
+        for key in [k for k in self._original_timeslice if k[0] == pid]:
+            self._original_timeslice.pop(key, None)
+        self._timeslice_sent = {k for k in self._timeslice_sent if k[0] != pid}
+
+    def refresh_timeslices(self) -> None:
+        """Set the wanted timeslice on TSGs created since it was set: processes start late."""
+        for pod, timeslice_us in list(self._wanted_timeslice.items()):
+            self._send_timeslices(pod, timeslice_us, only_new=True)
+
+    def _send_timeslices(self, pod: str, timeslice_us: int | None, *, only_new: bool) -> None:
+        todo = [
+            (group, tsg)
+            for group in self.resolver.groups(pod)
+            if group.pid
+            for tsg in group.tsgs
+            if not (only_new and (group.pid or 0, group.client, tsg) in self._timeslice_sent)
+        ]
+        if not todo:
+            return
+        for group, tsg in todo:
+            self._timeslice_sent.add((group.pid or 0, group.client, tsg))
 
         def job() -> float:
             sent = 0
-            for group in groups:
+            for group, tsg in todo:
                 assert group.pid is not None and group.fd is not None
-                for tsg in group.tsgs:
-                    key = (group.pid, group.client, tsg)
-                    try:
-                        fd = self.files.get(group.pid, group.fd)
-                        if key not in self._original_timeslice:
-                            result, value = rmctl.get_timeslice(fd, group.client, tsg)
-                            sent += 1
-                            if result.ok:
-                                self._original_timeslice[key] = value
-                        target = (
-                            self._original_timeslice.get(key)
-                            if timeslice_us is None
-                            else timeslice_us
+                key = (group.pid, group.client, tsg)
+                try:
+                    fd = self.files.get(group.pid, group.fd)
+                    if key not in self._original_timeslice:
+                        result, value = rmctl.get_timeslice(fd, group.client, tsg)
+                        sent += 1
+                        if result.ok:
+                            self._original_timeslice[key] = value
+                    target = (
+                        self._original_timeslice.get(key) if timeslice_us is None else timeslice_us
+                    )
+                    if target is not None:
+                        result = rmctl.set_timeslice(fd, group.client, tsg, target)
+                        sent += 1
+                        log.debug(
+                            "pod %s: timeslice %d us on TSG %#x of pid %d: %#x",
+                            pod,
+                            target,
+                            tsg,
+                            group.pid,
+                            result.status,
                         )
-                        if target is not None:
-                            result = rmctl.set_timeslice(fd, group.client, tsg, target)
-                            sent += 1
-                            log.debug(
-                                "pod %s: timeslice %d us on TSG %#x of pid %d: %#x",
-                                pod,
-                                target,
-                                tsg,
-                                group.pid,
-                                result.status,
-                            )
-                    except rmctl.RmError as error:
-                        self._complain(pod, str(error))
+                except rmctl.RmError as error:
+                    self._complain(pod, str(error))
             return float(sent)
 
         self.worker.submit(job)
@@ -333,6 +361,13 @@ class RmShared:
         self.worker = worker if worker is not None else ControlWorker(loop)
         self.files = BorrowedFiles()
         self.record = DisabledRecord(state_dir / RECORD_NAME)
+        self.controls: list[RmChannelControl] = []
+
+    def forget(self, pid: int) -> None:
+        """A process exited: close its borrowed descriptors, drop what was kept about it."""
+        self.files.forget(pid)
+        for control in self.controls:
+            control.forget(pid)
 
     def close(self) -> None:
         if not self.worker.drain():
@@ -360,9 +395,9 @@ class RmUsageSensor:
         self.resolver = resolver
         self.grace_us = grace_us
         self._count: dict[str, int] = {}
-        # Per pod: open time since its last launch, as of the last poll.
+        # Per pod: open time since its last launch, and the pod's open time, as of the last poll.
         self._open_idle: dict[str, float] = {}
-        self._was_open: dict[str, bool] = {}
+        self._open_seen: dict[str, float] = {}
         self._polled_at: float | None = None
         self._busy: dict[str, bool] = {}
         self._unused: dict[str, float] = {}
@@ -375,20 +410,21 @@ class RmUsageSensor:
         for pod, count in self.resolver.launches().items():
             if pod not in self._count:
                 self.control.track(pod)
-                self._was_open[pod] = self.control.is_open(pod)
+            opened = self.control.open_time_us(pod)
+            delta = opened - self._open_seen.get(pod, opened)
+            self._open_seen[pod] = opened
             if count != self._count.get(pod):
                 self._count[pod] = count
                 self._open_idle[pod] = 0.0
-            elif self._was_open.get(pod, True):
-                before = self._open_idle.get(pod, 0.0)
-                self._open_idle[pod] = before + since
-                # An idle pod is left open; time it sits open past the grace is not GPU time.
-                past_grace = min(since, before + since - self.grace_us)
-                if past_grace > 0:
-                    self._unused[pod] = self._unused.get(pod, 0.0) + past_grace
+                continue
+            before = self._open_idle[pod]
+            self._open_idle[pod] = before + delta
+            # An idle pod is left open; time it sits open past the grace is not GPU time.
+            past_grace = min(delta, before + delta - self.grace_us)
+            if past_grace > 0:
+                self._unused[pod] = self._unused.get(pod, 0.0) + past_grace
         for pod in self._count:
             is_open = self.control.is_open(pod)
-            self._was_open[pod] = is_open
             busy = self.idle_for_us(pod) < self.grace_us
             if not is_open and busy:
                 self.throttled_us[pod] = self.throttled_us.get(pod, 0.0) + since
@@ -403,15 +439,19 @@ class RmUsageSensor:
             self._busy[pod] = busy
 
     def gpu_time_us(self, pod: str) -> float:
-        return self.control.open_time_us(pod) - self._unused.get(pod, 0.0)
+        opened = self.control.open_time_us(pod)
+        unused = self._unused.get(pod, 0.0)
+        idle = self._open_idle.get(pod)
+        if idle is not None:  # and the part past the grace since the last poll
+            delta = opened - self._open_seen[pod]
+            unused += max(0.0, min(delta, idle + delta - self.grace_us))
+        return opened - unused
 
     def idle_for_us(self, pod: str) -> float:
         idle = self._open_idle.get(pod)
         if idle is None:
             return math.inf  # never launched anything
-        if self._was_open.get(pod, True) and self._polled_at is not None:
-            idle += self.control.loop.now - self._polled_at
-        return idle
+        return idle + self.control.open_time_us(pod) - self._open_seen[pod]
 
 
 class RmEnforcer:
@@ -432,6 +472,7 @@ class RmEnforcer:
         self.control = RmChannelControl(
             shared.loop, resolver, shared.files, shared.record, shared.worker
         )
+        shared.controls.append(self.control)
         self.sensor = RmUsageSensor(self.control, resolver, idle_grace_us)
         self.scheduler = SliceScheduler(
             shared.loop,
@@ -462,8 +503,11 @@ class RmEnforcer:
                 ", ".join(f"{s.pod} {s.allocation:.3f}" for s in plan.slices),
             )
         self.scheduler.apply(plan)
+        self.control.refresh_timeslices()
 
     def release(self) -> None:
         """Open every channel this enforcer closed and restore timeslices (queued controls)."""
         self._poller.cancel()
         self.scheduler.release()
+        if self.control in self.shared.controls:
+            self.shared.controls.remove(self.control)

@@ -113,6 +113,7 @@ class SliceScheduler:
         self._wake: Cancellable | None = None
         #: Called when an offline pod with nothing planned this period starts launching.
         self.on_wake: Callable[[], None] | None = None
+        self._woken: set[str] = set()
 
     # -- the period interface ------------------------------------------------------------------
 
@@ -132,8 +133,12 @@ class SliceScheduler:
             turns = [t for t in self._turns if t.pod == s.pod]
             if s.pod_class is PodClass.ONLINE:
                 hungry = any(o.pod == s.pod and o.throttled for o in self._online)
+            elif s.pod in self._woken:
+                hungry = True
             elif turns:
-                hungry = turns[-1].end in (_BUDGET, _DEADLINE)
+                # A turn still to come (the period was cut short) leaves a busy pod hungry.
+                last = turns[-1].end
+                hungry = last in (_BUDGET, _DEADLINE) or (last is None and self._busy(s.pod))
             else:
                 hungry = self._busy(s.pod)
             usage[s.pod] = PodUsage(used_us=max(used, 0.0), hungry=hungry)
@@ -180,8 +185,10 @@ class SliceScheduler:
         waited = [
             i
             for i, t in enumerate(turns)
-            if self._turns and t.pod not in had_turn and not self._enabled.get(t.pod, True)
+            if t.pod in self._woken
+            or (self._turns and t.pod not in had_turn and not self._enabled.get(t.pod, True))
         ]
+        self._woken = set()
         continuing = False
         if waited:
             turns = turns[waited[0] :] + turns[: waited[0]]
@@ -452,7 +459,9 @@ class SliceScheduler:
                     watching = True
                     continue
             else:
-                # Nothing planned for it this period: the loop may want to plan again sooner.
+                # Nothing planned for it this period: it is hungry, it goes first next period,
+                # and the loop may want to plan again sooner.
+                self._woken.add(pod)
                 if self.on_wake is not None:
                     self.on_wake()
             self._set_enabled(pod, False)

@@ -54,8 +54,30 @@ def offline(name: str, share: int | None) -> PodSpec:
 def test_the_period_is_stretched_to_the_minimum_turn(
     policy: GpuPolicy, pods: list[PodSpec], period_ms: int
 ) -> None:
-    loop = ControlLoop(GpuConfig(0, policy), pods, RecordingEnforcer(), min_turn_us=200_000)
+    enforcer = RecordingEnforcer()
+    enforcer.usage = {p.id: PodUsage(0, hungry=True) for p in pods}
+    loop = ControlLoop(GpuConfig(0, policy), pods, enforcer, min_turn_us=200_000)
+    # The first plan is a change: it runs one configured period, to measure demand again.
+    assert loop.step().period_us == 50_000
     assert loop.step().period_us == period_ms * 1000
+
+
+def test_a_plan_that_changes_is_not_stretched() -> None:
+    enforcer = RecordingEnforcer()
+    pods = [offline("a", 70), offline("b", 30)]
+    loop = ControlLoop(GpuConfig(0, GpuPolicy.FIXED_SHARE), pods, enforcer, min_turn_us=200_000)
+    enforcer.usage = {p.id: PodUsage(0, hungry=True) for p in pods}
+    loop.step()
+    assert loop.step().period_us == 400_000
+    # /b went idle: a new plan, one configured period long...
+    enforcer.usage = {"a": PodUsage(280_000, hungry=True), "b": PodUsage(5_000, hungry=False)}
+    changed = loop.step()
+    assert changed.slice("b").allocation == pytest.approx(5_000 / 400_000)
+    assert changed.period_us == 50_000
+    # ...and when /b is hungry again, another change.
+    enforcer.usage = {"a": PodUsage(35_000, hungry=True), "b": PodUsage(600, hungry=True)}
+    assert loop.step().period_us == 50_000
+    assert loop.step().period_us == 400_000
 
 
 def test_without_a_minimum_turn_the_period_is_the_configured_one() -> None:

@@ -473,12 +473,10 @@ def test_a_pod_that_wakes_in_a_stretched_period_gets_the_gpu_within_a_configured
     # /a and /c take 200 ms turns in a 400 ms period...
     assert r.control.last_plan is not None and r.control.last_plan.period_us == 400_000
     b_idle = r.enforcer.sensor.gpu_time_us("/b")
-    # ...but /b, waking, runs within one 50 ms period (plus a poll and the controls).
-    r.loop.run_until(wakes_at + 80_000)
-    assert r.enforcer.control.is_open("/b")
-    assert not r.enforcer.control.is_open("/a") and not r.enforcer.control.is_open("/c")
+    # ...but /b, waking, has its share of a 50 ms period within one (plus a poll and controls).
+    r.loop.run_until(wakes_at + 50_000 + 20_000 + 2 * LATENCY + 0.33 * 50_000)
+    assert r.enforcer.sensor.gpu_time_us("/b") - b_idle >= 0.33 * 50_000
     marks = {pod.id: r.enforcer.sensor.gpu_time_us(pod.id) for pod in pods}
-    assert marks["/b"] > b_idle
     r.loop.run_until(wakes_at + 6e6)
     for pod in pods:
         share = (r.enforcer.sensor.gpu_time_us(pod.id) - marks[pod.id]) / 5.92e6
@@ -500,3 +498,19 @@ def test_online_pods_are_not_capped_from_open_time(
     assert not any(client == online_client for _, _, client, _ in r.driver.calls)
     # The timeslices do the protecting: online long, offline short.
     assert r.driver.timeslice == {0x10: 8192, 0x20: 32}
+
+
+def test_a_process_that_starts_late_gets_its_timeslice_within_a_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+    late = r.resolver._groups.pop("/train")
+    r.loop.run_until(0.3e6)
+    assert r.driver.timeslice == {0x10: 8192}  # the trainer has no process yet
+    r.resolver._groups["/train"] = late  # it starts
+    r.loop.run_until(0.3e6 + 50_000 + 2 * LATENCY)
+    assert r.driver.timeslice == {0x10: 8192, 0x20: 32}
+    # It exits: nothing is kept about it.
+    r.shared.forget(101)
+    assert not any(key[0] == 101 for key in r.enforcer.control._timeslice_sent)
