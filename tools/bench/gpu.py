@@ -461,6 +461,9 @@ def main() -> int:
     parser.add_argument(
         "--table", metavar="JSON", help="print the table of an earlier run's JSON and exit"
     )
+    parser.add_argument(
+        "--solo-from", metavar="JSON", help="reuse the solo throughputs of an earlier run"
+    )
     args = parser.parse_args()
     if args.table:
         print("\n".join(table(json.loads(Path(args.table).read_text()))))
@@ -482,24 +485,33 @@ def main() -> int:
         "solo_it_per_s": {},
         "scenarios": {},
     }
+    chosen = [
+        scenario
+        for scenario in SCENARIOS
+        if not args.only or any(scenario.name.startswith(p) for p in args.only)
+    ]
     try:
-        needed = set(sizes) | {4096, 8192}
-        for n in sorted(needed):
+        if args.solo_from:
+            earlier = json.loads(Path(args.solo_from).read_text())
+            report["solo_it_per_s"] = {int(n): v for n, v in earlier["solo_it_per_s"].items()}
+            report["solo_from"] = f"{args.solo_from} ({earlier['date']})"
+        for n in sorted(set(sizes) - set(report["solo_it_per_s"])):
             report["solo_it_per_s"][n] = solo(n, args.seconds, cgroups)
             print(f"solo n={n}: {report['solo_it_per_s'][n]:.1f} it/s", flush=True)
-        online_solo = run_once(
-            Scenario(
-                "online solo", GpuPolicy.BEST_EFFORT, (Pod("online", None, n=4096, requests_hz=50),)
-            ),
-            0,
-            "native",
-            args.seconds,
-            cgroups,
-        )
-        report["online_solo"] = online_solo["pods"]["online"]
-        for scenario in SCENARIOS:
-            if args.only and not any(scenario.name.startswith(p) for p in args.only):
-                continue
+        if any(scenario.name.startswith("online") for scenario in chosen):
+            online_solo = run_once(
+                Scenario(
+                    "online solo",
+                    GpuPolicy.BEST_EFFORT,
+                    (Pod("online", None, n=4096, requests_hz=50),),
+                ),
+                0,
+                "native",
+                args.seconds,
+                cgroups,
+            )
+            report["online_solo"] = online_solo["pods"]["online"]
+        for scenario in chosen:
             rows = report["scenarios"].setdefault(scenario.name, [])
             for n in scenario.sizes if scenario.sizes != (0,) else (0,):
                 if n and n not in sizes:
