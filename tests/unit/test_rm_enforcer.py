@@ -213,7 +213,7 @@ def test_release_opens_everything_and_restores_timeslices(
     ]
     r = rig(tmp_path, monkeypatch, pods)
     r.loop.run_until(1e6)
-    assert r.driver.timeslice == {0x10: 8192, 0x20: 32, 0x30: 32}
+    assert r.driver.timeslice == {0x10: 8192, 0x20: 128, 0x30: 128}
     assert r.driver.disabled  # somebody is closed mid-period
     assert json.loads((tmp_path / rm.RECORD_NAME).read_text())
     r.enforcer.release()
@@ -497,7 +497,7 @@ def test_online_pods_are_not_capped_from_open_time(
     online_client = 0xC1D00000
     assert not any(client == online_client for _, _, client, _ in r.driver.calls)
     # The timeslices do the protecting: online long, offline short.
-    assert r.driver.timeslice == {0x10: 8192, 0x20: 32}
+    assert r.driver.timeslice == {0x10: 8192, 0x20: 128}
 
 
 def test_a_process_that_starts_late_gets_its_timeslice_within_a_period(
@@ -510,7 +510,7 @@ def test_a_process_that_starts_late_gets_its_timeslice_within_a_period(
     assert r.driver.timeslice == {0x10: 8192}  # the trainer has no process yet
     r.resolver._groups["/train"] = late  # it starts
     r.loop.run_until(0.3e6 + 50_000 + 2 * LATENCY)
-    assert r.driver.timeslice == {0x10: 8192, 0x20: 32}
+    assert r.driver.timeslice == {0x10: 8192, 0x20: 128}
     # It exits: nothing is kept about it.
     r.shared.forget(101)
     assert not any(key[0] == 101 for key in r.enforcer.control._timeslice_sent)
