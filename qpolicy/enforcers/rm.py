@@ -465,7 +465,7 @@ class RmEnforcer:
         resolver: PodResolver,
         *,
         idle_grace_us: float = 50_000.0,
-        poll_us: float = 20_000.0,
+        poll_us: float = 25_000.0,
     ) -> None:
         self.loop = shared.loop
         self.shared = shared
@@ -479,10 +479,14 @@ class RmEnforcer:
             self.control,
             self.sensor,
             idle_grace_us=idle_grace_us,
-            poll_us=poll_us,
+            poll_us=math.inf,  # it looks whenever the sensor has polled
             handover="break-before-make",
         )
-        self._poller = shared.loop.every(poll_us, self.sensor.poll)
+        self._poller = shared.loop.every(poll_us, self._poll)
+
+    def _poll(self) -> None:
+        self.sensor.poll()
+        self.scheduler.observe()
 
     def collect(self) -> Mapping[str, PodUsage]:
         usage = self.scheduler.collect()

@@ -270,6 +270,16 @@ class SliceScheduler:
 
     # -- inside a period -----------------------------------------------------------------------
 
+    def observe(self) -> None:
+        """Fresh usage is in: look at the turns now.
+
+        For a sensor that is polled anyway: the scheduler then needs no polling timer of its own
+        (``poll_us`` infinite), and each poll costs one wake-up of the loop, not two.
+        """
+        if self._wake is not None:
+            self._wake.cancel()
+        self._tick()
+
     def _tick(self) -> None:
         self._wake = None
         plan = self._plan
