@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * nvmock: RM_CONTROL on TSGs, channels and subdevices.
+ *
+ * Commands are dispatched by the class of the object they are sent to, as in RM; a command the
+ * object does not export answers NV_ERR_NOT_SUPPORTED, and a known command whose parameter size
+ * is not exactly its struct's answers NV_ERR_INVALID_ARGUMENT. What the H200 showed is what the
+ * engine does: FIFO_DISABLE_CHANNELS stops channels and SET_TIMESLICE sets the TSG's slice;
+ * GPFIFO_SCHEDULE(bEnable=0), PREEMPT and interleave levels are accepted and change nothing.
+ */
+#include <linux/capability.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "nvmock.h"
+
+struct control_desc {
+	u32 cmd;
+	enum nvmock_kind kind;
+	u32 size;
+	u32 (*handler)(const struct nvmock_caller *caller, struct nvmock_object *obj, void *params);
+};
+
+static void schedule_channel(struct nvmock_channel *ch)
+{
+	struct nvmock_engine *engine = &ch->gpu->engine;
+
+	spin_lock(&engine->lock);
+	ch->scheduled = true;
+	spin_unlock(&engine->lock);
+}
+
+static u32 check_schedule(const struct nva06c_gpfifo_schedule_params *p)
+{
+	if (p->bEnable && (p->bSkipSubmit || p->bSkipEnable))
+		return NV_ERR_INVALID_ARGUMENT;
+	if (p->bSkipSubmit && p->bSkipEnable)
+		return NV_ERR_INVALID_ARGUMENT;
+	return NV_OK;
+}
+
+static u32 tsg_gpfifo_schedule(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			       void *params)
+{
+	const struct nva06c_gpfifo_schedule_params *p = params;
+	struct nvmock_object *child;
+	u32 status = check_schedule(p);
+
+	if (status != NV_OK || !p->bEnable)
+		return status;	/* disabling is accepted and ignored, as on the H200 */
+	list_for_each_entry(child, &obj->children, sibling)
+		if (child->kind == NVMOCK_CHANNEL)
+			schedule_channel(child->channel);
+	return NV_OK;
+}
+
+static u32 channel_gpfifo_schedule(const struct nvmock_caller *caller,
+				   struct nvmock_object *obj, void *params)
+{
+	const struct nva06c_gpfifo_schedule_params *p = params;
+	u32 status = check_schedule(p);
+
+	if (status == NV_OK && p->bEnable)
+		schedule_channel(obj->channel);
+	return status;
+}
+
+static u32 tsg_set_timeslice(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			     void *params)
+{
+	const struct nva06c_timeslice_params *p = params;
+	struct nvmock_engine *engine = &obj->gpu->engine;
+
+	if (!p->timesliceUs || p->timesliceUs > 1000000000ull)
+		return NV_ERR_INVALID_ARGUMENT;
+	spin_lock(&engine->lock);
+	obj->tsg->timeslice_us = p->timesliceUs;
+	spin_unlock(&engine->lock);
+	return NV_OK;
+}
+
+static u32 tsg_get_timeslice(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			     void *params)
+{
+	struct nva06c_timeslice_params *p = params;
+
+	p->timesliceUs = READ_ONCE(obj->tsg->timeslice_us);
+	return NV_OK;
+}
+
+static u32 tsg_preempt(const struct nvmock_caller *caller, struct nvmock_object *obj,
+		       void *params)
+{
+	const struct nva06c_preempt_params *p = params;
+
+	if (p->bManualTimeout && p->timeoutUs > NVA06C_PREEMPT_MAX_TIMEOUT_US)
+		return NV_ERR_INVALID_ARGUMENT;
+	return NV_OK;
+}
+
+static u32 tsg_set_interleave(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			      void *params)
+{
+	const struct nva06c_interleave_level_params *p = params;
+
+	/* RS_ACCESS_NICE: granted to CAP_SYS_NICE. */
+	if (!caller->kernel && !capable(CAP_SYS_NICE))
+		return NV_ERR_INSUFFICIENT_PERMISSIONS;
+	if (p->tsgInterleaveLevel > NVA06C_INTERLEAVE_LEVEL_HIGH)
+		return NV_ERR_INVALID_ARGUMENT;
+	WRITE_ONCE(obj->tsg->interleave, p->tsgInterleaveLevel);
+	return NV_OK;
+}
+
+static u32 tsg_get_interleave(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			      void *params)
+{
+	struct nva06c_interleave_level_params *p = params;
+
+	p->tsgInterleaveLevel = READ_ONCE(obj->tsg->interleave);
+	return NV_OK;
+}
+
+static u32 channel_work_submit_token(const struct nvmock_caller *caller,
+				     struct nvmock_object *obj, void *params)
+{
+	struct nvc36f_work_submit_token_params *p = params;
+
+	/* (runlist << 16) | chid; every channel of the mock is on runlist 0. */
+	p->workSubmitToken = obj->channel->chid;
+	return NV_OK;
+}
+
+static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
+				      struct nvmock_object *obj, void *params)
+{
+	const struct nv2080_fifo_disable_channels_params *p = params;
+	struct nvmock_channel *channels[NV2080_DISABLE_CHANNELS_MAX];
+	struct nvmock_engine *engine = &obj->gpu->engine;
+	u32 i;
+
+	if (p->numChannels > NV2080_DISABLE_CHANNELS_MAX)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (p->pRunlistPreemptEvent && !caller->kernel)
+		return NV_ERR_INSUFFICIENT_PERMISSIONS;
+	/* All or nothing: every named channel is checked before any is touched. */
+	for (i = 0; i < p->numChannels; i++) {
+		struct nvmock_client *client;
+		struct nvmock_object *ch;
+		u32 status = nvmock_caller_client(caller, p->hClientList[i], &client);
+
+		if (status != NV_OK)
+			return status;
+		ch = nvmock_object_get(client, p->hChannelList[i]);
+		if (!ch || ch->kind != NVMOCK_CHANNEL)
+			return NV_ERR_INVALID_OBJECT_HANDLE;
+		if (ch->gpu != obj->gpu)
+			return NV_ERR_INVALID_ARGUMENT;
+		channels[i] = ch->channel;
+	}
+	spin_lock(&engine->lock);
+	for (i = 0; i < p->numChannels; i++)
+		channels[i]->enabled = !p->bDisable;
+	spin_unlock(&engine->lock);
+	return NV_OK;
+}
+
+static const struct control_desc control_table[] = {
+	{ NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, NVMOCK_TSG,
+	  sizeof(struct nva06c_gpfifo_schedule_params), tsg_gpfifo_schedule },
+	{ NVA06C_CTRL_CMD_SET_TIMESLICE, NVMOCK_TSG,
+	  sizeof(struct nva06c_timeslice_params), tsg_set_timeslice },
+	{ NVA06C_CTRL_CMD_GET_TIMESLICE, NVMOCK_TSG,
+	  sizeof(struct nva06c_timeslice_params), tsg_get_timeslice },
+	{ NVA06C_CTRL_CMD_PREEMPT, NVMOCK_TSG,
+	  sizeof(struct nva06c_preempt_params), tsg_preempt },
+	{ NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, NVMOCK_TSG,
+	  sizeof(struct nva06c_interleave_level_params), tsg_set_interleave },
+	{ NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL, NVMOCK_TSG,
+	  sizeof(struct nva06c_interleave_level_params), tsg_get_interleave },
+	{ NVA06F_CTRL_CMD_GPFIFO_SCHEDULE, NVMOCK_CHANNEL,
+	  sizeof(struct nva06c_gpfifo_schedule_params), channel_gpfifo_schedule },
+	{ NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, NVMOCK_CHANNEL,
+	  sizeof(struct nvc36f_work_submit_token_params), channel_work_submit_token },
+	{ NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, NVMOCK_SUBDEVICE,
+	  sizeof(struct nv2080_fifo_disable_channels_params), subdevice_disable_channels },
+};
+
+static const struct control_desc *control_of(u32 cmd, enum nvmock_kind kind)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(control_table); i++)
+		if (control_table[i].cmd == cmd && control_table[i].kind == kind)
+			return &control_table[i];
+	return NULL;
+}
+
+/*
+ * RM_CONTROL. With kernel_params the parameter pointer is a kernel address (the in-kernel
+ * entry); otherwise it is a user address, copied in and out by the control's own size.
+ */
+u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *p,
+		      bool kernel_params)
+{
+	const struct control_desc *desc;
+	struct nvmock_client *client;
+	struct nvmock_object *obj;
+	void *buf;
+	u32 status;
+
+	/* Category 0, index 0 is the NULL command: nothing to do. */
+	if ((p->cmd & 0x3FFF) == 0)
+		return NV_OK;
+	status = nvmock_caller_client(caller, p->hClient, &client);
+	if (status != NV_OK)
+		return status;
+	obj = nvmock_object_get(client, p->hObject);
+	if (!obj)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	desc = control_of(p->cmd, obj->kind);
+	if (!desc)
+		return NV_ERR_NOT_SUPPORTED;
+	if (p->paramsSize != desc->size)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (!p->params)
+		return NV_ERR_INVALID_ARGUMENT;
+
+	buf = kzalloc(desc->size, GFP_KERNEL);
+	if (!buf)
+		return NV_ERR_NO_MEMORY;
+	if (kernel_params)
+		memcpy(buf, (void *)(uintptr_t)p->params, desc->size);
+	else if (copy_from_user(buf, u64_to_user_ptr(p->params), desc->size))
+		status = NV_ERR_INVALID_POINTER;
+	if (status == NV_OK)
+		status = desc->handler(caller, obj, buf);
+	if (status == NV_OK) {
+		if (kernel_params)
+			memcpy((void *)(uintptr_t)p->params, buf, desc->size);
+		else if (copy_to_user(u64_to_user_ptr(p->params), buf, desc->size))
+			status = NV_ERR_INVALID_POINTER;
+	}
+	kfree(buf);
+	return status;
+}

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * nvmock: ground truth in debugfs, under /sys/kernel/debug/nvmock/.
+ *
+ *   objects		live objects by kind, backing buffers and mappings (zero when all is freed)
+ *   gpuN/engine	context switches, time spent switching and running
+ *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
+ *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels
+ *   gpuN/channels	per channel: chid, TSG, enabled, scheduled, faulted, GP_GET, GPU time
+ *   gpuN/memory	device memory size and use
+ *   gpuN/reset		write anything: statistics back to zero
+ */
+#include <linux/debugfs.h>
+#include <linux/seq_file.h>
+
+#include "nvmock.h"
+
+static struct dentry *root;
+
+static int objects_show(struct seq_file *m, void *unused)
+{
+	int kind;
+
+	for (kind = 0; kind < NVMOCK_KINDS; kind++)
+		seq_printf(m, "%s %d\n", nvmock_kind_name(kind), atomic_read(&nvmock_counts[kind]));
+	seq_printf(m, "buffers %d\n", atomic_read(&nvmock_buffers));
+	seq_printf(m, "mappings %d\n", atomic_read(&nvmock_vmas));
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(objects);
+
+static int engine_show(struct seq_file *m, void *unused)
+{
+	struct nvmock_gpu *gpu = m->private;
+	struct nvmock_engine *engine = &gpu->engine;
+
+	spin_lock(&engine->lock);
+	seq_printf(m, "switches %llu\nswitch_ns %llu\nbusy_ns %llu\n", engine->switches,
+		   engine->switch_ns, engine->busy_ns);
+	spin_unlock(&engine->lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(engine);
+
+static int processes_show(struct seq_file *m, void *unused)
+{
+	struct nvmock_gpu *gpu = m->private;
+	struct nvmock_engine *engine = &gpu->engine;
+	int i;
+
+	spin_lock(&engine->lock);
+	for (i = 0; i < NVMOCK_MAX_PROCESSES; i++)
+		if (engine->processes[i].tgid)
+			seq_printf(m, "%d %llu\n", engine->processes[i].tgid,
+				   engine->processes[i].gpu_ns);
+	spin_unlock(&engine->lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(processes);
+
+static int tsgs_show(struct seq_file *m, void *unused)
+{
+	struct nvmock_gpu *gpu = m->private;
+	struct nvmock_engine *engine = &gpu->engine;
+	struct nvmock_tsg *tsg;
+
+	spin_lock(&engine->lock);
+	list_for_each_entry(tsg, &engine->runlist, runlist_node) {
+		struct nvmock_channel *ch;
+		int channels = 0;
+
+		list_for_each_entry(ch, &tsg->channels, tsg_node)
+			channels++;
+		seq_printf(m, "%u pid %d timeslice_us %llu interleave %u gpu_ns %llu channels %d\n",
+			   tsg->id, tsg->tgid, tsg->timeslice_us, tsg->interleave, tsg->gpu_ns,
+			   channels);
+	}
+	spin_unlock(&engine->lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(tsgs);
+
+static int channels_show(struct seq_file *m, void *unused)
+{
+	struct nvmock_gpu *gpu = m->private;
+	struct nvmock_engine *engine = &gpu->engine;
+	struct nvmock_tsg *tsg;
+	struct nvmock_channel *ch;
+
+	spin_lock(&engine->lock);
+	list_for_each_entry(tsg, &engine->runlist, runlist_node)
+		list_for_each_entry(ch, &tsg->channels, tsg_node)
+			seq_printf(m, "%u tsg %u pid %d enabled %d scheduled %d faulted %d gp_get %u gpu_ns %llu\n",
+				   ch->chid, tsg->id, tsg->tgid, ch->enabled, ch->scheduled,
+				   ch->faulted, ch->gp_get, ch->gpu_ns);
+	spin_unlock(&engine->lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(channels);
+
+static int memory_show(struct seq_file *m, void *unused)
+{
+	struct nvmock_gpu *gpu = m->private;
+
+	mutex_lock(&nvmock_lock);
+	seq_printf(m, "fb_size %llu\nfb_used %llu\n", gpu->fb_size, gpu->fb_used);
+	mutex_unlock(&nvmock_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(memory);
+
+static ssize_t reset_write(struct file *file, const char __user *buf, size_t count,
+			   loff_t *ppos)
+{
+	nvmock_engine_reset_stats(file->private_data);
+	return count;
+}
+
+static const struct file_operations reset_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = reset_write,
+	.llseek = noop_llseek,
+};
+
+void nvmock_debugfs_init(void)
+{
+	unsigned int i;
+
+	/* debugfs is for people and tests: the driver works the same without it. */
+	root = debugfs_create_dir("nvmock", NULL);
+	debugfs_create_file("objects", 0444, root, NULL, &objects_fops);
+	for (i = 0; i < nvmock_num_gpus; i++) {
+		struct nvmock_gpu *gpu = &nvmock_gpus[i];
+		char name[16];
+
+		snprintf(name, sizeof(name), "gpu%u", i);
+		gpu->debugfs = debugfs_create_dir(name, root);
+		debugfs_create_file("engine", 0444, gpu->debugfs, gpu, &engine_fops);
+		debugfs_create_file("processes", 0444, gpu->debugfs, gpu, &processes_fops);
+		debugfs_create_file("tsgs", 0444, gpu->debugfs, gpu, &tsgs_fops);
+		debugfs_create_file("channels", 0444, gpu->debugfs, gpu, &channels_fops);
+		debugfs_create_file("memory", 0444, gpu->debugfs, gpu, &memory_fops);
+		debugfs_create_file("reset", 0200, gpu->debugfs, gpu, &reset_fops);
+	}
+}
+
+void nvmock_debugfs_exit(void)
+{
+	debugfs_remove_recursive(root);
+}

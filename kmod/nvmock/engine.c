@@ -1,0 +1,384 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * nvmock: the simulated engine of one GPU.
+ *
+ * A kernel thread plays the GPU's scheduler: it round-robins the TSGs that have runnable work,
+ * giving each its timeslice (1024 us unless SET_TIMESLICE said otherwise) and paying a context
+ * switch whenever the TSG changes. A channel is runnable while it is enabled (not stopped by
+ * FIFO_DISABLE_CHANNELS), scheduled, and has work: GP_GET short of the GP_PUT its process wrote
+ * in USERD, or a RUN_US still running. Running means sleeping in real time, in chunks short
+ * enough that a disabled channel stops at once; the time is charged to the TSG, its channel and
+ * its process, which is the ground truth tests read in debugfs.
+ */
+#include <linux/delay.h>
+#include <linux/kthread.h>
+#include <linux/ktime.h>
+#include <linux/moduleparam.h>
+#include <linux/sched.h>
+
+#include "nvmock.h"
+
+static unsigned int switch_us = 150;
+module_param(switch_us, uint, 0644);
+MODULE_PARM_DESC(switch_us, "Context switch between TSGs, us");
+
+static unsigned int chunk_us = 200;
+module_param(chunk_us, uint, 0644);
+MODULE_PARM_DESC(chunk_us, "Longest stretch the engine runs without looking at channel state, us");
+
+static unsigned int idle_poll_us = 200;
+module_param(idle_poll_us, uint, 0644);
+MODULE_PARM_DESC(idle_poll_us, "How often an idle engine looks for work, us");
+
+/* Methods decoded in one go under the lock before yielding. */
+#define METHODS_PER_FETCH	256
+
+void nvmock_engine_add_tsg(struct nvmock_tsg *tsg)
+{
+	struct nvmock_engine *engine = &tsg->gpu->engine;
+
+	spin_lock(&engine->lock);
+	list_add_tail(&tsg->runlist_node, &engine->runlist);
+	spin_unlock(&engine->lock);
+}
+
+void nvmock_engine_remove_tsg(struct nvmock_tsg *tsg)
+{
+	struct nvmock_engine *engine = &tsg->gpu->engine;
+
+	spin_lock(&engine->lock);
+	tsg->gone = true;
+	list_del(&tsg->runlist_node);
+	if (engine->last == tsg)
+		engine->last = NULL;
+	spin_unlock(&engine->lock);
+	/* The engine may be switching to it right now, outside the lock. */
+	wait_event(engine->released, READ_ONCE(engine->pinned) != tsg);
+}
+
+void nvmock_engine_add_channel(struct nvmock_channel *ch)
+{
+	struct nvmock_engine *engine = &ch->gpu->engine;
+
+	spin_lock(&engine->lock);
+	list_add_tail(&ch->tsg_node, &ch->tsg->channels);
+	spin_unlock(&engine->lock);
+}
+
+void nvmock_engine_remove_channel(struct nvmock_channel *ch)
+{
+	struct nvmock_engine *engine = &ch->gpu->engine;
+
+	spin_lock(&engine->lock);
+	ch->gone = true;
+	list_del(&ch->tsg_node);
+	if (ch->tsg->next_channel == ch)
+		ch->tsg->next_channel = NULL;
+	spin_unlock(&engine->lock);
+	wait_event(engine->released, READ_ONCE(engine->running) != ch);
+}
+
+void nvmock_engine_add_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem)
+{
+	spin_lock(&gpu->engine.lock);
+	list_add_tail(&mem->va_node, &gpu->va_list);
+	spin_unlock(&gpu->engine.lock);
+}
+
+void nvmock_engine_remove_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem)
+{
+	spin_lock(&gpu->engine.lock);
+	list_del(&mem->va_node);
+	spin_unlock(&gpu->engine.lock);
+}
+
+void nvmock_engine_reset_stats(struct nvmock_gpu *gpu)
+{
+	struct nvmock_engine *engine = &gpu->engine;
+	struct nvmock_tsg *tsg;
+
+	spin_lock(&engine->lock);
+	engine->switches = 0;
+	engine->switch_ns = 0;
+	engine->busy_ns = 0;
+	memset(engine->processes, 0, sizeof(engine->processes));
+	list_for_each_entry(tsg, &engine->runlist, runlist_node)
+		tsg->gpu_ns = 0;
+	spin_unlock(&engine->lock);
+}
+
+/* The kernel address of [va, va + len) in a backed memory object of the GPU, or NULL. */
+static void *kernel_address(struct nvmock_gpu *gpu, u64 va, size_t len)
+{
+	struct nvmock_mem *mem;
+
+	list_for_each_entry(mem, &gpu->va_list, va_node) {
+		if (va < mem->va || va - mem->va >= mem->size)
+			continue;
+		if (!mem->buf || len > mem->buf->size || va - mem->va > mem->buf->size - len)
+			return NULL;
+		return mem->buf->vaddr + (va - mem->va);
+	}
+	return NULL;
+}
+
+static u32 gp_put(const struct nvmock_channel *ch)
+{
+	return READ_ONCE(ch->userd[NVRM_USERD_GP_PUT / 4]) & (ch->entries - 1);
+}
+
+static bool channel_runnable(const struct nvmock_channel *ch)
+{
+	if (!ch->enabled || !ch->scheduled || ch->faulted)
+		return false;
+	return ch->run_left_ns || ch->in_segment || ch->gp_get != gp_put(ch);
+}
+
+static void channel_fault(struct nvmock_channel *ch)
+{
+	/* A real GPU raises a channel error and stops the channel; so does the mock. */
+	ch->faulted = true;
+	ch->run_left_ns = 0;
+	ch->in_segment = false;
+}
+
+static void run_method(struct nvmock_channel *ch, u32 method, u32 data)
+{
+	u32 *sem;
+
+	switch (method) {
+	case NVMOCK_METHOD_RUN_US:
+		ch->run_left_ns = (u64)data * NSEC_PER_USEC;
+		break;
+	case NVMOCK_METHOD_SEM_ADDR_LO:
+		ch->sem_va = (ch->sem_va & ~0xFFFFFFFFull) | data;
+		break;
+	case NVMOCK_METHOD_SEM_ADDR_HI:
+		ch->sem_va = (ch->sem_va & 0xFFFFFFFFull) | ((u64)data << 32);
+		break;
+	case NVMOCK_METHOD_SEM_RELEASE:
+		sem = kernel_address(ch->gpu, ch->sem_va, sizeof(*sem));
+		if (!sem || ch->sem_va & 3) {
+			channel_fault(ch);
+			break;
+		}
+		smp_wmb();	/* everything before the release is visible first */
+		WRITE_ONCE(*sem, data);
+		break;
+	default:
+		break;	/* methods of the real classes: nothing to simulate */
+	}
+}
+
+/*
+ * Decode the channel's methods up to the next RUN_US; true when it has something to run.
+ * Called with the engine lock held.
+ */
+static bool channel_fetch(struct nvmock_channel *ch)
+{
+	unsigned int budget = METHODS_PER_FETCH;
+	u32 *words;
+
+	while (budget--) {
+		if (ch->run_left_ns)
+			return true;
+		if (!ch->enabled || ch->faulted)
+			return false;
+		if (!ch->in_segment) {
+			if (ch->gp_get == gp_put(ch))
+				return false;
+			words = kernel_address(ch->gpu, ch->gpfifo_va + (u64)ch->gp_get *
+					       NVRM_GP_ENTRY_SIZE, NVRM_GP_ENTRY_SIZE);
+			if (!words) {
+				channel_fault(ch);
+				return false;
+			}
+			ch->seg_va = (words[0] & ~3u) | ((u64)(words[1] & 0xFF) << 32);
+			ch->seg_words = (words[1] >> NVRM_GP_ENTRY1_LENGTH_SHIFT) &
+					NVRM_GP_ENTRY1_LENGTH_MASK;
+			ch->seg_pos = 0;
+			ch->in_segment = true;
+		}
+		if (ch->seg_words - ch->seg_pos < 2) {
+			/* Segment done: the entry is consumed. */
+			ch->in_segment = false;
+			ch->gp_get = (ch->gp_get + 1) & (ch->entries - 1);
+			WRITE_ONCE(ch->userd[NVRM_USERD_GP_GET / 4], ch->gp_get);
+			continue;
+		}
+		words = kernel_address(ch->gpu, ch->seg_va + (u64)ch->seg_pos * 4, 8);
+		if (!words) {
+			channel_fault(ch);
+			return false;
+		}
+		ch->seg_pos += 2;
+		run_method(ch, words[0], words[1]);
+	}
+	return true;	/* more to decode: come back */
+}
+
+static bool tsg_runnable(struct nvmock_tsg *tsg)
+{
+	struct nvmock_channel *ch;
+
+	list_for_each_entry(ch, &tsg->channels, tsg_node)
+		if (channel_runnable(ch))
+			return true;
+	return false;
+}
+
+/* Round robin from the TSG after the one that ran last. */
+static struct nvmock_tsg *pick_tsg(struct nvmock_engine *engine)
+{
+	struct nvmock_tsg *tsg, *start = engine->last;
+
+	if (start) {
+		tsg = start;
+		list_for_each_entry_continue(tsg, &engine->runlist, runlist_node)
+			if (tsg_runnable(tsg))
+				return tsg;
+	}
+	list_for_each_entry(tsg, &engine->runlist, runlist_node) {
+		if (tsg_runnable(tsg))
+			return tsg;
+		if (tsg == start)
+			break;
+	}
+	return NULL;
+}
+
+/* The next channel of the TSG with something to run, round robin inside the TSG. */
+static struct nvmock_channel *pick_channel(struct nvmock_tsg *tsg)
+{
+	struct nvmock_channel *ch, *first = NULL;
+	bool passed = !tsg->next_channel;
+
+	list_for_each_entry(ch, &tsg->channels, tsg_node) {
+		if (ch == tsg->next_channel)
+			passed = true;
+		if (!channel_runnable(ch) || !channel_fetch(ch))
+			continue;
+		if (passed) {
+			tsg->next_channel = ch;
+			return ch;
+		}
+		if (!first)
+			first = ch;
+	}
+	tsg->next_channel = first;
+	return first;
+}
+
+static void charge_process(struct nvmock_engine *engine, pid_t tgid, u64 ns)
+{
+	struct nvmock_process *slot = NULL;
+	int i;
+
+	for (i = 0; i < NVMOCK_MAX_PROCESSES; i++) {
+		struct nvmock_process *p = &engine->processes[i];
+
+		if (p->tgid == tgid) {
+			p->gpu_ns += ns;
+			return;
+		}
+		if (!slot && !p->tgid)
+			slot = p;
+	}
+	if (!slot)
+		slot = &engine->processes[tgid % NVMOCK_MAX_PROCESSES];
+	slot->tgid = tgid;
+	slot->gpu_ns = ns;
+}
+
+/* Sleep about ns of real time, outside the lock; returns what really passed. */
+static u64 spend(u64 ns)
+{
+	ktime_t start = ktime_get();
+	unsigned long us = max_t(u64, ns / NSEC_PER_USEC, 1);
+
+	usleep_range(us, us + us / 8 + 5);
+	return ktime_to_ns(ktime_sub(ktime_get(), start));
+}
+
+static void run_slice(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
+{
+	s64 left = (s64)min_t(u64, tsg->timeslice_us, 1000000000ull) * NSEC_PER_USEC;
+
+	while (left > 0 && !tsg->gone && !kthread_should_stop()) {
+		struct nvmock_channel *ch = pick_channel(tsg);
+		u64 chunk, spent;
+
+		if (!ch)
+			break;
+		chunk = min3(ch->run_left_ns, (u64)left, (u64)chunk_us * NSEC_PER_USEC);
+		engine->running = ch;
+		spin_unlock(&engine->lock);
+		spent = spend(chunk);
+		spin_lock(&engine->lock);
+		/* ch is alive until running moves on: its freer waits for that. */
+		ch->run_left_ns -= min(ch->run_left_ns, spent);
+		ch->gpu_ns += spent;
+		tsg->gpu_ns += spent;
+		engine->busy_ns += spent;
+		charge_process(engine, tsg->tgid, spent);
+		WRITE_ONCE(engine->running, NULL);
+		wake_up_all(&engine->released);
+		left -= spent;
+	}
+}
+
+static int engine_thread(void *data)
+{
+	struct nvmock_gpu *gpu = data;
+	struct nvmock_engine *engine = &gpu->engine;
+
+	while (!kthread_should_stop()) {
+		struct nvmock_tsg *tsg;
+
+		spin_lock(&engine->lock);
+		tsg = pick_tsg(engine);
+		if (!tsg) {
+			spin_unlock(&engine->lock);
+			usleep_range(idle_poll_us, idle_poll_us + idle_poll_us / 4 + 10);
+			continue;
+		}
+		engine->pinned = tsg;
+		if (engine->last && engine->last != tsg && switch_us) {
+			engine->switches++;
+			spin_unlock(&engine->lock);
+			engine->switch_ns += spend((u64)switch_us * NSEC_PER_USEC);
+			spin_lock(&engine->lock);
+		}
+		if (!tsg->gone) {
+			engine->last = tsg;
+			run_slice(engine, tsg);
+		}
+		WRITE_ONCE(engine->pinned, NULL);
+		wake_up_all(&engine->released);
+		spin_unlock(&engine->lock);
+		cond_resched();
+	}
+	return 0;
+}
+
+int nvmock_engine_start(struct nvmock_gpu *gpu)
+{
+	struct nvmock_engine *engine = &gpu->engine;
+	struct task_struct *thread;
+
+	spin_lock_init(&engine->lock);
+	INIT_LIST_HEAD(&engine->runlist);
+	init_waitqueue_head(&engine->released);
+	thread = kthread_run(engine_thread, gpu, "nvmock-gpu%u", gpu->index);
+	if (IS_ERR(thread))
+		return PTR_ERR(thread);
+	engine->thread = thread;
+	return 0;
+}
+
+void nvmock_engine_stop(struct nvmock_gpu *gpu)
+{
+	if (gpu->engine.thread)
+		kthread_stop(gpu->engine.thread);
+	gpu->engine.thread = NULL;
+}

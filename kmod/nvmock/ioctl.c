@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * nvmock: the ioctl entry point.
+ *
+ * As nvidia.ko does, it reads only the NR and the size of the request: an unknown NR, a size the
+ * escape does not take, or an escape sent on the wrong node answers -EINVAL. The argument is
+ * copied in whole and copied back whole, whatever happened, unless copying itself failed.
+ * NV_ESC_IOCTL_XFER_CMD carries a larger argument by pointer.
+ */
+#include <linux/file.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+#include <linux/uaccess.h>
+
+#include "nvmock.h"
+
+enum node { ANY, CTL, GPU };
+
+struct escape_desc {
+	u8 nr;
+	u16 size;		/* exact size; 0: a multiple of elem */
+	u16 elem;
+	enum node node;
+	/* Handler, or -1: known but not simulated, NV_ERR_NOT_SUPPORTED at status_off. */
+	long (*handler)(struct file *file, void *arg, u32 size);
+	int status_off;
+};
+
+static struct file *control_file(struct file *file)
+{
+	struct nvmock_file *nf = nvmock_file_of(file);
+
+	/* RM clients belong to the control file a GPU file was registered with, if any. */
+	return nf->ctl ? nf->ctl : file;
+}
+
+static long esc_rm_alloc(struct file *file, void *arg, u32 size)
+{
+	struct nvmock_caller caller = { .file = control_file(file) };
+	struct nvos21_params *p = arg;	/* the first five fields are shared with NVOS64 */
+	u32 *status = size == sizeof(struct nvos64_params) ?
+		      &((struct nvos64_params *)arg)->status : &p->status;
+
+	mutex_lock(&nvmock_lock);
+	*status = nvmock_rm_alloc(&caller, p->hRoot, p->hObjectParent, &p->hObjectNew, p->hClass,
+				  u64_to_user_ptr(p->pAllocParms), NULL);
+	mutex_unlock(&nvmock_lock);
+	/* RM answers the root classes as NV01_ROOT_CLIENT. */
+	if (*status == NV_OK && (p->hClass == NV01_ROOT || p->hClass == NV01_ROOT_NON_PRIV))
+		p->hClass = NV01_ROOT_CLIENT;
+	return 0;
+}
+
+static long esc_rm_free(struct file *file, void *arg, u32 size)
+{
+	struct nvmock_caller caller = { .file = control_file(file) };
+	struct nvos00_params *p = arg;
+
+	mutex_lock(&nvmock_lock);
+	p->status = nvmock_rm_free(&caller, p->hRoot, p->hObjectParent, p->hObjectOld);
+	mutex_unlock(&nvmock_lock);
+	return 0;
+}
+
+static long esc_rm_control(struct file *file, void *arg, u32 size)
+{
+	struct nvmock_caller caller = { .file = control_file(file) };
+	struct nvos54_params *p = arg;
+
+	mutex_lock(&nvmock_lock);
+	p->status = nvmock_rm_control(&caller, p, false);
+	mutex_unlock(&nvmock_lock);
+	return 0;
+}
+
+static long esc_rm_map_memory(struct file *file, void *arg, u32 size)
+{
+	struct nvos33_params_with_fd *p = arg;
+
+	mutex_lock(&nvmock_lock);
+	p->status = nvmock_map_memory(file, p);
+	mutex_unlock(&nvmock_lock);
+	return 0;
+}
+
+static long esc_card_info(struct file *file, void *arg, u32 size)
+{
+	struct nvrm_card_info *cards = arg;
+	u32 i, n = size / sizeof(*cards);
+
+	memset(arg, 0, size);
+	for (i = 0; i < n && i < nvmock_num_gpus; i++) {
+		struct nvmock_gpu *gpu = &nvmock_gpus[i];
+
+		cards[i].valid = 1;
+		cards[i].bus = gpu->gpu_id >> 8;
+		cards[i].vendor_id = 0x10DE;
+		cards[i].device_id = 0x2335;	/* H200 */
+		cards[i].gpu_id = gpu->gpu_id;
+		cards[i].fb_size = gpu->fb_size;
+		cards[i].minor_number = gpu->index;
+		snprintf(cards[i].dev_name, sizeof(cards[i].dev_name), "nvmock%u", gpu->index);
+	}
+	return 0;
+}
+
+static long esc_register_fd(struct file *file, void *arg, u32 size)
+{
+	struct nvmock_file *nf = nvmock_file_of(file);
+	struct nvrm_register_fd *p = arg;
+	struct file *ctl;
+	long ret = 0;
+
+	ctl = fget(p->ctl_fd);
+	if (!ctl)
+		return -EINVAL;
+	if (ctl == file || ctl->f_op != &nvmock_fops || nvmock_file_of(ctl)->gpu) {
+		fput(ctl);
+		return -EINVAL;
+	}
+	mutex_lock(&nvmock_lock);
+	if (nf->ctl)
+		ret = -EINVAL;	/* registered once per file */
+	else
+		nf->ctl = ctl;
+	mutex_unlock(&nvmock_lock);
+	if (ret)
+		fput(ctl);
+	return ret;
+}
+
+static long esc_check_version(struct file *file, void *arg, u32 size)
+{
+	struct nvrm_api_version *p = arg;
+	const char *mine = NVMOCK_VERSION_STRING;
+	size_t n = sizeof(p->version);
+
+	p->version[n - 1] = '\0';
+	switch (p->cmd) {
+	case NVRM_VERSION_CHECK_QUERY:
+		strscpy(p->version, mine, n);
+		p->reply = NVRM_VERSION_REPLY_RECOGNIZED;
+		return 0;
+	case NVRM_VERSION_CHECK_RELAXED:
+		n = strcspn(mine, ".");
+		if (!strncmp(p->version, mine, n) && (p->version[n] == '.' || !p->version[n]))
+			goto recognized;
+		break;
+	default:
+		if (!strcmp(p->version, mine))
+			goto recognized;
+		break;
+	}
+	/* A mismatch fails the ioctl, with the driver's own version in the reply. */
+	strscpy(p->version, mine, sizeof(p->version));
+	p->reply = 0;
+	return -EINVAL;
+recognized:
+	p->reply = NVRM_VERSION_REPLY_RECOGNIZED;
+	return 0;
+}
+
+static long esc_attach_gpus(struct file *file, void *arg, u32 size)
+{
+	struct nvmock_file *nf = nvmock_file_of(file);
+	const u32 *ids = arg;
+	u32 i, j, n = size / sizeof(*ids);
+	long ret = 0;
+
+	for (i = 0; i < n; i++) {
+		if (!ids[i])
+			continue;
+		for (j = 0; j < nvmock_num_gpus; j++)
+			if (nvmock_gpus[j].gpu_id == ids[i])
+				break;
+		if (j == nvmock_num_gpus)
+			return -ENODEV;
+	}
+	mutex_lock(&nvmock_lock);
+	if (nf->attached)
+		ret = -EINVAL;	/* once per file */
+	nf->attached = true;
+	mutex_unlock(&nvmock_lock);
+	return ret;
+}
+
+static long esc_sys_params(struct file *file, void *arg, u32 size)
+{
+	return 0;
+}
+
+static long esc_wait_open_complete(struct file *file, void *arg, u32 size)
+{
+	struct nvrm_wait_open_complete *p = arg;
+
+	p->rc = 0;
+	p->adapter_status = NV_OK;
+	return 0;
+}
+
+static const struct escape_desc escapes[] = {
+	{ NV_ESC_RM_ALLOC_MEMORY, 56, 0, GPU, NULL, 40 },
+	{ NV_ESC_RM_ALLOC_OBJECT, 20, 0, CTL, NULL, 16 },
+	{ NV_ESC_RM_FREE, sizeof(struct nvos00_params), 0, CTL, esc_rm_free, 0 },
+	{ NV_ESC_RM_CONTROL, sizeof(struct nvos54_params), 0, CTL, esc_rm_control, 0 },
+	{ NV_ESC_RM_ALLOC, sizeof(struct nvos21_params), 0, CTL, esc_rm_alloc, 0 },
+	{ NV_ESC_RM_ALLOC, sizeof(struct nvos64_params), 0, CTL, esc_rm_alloc, 0 },
+	{ NV_ESC_RM_DUP_OBJECT, 28, 0, CTL, NULL, 24 },
+	{ NV_ESC_RM_SHARE, 24, 0, CTL, NULL, 20 },
+	{ NV_ESC_RM_I2C_ACCESS, 32, 0, GPU, NULL, -1 },
+	{ NV_ESC_RM_IDLE_CHANNELS, 56, 0, CTL, NULL, -1 },
+	{ NV_ESC_RM_VID_HEAP_CONTROL, 184, 0, CTL, NULL, 20 },
+	{ NV_ESC_RM_ACCESS_REGISTRY, 72, 0, CTL, NULL, -1 },
+	{ NV_ESC_RM_MAP_MEMORY, sizeof(struct nvos33_params_with_fd), 0, CTL,
+	  esc_rm_map_memory, 0 },
+	{ NV_ESC_RM_UNMAP_MEMORY, 32, 0, CTL, NULL, 24 },
+	{ NV_ESC_RM_GET_EVENT_DATA, 16, 0, ANY, NULL, 12 },
+	{ NV_ESC_RM_ALLOC_CONTEXT_DMA2, 56, 0, CTL, NULL, -1 },
+	{ NV_ESC_RM_MAP_MEMORY_DMA, 64, 0, CTL, NULL, -1 },
+	{ NV_ESC_RM_UNMAP_MEMORY_DMA, 48, 0, CTL, NULL, -1 },
+	{ NV_ESC_RM_BIND_CONTEXT_DMA, 16, 0, CTL, NULL, 12 },
+	{ NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO, 40, 0, CTL, NULL, 32 },
+	{ NV_ESC_CARD_INFO, 0, sizeof(struct nvrm_card_info), CTL, esc_card_info, 0 },
+	{ NV_ESC_REGISTER_FD, sizeof(struct nvrm_register_fd), 0, ANY, esc_register_fd, 0 },
+	{ NV_ESC_ALLOC_OS_EVENT, sizeof(struct nvrm_os_event), 0, ANY, NULL, 12 },
+	{ NV_ESC_FREE_OS_EVENT, sizeof(struct nvrm_os_event), 0, ANY, NULL, 12 },
+	{ NV_ESC_STATUS_CODE, 12, 0, CTL, NULL, 8 },
+	{ NV_ESC_CHECK_VERSION_STR, sizeof(struct nvrm_api_version), 0, CTL,
+	  esc_check_version, 0 },
+	{ NV_ESC_ATTACH_GPUS_TO_FD, 0, sizeof(u32), CTL, esc_attach_gpus, 0 },
+	{ NV_ESC_QUERY_DEVICE_INTR, 8, 0, GPU, NULL, 4 },
+	{ NV_ESC_SYS_PARAMS, sizeof(struct nvrm_sys_params), 0, CTL, esc_sys_params, 0 },
+	{ NV_ESC_NUMA_INFO, 560, 0, GPU, NULL, 4 },
+	{ NV_ESC_SET_NUMA_STATUS, 4, 0, GPU, NULL, -1 },
+	{ NV_ESC_EXPORT_TO_DMABUF_FD, 2608, 0, GPU, NULL, -1 },
+	{ NV_ESC_WAIT_OPEN_COMPLETE, sizeof(struct nvrm_wait_open_complete), 0, ANY,
+	  esc_wait_open_complete, 0 },
+};
+
+static const struct escape_desc *find_escape(u32 nr, u32 size)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(escapes); i++) {
+		const struct escape_desc *d = &escapes[i];
+
+		if (d->nr == nr && (d->size ? size == d->size : size && size % d->elem == 0))
+			return d;
+	}
+	return NULL;
+}
+
+static long dispatch(struct file *file, u32 nr, u32 size, void __user *uarg)
+{
+	struct nvmock_file *nf = nvmock_file_of(file);
+	const struct escape_desc *d;
+	void *arg;
+	long ret;
+
+	d = find_escape(nr, size);
+	if (!d)
+		return -EINVAL;
+	if ((d->node == CTL && nf->gpu) || (d->node == GPU && !nf->gpu))
+		return -EINVAL;
+	arg = kmalloc(size, GFP_KERNEL);
+	if (!arg)
+		return -ENOMEM;
+	if (copy_from_user(arg, uarg, size)) {
+		kfree(arg);
+		return -EFAULT;
+	}
+	if (d->handler) {
+		ret = d->handler(file, arg, size);
+	} else {
+		if (d->status_off >= 0)
+			*(u32 *)(arg + d->status_off) = NV_ERR_NOT_SUPPORTED;
+		ret = 0;
+	}
+	if (copy_to_user(uarg, arg, size))
+		ret = -EFAULT;
+	kfree(arg);
+	return ret;
+}
+
+long nvmock_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	void __user *uarg = (void __user *)arg;
+	struct nvrm_xfer xfer;
+
+	if (_IOC_NR(cmd) != NV_ESC_IOCTL_XFER_CMD)
+		return dispatch(file, _IOC_NR(cmd), _IOC_SIZE(cmd), uarg);
+	/* The indirection: the real request, its size and its argument by pointer. */
+	if (_IOC_SIZE(cmd) != sizeof(xfer))
+		return -EINVAL;
+	if (copy_from_user(&xfer, uarg, sizeof(xfer)))
+		return -EFAULT;
+	if (xfer.size > NVRM_MAX_IOCTL_SIZE || xfer.cmd == NV_ESC_IOCTL_XFER_CMD)
+		return -EINVAL;
+	return dispatch(file, xfer.cmd, xfer.size, u64_to_user_ptr(xfer.ptr));
+}

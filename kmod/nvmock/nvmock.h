@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * nvmock: a mock NVIDIA GPU driver that speaks the real RM ABI on the real device numbers, with
+ * a simulated engine per GPU. It exists so that qgpu.ko can be developed and tested in a VM and
+ * then run unchanged against nvidia.ko.
+ *
+ * Locking: nvmock_lock (a mutex, like RM's API lock) guards clients, objects, files' mapping
+ * contexts and memory accounting. Each engine's spinlock guards what its thread reads while it
+ * runs: the runlist, channel and TSG run state, the GPU address map, statistics. The engine lock
+ * is only ever taken inside nvmock_lock or alone, never the other way round.
+ */
+#ifndef _NVMOCK_H
+#define _NVMOCK_H
+
+#include <linux/fs.h>
+#include <linux/idr.h>
+#include <linux/kref.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/spinlock.h>
+#include <linux/types.h>
+#include <linux/wait.h>
+#include <linux/xarray.h>
+
+#include "../uapi/nvrm.h"
+#include "../uapi/nvmock.h"
+
+#define NVMOCK_MAX_GPUS		8
+#define NVMOCK_MAX_PROCESSES	64
+
+extern struct mutex nvmock_lock;
+extern const struct file_operations nvmock_fops;
+extern unsigned int nvmock_num_gpus;
+
+/* Backing pages of a memory object, shared with the mappings of it. */
+struct nvmock_buf {
+	struct kref ref;
+	void *vaddr;
+	size_t size;
+};
+
+enum nvmock_kind {
+	NVMOCK_CLIENT,
+	NVMOCK_DEVICE,
+	NVMOCK_SUBDEVICE,
+	NVMOCK_USERMODE,
+	NVMOCK_VASPACE,
+	NVMOCK_CTXSHARE,
+	NVMOCK_TSG,
+	NVMOCK_CHANNEL,
+	NVMOCK_COMPUTE,
+	NVMOCK_COPY,
+	NVMOCK_SYSMEM,
+	NVMOCK_VIDMEM,
+	NVMOCK_KINDS,
+};
+
+struct nvmock_gpu;
+struct nvmock_client;
+
+struct nvmock_mem {
+	u64 size;
+	u64 va;			/* GPU address */
+	struct nvmock_buf *buf;	/* NULL until first mapped */
+	struct list_head va_node;	/* gpu->va_list, under the engine lock */
+};
+
+struct nvmock_tsg {
+	struct nvmock_gpu *gpu;
+	u32 id;
+	pid_t tgid;
+	u64 timeslice_us;
+	u32 interleave;
+	bool gone;
+	u64 gpu_ns;
+	struct list_head channels;
+	struct list_head runlist_node;
+	struct nvmock_channel *next_channel;	/* round robin inside the TSG */
+};
+
+struct nvmock_channel {
+	struct nvmock_gpu *gpu;
+	struct nvmock_tsg *tsg;
+	bool own_tsg;		/* allocated under the device: a TSG of its own */
+	u32 chid;
+	u64 gpfifo_va;
+	u32 entries;
+	/* USERD: a page of its own, or a place in a memory object of the client's. */
+	struct page *userd_page;
+	struct nvmock_buf *userd_buf;
+	u32 *userd;
+	bool scheduled;		/* GPFIFO_SCHEDULE(bEnable=1), or not delayed at allocation */
+	bool enabled;		/* FIFO_DISABLE_CHANNELS */
+	bool faulted;
+	bool gone;
+	u32 gp_get;
+	/* The pushbuffer segment being run and where in it. */
+	u64 seg_va;
+	u32 seg_words;
+	u32 seg_pos;
+	bool in_segment;
+	u64 run_left_ns;
+	u64 sem_va;
+	u64 gpu_ns;
+	struct list_head tsg_node;
+};
+
+struct nvmock_object {
+	u32 handle;
+	u32 hclass;
+	enum nvmock_kind kind;
+	struct nvmock_client *client;
+	struct nvmock_object *parent;
+	struct list_head children;
+	struct list_head sibling;
+	struct nvmock_gpu *gpu;
+	union {
+		struct nvmock_tsg *tsg;
+		struct nvmock_channel *channel;
+		struct nvmock_mem *mem;
+	};
+};
+
+struct nvmock_client {
+	u32 handle;
+	struct file *owner;	/* the file it was allocated through; NULL for kernel clients */
+	pid_t tgid;
+	struct xarray objects;
+	struct nvmock_object root;
+	u32 next_handle;
+	struct list_head node;
+};
+
+/* What a file's mmap maps: set by RM_MAP_MEMORY naming the file. */
+struct nvmock_map_ctx {
+	bool set;
+	enum nvmock_kind kind;
+	struct nvmock_buf *buf;
+	struct page *page;	/* USERD or the usermode window's page */
+	u64 offset;
+	u64 length;
+};
+
+struct nvmock_file {
+	struct nvmock_gpu *gpu;	/* NULL on /dev/nvidiactl */
+	struct file *ctl;	/* REGISTER_FD: the control file this GPU file acts for */
+	bool attached;		/* ATTACH_GPUS_TO_FD is allowed once */
+	bool sys_params_set;
+	struct nvmock_map_ctx map;
+};
+
+struct nvmock_process {
+	pid_t tgid;
+	u64 gpu_ns;
+};
+
+struct nvmock_engine {
+	spinlock_t lock;		/* what the engine thread reads; see the top */
+	struct list_head runlist;	/* TSGs */
+	struct nvmock_tsg *last;	/* who ran last: round robin and switch cost */
+	struct nvmock_tsg *pinned;	/* being switched to or run, partly outside the lock */
+	struct nvmock_channel *running;	/* executing outside the lock */
+	wait_queue_head_t released;	/* a freer waits here for running to change */
+	struct task_struct *thread;
+	u64 switches;
+	u64 switch_ns;
+	u64 busy_ns;
+	struct nvmock_process processes[NVMOCK_MAX_PROCESSES];
+};
+
+struct nvmock_gpu {
+	unsigned int index;
+	u32 gpu_id;
+	u64 fb_size;
+	u64 fb_used;
+	u64 next_va;
+	struct list_head va_list;
+	struct page *usermode_page;
+	struct ida chids;
+	struct ida tsg_ids;
+	struct nvmock_engine engine;
+	struct dentry *debugfs;
+};
+
+extern struct nvmock_gpu nvmock_gpus[NVMOCK_MAX_GPUS];
+
+/* Object counts, for leak checks (debugfs "objects"). */
+extern atomic_t nvmock_counts[NVMOCK_KINDS];
+extern atomic_t nvmock_buffers;
+extern atomic_t nvmock_vmas;
+
+/* rm.c: the object tree. */
+struct nvmock_caller {
+	struct file *file;	/* the control file the call came through; NULL for the kernel */
+	bool kernel;
+};
+
+u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u32 *hnew,
+		    u32 hclass, const void __user *uparams, const void *kparams);
+u32 nvmock_rm_free(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u32 hold);
+void nvmock_free_clients_of(struct file *file);
+struct nvmock_client *nvmock_client_get(u32 handle);
+struct nvmock_object *nvmock_object_get(struct nvmock_client *client, u32 handle);
+u32 nvmock_caller_client(const struct nvmock_caller *caller, u32 hclient,
+			 struct nvmock_client **client);
+const char *nvmock_kind_name(enum nvmock_kind kind);
+
+/* control.c */
+u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *p,
+		      bool kernel_params);
+
+/* mmap.c */
+struct nvmock_buf *nvmock_buf_alloc(size_t size);
+void nvmock_buf_put(struct nvmock_buf *buf);
+u32 nvmock_map_memory(struct file *ctl, struct nvos33_params_with_fd *p);
+void nvmock_map_release(struct nvmock_file *nf);
+int nvmock_mmap(struct file *file, struct vm_area_struct *vma);
+
+/* ioctl.c */
+long nvmock_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
+
+/* engine.c */
+int nvmock_engine_start(struct nvmock_gpu *gpu);
+void nvmock_engine_stop(struct nvmock_gpu *gpu);
+void nvmock_engine_add_tsg(struct nvmock_tsg *tsg);
+void nvmock_engine_remove_tsg(struct nvmock_tsg *tsg);
+void nvmock_engine_add_channel(struct nvmock_channel *ch);
+void nvmock_engine_remove_channel(struct nvmock_channel *ch);
+void nvmock_engine_add_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem);
+void nvmock_engine_remove_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem);
+void nvmock_engine_reset_stats(struct nvmock_gpu *gpu);
+
+/* debugfs.c */
+void nvmock_debugfs_init(void);
+void nvmock_debugfs_exit(void);
+
+/* main.c */
+struct nvmock_file *nvmock_file_of(struct file *file);
+bool nvmock_process_has_gpu_open(unsigned int index);
+
+#endif /* _NVMOCK_H */

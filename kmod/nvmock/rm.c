@@ -1,0 +1,560 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * nvmock: RM clients and the objects under them (RM_ALLOC, RM_FREE).
+ *
+ * A client owns a tree of objects named by 32-bit handles; freeing an object frees its subtree,
+ * freeing the client frees everything, and closing the file a client was allocated through frees
+ * the client. Answers follow RM: the ioctl succeeds and the status says what happened.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/log2.h>
+#include <linux/mm.h>
+#include <linux/sched.h>
+#include <linux/sizes.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "nvmock.h"
+
+atomic_t nvmock_counts[NVMOCK_KINDS];
+
+static DEFINE_XARRAY(clients);
+static LIST_HEAD(client_list);
+static u32 next_client_handle;
+
+#define BIT_KIND(k) (1u << (k))
+
+struct class_desc {
+	u32 hclass;
+	enum nvmock_kind kind;
+	u32 params_size;
+	bool params_required;
+	u32 parents;		/* kinds a parent may be */
+};
+
+static const struct class_desc class_table[] = {
+	{ NV01_ROOT, NVMOCK_CLIENT, 0, false, 0 },
+	{ NV01_ROOT_NON_PRIV, NVMOCK_CLIENT, 0, false, 0 },
+	{ NV01_ROOT_CLIENT, NVMOCK_CLIENT, 0, false, 0 },
+	{ NV01_DEVICE_0, NVMOCK_DEVICE, sizeof(struct nv0080_alloc_params), false,
+	  BIT_KIND(NVMOCK_CLIENT) },
+	{ NV20_SUBDEVICE_0, NVMOCK_SUBDEVICE, sizeof(struct nv2080_alloc_params), false,
+	  BIT_KIND(NVMOCK_DEVICE) },
+	{ HOPPER_USERMODE_A, NVMOCK_USERMODE, 2, false, BIT_KIND(NVMOCK_SUBDEVICE) },
+	{ FERMI_VASPACE_A, NVMOCK_VASPACE, 56, false,
+	  BIT_KIND(NVMOCK_DEVICE) | BIT_KIND(NVMOCK_SUBDEVICE) },
+	{ FERMI_CONTEXT_SHARE_A, NVMOCK_CTXSHARE, sizeof(struct nv_ctxshare_alloc_params), false,
+	  BIT_KIND(NVMOCK_TSG) },
+	{ KEPLER_CHANNEL_GROUP_A, NVMOCK_TSG, sizeof(struct nv_channel_group_alloc_params), true,
+	  BIT_KIND(NVMOCK_DEVICE) },
+	{ AMPERE_CHANNEL_GPFIFO_A, NVMOCK_CHANNEL, sizeof(struct nv_channel_alloc_params), true,
+	  BIT_KIND(NVMOCK_DEVICE) | BIT_KIND(NVMOCK_TSG) },
+	{ HOPPER_CHANNEL_GPFIFO_A, NVMOCK_CHANNEL, sizeof(struct nv_channel_alloc_params), true,
+	  BIT_KIND(NVMOCK_DEVICE) | BIT_KIND(NVMOCK_TSG) },
+	{ HOPPER_COMPUTE_A, NVMOCK_COMPUTE, 16, false, BIT_KIND(NVMOCK_CHANNEL) },
+	{ HOPPER_DMA_COPY_A, NVMOCK_COPY, 8, false, BIT_KIND(NVMOCK_CHANNEL) },
+	{ NV01_MEMORY_SYSTEM, NVMOCK_SYSMEM, sizeof(struct nv_memory_alloc_params), true,
+	  BIT_KIND(NVMOCK_DEVICE) },
+	{ NV01_MEMORY_LOCAL_USER, NVMOCK_VIDMEM, sizeof(struct nv_memory_alloc_params), true,
+	  BIT_KIND(NVMOCK_DEVICE) | BIT_KIND(NVMOCK_SUBDEVICE) },
+};
+
+static const char *const kind_names[NVMOCK_KINDS] = {
+	[NVMOCK_CLIENT] = "clients",
+	[NVMOCK_DEVICE] = "devices",
+	[NVMOCK_SUBDEVICE] = "subdevices",
+	[NVMOCK_USERMODE] = "usermode",
+	[NVMOCK_VASPACE] = "vaspaces",
+	[NVMOCK_CTXSHARE] = "ctxshares",
+	[NVMOCK_TSG] = "tsgs",
+	[NVMOCK_CHANNEL] = "channels",
+	[NVMOCK_COMPUTE] = "compute",
+	[NVMOCK_COPY] = "copy",
+	[NVMOCK_SYSMEM] = "sysmem",
+	[NVMOCK_VIDMEM] = "vidmem",
+};
+
+const char *nvmock_kind_name(enum nvmock_kind kind)
+{
+	return kind < NVMOCK_KINDS ? kind_names[kind] : "?";
+}
+
+static const struct class_desc *class_of(u32 hclass)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(class_table); i++)
+		if (class_table[i].hclass == hclass)
+			return &class_table[i];
+	return NULL;
+}
+
+struct nvmock_client *nvmock_client_get(u32 handle)
+{
+	return xa_load(&clients, handle);
+}
+
+struct nvmock_object *nvmock_object_get(struct nvmock_client *client, u32 handle)
+{
+	if (handle == client->handle)
+		return &client->root;
+	return xa_load(&client->objects, handle);
+}
+
+/* A client is reachable through the file it was allocated through; the kernel reaches any. */
+u32 nvmock_caller_client(const struct nvmock_caller *caller, u32 hclient,
+			 struct nvmock_client **client)
+{
+	struct nvmock_client *found = nvmock_client_get(hclient);
+
+	if (!found || (!caller->kernel && found->owner != caller->file))
+		return NV_ERR_INVALID_CLIENT;
+	*client = found;
+	return NV_OK;
+}
+
+/* -- constructors and destructors ------------------------------------------------------------ */
+
+static u32 device_construct(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			    const void *params)
+{
+	const struct nv0080_alloc_params *p = params;
+	u32 index = p ? p->deviceId : 0;
+
+	if (index >= nvmock_num_gpus)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (!caller->kernel && !nvmock_process_has_gpu_open(index))
+		return NV_ERR_INSUFFICIENT_PERMISSIONS;
+	obj->gpu = &nvmock_gpus[index];
+	return NV_OK;
+}
+
+static u32 subdevice_construct(struct nvmock_object *obj, const void *params)
+{
+	const struct nv2080_alloc_params *p = params;
+
+	return p && p->subDeviceId != 0 ? NV_ERR_INVALID_ARGUMENT : NV_OK;
+}
+
+static u32 usermode_construct(const struct nvmock_caller *caller, const u8 *params)
+{
+	/* NV_HOPPER_USERMODE_A_PARAMS: bBar1Mapping, bPriv; the privileged window is RM's. */
+	if (params && params[1] && !caller->kernel)
+		return NV_ERR_INSUFFICIENT_PERMISSIONS;
+	return NV_OK;
+}
+
+static struct nvmock_tsg *tsg_create(struct nvmock_gpu *gpu, pid_t tgid)
+{
+	struct nvmock_tsg *tsg = kzalloc(sizeof(*tsg), GFP_KERNEL);
+	int id;
+
+	if (!tsg)
+		return NULL;
+	id = ida_alloc_max(&gpu->tsg_ids, 4095, GFP_KERNEL);
+	if (id < 0) {
+		kfree(tsg);
+		return NULL;
+	}
+	tsg->gpu = gpu;
+	tsg->id = id;
+	tsg->tgid = tgid;
+	tsg->timeslice_us = NVRM_DEFAULT_TIMESLICE_US;
+	INIT_LIST_HEAD(&tsg->channels);
+	nvmock_engine_add_tsg(tsg);
+	return tsg;
+}
+
+static void tsg_destroy(struct nvmock_tsg *tsg)
+{
+	nvmock_engine_remove_tsg(tsg);
+	ida_free(&tsg->gpu->tsg_ids, tsg->id);
+	kfree(tsg);
+}
+
+static u32 tsg_construct(struct nvmock_object *obj)
+{
+	obj->tsg = tsg_create(obj->gpu, obj->client->tgid);
+	return obj->tsg ? NV_OK : NV_ERR_NO_MEMORY;
+}
+
+static u32 channel_userd(struct nvmock_object *obj, struct nvmock_channel *ch,
+			 const struct nv_channel_alloc_params *p)
+{
+	struct nvmock_object *mem_obj;
+	struct nvmock_mem *mem;
+
+	if (!p->hUserdMemory[0]) {
+		ch->userd_page = alloc_page(GFP_KERNEL | __GFP_ZERO);
+		if (!ch->userd_page)
+			return NV_ERR_NO_MEMORY;
+		ch->userd = page_address(ch->userd_page);
+		return NV_OK;
+	}
+	/* USERD in a memory object of the client's, as libcuda does (in device memory). */
+	mem_obj = nvmock_object_get(obj->client, p->hUserdMemory[0]);
+	if (!mem_obj || (mem_obj->kind != NVMOCK_SYSMEM && mem_obj->kind != NVMOCK_VIDMEM))
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	mem = mem_obj->mem;
+	if (p->userdOffset[0] > mem->size || mem->size - p->userdOffset[0] < NVRM_USERD_SIZE ||
+	    p->userdOffset[0] % NVRM_USERD_SIZE)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (!mem->buf) {
+		if (mem->size > NVMOCK_MAX_BACKED_BYTES)
+			return NV_ERR_NOT_SUPPORTED;
+		mem->buf = nvmock_buf_alloc(mem->size);
+		if (!mem->buf)
+			return NV_ERR_NO_MEMORY;
+	}
+	kref_get(&mem->buf->ref);
+	ch->userd_buf = mem->buf;
+	ch->userd = mem->buf->vaddr + p->userdOffset[0];
+	return NV_OK;
+}
+
+static void channel_free(struct nvmock_channel *ch)
+{
+	if (ch->userd_page)
+		__free_page(ch->userd_page);
+	if (ch->userd_buf)
+		nvmock_buf_put(ch->userd_buf);
+	kfree(ch);
+}
+
+static u32 channel_construct(struct nvmock_object *obj, const void *params)
+{
+	const struct nv_channel_alloc_params *p = params;
+	struct nvmock_gpu *gpu = obj->gpu;
+	struct nvmock_channel *ch;
+	u32 status;
+	int chid;
+
+	if (p->gpFifoEntries < 2 || p->gpFifoEntries > (1u << 20) ||
+	    !is_power_of_2(p->gpFifoEntries))
+		return NV_ERR_INVALID_ARGUMENT;
+	ch = kzalloc(sizeof(*ch), GFP_KERNEL);
+	if (!ch)
+		return NV_ERR_NO_MEMORY;
+	status = channel_userd(obj, ch, p);
+	if (status != NV_OK)
+		goto err_free;
+	chid = ida_alloc_max(&gpu->chids, 2047, GFP_KERNEL);
+	if (chid < 0) {
+		status = NV_ERR_INSUFFICIENT_RESOURCES;
+		goto err_free;
+	}
+	ch->chid = chid;
+	ch->gpu = gpu;
+	ch->gpfifo_va = p->gpFifoOffset;
+	ch->entries = p->gpFifoEntries;
+	ch->enabled = true;
+	ch->scheduled = !(p->flags & NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING);
+	if (obj->parent->kind == NVMOCK_TSG) {
+		ch->tsg = obj->parent->tsg;
+	} else {
+		/* A channel under the device is a TSG of its own. */
+		ch->tsg = tsg_create(gpu, obj->client->tgid);
+		if (!ch->tsg) {
+			ida_free(&gpu->chids, chid);
+			status = NV_ERR_NO_MEMORY;
+			goto err_free;
+		}
+		ch->own_tsg = true;
+	}
+	obj->channel = ch;
+	nvmock_engine_add_channel(ch);
+	return NV_OK;
+
+err_free:
+	channel_free(ch);
+	return status;
+}
+
+static void channel_destroy(struct nvmock_channel *ch)
+{
+	struct nvmock_gpu *gpu = ch->gpu;
+
+	nvmock_engine_remove_channel(ch);
+	if (ch->own_tsg)
+		tsg_destroy(ch->tsg);
+	ida_free(&gpu->chids, ch->chid);
+	channel_free(ch);
+}
+
+static u32 mem_construct(struct nvmock_object *obj, void *params)
+{
+	struct nv_memory_alloc_params *p = params;
+	struct nvmock_gpu *gpu = obj->gpu;
+	struct nvmock_mem *mem;
+	u64 span;
+
+	if (!p->size || p->size > (1ull << 40))
+		return NV_ERR_INVALID_ARGUMENT;
+	if (obj->kind == NVMOCK_VIDMEM && p->size > gpu->fb_size - gpu->fb_used)
+		return NV_ERR_NO_MEMORY;
+	mem = kzalloc(sizeof(*mem), GFP_KERNEL);
+	if (!mem)
+		return NV_ERR_NO_MEMORY;
+	span = round_up(p->size, SZ_64K);
+	mem->size = p->size;
+	mem->va = gpu->next_va;
+	gpu->next_va += span;
+	if (obj->kind == NVMOCK_VIDMEM)
+		gpu->fb_used += p->size;
+	obj->mem = mem;
+	nvmock_engine_add_mem(gpu, mem);
+	/* RM answers in the parameters: where the memory is and its last byte. */
+	p->offset = mem->va;
+	p->limit = p->size - 1;
+	return NV_OK;
+}
+
+static void mem_destroy(struct nvmock_object *obj)
+{
+	struct nvmock_mem *mem = obj->mem;
+
+	nvmock_engine_remove_mem(obj->gpu, mem);
+	if (obj->kind == NVMOCK_VIDMEM)
+		obj->gpu->fb_used -= mem->size;
+	if (mem->buf)
+		nvmock_buf_put(mem->buf);
+	kfree(mem);
+}
+
+static u32 construct(const struct nvmock_caller *caller, struct nvmock_object *obj, void *params)
+{
+	switch (obj->kind) {
+	case NVMOCK_DEVICE:
+		return device_construct(caller, obj, params);
+	case NVMOCK_SUBDEVICE:
+		return subdevice_construct(obj, params);
+	case NVMOCK_USERMODE:
+		return usermode_construct(caller, params);
+	case NVMOCK_TSG:
+		return tsg_construct(obj);
+	case NVMOCK_CHANNEL:
+		return channel_construct(obj, params);
+	case NVMOCK_SYSMEM:
+	case NVMOCK_VIDMEM:
+		return mem_construct(obj, params);
+	default:
+		return NV_OK;
+	}
+}
+
+static void destruct(struct nvmock_object *obj)
+{
+	switch (obj->kind) {
+	case NVMOCK_TSG:
+		tsg_destroy(obj->tsg);
+		break;
+	case NVMOCK_CHANNEL:
+		channel_destroy(obj->channel);
+		break;
+	case NVMOCK_SYSMEM:
+	case NVMOCK_VIDMEM:
+		mem_destroy(obj);
+		break;
+	default:
+		break;
+	}
+}
+
+/* -- the tree -------------------------------------------------------------------------------- */
+
+static void object_free(struct nvmock_object *obj)
+{
+	struct nvmock_object *child, *next;
+
+	/* Children first: a channel goes before its TSG, a TSG before its device. */
+	list_for_each_entry_safe_reverse(child, next, &obj->children, sibling)
+		object_free(child);
+	if (obj->kind == NVMOCK_CLIENT)
+		return;
+	destruct(obj);
+	xa_erase(&obj->client->objects, obj->handle);
+	list_del(&obj->sibling);
+	atomic_dec(&nvmock_counts[obj->kind]);
+	kfree(obj);
+}
+
+static void client_free(struct nvmock_client *client)
+{
+	object_free(&client->root);
+	xa_erase(&clients, client->handle);
+	list_del(&client->node);
+	xa_destroy(&client->objects);
+	atomic_dec(&nvmock_counts[NVMOCK_CLIENT]);
+	kfree(client);
+}
+
+static u32 client_alloc(const struct nvmock_caller *caller, u32 *hnew)
+{
+	struct nvmock_client *client;
+	u32 handle = *hnew;
+	int err;
+
+	if (handle && xa_load(&clients, handle))
+		return NV_ERR_INVALID_OBJECT_NEW;
+	client = kzalloc(sizeof(*client), GFP_KERNEL);
+	if (!client)
+		return NV_ERR_NO_MEMORY;
+	while (!handle) {
+		u32 candidate = NVRM_CLIENT_HANDLE_BASE + (next_client_handle++ & 0xFFFFF);
+
+		if (!xa_load(&clients, candidate))
+			handle = candidate;
+	}
+	err = xa_insert(&clients, handle, client, GFP_KERNEL);
+	if (err) {
+		kfree(client);
+		return err == -EBUSY ? NV_ERR_INVALID_OBJECT_NEW : NV_ERR_NO_MEMORY;
+	}
+	client->handle = handle;
+	client->owner = caller->file;
+	client->tgid = caller->kernel ? 0 : current->tgid;
+	xa_init(&client->objects);
+	client->root.handle = handle;
+	client->root.hclass = NV01_ROOT_CLIENT;
+	client->root.kind = NVMOCK_CLIENT;
+	client->root.client = client;
+	INIT_LIST_HEAD(&client->root.children);
+	list_add_tail(&client->node, &client_list);
+	atomic_inc(&nvmock_counts[NVMOCK_CLIENT]);
+	*hnew = handle;
+	return NV_OK;
+}
+
+static u32 pick_handle(struct nvmock_client *client, u32 *hnew)
+{
+	u32 handle = *hnew;
+
+	if (handle)
+		return handle == client->handle || xa_load(&client->objects, handle) ?
+		       NV_ERR_INVALID_OBJECT_NEW : NV_OK;
+	do {
+		handle = NVRM_OBJECT_HANDLE_BASE + (client->next_handle++ & 0xFFFFF);
+	} while (xa_load(&client->objects, handle));
+	*hnew = handle;
+	return NV_OK;
+}
+
+static u32 copy_params(const struct class_desc *desc, const void __user *uparams,
+		       const void *kparams, void *buf)
+{
+	if (!uparams && !kparams)
+		return desc->params_required ? NV_ERR_INVALID_ARGUMENT : NV_OK;
+	if (!desc->params_size)
+		return NV_OK;
+	if (kparams) {
+		memcpy(buf, kparams, desc->params_size);
+		return NV_OK;
+	}
+	return copy_from_user(buf, uparams, desc->params_size) ? NV_ERR_INVALID_POINTER : NV_OK;
+}
+
+/*
+ * RM_ALLOC. hnew is in/out: 0 asks RM for a handle. The class's parameters are copied in by the
+ * size RM knows for the class (paramsSize is not trusted), and copied back out on success.
+ */
+u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u32 *hnew,
+		    u32 hclass, const void __user *uparams, const void *kparams)
+{
+	const struct class_desc *desc = class_of(hclass);
+	union {
+		struct nv_channel_alloc_params channel;
+		struct nv_memory_alloc_params mem;
+		u8 raw[sizeof(struct nv_channel_alloc_params)];
+	} params;
+	struct nvmock_client *client;
+	struct nvmock_object *parent, *obj;
+	bool have_params = uparams || kparams;
+	u32 status;
+	int err;
+
+	if (!desc)
+		return NV_ERR_INVALID_CLASS;
+	if (desc->kind == NVMOCK_CLIENT)
+		return client_alloc(caller, hnew);
+
+	status = nvmock_caller_client(caller, hroot, &client);
+	if (status != NV_OK)
+		return status;
+	parent = nvmock_object_get(client, hparent);
+	if (!parent || !(desc->parents & BIT_KIND(parent->kind)))
+		return NV_ERR_INVALID_OBJECT_PARENT;
+	status = pick_handle(client, hnew);
+	if (status != NV_OK)
+		return status;
+	memset(&params, 0, sizeof(params));
+	status = copy_params(desc, uparams, kparams, &params);
+	if (status != NV_OK)
+		return status;
+
+	obj = kzalloc(sizeof(*obj), GFP_KERNEL);
+	if (!obj)
+		return NV_ERR_NO_MEMORY;
+	obj->handle = *hnew;
+	obj->hclass = hclass;
+	obj->kind = desc->kind;
+	obj->client = client;
+	obj->parent = parent;
+	obj->gpu = parent->gpu;
+	INIT_LIST_HEAD(&obj->children);
+	err = xa_insert(&client->objects, obj->handle, obj, GFP_KERNEL);
+	if (err) {
+		kfree(obj);
+		return NV_ERR_NO_MEMORY;
+	}
+	status = construct(caller, obj, have_params ? &params : NULL);
+	if (status != NV_OK) {
+		xa_erase(&client->objects, obj->handle);
+		kfree(obj);
+		return status;
+	}
+	list_add_tail(&obj->sibling, &parent->children);
+	atomic_inc(&nvmock_counts[obj->kind]);
+
+	if (uparams && (obj->kind == NVMOCK_SYSMEM || obj->kind == NVMOCK_VIDMEM) &&
+	    copy_to_user((void __user *)uparams, &params, desc->params_size)) {
+		object_free(obj);
+		return NV_ERR_INVALID_POINTER;
+	}
+	if (kparams && (obj->kind == NVMOCK_SYSMEM || obj->kind == NVMOCK_VIDMEM))
+		memcpy((void *)kparams, &params, desc->params_size);
+	return NV_OK;
+}
+
+/* RM_FREE: hObjectOld == hRoot frees the whole client. */
+u32 nvmock_rm_free(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u32 hold)
+{
+	struct nvmock_client *client;
+	struct nvmock_object *obj;
+	u32 status;
+
+	status = nvmock_caller_client(caller, hroot, &client);
+	if (status != NV_OK)
+		return status;
+	if (hold == hroot) {
+		client_free(client);
+		return NV_OK;
+	}
+	obj = nvmock_object_get(client, hold);
+	if (!obj)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	object_free(obj);
+	return NV_OK;
+}
+
+/* The file is going away: so are the clients allocated through it (NULL: kernel clients). */
+void nvmock_free_clients_of(struct file *file)
+{
+	struct nvmock_client *client, *next;
+
+	mutex_lock(&nvmock_lock);
+	list_for_each_entry_safe(client, next, &client_list, node)
+		if (client->owner == file)
+			client_free(client);
+	mutex_unlock(&nvmock_lock);
+}

@@ -1,0 +1,389 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * The subset of the NVIDIA Resource Manager user ABI that qpolicy's kernel code (nvmock.ko,
+ * qgpu.ko) and tools (gpuload) speak: escape numbers, argument layouts, classes, controls and
+ * status codes, for x86_64. Written from the project's ABI fact sheet (open-gpu-kernel-modules
+ * 595.45.04) and the H200 trace; qpolicy/nvrm/abi.py is the Python mirror and
+ * tests/unit/test_uapi.py keeps the two in agreement.
+ *
+ * Every ioctl on /dev/nvidiactl and /dev/nvidiaN is _IOWR('F', nr, size); the driver looks at the
+ * NR and the size only. RM escapes return 0 once dispatched and put RM's answer in a status field.
+ */
+#ifndef _UAPI_QPOLICY_NVRM_H
+#define _UAPI_QPOLICY_NVRM_H
+
+#include <linux/types.h>
+
+#define NVRM_MAJOR		195
+#define NVRM_CTL_MINOR		255
+#define NVRM_MAX_GPU_MINOR	247
+#define NVRM_IOCTL_MAGIC	'F'
+#define NVRM_MAX_IOCTL_SIZE	16384
+
+/* Escapes (the NR of the ioctl number). */
+#define NV_ESC_RM_ALLOC_MEMORY			0x27
+#define NV_ESC_RM_ALLOC_OBJECT			0x28
+#define NV_ESC_RM_FREE				0x29
+#define NV_ESC_RM_CONTROL			0x2A
+#define NV_ESC_RM_ALLOC				0x2B
+#define NV_ESC_RM_DUP_OBJECT			0x34
+#define NV_ESC_RM_SHARE				0x35
+#define NV_ESC_RM_I2C_ACCESS			0x39
+#define NV_ESC_RM_IDLE_CHANNELS			0x41
+#define NV_ESC_RM_VID_HEAP_CONTROL		0x4A
+#define NV_ESC_RM_ACCESS_REGISTRY		0x4D
+#define NV_ESC_RM_MAP_MEMORY			0x4E
+#define NV_ESC_RM_UNMAP_MEMORY			0x4F
+#define NV_ESC_RM_GET_EVENT_DATA		0x52
+#define NV_ESC_RM_ALLOC_CONTEXT_DMA2		0x54
+#define NV_ESC_RM_MAP_MEMORY_DMA		0x57
+#define NV_ESC_RM_UNMAP_MEMORY_DMA		0x58
+#define NV_ESC_RM_BIND_CONTEXT_DMA		0x59
+#define NV_ESC_RM_UPDATE_DEVICE_MAPPING_INFO	0x5E
+#define NV_ESC_CARD_INFO			0xC8
+#define NV_ESC_REGISTER_FD			0xC9
+#define NV_ESC_ALLOC_OS_EVENT			0xCE
+#define NV_ESC_FREE_OS_EVENT			0xCF
+#define NV_ESC_STATUS_CODE			0xD1
+#define NV_ESC_CHECK_VERSION_STR		0xD2
+#define NV_ESC_IOCTL_XFER_CMD			0xD3
+#define NV_ESC_ATTACH_GPUS_TO_FD		0xD4
+#define NV_ESC_QUERY_DEVICE_INTR		0xD5
+#define NV_ESC_SYS_PARAMS			0xD6
+#define NV_ESC_NUMA_INFO			0xD7
+#define NV_ESC_SET_NUMA_STATUS			0xD8
+#define NV_ESC_EXPORT_TO_DMABUF_FD		0xD9
+#define NV_ESC_WAIT_OPEN_COMPLETE		0xDA
+
+/* RM status codes (nvstatuscodes.h). */
+#define NV_OK					0x00
+#define NV_ERR_INSUFFICIENT_RESOURCES		0x1A
+#define NV_ERR_INSUFFICIENT_PERMISSIONS		0x1B
+#define NV_ERR_INVALID_ARGUMENT			0x1F
+#define NV_ERR_INVALID_CLASS			0x22
+#define NV_ERR_INVALID_CLIENT			0x23
+#define NV_ERR_INVALID_COMMAND			0x24
+#define NV_ERR_INVALID_DEVICE			0x26
+#define NV_ERR_INVALID_OBJECT			0x31
+#define NV_ERR_INVALID_OBJECT_HANDLE		0x33
+#define NV_ERR_INVALID_OBJECT_NEW		0x34
+#define NV_ERR_INVALID_OBJECT_OLD		0x35
+#define NV_ERR_INVALID_OBJECT_PARENT		0x36
+#define NV_ERR_INVALID_PARAM_STRUCT		0x3A
+#define NV_ERR_INVALID_POINTER			0x3D
+#define NV_ERR_INVALID_STATE			0x40
+#define NV_ERR_NO_MEMORY			0x51
+#define NV_ERR_NOT_SUPPORTED			0x56
+#define NV_ERR_OBJECT_NOT_FOUND			0x57
+#define NV_ERR_STATE_IN_USE			0x63
+
+/* Classes. */
+#define NV01_ROOT			0x0000
+#define NV01_ROOT_NON_PRIV		0x0001
+#define NV01_ROOT_CLIENT		0x0041
+#define NV01_MEMORY_SYSTEM		0x003E
+#define NV01_MEMORY_LOCAL_USER		0x0040
+#define NV01_DEVICE_0			0x0080
+#define NV20_SUBDEVICE_0		0x2080
+#define FERMI_CONTEXT_SHARE_A		0x9067
+#define FERMI_VASPACE_A			0x90F1
+#define KEPLER_CHANNEL_GROUP_A		0xA06C
+#define AMPERE_CHANNEL_GPFIFO_A		0xC56F
+#define HOPPER_CHANNEL_GPFIFO_A		0xC86F
+#define HOPPER_USERMODE_A		0xC661
+#define HOPPER_DMA_COPY_A		0xC8B5
+#define HOPPER_COMPUTE_A		0xCBC0
+
+/* Handles RM hands out when the caller asks for one (hObjectNew == 0). */
+#define NVRM_CLIENT_HANDLE_BASE		0xC1D00000u
+#define NVRM_OBJECT_HANDLE_BASE		0xCAF00000u
+
+/* Control commands: class << 16 | category << 8 | index. */
+#define NVA06C_CTRL_CMD_GPFIFO_SCHEDULE		0xA06C0101u
+#define NVA06C_CTRL_CMD_SET_TIMESLICE		0xA06C0103u
+#define NVA06C_CTRL_CMD_GET_TIMESLICE		0xA06C0104u
+#define NVA06C_CTRL_CMD_PREEMPT			0xA06C0105u
+#define NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL	0xA06C0107u
+#define NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL	0xA06C0108u
+#define NVA06F_CTRL_CMD_GPFIFO_SCHEDULE		0xA06F0103u
+#define NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN	0xC36F0108u
+#define NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS	0x2080110Bu
+
+#define NVA06C_INTERLEAVE_LEVEL_HIGH		2
+#define NV2080_DISABLE_CHANNELS_MAX		64
+#define NVA06C_PREEMPT_MAX_TIMEOUT_US		1000000
+#define NVRM_DEFAULT_TIMESLICE_US		1024
+
+/* NVOS00: RM_FREE (16). */
+struct nvos00_params {
+	__u32 hRoot;
+	__u32 hObjectParent;
+	__u32 hObjectOld;
+	__u32 status;
+};
+
+/* NVOS21: RM_ALLOC as sent with a 32-byte argument. */
+struct nvos21_params {
+	__u32 hRoot;
+	__u32 hObjectParent;
+	__u32 hObjectNew;
+	__u32 hClass;
+	__u64 pAllocParms;
+	__u32 paramsSize;
+	__u32 status;
+};
+
+/* NVOS64: RM_ALLOC as libcuda sends it (48). The first five fields match NVOS21. */
+struct nvos64_params {
+	__u32 hRoot;
+	__u32 hObjectParent;
+	__u32 hObjectNew;
+	__u32 hClass;
+	__u64 pAllocParms;
+	__u64 pRightsRequested;
+	__u32 paramsSize;
+	__u32 flags;
+	__u32 status;
+	__u32 pad;
+};
+
+/* NVOS54: RM_CONTROL (32). */
+struct nvos54_params {
+	__u32 hClient;
+	__u32 hObject;
+	__u32 cmd;
+	__u32 flags;
+	__u64 params;
+	__u32 paramsSize;
+	__u32 status;
+};
+
+/* NVOS33 with the fd to attach the mapping to: RM_MAP_MEMORY (56). */
+struct nvos33_params_with_fd {
+	__u32 hClient;
+	__u32 hDevice;
+	__u32 hMemory;
+	__u32 pad;
+	__u64 offset;
+	__u64 length;
+	__u64 pLinearAddress;
+	__u32 status;
+	__u32 flags;
+	__s32 fd;
+	__u32 pad2;
+};
+
+/* NV_ESC_CARD_INFO: an array of these (72 each). */
+struct nvrm_card_info {
+	__u8 valid;
+	__u8 pad0[3];
+	__u32 domain;
+	__u8 bus;
+	__u8 slot;
+	__u8 function;
+	__u8 pad1;
+	__u16 vendor_id;
+	__u16 device_id;
+	__u32 gpu_id;
+	__u16 interrupt_line;
+	__u8 pad2[2];
+	__u64 reg_address;
+	__u64 reg_size;
+	__u64 fb_address;
+	__u64 fb_size;
+	__u32 minor_number;
+	char dev_name[10];
+	__u8 pad3[2];
+};
+
+/* NV_ESC_CHECK_VERSION_STR (72). */
+struct nvrm_api_version {
+	__u32 cmd;
+	__u32 reply;
+	char version[64];
+};
+
+#define NVRM_VERSION_CHECK_STRICT	0
+#define NVRM_VERSION_CHECK_RELAXED	'1'
+#define NVRM_VERSION_CHECK_QUERY	'2'
+#define NVRM_VERSION_REPLY_RECOGNIZED	1
+
+struct nvrm_sys_params {
+	__u64 memblock_size;
+};
+
+struct nvrm_register_fd {
+	__s32 ctl_fd;
+};
+
+struct nvrm_wait_open_complete {
+	__s32 rc;
+	__u32 adapter_status;
+};
+
+struct nvrm_xfer {
+	__u32 cmd;
+	__u32 size;
+	__u64 ptr;
+};
+
+struct nvrm_os_event {
+	__u32 hClient;
+	__u32 hDevice;
+	__u32 fd;
+	__u32 status;
+};
+
+/* Allocation parameters. */
+struct nv0080_alloc_params {
+	__u32 deviceId;
+	__u32 hClientShare;
+	__u32 hTargetClient;
+	__u32 hTargetDevice;
+	__u32 flags;
+	__u32 pad;
+	__u64 vaSpaceSize;
+	__u64 vaStartInternal;
+	__u64 vaLimitInternal;
+	__u32 vaMode;
+	__u32 pad2;
+};
+
+struct nv2080_alloc_params {
+	__u32 subDeviceId;
+};
+
+struct nv_channel_group_alloc_params {
+	__u32 hObjectError;
+	__u32 hObjectEccError;
+	__u32 hVASpace;
+	__u32 engineType;
+	__u8 bIsCallingContextVgpuPlugin;
+	__u8 pad[3];
+};
+
+struct nv_memory_desc_params {
+	__u64 base;
+	__u64 size;
+	__u32 addressSpace;
+	__u32 cacheAttrib;
+};
+
+struct nv_channel_alloc_params {
+	__u32 hObjectError;
+	__u32 hObjectBuffer;
+	__u64 gpFifoOffset;
+	__u32 gpFifoEntries;
+	__u32 flags;
+	__u32 hContextShare;
+	__u32 hVASpace;
+	__u32 hUserdMemory[8];
+	__u64 userdOffset[8];
+	__u32 engineType;
+	__u32 cid;
+	__u32 subDeviceId;
+	__u32 hObjectEccError;
+	struct nv_memory_desc_params instanceMem;
+	struct nv_memory_desc_params userdMem;
+	struct nv_memory_desc_params ramfcMem;
+	struct nv_memory_desc_params mthdbufMem;
+	__u32 hPhysChannelGroup;
+	__u32 internalFlags;
+	struct nv_memory_desc_params errorNotifierMem;
+	struct nv_memory_desc_params eccErrorNotifierMem;
+	__u32 ProcessID;
+	__u32 SubProcessID;
+	__u32 encryptIv[3];
+	__u32 decryptIv[3];
+	__u32 hmacNonce[8];
+	__u32 tpcConfigID;
+	__u32 pad;
+};
+
+/* NVOS04 channel flag: not scheduled until GPFIFO_SCHEDULE(bEnable=1). */
+#define NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING	0x00000040u
+
+struct nv_memory_alloc_params {
+	__u32 owner;
+	__u32 type;
+	__u32 flags;
+	__u32 width;
+	__u32 height;
+	__s32 pitch;
+	__u32 attr;
+	__u32 attr2;
+	__u32 format;
+	__u32 comprCovg;
+	__u32 zcullCovg;
+	__u32 pad;
+	__u64 rangeLo;
+	__u64 rangeHi;
+	__u64 size;
+	__u64 alignment;
+	__u64 offset;
+	__u64 limit;
+	__u64 address;
+	__u32 ctagOffset;
+	__u32 hVASpace;
+	__u32 internalflags;
+	__u32 tag;
+	__s32 numaNode;
+	__u32 pad2;
+};
+
+struct nv_ctxshare_alloc_params {
+	__u32 hVASpace;
+	__u32 flags;
+	__u32 subctxId;
+};
+
+/* Control parameters. */
+struct nva06c_gpfifo_schedule_params {
+	__u8 bEnable;
+	__u8 bSkipSubmit;
+	__u8 bSkipEnable;
+};
+
+struct nva06c_timeslice_params {
+	__u64 timesliceUs;
+};
+
+struct nva06c_preempt_params {
+	__u8 bWait;
+	__u8 bManualTimeout;
+	__u8 pad[2];
+	__u32 timeoutUs;
+};
+
+struct nva06c_interleave_level_params {
+	__u32 tsgInterleaveLevel;
+};
+
+struct nvc36f_work_submit_token_params {
+	__u32 workSubmitToken;
+};
+
+struct nv2080_fifo_disable_channels_params {
+	__u8 bDisable;
+	__u8 pad0[3];
+	__u32 numChannels;
+	__u8 bOnlyDisableScheduling;
+	__u8 bRewindGpPut;
+	__u8 pad1[6];
+	__u64 pRunlistPreemptEvent;
+	__u32 hClientList[NV2080_DISABLE_CHANNELS_MAX];
+	__u32 hChannelList[NV2080_DISABLE_CHANNELS_MAX];
+};
+
+/* Work submission (Volta+): the channel's USERD and the usermode doorbell. */
+#define NVRM_USERD_SIZE			512
+#define NVRM_USERD_GP_GET		0x88
+#define NVRM_USERD_GP_PUT		0x8C
+#define NVRM_USERMODE_SIZE		0x10000
+#define NVRM_USERMODE_DOORBELL		0x90
+#define NVRM_GP_ENTRY_SIZE		8
+/* GPFIFO entry: word 0 holds address bits 31:2; word 1 the high address (7:0), length (30:10). */
+#define NVRM_GP_ENTRY1_LENGTH_SHIFT	10
+#define NVRM_GP_ENTRY1_LENGTH_MASK	0x1FFFFF
+
+#endif /* _UAPI_QPOLICY_NVRM_H */

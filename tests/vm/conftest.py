@@ -1,0 +1,82 @@
+"""The VM tier: nvmock.ko loaded with two GPUs, device nodes made as nvidia-modprobe would.
+
+Every test module shares one load of the driver; after each test the driver must hold no
+objects, and the kernel log must show no warning, oops or BUG from the whole run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NVMOCK = ROOT / "kmod" / "nvmock" / "nvmock.ko"
+GPULOAD = ROOT / "tools" / "gpuload" / "gpuload"
+DEBUGFS = Path("/sys/kernel/debug/nvmock")
+GPUS = 2
+BAD_KERNEL_LOG = re.compile(r"WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak")
+
+
+def objects() -> dict[str, int]:
+    counts = {}
+    for line in (DEBUGFS / "objects").read_text().splitlines():
+        name, value = line.split()
+        counts[name] = int(value)
+    return counts
+
+
+def processes(gpu: int = 0) -> dict[int, int]:
+    """GPU time in ns per process id, from the engine's ground truth."""
+    out = {}
+    for line in (DEBUGFS / f"gpu{gpu}" / "processes").read_text().splitlines():
+        pid, ns = line.split()
+        out[int(pid)] = int(ns)
+    return out
+
+
+def reset(gpu: int = 0) -> None:
+    (DEBUGFS / f"gpu{gpu}" / "reset").write_text("1")
+
+
+def kernel_log() -> str:
+    return subprocess.run(["dmesg"], capture_output=True, text=True, check=True).stdout
+
+
+def load(**params: int) -> None:
+    args = [f"{key}={value}" for key, value in params.items()]
+    subprocess.run(["insmod", str(NVMOCK), *args], check=True)
+
+
+def unload() -> None:
+    subprocess.run(["rmmod", "nvmock"], check=True)
+
+
+def make_nodes(gpus: int = GPUS) -> None:
+    for name, minor in [("nvidiactl", 255)] + [(f"nvidia{i}", i) for i in range(gpus)]:
+        path = Path("/dev") / name
+        if not path.exists():
+            os.mknod(path, 0o666 | 0o020000, os.makedev(195, minor))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def driver() -> Iterator[None]:
+    if not Path("/sys/kernel/debug/tracing").exists():
+        subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
+    load(num_gpus=GPUS)
+    make_nodes()
+    yield
+    unload()
+    bad = [line for line in kernel_log().splitlines() if BAD_KERNEL_LOG.search(line)]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.fixture(autouse=True)
+def nothing_leaks() -> Iterator[None]:
+    yield
+    left = {name: count for name, count in objects().items() if count}
+    assert not left, f"objects left behind: {left}"

@@ -1,0 +1,135 @@
+"""A small RM client for the VM tests: the escapes a CUDA process sends, issued from Python.
+
+It packs the structs with the layouts of qpolicy.nvrm.abi (the same facts as kmod/uapi/nvrm.h)
+and keeps inner parameter buffers alive while the driver reads and writes them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import struct
+from dataclasses import dataclass
+
+from qpolicy.nvrm import abi
+
+NVOS64 = struct.Struct(
+    "<IIIIQQIIII"
+)  # hRoot hParent hNew hClass pAllocParms pRights size flags status pad
+NVOS00 = struct.Struct("<IIII")
+NVOS54 = struct.Struct("<IIIIQII")
+NVOS33_FD = struct.Struct("<IIIIQQQIIiI")
+VERSION = struct.Struct("<II64s")
+CARD = struct.Struct("<B3xIBBBxHHIH2xQQQQI10s2x")
+
+
+class RmError(Exception):
+    def __init__(self, what: str, status: int) -> None:
+        super().__init__(f"{what}: {abi.status_name(status)}")
+        self.status = status
+
+
+def ioctl(fd: int, nr: int, arg: bytearray) -> None:
+    """Send escape ``nr`` with ``arg`` (updated in place); OSError on a layer error."""
+    fcntl.ioctl(fd, abi.iowr(abi.NV_IOCTL_MAGIC, nr, len(arg)), arg, True)
+
+
+@dataclass
+class Alloc:
+    status: int
+    handle: int
+    params: bytes
+
+
+class Rm:
+    """One process's view: a control fd and a GPU fd registered with it."""
+
+    def __init__(self, gpu: int = 0, dev: str = "/dev") -> None:
+        self.dev = dev
+        self.gpu_index = gpu
+        self.ctl = os.open(f"{dev}/nvidiactl", os.O_RDWR | os.O_CLOEXEC)
+        self.gpu = os.open(f"{dev}/nvidia{gpu}", os.O_RDWR | os.O_CLOEXEC)
+        self.register(self.gpu)
+        self.fds = [self.ctl, self.gpu]
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+    def register(self, fd: int) -> None:
+        ioctl(fd, abi.Escape.REGISTER_FD, bytearray(struct.pack("<i", self.ctl)))
+
+    def open_gpu(self) -> int:
+        fd = os.open(f"{self.dev}/nvidia{self.gpu_index}", os.O_RDWR | os.O_CLOEXEC)
+        self.register(fd)
+        self.fds.append(fd)
+        return fd
+
+    def open_ctl(self) -> int:
+        fd = os.open(f"{self.dev}/nvidiactl", os.O_RDWR | os.O_CLOEXEC)
+        self.fds.append(fd)
+        return fd
+
+    def alloc(
+        self, root: int, parent: int, cls: int, params: bytes | None = None, handle: int = 0
+    ) -> Alloc:
+        inner = ctypes.create_string_buffer(params, len(params)) if params is not None else None
+        address = ctypes.addressof(inner) if inner is not None else 0
+        arg = bytearray(
+            NVOS64.pack(root, parent, handle, cls, address, 0, len(params or b""), 0, 0, 0)
+        )
+        ioctl(self.ctl, abi.Escape.RM_ALLOC, arg)
+        fields = NVOS64.unpack(arg)
+        return Alloc(fields[8], fields[2], inner.raw if inner is not None else b"")
+
+    def new(
+        self, root: int, parent: int, cls: int, params: bytes | None = None, handle: int = 0
+    ) -> int:
+        result = self.alloc(root, parent, cls, params, handle)
+        if result.status != abi.NvStatus.NV_OK:
+            raise RmError(f"RM_ALLOC class 0x{cls:x}", result.status)
+        return result.handle
+
+    def free(self, root: int, parent: int, handle: int) -> int:
+        arg = bytearray(NVOS00.pack(root, parent, handle, 0))
+        ioctl(self.ctl, abi.Escape.RM_FREE, arg)
+        return NVOS00.unpack(arg)[3]
+
+    def control(
+        self, client: int, obj: int, cmd: int, params: bytes, fd: int | None = None
+    ) -> tuple[int, bytes]:
+        inner = ctypes.create_string_buffer(params, len(params))
+        arg = bytearray(NVOS54.pack(client, obj, cmd, 0, ctypes.addressof(inner), len(params), 0))
+        ioctl(self.ctl if fd is None else fd, abi.Escape.RM_CONTROL, arg)
+        return NVOS54.unpack(arg)[6], inner.raw
+
+    def map_memory(
+        self, client: int, device: int, memory: int, length: int, target: int
+    ) -> tuple[int, int]:
+        arg = bytearray(NVOS33_FD.pack(client, device, memory, 0, 0, length, 0, 0, 0, target, 0))
+        ioctl(self.ctl, abi.Escape.RM_MAP_MEMORY, arg)
+        fields = NVOS33_FD.unpack(arg)
+        return fields[7], fields[6]
+
+
+def memory_params(size: int) -> bytes:
+    params = bytearray(128)
+    struct.pack_into("<Q", params, 64, size)
+    return bytes(params)
+
+
+def offset_of(params: bytes) -> int:
+    return int(struct.unpack_from("<Q", params, 80)[0])
+
+
+def channel_params(gpfifo_va: int, entries: int = 512, flags: int = 0) -> bytes:
+    params = bytearray(368)
+    struct.pack_into("<QII", params, 8, gpfifo_va, entries, flags)
+    struct.pack_into("<I", params, 128, 1)
+    return bytes(params)
+
+
+def tsg_params() -> bytes:
+    return struct.pack("<IIIIB3x", 0, 0, 0, 1, 0)

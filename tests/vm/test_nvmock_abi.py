@@ -1,0 +1,148 @@
+"""nvmock speaks the RM ABI: escapes, sizes, nodes, objects, statuses, as nvidia.ko does."""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+
+import pytest
+
+from qpolicy.nvrm.abi import Escape, NvStatus
+from tests.vm.rmclient import (
+    CARD,
+    VERSION,
+    Rm,
+    ioctl,
+    memory_params,
+    offset_of,
+    tsg_params,
+)
+
+
+@pytest.fixture
+def rm() -> Rm:
+    client = Rm()
+    yield client
+    client.close()
+
+
+def test_version_check_answers_like_the_driver(rm: Rm) -> None:
+    arg = bytearray(VERSION.pack(0, 0, b"580.159.04"))
+    ioctl(rm.ctl, Escape.CHECK_VERSION_STR, arg)
+    assert VERSION.unpack(arg)[1] == 1
+    wrong = bytearray(VERSION.pack(0, 0, b"535.1.1"))
+    with pytest.raises(OSError) as error:
+        ioctl(rm.ctl, Escape.CHECK_VERSION_STR, wrong)
+    assert error.value.errno == errno.EINVAL
+    # Even a failed check is copied back: the driver says which version it is.
+    assert VERSION.unpack(wrong)[2].rstrip(b"\0") == b"580.159.04"
+
+
+def test_card_info_lists_each_gpu_with_its_minor(rm: Rm) -> None:
+    arg = bytearray(CARD.size * 32)
+    ioctl(rm.ctl, Escape.CARD_INFO, arg)
+    cards = [CARD.unpack_from(arg, i * CARD.size) for i in range(32)]
+    valid = [card for card in cards if card[0]]
+    assert [card[13] for card in valid] == [0, 1]
+    assert all(card[5] == 0x10DE for card in valid)
+
+
+@pytest.mark.parametrize(
+    ("nr", "size"),
+    [(0x2B, 40), (0x2A, 31), (0x29, 0), (0x77, 8), (0xC8, 71), (0xD4, 3)],
+)
+def test_unknown_escapes_and_wrong_sizes_are_einval(rm: Rm, nr: int, size: int) -> None:
+    with pytest.raises(OSError) as error:
+        ioctl(rm.ctl, nr, bytearray(size))
+    assert error.value.errno == errno.EINVAL
+
+
+def test_control_only_escapes_are_refused_on_a_gpu_node(rm: Rm) -> None:
+    with pytest.raises(OSError) as error:
+        ioctl(rm.gpu, Escape.RM_ALLOC, bytearray(48))
+    assert error.value.errno == errno.EINVAL
+
+
+def test_the_object_tree_of_a_cuda_process_and_its_statuses(rm: Rm) -> None:
+    client = rm.new(0, 0, 0x41)
+    assert client & 0xFFF00000 == 0xC1D00000
+    device = rm.new(
+        client,
+        client,
+        0x80,
+        struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        handle=0x5C000002,
+    )
+    subdevice = rm.new(client, device, 0x2080, struct.pack("<I", 0), handle=0x5C000003)
+    assert rm.new(client, subdevice, 0xC661, handle=0x5C000005) == 0x5C000005
+    sysmem = rm.alloc(client, device, 0x3E, memory_params(1 << 20), handle=0x5C000010)
+    assert sysmem.status == NvStatus.NV_OK and offset_of(sysmem.params) >= 1 << 32
+    tsg = rm.new(client, device, 0xA06C, tsg_params(), handle=0x5C000015)
+    # Wrong parent, duplicate handle, missing required parameters, unknown class.
+    assert (
+        rm.alloc(client, client, 0xA06C, tsg_params()).status
+        == NvStatus.NV_ERR_INVALID_OBJECT_PARENT
+    )
+    assert (
+        rm.alloc(client, device, 0xA06C, tsg_params(), handle=tsg).status
+        == NvStatus.NV_ERR_INVALID_OBJECT_NEW
+    )
+    assert rm.alloc(client, device, 0xA06C, None).status == NvStatus.NV_ERR_INVALID_ARGUMENT
+    assert rm.alloc(client, device, 0xCB33, None).status == NvStatus.NV_ERR_INVALID_CLASS
+    assert (
+        rm.alloc(0xC1DFFFFF, device, 0xA06C, tsg_params()).status == NvStatus.NV_ERR_INVALID_CLIENT
+    )
+    assert rm.free(client, client, client) == NvStatus.NV_OK
+
+
+def test_device_memory_runs_out_with_the_drivers_status(rm: Rm) -> None:
+    client = rm.new(0, 0, 0x41)
+    device = rm.new(client, client, 0x80, handle=0x5C000002)
+    big = rm.alloc(client, device, 0x40, memory_params(100 << 30))
+    assert big.status == NvStatus.NV_OK
+    too_much = rm.alloc(client, device, 0x40, memory_params(50 << 30))
+    assert too_much.status == NvStatus.NV_ERR_NO_MEMORY
+    assert rm.free(client, device, big.handle) == NvStatus.NV_OK
+    assert rm.alloc(client, device, 0x40, memory_params(50 << 30)).status == NvStatus.NV_OK
+    rm.free(client, client, client)
+
+
+def test_a_device_needs_its_gpu_file_open() -> None:
+    ctl = os.open("/dev/nvidiactl", os.O_RDWR)
+    try:
+        rm = Rm.__new__(Rm)
+        rm.ctl, rm.fds = ctl, []
+        client = rm.new(0, 0, 0x41)
+        assert rm.alloc(client, client, 0x80).status == NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+        rm.free(client, client, client)
+    finally:
+        os.close(ctl)
+
+
+def test_closing_the_control_file_frees_its_clients() -> None:
+    from tests.vm.conftest import objects
+
+    rm = Rm()
+    client = rm.new(0, 0, 0x41)
+    device = rm.new(client, client, 0x80, handle=0x5C000002)
+    rm.new(client, device, 0xA06C, tsg_params(), handle=0x5C000015)
+    assert objects()["tsgs"] == 1
+    rm.close()
+    assert objects()["tsgs"] == 0 and objects()["clients"] == 0
+
+
+def test_controls_unknown_to_the_object_are_not_supported(rm: Rm) -> None:
+    client = rm.new(0, 0, 0x41)
+    device = rm.new(client, client, 0x80, handle=0x5C000002)
+    tsg = rm.new(client, device, 0xA06C, tsg_params(), handle=0x5C000015)
+    status, _ = rm.control(client, device, 0xA06C0103, bytes(8))
+    assert status == NvStatus.NV_ERR_NOT_SUPPORTED
+    status, _ = rm.control(client, tsg, 0xA06C0103, bytes(4))
+    assert status == NvStatus.NV_ERR_INVALID_ARGUMENT
+    status, _ = rm.control(client, tsg, 0xA06C0103, struct.pack("<Q", 500))
+    assert status == NvStatus.NV_OK
+    status, out = rm.control(client, tsg, 0xA06C0104, bytes(8))
+    assert status == NvStatus.NV_OK and struct.unpack("<Q", out)[0] == 500
+    assert rm.control(client, tsg, 0, b"")[0] == NvStatus.NV_OK  # the NULL command
+    rm.free(client, client, client)
