@@ -302,7 +302,12 @@ static u64 spend(u64 ns)
 
 static void run_slice(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
 {
-	s64 left = (s64)min_t(u64, tsg->timeslice_us, 1000000000ull) * NSEC_PER_USEC;
+	/*
+	 * Sleeps overshoot, in a VM by a lot; what a slice ran over comes off the TSG's next one,
+	 * so that over time each TSG gets its timeslice exactly, as from the hardware's timer.
+	 */
+	s64 left = (s64)min_t(u64, tsg->timeslice_us, 1000000000ull) * NSEC_PER_USEC -
+		   tsg->overrun_ns;
 
 	while (left > 0 && !tsg->gone && !kthread_should_stop()) {
 		struct nvmock_channel *ch = pick_channel(tsg);
@@ -325,6 +330,8 @@ static void run_slice(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
 		wake_up_all(&engine->released);
 		left -= spent;
 	}
+	/* Overrun only counts while the TSG had work to the end; an idle TSG owes nothing. */
+	tsg->overrun_ns = left < 0 ? min_t(s64, -left, tsg->timeslice_us * NSEC_PER_USEC) : 0;
 }
 
 static int engine_thread(void *data)

@@ -73,6 +73,7 @@ struct nvmock_tsg {
 	u32 interleave;
 	bool gone;
 	u64 gpu_ns;
+	s64 overrun_ns;		/* how far its last slice ran past the timeslice */
 	struct list_head channels;
 	struct list_head runlist_node;
 	struct nvmock_channel *next_channel;	/* round robin inside the TSG */

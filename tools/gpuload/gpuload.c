@@ -1395,6 +1395,9 @@ int main(int argc, char **argv)
 	install_signals();
 	setup(&g);
 	submitter_init(&s, &g);
+	/* For tests and people: the handles an outside controller needs to act on this process. */
+	fprintf(stderr, "gpuload: ready pid=%d client=0x%x subdevice=0x%x tsg=0x%x channel=0x%x\n",
+		(int)getpid(), g.client, g.subdevice, g.tsg, g.channel);
 
 	memset(&r, 0, sizeof(r));
 	if (cfg.has_start_at)
