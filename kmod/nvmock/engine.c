@@ -144,11 +144,15 @@ static void channel_fault(struct nvmock_channel *ch)
 
 static void run_method(struct nvmock_channel *ch, u32 method, u32 data)
 {
+	u64 ahead;
 	u32 *sem;
 
 	switch (method) {
 	case NVMOCK_METHOD_RUN_US:
 		ch->run_left_ns = (u64)data * NSEC_PER_USEC;
+		ahead = min(ch->ahead_ns, ch->run_left_ns);
+		ch->run_left_ns -= ahead;
+		ch->ahead_ns -= ahead;
 		break;
 	case NVMOCK_METHOD_SEM_ADDR_LO:
 		ch->sem_va = (ch->sem_va & ~0xFFFFFFFFull) | data;
@@ -185,8 +189,10 @@ static bool channel_fetch(struct nvmock_channel *ch)
 		if (!ch->enabled || ch->faulted)
 			return false;
 		if (!ch->in_segment) {
-			if (ch->gp_get == gp_put(ch))
+			if (ch->gp_get == gp_put(ch)) {
+				ch->ahead_ns = 0;	/* idle: no credit survives a gap */
 				return false;
+			}
 			words = kernel_address(ch->gpu, ch->gpfifo_va + (u64)ch->gp_get *
 					       NVRM_GP_ENTRY_SIZE, NVRM_GP_ENTRY_SIZE);
 			if (!words) {
@@ -303,24 +309,37 @@ static u64 spend(u64 ns)
 static void run_slice(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
 {
 	/*
-	 * Sleeps overshoot, in a VM by a lot; what a slice ran over comes off the TSG's next one,
-	 * so that over time each TSG gets its timeslice exactly, as from the hardware's timer.
+	 * Sleeps overshoot, in a VM by a lot; what a slice ran over comes off the TSG's next ones
+	 * (a whole turn if need be), so that over time each TSG gets its timeslice exactly, as from
+	 * the hardware's timer.
 	 */
 	s64 left = (s64)min_t(u64, tsg->timeslice_us, 1000000000ull) * NSEC_PER_USEC -
 		   tsg->overrun_ns;
+	bool idle = false;
 
+	if (left <= 0) {
+		tsg->overrun_ns = -left;
+		return;
+	}
 	while (left > 0 && !tsg->gone && !kthread_should_stop()) {
 		struct nvmock_channel *ch = pick_channel(tsg);
 		u64 chunk, spent;
 
-		if (!ch)
+		if (!ch) {
+			idle = true;
 			break;
+		}
 		chunk = min3(ch->run_left_ns, (u64)left, (u64)chunk_us * NSEC_PER_USEC);
 		engine->running = ch;
 		spin_unlock(&engine->lock);
 		spent = spend(chunk);
 		spin_lock(&engine->lock);
-		/* ch is alive until running moves on: its freer waits for that. */
+		/*
+		 * ch is alive until running moves on: its freer waits for that. Time past the end
+		 * of the kernel is not lost: the channel's next kernels have had it.
+		 */
+		if (spent > ch->run_left_ns)
+			ch->ahead_ns += spent - ch->run_left_ns;
 		ch->run_left_ns -= min(ch->run_left_ns, spent);
 		ch->gpu_ns += spent;
 		tsg->gpu_ns += spent;
@@ -331,7 +350,7 @@ static void run_slice(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
 		left -= spent;
 	}
 	/* Overrun only counts while the TSG had work to the end; an idle TSG owes nothing. */
-	tsg->overrun_ns = left < 0 ? min_t(s64, -left, tsg->timeslice_us * NSEC_PER_USEC) : 0;
+	tsg->overrun_ns = left < 0 && !idle ? -left : 0;
 }
 
 static int engine_thread(void *data)

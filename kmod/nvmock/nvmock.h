@@ -101,6 +101,7 @@ struct nvmock_channel {
 	u32 seg_pos;
 	bool in_segment;
 	u64 run_left_ns;
+	u64 ahead_ns;		/* engine time already spent past the last kernel's end */
 	u64 sem_va;
 	u64 gpu_ns;
 	struct list_head tsg_node;
