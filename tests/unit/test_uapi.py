@@ -1,0 +1,157 @@
+"""kmod/uapi/nvrm.h and qpolicy/nvrm/abi.py describe the same ABI.
+
+The numbers are compared by parsing the header's #defines; the struct layouts by compiling a
+small C program against the header and asking the compiler for every size and offset, so a
+field moved in either file fails here.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from qpolicy.nvrm import abi
+
+HEADER = Path(__file__).resolve().parents[2] / "kmod" / "uapi" / "nvrm.h"
+
+# header struct -> Python layout
+STRUCTS: dict[str, abi.Layout] = {
+    "nvos00_params": abi.NVOS00,
+    "nvos21_params": abi.NVOS21,
+    "nvos64_params": abi.NVOS64,
+    "nvos54_params": abi.NVOS54,
+    "nvos33_params_with_fd": abi.NVOS33_WITH_FD,
+    "nvrm_card_info": abi.NV_IOCTL_CARD_INFO,
+    "nvrm_api_version": abi.NV_IOCTL_RM_API_VERSION,
+    "nvrm_sys_params": abi.NV_IOCTL_SYS_PARAMS,
+    "nvrm_register_fd": abi.NV_IOCTL_REGISTER_FD,
+    "nvrm_wait_open_complete": abi.NV_IOCTL_WAIT_OPEN_COMPLETE,
+    "nvrm_xfer": abi.NV_IOCTL_XFER,
+    "nvrm_os_event": abi.NV_IOCTL_ALLOC_OS_EVENT,
+    "nv0080_alloc_params": abi.NV0080_ALLOC_PARAMETERS,
+    "nv2080_alloc_params": abi.NV2080_ALLOC_PARAMETERS,
+    "nv_channel_alloc_params": abi.NV_CHANNEL_ALLOC_PARAMS,
+    "nv_memory_alloc_params": abi.NV_MEMORY_ALLOCATION_PARAMS,
+    "nv_ctxshare_alloc_params": abi.NV_CTXSHARE_ALLOCATION_PARAMETERS,
+    "nva06c_gpfifo_schedule_params": abi.CONTROLS[abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE].params,
+    "nva06c_timeslice_params": abi.CONTROLS[abi.NVA06C_CTRL_CMD_SET_TIMESLICE].params,
+    "nva06c_preempt_params": abi.CONTROLS[abi.NVA06C_CTRL_CMD_PREEMPT].params,
+    "nva06c_interleave_level_params": abi.CONTROLS[abi.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL].params,
+    "nvc36f_work_submit_token_params": abi.CONTROLS[
+        abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN
+    ].params,
+    "nv2080_fifo_disable_channels_params": abi.NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS,
+}
+
+# The TSG alloc params: the header spells out the trailing byte and its padding (24 bytes as
+# the driver copies them), the Python side stops at the last field it reads (20).
+SIZE_EXCEPTIONS = {"nv_channel_group_alloc_params"}
+
+
+def _defines() -> dict[str, int]:
+    values: dict[str, int] = {}
+    for m in re.finditer(
+        r"^#define\s+(\w+)\s+(0x[0-9A-Fa-f]+|\d+)u?\b", HEADER.read_text(), re.MULTILINE
+    ):
+        values[m.group(1)] = int(m.group(2), 0)
+    return values
+
+
+def test_escapes_agree() -> None:
+    defines = _defines()
+    escapes = {k.removeprefix("NV_ESC_"): v for k, v in defines.items() if k.startswith("NV_ESC_")}
+    assert len(escapes) >= 30
+    for name, value in escapes.items():
+        assert abi.Escape[name] == value, name
+
+
+def test_statuses_agree() -> None:
+    defines = _defines()
+    statuses = {k: v for k, v in defines.items() if k == "NV_OK" or k.startswith("NV_ERR_")}
+    assert len(statuses) >= 15
+    for name, value in statuses.items():
+        assert abi.NvStatus[name] == value, name
+
+
+def test_classes_agree() -> None:
+    defines = _defines()
+    by_name = {name: cls for cls, (name, _) in abi.CLASSES.items()}
+    header_classes = {k: v for k, v in defines.items() if k in by_name}
+    assert len(header_classes) >= 15
+    for name, value in header_classes.items():
+        assert by_name[name] == value, name
+
+
+def test_controls_and_device_numbers_agree() -> None:
+    defines = _defines()
+    controls = {k: v for k, v in defines.items() if "_CTRL_CMD_" in k}
+    assert len(controls) >= 9
+    for name, value in controls.items():
+        assert getattr(abi, name) == value, name
+        assert abi.CONTROLS[value].name == name
+    assert defines["NVRM_MAJOR"] == abi.NV_MAJOR
+    assert defines["NVRM_CTL_MINOR"] == abi.NV_CTL_MINOR
+    assert defines["NVRM_MAX_GPU_MINOR"] == abi.NV_MAX_GPU_MINOR
+    assert defines["NVRM_MAX_IOCTL_SIZE"] == abi.MAX_IOCTL_SIZE
+    assert defines["NV2080_DISABLE_CHANNELS_MAX"] == abi.FIFO_DISABLE_CHANNELS_MAX
+
+
+def _c_field(layout_field: str, struct_fields: set[str]) -> str:
+    """The C name of a Python field: spelled alike up to case and underscores (the ioctl structs
+    keep the driver's snake_case), arrays flattened in Python (hClientList3 is hClientList[3])."""
+    by_key = {f.replace("_", "").lower(): f for f in struct_fields}
+    key = layout_field.replace("_", "").lower()
+    if key in by_key:
+        return by_key[key]
+    m = re.fullmatch(r"(\w*?)(\d+)", key)
+    assert m and m.group(1) in by_key, layout_field
+    return f"{by_key[m.group(1)]}[{m.group(2)}]"
+
+
+def _struct_fields(text: str, struct: str) -> set[str]:
+    body = re.search(r"struct " + struct + r" \{(.*?)\n\};", text, re.DOTALL)
+    assert body, struct
+    return set(re.findall(r"(\w+)(?:\[\w+\])?;", body.group(1)))
+
+
+def test_struct_layouts_agree(tmp_path: Path) -> None:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.fail("a C compiler is needed to check the header's layouts")
+    text = HEADER.read_text()
+    lines = [
+        "#include <stdio.h>",
+        "#include <stddef.h>",
+        f'#include "{HEADER}"',
+        "int main(void) {",
+    ]
+    expected: dict[str, int] = {}
+    for struct, layout in STRUCTS.items():
+        fields = _struct_fields(text, struct)
+        key = f"{struct}.sizeof"
+        lines.append(f'printf("{key} %zu\\n", sizeof(struct {struct}));')
+        expected[key] = layout.size
+        for name, offset, _ in layout.fields:
+            c_name = _c_field(name, fields)
+            key = f"{struct}.{name}"
+            lines.append(f'printf("{key} %zu\\n", offsetof(struct {struct}, {c_name}));')
+            expected[key] = offset
+    lines.append("return 0; }")
+    source = tmp_path / "layouts.c"
+    source.write_text("\n".join(lines))
+    binary = tmp_path / "layouts"
+    subprocess.run([cc, "-Wall", "-Werror", "-o", str(binary), str(source)], check=True)
+    out = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
+    got = {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    assert got == expected
+    assert len(expected) > 200  # the disable-channels lists alone are 128 offsets
+
+
+def test_every_header_struct_is_compared() -> None:
+    structs = set(re.findall(r"^struct (\w+) \{", HEADER.read_text(), re.MULTILINE))
+    left_out = structs - set(STRUCTS) - SIZE_EXCEPTIONS - {"nv_memory_desc_params"}
+    assert not left_out
