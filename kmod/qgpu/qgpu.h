@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * qgpu: time slices, memory limits and a tenant guard for NVIDIA GPUs, per cgroup.
+ *
+ * Locking: qgpu_lock (a mutex) guards the configuration, the tracked RM objects and the
+ * statistics. It is never held while calling into the driver: the driver takes its own lock,
+ * and its in-kernel RM entry sleeps. The schedulers read channel USERD pages that the tracker
+ * holds a reference on, so a page stays valid until the object that owns it is untracked.
+ */
+#ifndef _QGPU_H
+#define _QGPU_H
+
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/types.h>
+
+#include "../uapi/nvrm.h"
+#include "../uapi/qgpu.h"
+
+struct file;
+struct page;
+
+extern struct mutex qgpu_lock;
+extern char *qgpu_target;
+extern unsigned int qgpu_poll_us;
+
+/* A cgroup that has GPU objects or a configuration (or both). */
+struct qgpu_cg {
+	struct list_head node;		/* qgpu_cgroups */
+	u64 id;
+	bool configured;
+	u32 gpu;
+	u8 class;
+	u32 share;
+	u64 mem_limit;			/* 0: none */
+
+	u64 mem_used;
+	u32 clients;
+	u32 tsgs;
+	u32 channels;
+
+	/* scheduler state, per period (CFS-bandwidth style) */
+	bool open;			/* its channels are meant to run now */
+	bool busy;			/* work pending at the last look */
+	bool busy_in_period;
+	u8 idle_looks;			/* looks in a row it held the GPU with nothing pending */
+	bool throttled_in_period;
+	s64 slice_ns;			/* what it may still run in this period; < 0: overrun */
+	u64 nr_periods;
+	u64 nr_throttled;
+	u64 throttled_ns;
+	u64 open_ns;
+	u64 oom;
+	u64 denied;
+};
+
+enum qgpu_obj_kind {
+	QGPU_OBJ_DEVICE,
+	QGPU_OBJ_TSG,
+	QGPU_OBJ_CHANNEL,
+	QGPU_OBJ_VIDMEM,
+	QGPU_OBJ_OTHER,
+};
+
+struct qgpu_obj {
+	struct list_head node;		/* client->objects */
+	u32 handle;
+	u32 parent;
+	enum qgpu_obj_kind kind;
+	int gpu;			/* -1 until known (inherited from the device) */
+	u64 bytes;			/* device memory */
+	bool enabled;			/* channel: as qgpu last left it (RM's default: on) */
+	struct page *userd;		/* channel: its mapped USERD page, referenced */
+};
+
+struct qgpu_client {
+	struct list_head node;		/* qgpu_clients */
+	u32 handle;
+	struct file *file;		/* the file it was allocated through (not referenced) */
+	struct qgpu_cg *cg;		/* charged for everything below it */
+	struct list_head objects;
+};
+
+/* A mapping context: RM_MAP_MEMORY put (client, object) on a file, mmap will map it. */
+struct qgpu_mapping {
+	struct list_head node;		/* qgpu_mappings */
+	struct file *file;		/* not referenced: dropped when the file is released */
+	u32 client;
+	u32 object;
+};
+
+extern struct list_head qgpu_cgroups;
+extern struct list_head qgpu_clients;
+extern unsigned int qgpu_nr_configured;
+
+/* hook.c */
+int qgpu_hook_init(void);
+void qgpu_hook_exit(void);
+bool qgpu_hooked(void);
+
+/* ioctl.c: the ioctl, mmap and release wrappers' bodies */
+long qgpu_ioctl(long (*orig)(struct file *, unsigned int, unsigned long),
+		struct file *file, unsigned int cmd, unsigned long arg);
+int qgpu_mmap(int (*orig)(struct file *, struct vm_area_struct *),
+	      struct file *file, struct vm_area_struct *vma);
+int qgpu_release(int (*orig)(struct inode *, struct file *),
+		 struct inode *inode, struct file *file);
+
+/* track.c */
+struct qgpu_cg *qgpu_cg_get(u64 id, bool create);
+void qgpu_cg_put_if_unused(struct qgpu_cg *cg);
+u64 qgpu_current_cgroup_id(void);
+struct qgpu_client *qgpu_client_find(u32 handle);
+struct qgpu_obj *qgpu_obj_find(struct qgpu_client *client, u32 handle);
+void qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient, u32 hparent,
+		      u32 hnew, u32 hclass, u32 device_index, u64 bytes);
+void qgpu_track_free(u32 hclient, u32 hobject);
+void qgpu_track_file_released(struct file *file);
+void qgpu_track_mapping(struct file *file, u32 hclient, u32 hobject);
+struct qgpu_mapping *qgpu_mapping_of(struct file *file);
+void qgpu_track_exit(void);
+bool qgpu_channel_pending(const struct qgpu_obj *channel);
+bool qgpu_scheduling_control(u32 cmd);
+
+/* rmapi.c: the driver's in-kernel RM entry */
+int qgpu_rmapi_init(void);
+void qgpu_rmapi_exit(void);
+bool qgpu_rmapi_available(void);
+int qgpu_rmapi_gpu_open(u32 gpu, u32 *hclient, u32 *hsubdevice);
+void qgpu_rmapi_gpu_close(u32 hclient);
+u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
+			    const u32 *clients, const u32 *channels, u32 n);
+u32 qgpu_rmapi_free(u32 hclient, u32 hobject);
+
+/* sched.c */
+struct qgpu_gpu_view {
+	u8 policy;
+	u32 period_us;
+	u64 nr_periods;
+	u64 switches;
+	bool online_busy;
+	bool running;
+};
+
+int qgpu_sched_init(void);
+void qgpu_sched_exit(void);
+int qgpu_sched_set_gpu(u32 gpu, int policy, int period_us);
+void qgpu_sched_kick(u32 gpu);
+void qgpu_sched_view(u32 gpu, struct qgpu_gpu_view *view);
+int qgpu_sched_check_shares(u32 gpu, u8 policy, u64 skip_cg, u32 extra_share);
+
+/* netlink.c */
+int qgpu_genl_init(void);
+void qgpu_genl_exit(void);
+void qgpu_event(u8 event, u64 cgroup_id, u32 gpu);
+void qgpu_reap_cgroups(void);
+
+/* sysfs.c */
+int qgpu_sysfs_init(void);
+void qgpu_sysfs_exit(void);
+const char *qgpu_policy_name(u8 policy);
+
+#endif /* _QGPU_H */

@@ -1,0 +1,523 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * qgpu: the per-GPU period scheduler.
+ *
+ * One thread per GPU with gated cgroups wakes every poll_us on an hrtimer (a low SCHED_FIFO
+ * priority keeps the tenants' CPU load from delaying it). Each pass it
+ *   - reads every gated channel's USERD: GP_PUT ahead of GP_GET means work is pending;
+ *   - accounts the time since the last pass the way CFS bandwidth does: open time while busy,
+ *     throttled time while busy and closed, periods busy and periods throttled;
+ *   - at a period boundary refills the offline cgroups' slices from the policy
+ *     (fixed-share: share x period, a cap; burst-share: the period split among the busy cgroups
+ *     in proportion to their shares; best-effort: split equally);
+ *   - gives the GPU to one offline cgroup at a time (its slice runs while it has work; an idle
+ *     holder passes the GPU on, and under burst-share and best-effort the period's unused time
+ *     is split again among the busy ones), and to online cgroups before any offline one: while
+ *     an online cgroup has work, or had within online_hold_us, every offline channel is closed;
+ *   - closes and opens channels whose state differs from the plan, through the driver's
+ *     in-kernel RM entry (FIFO_DISABLE_CHANNELS), outside qgpu_lock.
+ * A channel whose USERD was never mapped cannot be read; its cgroup counts as busy.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/hrtimer.h>
+#include <linux/kthread.h>
+#include <linux/ktime.h>
+#include <linux/math64.h>
+#include <linux/module.h>
+#include <linux/sched.h>
+#include <linux/slab.h>
+#include <linux/wait.h>
+
+#include "qgpu.h"
+
+unsigned int qgpu_poll_us = 250;
+module_param_named(poll_us, qgpu_poll_us, uint, 0444);
+MODULE_PARM_DESC(poll_us, "How often a GPU's scheduler looks at its channels, us (50-5000)");
+
+static unsigned int online_hold_us = 1000;
+module_param(online_hold_us, uint, 0644);
+MODULE_PARM_DESC(online_hold_us,
+		 "Offline work stays closed this long after online work was last seen pending, us");
+
+#define MAX_CHANGES 256
+
+struct change {
+	u32 client;
+	u32 channel;
+	bool disable;
+};
+
+struct qgpu_sched {
+	u32 gpu;
+	u8 policy;
+	u32 period_us;
+	struct task_struct *thread;
+	wait_queue_head_t wq;
+	bool kicked;
+
+	bool rm_open;
+	u32 hclient;
+	u32 hsubdevice;
+
+	ktime_t last;
+	ktime_t period_end;
+	ktime_t online_seen;
+	bool online_busy;
+	u64 holder;			/* cgroup id of the offline cgroup that has the GPU */
+	u64 nr_periods;
+	u64 switches;
+	u64 rm_errors;
+	u64 wake_in_ns;
+
+	unsigned int nr_changes;
+	struct change changes[MAX_CHANGES];
+};
+
+static struct qgpu_sched *scheds[QGPU_MAX_GPUS];
+
+static bool gated_here(const struct qgpu_sched *s, const struct qgpu_cg *cg)
+{
+	return cg->configured && cg->gpu == s->gpu;
+}
+
+static u32 weight(const struct qgpu_sched *s, const struct qgpu_cg *cg)
+{
+	return s->policy == QGPU_POLICY_BEST_EFFORT ? 1 : cg->share;
+}
+
+/*
+ * A slice ends at the first look after it ran out, so it overruns a little; the overrun is
+ * owed and comes off the next slice, as CFS bandwidth carries runtime debt. Time a busy cgroup
+ * could not use before the period ended (its turn came late) is carried too, up to
+ * CARRY_MAX_NS; an idle cgroup's unused time does not keep.
+ */
+#define CARRY_MAX_NS	(2 * NSEC_PER_MSEC)
+
+static s64 carry(const struct qgpu_cg *cg)
+{
+	return min_t(s64, cg->slice_ns, cg->busy ? CARRY_MAX_NS : 0);
+}
+
+/*
+ * Split @ns by weight among the offline cgroups busy in this period (burst-share,
+ * best-effort); one whose ring is dry for a moment keeps its part.
+ */
+static void split(struct qgpu_sched *s, u64 ns)
+{
+	struct qgpu_cg *cg;
+	u64 total = 0;
+
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		if (gated_here(s, cg) && cg->class == QGPU_CLASS_OFFLINE && cg->busy_in_period)
+			total += weight(s, cg);
+	list_for_each_entry(cg, &qgpu_cgroups, node) {
+		if (!gated_here(s, cg) || cg->class != QGPU_CLASS_OFFLINE)
+			continue;
+		cg->slice_ns = carry(cg) +
+			(cg->busy_in_period && total ? div64_u64(ns * weight(s, cg), total) : 0);
+	}
+}
+
+static void refill(struct qgpu_sched *s)
+{
+	u64 period_ns = (u64)s->period_us * NSEC_PER_USEC;
+	struct qgpu_cg *cg;
+
+	if (s->policy != QGPU_POLICY_FIXED_SHARE) {
+		split(s, period_ns);
+		return;
+	}
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		if (gated_here(s, cg) && cg->class == QGPU_CLASS_OFFLINE)
+			cg->slice_ns = carry(cg) + div_u64(period_ns * cg->share, 100);
+}
+
+static struct qgpu_cg *find_holder(struct qgpu_sched *s)
+{
+	struct qgpu_cg *cg;
+
+	if (!s->holder)
+		return NULL;
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		if (cg->id == s->holder && gated_here(s, cg) && cg->class == QGPU_CLASS_OFFLINE)
+			return cg;
+	return NULL;
+}
+
+/* The next busy offline cgroup with slice left, in list order after @after (round robin). */
+static struct qgpu_cg *next_holder(struct qgpu_sched *s, struct qgpu_cg *after)
+{
+	struct qgpu_cg *cg, *first = NULL;
+	bool passed = !after;
+
+	list_for_each_entry(cg, &qgpu_cgroups, node) {
+		if (cg == after) {
+			passed = true;
+			continue;
+		}
+		if (!gated_here(s, cg) || cg->class != QGPU_CLASS_OFFLINE || !cg->busy ||
+		    cg->slice_ns <= 0)
+			continue;
+		if (passed)
+			return cg;
+		if (!first)
+			first = cg;
+	}
+	return first;
+}
+
+static bool is_gpu_channel(const struct qgpu_sched *s, const struct qgpu_obj *obj)
+{
+	return obj->kind == QGPU_OBJ_CHANNEL && obj->gpu == (int)s->gpu;
+}
+
+static void sense(struct qgpu_sched *s)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+
+	list_for_each_entry(client, &qgpu_clients, node)
+		list_for_each_entry(obj, &client->objects, node)
+			if (is_gpu_channel(s, obj) && (!obj->userd || qgpu_channel_pending(obj)))
+				client->cg->busy = true;
+}
+
+/* Queue a control for every channel on this GPU whose state differs from its cgroup's plan. */
+static void plan_channels(struct qgpu_sched *s)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+
+	list_for_each_entry(client, &qgpu_clients, node) {
+		struct qgpu_cg *cg = client->cg;
+		bool open = gated_here(s, cg) ? cg->open : true;
+
+		list_for_each_entry(obj, &client->objects, node) {
+			struct change *c;
+
+			if (!is_gpu_channel(s, obj) || obj->enabled == open ||
+			    s->nr_changes == MAX_CHANGES)
+				continue;
+			c = &s->changes[s->nr_changes++];
+			c->client = client->handle;
+			c->channel = obj->handle;
+			c->disable = !open;
+			obj->enabled = open;
+		}
+	}
+}
+
+/* One pass; false when nothing on this GPU is gated and every channel is open. */
+static bool step(struct qgpu_sched *s, ktime_t now)
+{
+	u64 dt = s->last ? ktime_to_ns(ktime_sub(now, s->last)) : 0;
+	u64 period_ns = (u64)s->period_us * NSEC_PER_USEC;
+	struct qgpu_cg *cg, *holder;
+	bool any = false, online_now = false;
+
+	s->last = now;
+	s->nr_changes = 0;
+	list_for_each_entry(cg, &qgpu_cgroups, node) {
+		if (!gated_here(s, cg))
+			continue;
+		any = true;
+		if (cg->busy) {
+			if (cg->open) {
+				cg->open_ns += dt;
+				if (cg->class == QGPU_CLASS_OFFLINE)
+					cg->slice_ns -= dt;
+			} else {
+				cg->throttled_ns += dt;
+				cg->throttled_in_period = true;
+			}
+		}
+		cg->busy = false;
+	}
+	if (!any) {
+		s->holder = 0;
+		s->last = 0;
+		s->period_end = 0;
+		plan_channels(s);
+		return s->nr_changes > 0;
+	}
+
+	sense(s);
+	list_for_each_entry(cg, &qgpu_cgroups, node) {
+		if (!gated_here(s, cg))
+			continue;
+		cg->busy_in_period |= cg->busy;
+		if (cg->busy && cg->class == QGPU_CLASS_ONLINE)
+			online_now = true;
+	}
+	if (online_now)
+		s->online_seen = now;
+	s->online_busy = online_now ||
+		(s->online_seen && ktime_us_delta(now, s->online_seen) < online_hold_us);
+
+	if (!s->period_end || ktime_after(now, s->period_end)) {
+		list_for_each_entry(cg, &qgpu_cgroups, node) {
+			if (!gated_here(s, cg))
+				continue;
+			cg->nr_periods += cg->busy_in_period;
+			cg->nr_throttled += cg->throttled_in_period;
+			cg->busy_in_period = cg->busy;
+			cg->throttled_in_period = false;
+		}
+		s->nr_periods++;
+		if (!s->period_end || ktime_to_ns(ktime_sub(now, s->period_end)) > period_ns)
+			s->period_end = ktime_add_ns(now, period_ns);
+		else
+			s->period_end = ktime_add_ns(s->period_end, period_ns);
+		refill(s);
+	}
+
+	holder = find_holder(s);
+	/* A holder whose ring ran dry at one look may be refilling it: it goes at the second. */
+	if (holder) {
+		holder->idle_looks = holder->busy ? 0 : holder->idle_looks + 1;
+		if (holder->idle_looks == 1)
+			holder->busy = true;
+	}
+	if (!s->online_busy && (!holder || !holder->busy || holder->slice_ns <= 0)) {
+		struct qgpu_cg *next = next_holder(s, holder);
+
+		/* Work conserving: time the period still has, split again among the busy. */
+		if (!next && s->policy != QGPU_POLICY_FIXED_SHARE) {
+			split(s, ktime_to_ns(ktime_sub(s->period_end, now)));
+			next = next_holder(s, holder);
+		}
+		if (next != holder)
+			s->switches++;
+		holder = next;
+	}
+	s->holder = holder ? holder->id : 0;
+	/* Look again when the holder's slice runs out, if that comes before the next poll. */
+	s->wake_in_ns = (u64)clamp(qgpu_poll_us, 50U, 5000U) * NSEC_PER_USEC;
+	if (holder && !s->online_busy)
+		s->wake_in_ns = clamp_t(s64, holder->slice_ns, 20 * NSEC_PER_USEC, s->wake_in_ns);
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		if (gated_here(s, cg))
+			cg->open = cg->class == QGPU_CLASS_ONLINE ||
+				   (cg == holder && !s->online_busy);
+	plan_channels(s);
+	return true;
+}
+
+static void apply_batch(struct qgpu_sched *s, struct change *c, u32 n, bool disable)
+{
+	u32 clients[NV2080_DISABLE_CHANNELS_MAX], channels[NV2080_DISABLE_CHANNELS_MAX];
+	u32 i;
+
+	for (i = 0; i < n; i++) {
+		clients[i] = c[i].client;
+		channels[i] = c[i].channel;
+	}
+	if (qgpu_rmapi_set_channels(s->hclient, s->hsubdevice, disable, clients, channels, n) ==
+	    NV_OK)
+		return;
+	/* All or nothing: one channel freed meanwhile fails the batch, so go one by one. */
+	for (i = 0; i < n; i++)
+		if (qgpu_rmapi_set_channels(s->hclient, s->hsubdevice, disable, &clients[i],
+					    &channels[i], 1) != NV_OK)
+			s->rm_errors++;
+}
+
+/* Closing before opening, so two offline cgroups never run side by side. */
+static void apply(struct qgpu_sched *s)
+{
+	struct change batch[NV2080_DISABLE_CHANNELS_MAX];
+	int pass;
+
+	if (!s->nr_changes)
+		return;
+	if (!s->rm_open) {
+		if (qgpu_rmapi_gpu_open(s->gpu, &s->hclient, &s->hsubdevice)) {
+			s->rm_errors++;
+			return;
+		}
+		s->rm_open = true;
+	}
+	for (pass = 0; pass < 2; pass++) {
+		bool disable = pass == 0;
+		u32 i, n = 0;
+
+		for (i = 0; i < s->nr_changes; i++) {
+			if (s->changes[i].disable != disable)
+				continue;
+			batch[n++] = s->changes[i];
+			if (n == ARRAY_SIZE(batch)) {
+				apply_batch(s, batch, n, disable);
+				n = 0;
+			}
+		}
+		if (n)
+			apply_batch(s, batch, n, disable);
+	}
+}
+
+static int sched_thread(void *data)
+{
+	struct qgpu_sched *s = data;
+
+	sched_set_fifo_low(current);
+	while (!kthread_should_stop()) {
+		ktime_t now = ktime_get(), wake;
+		u64 periods;
+		bool active;
+
+		mutex_lock(&qgpu_lock);
+		periods = s->nr_periods;
+		active = step(s, now);
+		periods = s->nr_periods - periods;
+		mutex_unlock(&qgpu_lock);
+		apply(s);
+		/* Once a period: configurations of cgroups that were removed are dropped. */
+		if (periods)
+			qgpu_reap_cgroups();
+		if (!active) {
+			if (s->rm_open) {
+				qgpu_rmapi_gpu_close(s->hclient);
+				s->rm_open = false;
+			}
+			wait_event_interruptible(s->wq,
+						 READ_ONCE(s->kicked) || kthread_should_stop());
+			WRITE_ONCE(s->kicked, false);
+			continue;
+		}
+		wake = ktime_add_ns(now, s->wake_in_ns);
+		set_current_state(TASK_INTERRUPTIBLE);
+		if (!kthread_should_stop())
+			schedule_hrtimeout_range(&wake, 20 * NSEC_PER_USEC, HRTIMER_MODE_ABS);
+		__set_current_state(TASK_RUNNING);
+	}
+	return 0;
+}
+
+/* Every channel back open and the kernel client freed: what unloading leaves behind. */
+static void sched_release(struct qgpu_sched *s)
+{
+	struct qgpu_cg *cg;
+
+	mutex_lock(&qgpu_lock);
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		if (gated_here(s, cg))
+			cg->open = true;
+	s->nr_changes = 0;
+	plan_channels(s);
+	mutex_unlock(&qgpu_lock);
+	apply(s);
+	if (s->rm_open)
+		qgpu_rmapi_gpu_close(s->hclient);
+	s->rm_open = false;
+}
+
+int qgpu_sched_init(void)
+{
+	int i, err;
+
+	for (i = 0; i < QGPU_MAX_GPUS; i++) {
+		struct qgpu_sched *s = kzalloc(sizeof(*s), GFP_KERNEL);
+
+		if (!s) {
+			err = -ENOMEM;
+			goto err_free;
+		}
+		s->gpu = i;
+		s->policy = QGPU_POLICY_BEST_EFFORT;
+		s->period_us = QGPU_PERIOD_DEFAULT_US;
+		init_waitqueue_head(&s->wq);
+		scheds[i] = s;
+		if (!qgpu_rmapi_available())
+			continue;
+		s->thread = kthread_run(sched_thread, s, "qgpu/gpu%d", i);
+		if (IS_ERR(s->thread)) {
+			err = PTR_ERR(s->thread);
+			s->thread = NULL;
+			goto err_free;
+		}
+	}
+	return 0;
+
+err_free:
+	qgpu_sched_exit();
+	return err;
+}
+
+void qgpu_sched_exit(void)
+{
+	int i;
+
+	for (i = 0; i < QGPU_MAX_GPUS; i++) {
+		struct qgpu_sched *s = scheds[i];
+
+		if (!s)
+			continue;
+		if (s->thread) {
+			kthread_stop(s->thread);
+			sched_release(s);
+		}
+		kfree(s);
+		scheds[i] = NULL;
+	}
+}
+
+void qgpu_sched_kick(u32 gpu)
+{
+	struct qgpu_sched *s = gpu < QGPU_MAX_GPUS ? scheds[gpu] : NULL;
+
+	if (!s)
+		return;
+	WRITE_ONCE(s->kicked, true);
+	wake_up(&s->wq);
+}
+
+/* Fixed-share caps must fit in the period: the shares of one GPU sum to at most 100. */
+int qgpu_sched_check_shares(u32 gpu, u8 policy, u64 skip_cg, u32 extra_share)
+{
+	struct qgpu_cg *cg;
+	u32 sum = extra_share;
+
+	if (policy != QGPU_POLICY_FIXED_SHARE)
+		return 0;
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		if (cg->configured && cg->gpu == gpu && cg->id != skip_cg)
+			sum += cg->share;
+	return sum > QGPU_SHARE_MAX ? -EINVAL : 0;
+}
+
+/* Under qgpu_lock. @policy or @period_us < 0: unchanged. */
+int qgpu_sched_set_gpu(u32 gpu, int policy, int period_us)
+{
+	struct qgpu_sched *s;
+
+	if (gpu >= QGPU_MAX_GPUS || !scheds[gpu])
+		return -EINVAL;
+	s = scheds[gpu];
+	if (policy >= 0) {
+		if (policy > QGPU_POLICY_BURST_SHARE ||
+		    qgpu_sched_check_shares(gpu, policy, 0, 0))
+			return -EINVAL;
+	}
+	if (period_us >= 0 && (period_us < QGPU_PERIOD_MIN_US || period_us > QGPU_PERIOD_MAX_US))
+		return -EINVAL;
+	if (policy >= 0)
+		s->policy = policy;
+	if (period_us >= 0)
+		s->period_us = period_us;
+	s->period_end = 0;	/* the next pass starts a period under the new rules */
+	return 0;
+}
+
+/* Under qgpu_lock. */
+void qgpu_sched_view(u32 gpu, struct qgpu_gpu_view *view)
+{
+	struct qgpu_sched *s = scheds[gpu];
+
+	view->policy = s->policy;
+	view->period_us = s->period_us;
+	view->nr_periods = s->nr_periods;
+	view->switches = s->switches;
+	view->online_busy = s->online_busy;
+	view->running = !!s->thread;
+}

@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * qgpu: /sys/kernel/qgpu, one value per file (see uapi/qgpu.h). A GPU's policy and period may
+ * be written by root as well; anything else in a write is refused with -EINVAL.
+ */
+#include <linux/capability.h>
+#include <linux/kobject.h>
+#include <linux/kstrtox.h>
+#include <linux/module.h>
+#include <linux/string.h>
+#include <linux/sysfs.h>
+
+#include "qgpu.h"
+
+static const char * const policy_names[] = {
+	[QGPU_POLICY_BEST_EFFORT] = "best-effort",
+	[QGPU_POLICY_FIXED_SHARE] = "fixed-share",
+	[QGPU_POLICY_BURST_SHARE] = "burst-share",
+};
+
+static const char * const policy_aliases[] = {
+	[QGPU_POLICY_BEST_EFFORT] = "be",
+	[QGPU_POLICY_FIXED_SHARE] = "fs",
+	[QGPU_POLICY_BURST_SHARE] = "bs",
+};
+
+static struct kobject *root;
+static struct kobject *gpus[QGPU_MAX_GPUS];
+
+const char *qgpu_policy_name(u8 policy)
+{
+	return policy < ARRAY_SIZE(policy_names) ? policy_names[policy] : "?";
+}
+
+static ssize_t version_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%d\n", QGPU_GENL_VERSION);
+}
+
+static ssize_t target_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%s\n", qgpu_target);
+}
+
+static ssize_t hooked_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%d\n", qgpu_hooked());
+}
+
+static ssize_t cgroups_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	unsigned int n;
+
+	mutex_lock(&qgpu_lock);
+	n = qgpu_nr_configured;
+	mutex_unlock(&qgpu_lock);
+	return sysfs_emit(buf, "%u\n", n);
+}
+
+static struct kobj_attribute version_attr = __ATTR_RO(version);
+static struct kobj_attribute target_attr = __ATTR_RO(target);
+static struct kobj_attribute hooked_attr = __ATTR_RO(hooked);
+static struct kobj_attribute cgroups_attr = __ATTR_RO(cgroups);
+
+static struct attribute *root_attrs[] = {
+	&version_attr.attr,
+	&target_attr.attr,
+	&hooked_attr.attr,
+	&cgroups_attr.attr,
+	NULL,
+};
+
+static const struct attribute_group root_group = { .attrs = root_attrs };
+
+static int gpu_of(struct kobject *kobj)
+{
+	int i;
+
+	for (i = 0; i < QGPU_MAX_GPUS; i++)
+		if (gpus[i] == kobj)
+			return i;
+	return -1;
+}
+
+static int view_of(struct kobject *kobj, struct qgpu_gpu_view *view)
+{
+	int gpu = gpu_of(kobj);
+
+	if (gpu < 0)
+		return -ENODEV;
+	mutex_lock(&qgpu_lock);
+	qgpu_sched_view(gpu, view);
+	mutex_unlock(&qgpu_lock);
+	return 0;
+}
+
+static ssize_t policy_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	struct qgpu_gpu_view view;
+	int err = view_of(kobj, &view);
+
+	return err ? err : sysfs_emit(buf, "%s\n", qgpu_policy_name(view.policy));
+}
+
+static ssize_t set_gpu(struct kobject *kobj, int policy, int period_us, size_t count)
+{
+	int gpu = gpu_of(kobj);
+	int err;
+
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	if (gpu < 0)
+		return -ENODEV;
+	if (!qgpu_rmapi_available())
+		return -EOPNOTSUPP;
+	mutex_lock(&qgpu_lock);
+	err = qgpu_sched_set_gpu(gpu, policy, period_us);
+	mutex_unlock(&qgpu_lock);
+	if (err)
+		return err;
+	qgpu_sched_kick(gpu);
+	return count;
+}
+
+static ssize_t policy_store(struct kobject *kobj, struct kobj_attribute *attr, const char *buf,
+			    size_t count)
+{
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(policy_names); i++)
+		if (sysfs_streq(buf, policy_names[i]) || sysfs_streq(buf, policy_aliases[i]))
+			return set_gpu(kobj, i, -1, count);
+	return -EINVAL;
+}
+
+static ssize_t period_us_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	struct qgpu_gpu_view view;
+	int err = view_of(kobj, &view);
+
+	return err ? err : sysfs_emit(buf, "%u\n", view.period_us);
+}
+
+static ssize_t period_us_store(struct kobject *kobj, struct kobj_attribute *attr,
+			       const char *buf, size_t count)
+{
+	unsigned int period;
+
+	if (kstrtouint(buf, 10, &period) || period < QGPU_PERIOD_MIN_US ||
+	    period > QGPU_PERIOD_MAX_US)
+		return -EINVAL;
+	return set_gpu(kobj, -1, period, count);
+}
+
+static ssize_t nr_periods_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	struct qgpu_gpu_view view;
+	int err = view_of(kobj, &view);
+
+	return err ? err : sysfs_emit(buf, "%llu\n", view.nr_periods);
+}
+
+static ssize_t online_busy_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	struct qgpu_gpu_view view;
+	int err = view_of(kobj, &view);
+
+	return err ? err : sysfs_emit(buf, "%d\n", view.online_busy);
+}
+
+static struct kobj_attribute policy_attr = __ATTR_RW(policy);
+static struct kobj_attribute period_us_attr = __ATTR_RW(period_us);
+static struct kobj_attribute nr_periods_attr = __ATTR_RO(nr_periods);
+static struct kobj_attribute online_busy_attr = __ATTR_RO(online_busy);
+
+static struct attribute *gpu_attrs[] = {
+	&policy_attr.attr,
+	&period_us_attr.attr,
+	&nr_periods_attr.attr,
+	&online_busy_attr.attr,
+	NULL,
+};
+
+static const struct attribute_group gpu_group = { .attrs = gpu_attrs };
+
+int qgpu_sysfs_init(void)
+{
+	char name[8];
+	int i, err;
+
+	root = kobject_create_and_add("qgpu", kernel_kobj);
+	if (!root)
+		return -ENOMEM;
+	err = sysfs_create_group(root, &root_group);
+	if (err)
+		goto err_put;
+	for (i = 0; i < QGPU_MAX_GPUS; i++) {
+		snprintf(name, sizeof(name), "gpu%d", i);
+		gpus[i] = kobject_create_and_add(name, root);
+		if (!gpus[i]) {
+			err = -ENOMEM;
+			goto err_gpus;
+		}
+		err = sysfs_create_group(gpus[i], &gpu_group);
+		if (err)
+			goto err_gpus;
+	}
+	return 0;
+
+err_gpus:
+	for (i = 0; i < QGPU_MAX_GPUS; i++) {
+		kobject_put(gpus[i]);
+		gpus[i] = NULL;
+	}
+err_put:
+	kobject_put(root);
+	root = NULL;
+	return err;
+}
+
+void qgpu_sysfs_exit(void)
+{
+	int i;
+
+	for (i = 0; i < QGPU_MAX_GPUS; i++) {
+		kobject_put(gpus[i]);
+		gpus[i] = NULL;
+	}
+	kobject_put(root);
+	root = NULL;
+}

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * qgpu.ko's user interface: the spec. qpolicy/enforcers/qgpu_uapi.py is the Python mirror and
+ * tests/unit/test_qgpu_uapi.py keeps the two in agreement.
+ *
+ * Control is the generic netlink family "qgpu" (every command needs CAP_NET_ADMIN in the initial
+ * user namespace). Pods are cgroup v2 directories named by their cgroup id, which is the inode
+ * number of the directory (stat(2) st_ino). State that is read more than written is also in
+ * sysfs, one value per file:
+ *
+ *   /sys/kernel/qgpu/version          interface version (QGPU_GENL_VERSION)
+ *   /sys/kernel/qgpu/target           the hooked driver: "nvidia" or "nvmock"
+ *   /sys/kernel/qgpu/hooked           1 while the driver's ioctl and mmap entries are hooked
+ *   /sys/kernel/qgpu/cgroups          number of configured cgroups
+ *   /sys/kernel/qgpu/gpuN/policy      best-effort | fixed-share | burst-share (root may write)
+ *   /sys/kernel/qgpu/gpuN/period_us   scheduling period (root may write)
+ *   /sys/kernel/qgpu/gpuN/nr_periods  periods run
+ *   /sys/kernel/qgpu/gpuN/online_busy 1 while an online cgroup on the GPU has work
+ *
+ * Every command is all or nothing: a message that fails validation changes nothing.
+ */
+#ifndef _UAPI_QPOLICY_QGPU_H
+#define _UAPI_QPOLICY_QGPU_H
+
+#define QGPU_GENL_NAME		"qgpu"
+#define QGPU_GENL_VERSION	1
+#define QGPU_MCGRP_EVENTS	"events"
+
+#define QGPU_MAX_GPUS		8
+#define QGPU_MAX_CGROUPS	256
+#define QGPU_PERIOD_MIN_US	1000
+#define QGPU_PERIOD_MAX_US	1000000
+#define QGPU_PERIOD_DEFAULT_US	50000
+#define QGPU_SHARE_MAX		100
+
+enum qgpu_cmd {
+	QGPU_CMD_UNSPEC = 0,
+	QGPU_CMD_GPU_SET = 1,		/* GPU, POLICY and/or PERIOD_US */
+	QGPU_CMD_GPU_GET = 2,		/* dump: one message per GPU */
+	QGPU_CMD_CGROUP_SET = 3,	/* CGROUP_ID, GPU, CLASS, SHARE; MEM_LIMIT optional */
+	QGPU_CMD_CGROUP_DEL = 4,	/* CGROUP_ID */
+	QGPU_CMD_CGROUP_GET = 5,	/* dump: one message per configured cgroup, with stats */
+	QGPU_CMD_EVENT = 6,		/* multicast on "events": EVENT, CGROUP_ID, GPU, ... */
+	__QGPU_CMD_MAX,
+};
+
+#define QGPU_CMD_MAX (__QGPU_CMD_MAX - 1)
+
+enum qgpu_attr {
+	QGPU_A_UNSPEC = 0,
+	QGPU_A_GPU = 1,			/* u32, < QGPU_MAX_GPUS */
+	QGPU_A_POLICY = 2,		/* u8, enum qgpu_policy */
+	QGPU_A_PERIOD_US = 3,		/* u32, QGPU_PERIOD_MIN_US..QGPU_PERIOD_MAX_US */
+	QGPU_A_CGROUP_ID = 4,		/* u64 */
+	QGPU_A_CLASS = 5,		/* u8, enum qgpu_class */
+	QGPU_A_SHARE = 6,		/* u32, percent 1..100 */
+	QGPU_A_MEM_LIMIT = 7,		/* u64, bytes of device memory; 0: none */
+	QGPU_A_PAD = 8,
+	/* read only, in GPU_GET and CGROUP_GET answers */
+	QGPU_A_MEM_USED = 9,		/* u64, bytes */
+	QGPU_A_NR_PERIODS = 10,		/* u64, periods the cgroup had work in */
+	QGPU_A_NR_THROTTLED = 11,	/* u64, of those, periods it was closed with work left */
+	QGPU_A_THROTTLED_NS = 12,	/* u64, time closed with work pending */
+	QGPU_A_OPEN_NS = 13,		/* u64, time its channels were open while it had work */
+	QGPU_A_CLIENTS = 14,		/* u32, live RM clients */
+	QGPU_A_TSGS = 15,		/* u32 */
+	QGPU_A_CHANNELS = 16,		/* u32 */
+	QGPU_A_OOM = 17,		/* u64, allocations refused by the memory gate */
+	QGPU_A_DENIED = 18,		/* u64, scheduling controls refused by the tenant guard */
+	QGPU_A_BUSY = 19,		/* u8, 1 while it has work pending */
+	QGPU_A_EVENT = 20,		/* u8, enum qgpu_event */
+	QGPU_A_ONLINE_BUSY = 21,	/* u8, GPU_GET: an online cgroup has work */
+	QGPU_A_SWITCHES = 22,		/* u64, GPU_GET: slice changes */
+	__QGPU_A_MAX,
+};
+
+#define QGPU_A_MAX (__QGPU_A_MAX - 1)
+
+enum qgpu_policy {
+	QGPU_POLICY_BEST_EFFORT = 0,
+	QGPU_POLICY_FIXED_SHARE = 1,
+	QGPU_POLICY_BURST_SHARE = 2,
+};
+
+enum qgpu_class {
+	QGPU_CLASS_OFFLINE = 0,
+	QGPU_CLASS_ONLINE = 1,
+};
+
+enum qgpu_event {
+	QGPU_EVENT_OOM = 1,		/* the memory gate refused an allocation */
+	QGPU_EVENT_DENIED = 2,		/* the tenant guard refused a control */
+	QGPU_EVENT_CGROUP_GONE = 3,	/* a configured cgroup was removed; its config is dropped */
+};
+
+#endif /* _UAPI_QPOLICY_QGPU_H */
