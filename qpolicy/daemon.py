@@ -8,10 +8,11 @@ opens every channel it closed and restores every timeslice it changed, and the d
 daemon killed with SIGKILL leaves a record of what it had closed; the next one opens it again
 before anything else.
 
-Enforcers (``--enforcer``): ``rm`` drives a real GPU from userspace through RM controls (needs root
-and the eBPF probe); ``sim`` runs a scenario on the simulated GPU; ``none`` only observes; ``kmod``
-is the qgpu kernel module's, and ``auto`` picks kmod where ``/sys/kernel/qgpu`` exists, rm where
-NVIDIA devices exist, and sim otherwise.
+Enforcers (``--enforcer``): ``kmod`` hands each GPU's policy and pods to the qgpu kernel module,
+which runs the periods itself (needs the module loaded and CAP_NET_ADMIN); ``rm`` drives a real GPU
+from userspace through RM controls (needs root and the eBPF probe); ``sim`` runs a scenario on the
+simulated GPU; ``none`` only observes; ``auto`` picks kmod where ``/sys/kernel/qgpu`` exists, rm
+where NVIDIA devices exist, and sim otherwise.
 """
 
 from __future__ import annotations
@@ -28,16 +29,17 @@ from types import FrameType
 
 from qpolicy.annotations import Annotations, scan
 from qpolicy.control import ControlLoop, PeriodicControl
+from qpolicy.enforcers.kmod import CGROUP_ROOT, SYSFS_ROOT, KmodEnforcer, QgpuClient, connect
 from qpolicy.enforcers.realtime import RealtimeLoop
 from qpolicy.enforcers.rm import RmEnforcer, RmShared, restore
 from qpolicy.engine import plan
 from qpolicy.errors import QPolicyError, ValidationError
-from qpolicy.model import PodSpec
+from qpolicy.model import GpuConfig, PodSpec
 from qpolicy.nvrm.tracker import ClientChannels
 from qpolicy.sim.scenario import Scenario
 from qpolicy.sim.scenarios import builtin
 from qpolicy.state import DesiredState, StateStore
-from qpolicy.telemetry.cgroups import within
+from qpolicy.telemetry.cgroups import cgroup2_mount, within
 from qpolicy.telemetry.exporter import MetricsServer, serve
 from qpolicy.telemetry.probesource import CgroupActivity, ProbeSource, merge
 from qpolicy.telemetry.simsource import SimulatedNode
@@ -51,7 +53,7 @@ PRUNE_EVERY_S = 10.0
 PUBLISH_EVERY_S = 1.0
 # How often the cgroup hierarchy is walked for annotations.
 ANNOTATIONS_EVERY_S = 1.0
-QGPU_SYSFS = Path("/sys/kernel/qgpu")
+QGPU_SYSFS = SYSFS_ROOT
 NVIDIA_CTL = Path("/dev/nvidiactl")
 
 
@@ -195,10 +197,10 @@ class ProbeResolver:
 
 @dataclass
 class _Gpu:
-    """One GPU under the rm enforcer: its control loop and when it next steps."""
+    """One GPU under the rm or kmod enforcer: its control loop and when it next steps."""
 
     periodic: PeriodicControl
-    enforcer: RmEnforcer
+    enforcer: RmEnforcer | KmodEnforcer
 
 
 class Daemon:
@@ -209,13 +211,19 @@ class Daemon:
         clock: Callable[[], float] = time.monotonic,
         probe_loader: Callable[[], ProbeSource] = load_probe,
         is_root: Callable[[], bool] = lambda: os.geteuid() == 0,
+        kmod_connect: Callable[[], QgpuClient] = connect,
     ) -> None:
         self.kind = choose_enforcer(config.enforcer)
+        self.kmod: QgpuClient | None = None
+        self._kmod_cgroups: Path | None = None
         if self.kind is EnforcerKind.KMOD:
-            raise QPolicyError(
-                "the kmod enforcer drives qgpu.ko, which this build does not include yet; "
-                "use --enforcer rm"
-            )
+            self.kmod = kmod_connect()
+            try:
+                # The module knows pods by cgroup id: without the hierarchy there is nothing to do.
+                self._kmod_cgroups = config.cgroup_root or cgroup2_mount()
+            except QPolicyError:
+                self.kmod.close()
+                raise
         if self.kind is EnforcerKind.SIM and config.scenario is None:
             config = replace(config, scenario=builtin("demo"))
         if self.kind is EnforcerKind.RM:
@@ -286,7 +294,7 @@ class Daemon:
                 changed = True
         if changed:
             self.desired = merged_state(self.state.state, self.annotations)
-            if self.rm is not None:
+            if self.rm is not None or self.kmod is not None:
                 self._sync_gpus()
         if self.probe is not None:
             self.probe.refresh()
@@ -309,7 +317,7 @@ class Daemon:
             return self.config.cgroup_root
         if self.probe is not None:
             return self.probe.view.cgroups.root
-        return None
+        return self._kmod_cgroups
 
     def _attribute(
         self, state: DesiredState
@@ -339,6 +347,13 @@ class Daemon:
         share = None
         if last is not None:
             share = next((s.allocation for s in last.slices if s.pod == pod), None)
+        if isinstance(driven.enforcer, KmodEnforcer):
+            stats = driven.enforcer.stats.get(pod)
+            return Enforcement(
+                gpu_time_s=stats.open_ns / 1e9 if stats is not None else 0.0,
+                throttled_s=stats.throttled_ns / 1e9 if stats is not None else 0.0,
+                planned_share=share,
+            )
         return Enforcement(
             gpu_time_s=driven.enforcer.sensor.gpu_time_us(pod) / 1e6,
             throttled_s=driven.enforcer.sensor.throttled_us.get(pod, 0.0) / 1e6,
@@ -387,13 +402,14 @@ class Daemon:
             sources["probe"] = self.probe is not None and self.probe.up
         if self.kind is EnforcerKind.RM:
             sources["enforcer"] = self.rm is not None
+        if self.kind is EnforcerKind.KMOD:
+            sources["enforcer"] = self.kmod is not None
         return NodeView(pods=tuple(pods), gpus=tuple(gpus), sources=sources)
 
     # -- enforcement ---------------------------------------------------------------------------
 
     def _sync_gpus(self) -> None:
         """Start, update or stop each GPU's control loop to match the desired state."""
-        assert self.rm is not None and self.probe is not None
         wanted = {
             index: (self.desired.gpu(index), list(self.desired.pods_on(index)))
             for index in self.desired.gpu_indices()
@@ -406,12 +422,7 @@ class Daemon:
         for index, (gpu, pods) in wanted.items():
             driven = self.gpus.get(index)
             if driven is None:
-                resolver = ProbeResolver(self.probe, lambda: self.desired.pods)
-                enforcer = RmEnforcer(self.rm, resolver)
-                min_turn = self.config.min_turn_ms * 1000 or None
-                control = ControlLoop(gpu, pods, enforcer, min_turn_us=min_turn)
-                driven = _Gpu(PeriodicControl(self.loop, control), enforcer)
-                enforcer.scheduler.on_wake = driven.periodic.wake
+                driven = self._start_gpu(gpu, pods)
                 self.gpus[index] = driven
                 driven.periodic.step()
                 continue
@@ -422,14 +433,38 @@ class Daemon:
             if period_changed:
                 driven.periodic.step()
 
+    def _start_gpu(self, gpu: GpuConfig, pods: list[PodSpec]) -> _Gpu:
+        if self.kmod is not None:
+            # The module runs the periods: nothing is gained by stretching them.
+            enforcer = KmodEnforcer(
+                self.kmod,
+                gpu.index,
+                pods=lambda: self.desired.pods,
+                cgroup_root=self._cgroup_root() or CGROUP_ROOT,
+            )
+            control = ControlLoop(gpu, pods, enforcer)
+            return _Gpu(PeriodicControl(self.loop, control), enforcer)
+        assert self.rm is not None and self.probe is not None
+        resolver = ProbeResolver(self.probe, lambda: self.desired.pods)
+        rm_enforcer = RmEnforcer(self.rm, resolver)
+        min_turn = self.config.min_turn_ms * 1000 or None
+        control = ControlLoop(gpu, pods, rm_enforcer, min_turn_us=min_turn)
+        driven = _Gpu(PeriodicControl(self.loop, control), rm_enforcer)
+        rm_enforcer.scheduler.on_wake = driven.periodic.wake
+        return driven
+
     def release(self) -> None:
-        """Give every GPU back: open what was closed, restore timeslices, drop descriptors."""
+        """Give every GPU back: open what was closed, restore timeslices, drop descriptors;
+        under kmod, unconfigure every pod and leave each GPU best-effort."""
         for driven in self.gpus.values():
             driven.periodic.cancel()
             driven.enforcer.release()
         self.gpus.clear()
         if self.rm is not None:
             self.rm.close()
+        if self.kmod is not None:
+            self.kmod.close()
+            self.kmod = None
 
     # -- running -------------------------------------------------------------------------------
 

@@ -71,7 +71,8 @@ def daemon(
             metavar="KIND",
             help="**auto** (kmod where qgpu.ko is loaded, rm where NVIDIA devices exist, else "
             "sim), **rm** (RM controls from userspace; root), **sim** (run --scenario on the "
-            "simulated GPU), **none** (observe only), **kmod**.",
+            "simulated GPU), **none** (observe only), **kmod** (qgpu.ko runs the periods; "
+            "needs the module loaded and CAP_NET_ADMIN).",
         ),
     ] = "auto",
     metrics_addr: Annotated[

@@ -1,4 +1,5 @@
-"""``qpolicy status``: the desired state per GPU and what each pod would get when all are busy."""
+"""``qpolicy status``: the desired state per GPU and what each pod would get when all are busy,
+and qgpu.ko's own view where the module is loaded."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from qpolicy import engine
+from qpolicy.cli import kmodstatus
 from qpolicy.cli.output import console, percent, print_json, state_store
 from qpolicy.errors import PlanError
 from qpolicy.model import format_bytes
@@ -21,12 +23,20 @@ def status(
         bool, typer.Option("--json", help="Print a JSON document instead of tables.")
     ] = False,
 ) -> None:
-    """Show each GPU's policy and pods, and the share each pod gets when every pod is busy."""
+    """Show each GPU's policy and pods, and the share each pod gets when every pod is busy.
+
+    Where qgpu.ko is loaded, also what the module reports: each configured cgroup's memory used
+    against its limit and its GPU and throttled time (the counters need CAP_NET_ADMIN).
+    """
     store = state_store()
     state = store.load()
     gpus = [gpu_report(state, index) for index in state.gpu_indices()]
+    kmod = kmodstatus.report()
     if as_json:
-        print_json({"state_file": str(store.path), "gpus": gpus})
+        document: dict[str, Any] = {"state_file": str(store.path), "gpus": gpus}
+        if kmod is not None:
+            document["kmod"] = kmod
+        print_json(document)
         return
     if not gpus:
         console.print(
@@ -35,10 +45,12 @@ def status(
             "  qpolicy pod set ml/trainer-0 --gpu 0 --share 30",
             soft_wrap=True,
         )
-        return
-    for gpu in gpus:
-        render_gpu(gpu)
-    console.print(f"[dim]state file: {escape(str(store.path))}[/dim]", soft_wrap=True)
+    else:
+        for gpu in gpus:
+            render_gpu(gpu)
+        console.print(f"[dim]state file: {escape(str(store.path))}[/dim]", soft_wrap=True)
+    if kmod is not None:
+        kmodstatus.render(kmod)
 
 
 def gpu_report(state: DesiredState, index: int) -> dict[str, Any]:

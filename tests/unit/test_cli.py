@@ -11,10 +11,13 @@ import pytest
 import typer
 
 import qpolicy
+import qpolicy.cli.kmodstatus
 import qpolicy.cli.status
 from qpolicy.cli import main
+from qpolicy.enforcers.kmod import QgpuClient
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.state import DesiredState, StateStore
+from tests.unit.qgpu_fake import FakeQgpu
 
 GiB = 2**30
 
@@ -35,6 +38,12 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     directory = tmp_path / "state"
     monkeypatch.setenv("QPOLICY_STATE_DIR", str(directory))
     return directory
+
+
+@pytest.fixture(autouse=True)
+def no_qgpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command sees a host without qgpu.ko unless a test loads the fake one."""
+    monkeypatch.setattr(qpolicy.cli.kmodstatus, "SYSFS", tmp_path / "no-qgpu")
 
 
 @pytest.fixture
@@ -268,6 +277,83 @@ def test_status_shows_a_gpu_that_cannot_be_planned_instead_of_failing(
     out = qpolicy_cli.ok("status").out
     assert "cannot plan GPU 0: shares on GPU 0 (fixed-share) sum to 120 > 100" in out
     assert "100.0 %" in out
+
+
+@pytest.fixture
+def qgpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeQgpu, Path]:
+    """qgpu.ko loaded (its sysfs files, the in-process module) over a cgroup hierarchy."""
+    sysfs = tmp_path / "qgpu"
+    (sysfs / "gpu0").mkdir(parents=True)
+    for name, value in {"version": "1", "target": "nvmock", "hooked": "1", "cgroups": "2"}.items():
+        (sysfs / name).write_text(value + "\n")
+    for name, value in {"policy": "fixed-share", "period_us": "20000", "nr_periods": "77"}.items():
+        (sysfs / "gpu0" / name).write_text(value + "\n")
+    cgroups = tmp_path / "cgroup"
+    (cgroups / "a").mkdir(parents=True)
+    fake = FakeQgpu()
+    monkeypatch.setattr(qpolicy.cli.kmodstatus, "SYSFS", sysfs)
+    monkeypatch.setattr(qpolicy.cli.kmodstatus, "CGROUPS", cgroups)
+    monkeypatch.setattr(qpolicy.cli.kmodstatus, "open_client", lambda: QgpuClient(fake))
+    return fake, cgroups
+
+
+def test_status_shows_the_modules_view_where_it_is_loaded(
+    qpolicy_cli: Cli, store: StateStore, qgpu: tuple[FakeQgpu, Path]
+) -> None:
+    fake, cgroups = qgpu
+    populated(store)
+    a = os.stat(cgroups / "a").st_ino
+    client = QgpuClient(fake)
+    client.set_cgroup(a, 0, "online", 50, GiB)
+    client.set_cgroup(424242, 0, "offline", 50)
+    fake.count(a, mem_used=GiB // 2, open_ns=3_500_000_000, throttled_ns=1_250_000_000)
+    fake.count(a, nr_periods=70, nr_throttled=20, channels=8)
+    report = json.loads(qpolicy_cli.ok("status", "--json").out)
+    kmod = report["kmod"]
+    assert {k: v for k, v in kmod.items() if k not in ("gpus", "cgroups")} == {
+        "sysfs": str(qpolicy.cli.kmodstatus.SYSFS),
+        "version": 1,
+        "target": "nvmock",
+        "hooked": True,
+        "cgroups_configured": 2,
+        "error": None,
+    }
+    assert kmod["gpus"] == [
+        {"index": 0, "policy": "fixed-share", "period_us": 20000, "periods": 77,
+         "online_busy": None}
+    ]  # fmt: skip
+    mine, other = sorted(kmod["cgroups"], key=lambda c: c["path"] is None)
+    assert mine == {
+        "cgroup_id": a, "path": "/a", "gpu": 0, "class": "online", "share": 50,
+        "memory_used_bytes": GiB // 2, "memory_limit_bytes": GiB,
+        "gpu_time_s": 3.5, "throttled_s": 1.25, "periods": 70, "throttled_periods": 20,
+        "busy": False, "clients": 0, "tsgs": 0, "channels": 8,
+        "refused_allocations": 0, "refused_controls": 0,
+    }  # fmt: skip
+    assert (other["cgroup_id"], other["path"], other["memory_limit_bytes"]) == (424242, None, None)
+    assert [gpu["index"] for gpu in report["gpus"]] == [0, 1]  # the desired state is still there
+    out = qpolicy_cli.ok("status").out
+    assert "qgpu.ko · interface 1 · driver nvmock · hooked · 2 cgroup(s) configured" in out
+    assert "qgpu.ko GPU 0 · fixed-share · period 20 ms · 77 periods" in out
+    row_a = next(line for line in out.splitlines() if "│ /a " in line)
+    assert [cell.strip() for cell in row_a.strip("│").split("│")] == [
+        "/a", "online", "50 %", "512MiB / 1GiB", "3.5 s", "1.2 s, 20/70"
+    ]  # fmt: skip
+    assert "#424242" in out
+
+
+def test_status_without_cap_net_admin_shows_sysfs_and_says_why_the_rest_is_missing(
+    qpolicy_cli: Cli, qgpu: tuple[FakeQgpu, Path]
+) -> None:
+    fake, _ = qgpu
+    fake.unprivileged = True
+    kmod = json.loads(qpolicy_cli.ok("status", "--json").out)["kmod"]
+    assert kmod["cgroups"] is None and "CAP_NET_ADMIN" in kmod["error"]
+    assert kmod["gpus"][0]["policy"] == "fixed-share"
+    out = qpolicy_cli.ok("status").out
+    assert "Nothing configured yet" in out  # the state file's part, as without the module
+    assert "per-cgroup counters unavailable: qgpu.ko refused CGROUP_GET" in out
+    assert out.endswith("\nqgpu.ko GPU 0 · fixed-share · period 20 ms · 77 periods\n")
 
 
 # --- errors ---------------------------------------------------------------------------------------

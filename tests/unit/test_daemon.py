@@ -277,12 +277,74 @@ def test_rm_enforcer_needs_root_and_says_so(tmp_path: Path) -> None:
         Daemon(config, is_root=lambda: False)
 
 
-def test_kmod_enforcer_is_refused_clearly_until_the_module_exists(tmp_path: Path) -> None:
+def test_kmod_enforcer_needs_the_module_and_cap_net_admin(tmp_path: Path) -> None:
+    from qpolicy.enforcers.kmod import connect
     from qpolicy.errors import QPolicyError
+    from tests.unit.qgpu_fake import FakeQgpu
 
     config = DaemonConfig(enforcer=EnforcerKind.KMOD, state_dir=tmp_path, metrics_addr=None)
-    with pytest.raises(QPolicyError, match=r"qgpu\.ko"):
-        Daemon(config)
+    sysfs = tmp_path / "qgpu"
+    with pytest.raises(QPolicyError, match=r"qgpu\.ko is not loaded \(.*/qgpu is missing\)"):
+        Daemon(config, kmod_connect=lambda: connect(sysfs, FakeQgpu))
+    sysfs.mkdir()
+    with pytest.raises(QPolicyError, match="kmod enforcer needs CAP_NET_ADMIN"):
+        Daemon(config, kmod_connect=lambda: connect(sysfs, lambda: FakeQgpu(unprivileged=True)))
+
+
+def test_kmod_daemon_configures_the_module_and_unconfigures_it_when_stopped(
+    tmp_path: Path,
+) -> None:
+    """The daemon's kmod wiring, the module replaced by the in-process one: pods of the state
+    file are configured, follow its changes, show the module's counters, and are deleted (the
+    GPU left best-effort) on shutdown."""
+    import os
+
+    from qpolicy.enforcers.kmod import QgpuClient
+    from qpolicy.enforcers.qgpu_uapi import Attr, Policy
+    from tests.unit.qgpu_fake import FakeQgpu
+
+    root = tmp_path / "cgroup"
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+    a, b = os.stat(root / "a").st_ino, os.stat(root / "b").st_ino
+    store = StateStore(tmp_path / "state")
+    store.update(
+        lambda s: (
+            s.with_gpu(GpuConfig(1, GpuPolicy.FIXED_SHARE, 20))
+            .with_pod(PodSpec("/a", 1, PodClass.ONLINE, share=70, memory_limit=2**30))
+            .with_pod(PodSpec("/b", 1, share=30))
+        )
+    )
+    fake = FakeQgpu()
+    config = DaemonConfig(
+        enforcer=EnforcerKind.KMOD,
+        state_dir=store.directory,
+        metrics_addr=None,
+        cgroup_root=root,
+    )
+    agent = Daemon(config, kmod_connect=lambda: QgpuClient(fake))
+    agent.tick()
+    assert fake.gpus[1] == {Attr.POLICY: Policy.FIXED_SHARE, Attr.PERIOD_US: 20_000}
+    assert {
+        c: (v[Attr.GPU], v[Attr.SHARE], v[Attr.MEM_LIMIT]) for c, v in fake.cgroups.items()
+    } == {
+        a: (1, 70, 2**30),
+        b: (1, 30, 0),
+    }
+    fake.count(a, open_ns=1_000_000_000, throttled_ns=250_000_000)
+    agent.gpus[1].periodic.step()
+    agent.publish()
+    pods = {p.pod: p for p in agent.snapshot().pods}
+    assert pods["/a"].enforcement.gpu_time_s == pytest.approx(1.0)
+    assert pods["/a"].enforcement.throttled_s == pytest.approx(0.25)
+    assert agent.snapshot().sources["enforcer"] is True
+    store.update(lambda s: s.without_pod("/b"))
+    agent.tick()
+    agent.gpus[1].periodic.step()
+    assert set(fake.cgroups) == {a}
+    agent.release()
+    assert fake.cgroups == {} and fake.closed
+    assert fake.gpus[1][Attr.POLICY] == Policy.BEST_EFFORT
 
 
 def test_rm_daemon_takes_turns_then_gives_everything_back(
