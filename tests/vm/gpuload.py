@@ -29,19 +29,34 @@ class Gpuload:
     subdevice: int = 0
     tsg: int = 0
     channel: int = 0
+    cgroup: str | None = None  # a cgroup v2 directory to start it in
 
     def __post_init__(self) -> None:
+        cgroup = self.cgroup
+
+        def enter() -> None:
+            if cgroup is not None:
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as procs:
+                    procs.write(str(os.getpid()))
+
         self.proc = subprocess.Popen(
-            [str(GPULOAD), *self.args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [str(GPULOAD), *self.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=enter,
         )
 
     def ready(self, timeout: float = 30.0) -> Gpuload:
         assert self.proc.stderr is not None
         deadline = time.monotonic() + timeout
+        said = []
         while time.monotonic() < deadline:
             line = self.proc.stderr.readline()
+            said.append(line)
             if not line:
-                raise AssertionError(f"gpuload ended before it was ready: rc {self.proc.wait()}")
+                rc = self.proc.wait()
+                raise AssertionError(f"gpuload ended before it was ready: rc {rc}: {said}")
             match = READY.search(line)
             if match:
                 self.pid = int(match[1])
@@ -65,9 +80,15 @@ class Gpuload:
         return dict(json.loads(out))
 
 
-def start_together(*argsets: list[str], delay: float = 1.5) -> list[Gpuload]:
+def start_together(
+    *argsets: list[str], delay: float = 1.5, cgroups: list[str] | None = None
+) -> list[Gpuload]:
     start_at = time.time() + delay
-    loads = [Gpuload([*args, "--start-at", f"{start_at:.3f}"]) for args in argsets]
+    places = cgroups or [None] * len(argsets)
+    loads = [
+        Gpuload([*args, "--start-at", f"{start_at:.3f}"], cgroup=place)
+        for args, place in zip(argsets, places, strict=True)
+    ]
     for load in loads:
         load.ready()
     return loads

@@ -1,0 +1,101 @@
+"""qgpu.ko in the VM: loading it over nvmock, cgroups for pods, gpuload placed in them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from qpolicy.enforcers.kmod import QgpuClient, cgroup_id
+from tests.vm.conftest import ROOT, processes
+from tests.vm.gpuload import Gpuload
+
+QGPU = ROOT / "kmod" / "qgpu" / "qgpu.ko"
+SYSFS = Path("/sys/kernel/qgpu")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def ensure_cgroup2() -> None:
+    if not (CGROUP_ROOT / "cgroup.controllers").exists():
+        subprocess.run(["mount", "-t", "cgroup2", "none", str(CGROUP_ROOT)], check=True)
+
+
+def insmod(**params: object) -> None:
+    args = [f"{key}={value}" for key, value in {"target": "nvmock", **params}.items()]
+    subprocess.run(["insmod", str(QGPU), *args], check=True)
+
+
+def rmmod() -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["rmmod", "qgpu"], capture_output=True, text=True, check=False)
+
+
+def loaded() -> bool:
+    return SYSFS.exists()
+
+
+@contextmanager
+def qgpu_loaded(**params: object) -> Iterator[QgpuClient]:
+    insmod(**params)
+    client = QgpuClient.open()
+    try:
+        yield client
+    finally:
+        client.close()
+        result = rmmod()
+        assert result.returncode == 0, result.stderr
+
+
+@dataclass
+class Cgroup:
+    path: Path
+
+    @property
+    def id(self) -> int:
+        return cgroup_id(self.path)
+
+    def procs(self) -> list[int]:
+        return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+
+
+@contextmanager
+def cgroups(n: int) -> Iterator[list[Cgroup]]:
+    ensure_cgroup2()
+    made = [Cgroup(CGROUP_ROOT / f"qgpu-test-{uuid.uuid4().hex[:8]}") for _ in range(n)]
+    for cg in made:
+        cg.path.mkdir()
+    try:
+        yield made
+    finally:
+        for cg in made:
+            for pid in cg.procs():
+                with suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            for _ in range(100):
+                try:
+                    cg.path.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+
+
+def in_cgroup(cg: Cgroup, args: list[str]) -> Gpuload:
+    """gpuload started inside ``cg`` (it moves itself before exec)."""
+    return Gpuload(args, cgroup=str(cg.path))
+
+
+def run_in_cgroup(
+    cg: Cgroup, argv: list[str], **kwargs: object
+) -> subprocess.CompletedProcess[str]:
+    def enter() -> None:
+        (cg.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    return subprocess.run(argv, preexec_fn=enter, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+
+
+def gpu_seconds(pid: int, gpu: int = 0) -> float:
+    return processes(gpu).get(pid, 0) / 1e9

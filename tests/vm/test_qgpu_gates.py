@@ -1,0 +1,76 @@
+"""qgpu's memory gate and tenant guard, against nvmock, with pods as cgroups."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from qpolicy.nvrm.abi import NvStatus
+from tests.vm.conftest import ROOT
+from tests.vm.qgpu_env import Cgroup, cgroups, qgpu_loaded, run_in_cgroup
+
+GIB = 1 << 30
+
+
+def tenant(cg: Cgroup, *args: str) -> dict[str, object]:
+    result = run_in_cgroup(cg, [sys.executable, "-m", "tests.vm.tenant", *args], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
+def used(client: object, cg: Cgroup) -> int:
+    for stats in client.cgroups():  # type: ignore[attr-defined]
+        if stats.cgroup_id == cg.id:
+            return int(stats.mem_used)
+    raise AssertionError("cgroup not reported")
+
+
+def test_memory_limit_refuses_the_allocation_that_would_exceed_it() -> None:
+    with qgpu_loaded() as client, cgroups(2) as (limited, neighbour):
+        client.set_cgroup(limited.id, 0, "offline", 50, mem_limit=GIB)
+        client.set_cgroup(neighbour.id, 0, "offline", 50, mem_limit=0)
+        # 512 + 256 + 256 = 1 GiB fits exactly; the next MiB does not; the driver would have
+        # had room (the mock GPU has 141 GiB), so the refusal is the gate's.
+        out = tenant(limited, "vidmem", "512", "256", "256", "1", "2048")
+        assert out["statuses"] == [
+            NvStatus.NV_OK,
+            NvStatus.NV_OK,
+            NvStatus.NV_OK,
+            NvStatus.NV_ERR_NO_MEMORY,
+            NvStatus.NV_ERR_NO_MEMORY,
+        ]
+        # The neighbour is not limited by it.
+        assert tenant(neighbour, "vidmem", "2048", "2048")["statuses"] == [NvStatus.NV_OK] * 2
+        stats = {s.cgroup_id: s for s in client.cgroups()}
+        assert stats[limited.id].oom == 2 and stats[neighbour.id].oom == 0
+        # Both processes exited: their usage went with them.
+        assert used(client, limited) == 0 and used(client, neighbour) == 0
+
+
+def test_memory_usage_is_released_by_free_and_by_exit() -> None:
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=GIB)
+        # Each tenant run frees its client at the end: a new run starts from zero again.
+        for _ in range(3):
+            assert tenant(cg, "vidmem", "1024")["statuses"] == [NvStatus.NV_OK]
+            assert used(client, cg) == 0
+
+
+def test_a_gated_tenants_own_scheduling_controls_are_refused() -> None:
+    with qgpu_loaded() as client, cgroups(2) as (gated, free):
+        client.set_cgroup(gated.id, 0, "offline", 50)
+        out = tenant(gated, "guard")
+        denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+        # Steering is refused; what CUDA sends while it sets up a context still succeeds, and
+        # its timeslice request is not carried out.
+        assert out["schedule_disable"] == denied
+        assert out["preempt"] == denied
+        assert out["disable_channels"] == denied
+        assert out["schedule_enable"] == NvStatus.NV_OK
+        assert out["set_timeslice"] == NvStatus.NV_OK and out["timeslice_us"] == 1024
+        assert {s.cgroup_id: s.denied for s in client.cgroups()}[gated.id] == 4
+        # A process in a cgroup qgpu does not gate keeps the driver's behaviour.
+        out = tenant(free, "guard")
+        assert out["set_timeslice"] == NvStatus.NV_OK and out["timeslice_us"] == 100
+        assert out["schedule_disable"] == NvStatus.NV_OK
+        assert out["disable_channels"] == NvStatus.NV_OK
