@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from typing import Annotated
 
@@ -67,7 +68,7 @@ def trace(
 
     Live (needs root): the eBPF probe watches the NVIDIA device files and libcuda's launch calls;
     every **--interval** a row per cgroup shows its ioctl and launch rates and the TSGs, channels
-    and device memory its processes hold. Ctrl-C stops.
+    and device memory its processes hold. Ctrl-C stops after a last row (exit status 0).
 
     With **--replay**, a recorded trace goes through the same decoder and object tracker the live
     probe feeds: per process its clients, TSGs, channels, engine objects, device memory live at
@@ -176,7 +177,10 @@ def trace_live(
 ) -> None:
     cgroups = CgroupMap()
     wanted = None if cgroup is None else normalize(cgroup)
-    with probe:
+    # Ctrl-C only asks the loop to stop, from before the probe loads until it is detached: a
+    # KeyboardInterrupt raised inside bcc's poll callback is dropped by ctypes (see live.stop_on).
+    # A Ctrl-C during the load stops the trace as soon as it starts, after one snapshot.
+    with live.stop_on(signal.SIGINT) as stop, probe:
         view = live.LiveView(probe, cgroups, wanted)
         # bcc tools' banner: scripts wait for it to know the probe is attached.
         err_console.print(
@@ -187,14 +191,14 @@ def trace_live(
             soft_wrap=True,
         )
         if json_output:
-            live.run(view, interval, duration, _print_line)
+            live.run(view, interval, duration, _print_line, stop=stop)
             return
         with Live(_live_table(None), console=console, auto_refresh=False) as screen:
 
             def show(snapshot: live.Snapshot) -> None:
                 screen.update(_live_table(snapshot), refresh=True)
 
-            live.run(view, interval, duration, show)
+            live.run(view, interval, duration, show, stop=stop)
 
 
 def _watching(probe: NvProbe) -> str:

@@ -7,9 +7,12 @@ cgroup v2 id; rows show its path.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Protocol
 
 from qpolicy.nvrm.abi import Node
@@ -178,34 +181,86 @@ class LiveView:
         return snap
 
 
+class StopRequest:
+    """Whether a stop was asked for (by a signal): :func:`run` looks between polls."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+    def ask(self, signum: int, _frame: FrameType | None = None) -> None:
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_on(*signums: int) -> Iterator[StopRequest]:
+    """While inside, each of ``signums`` (SIGINT: Ctrl-C) only sets the yielded request.
+
+    Python's own SIGINT handler raises KeyboardInterrupt wherever the main thread happens to be.
+    In a live trace that is often inside bcc's buffer callback, called from C by the ring buffer
+    poll; ctypes prints an exception raised there ("Exception ignored on calling ctypes callback
+    function") and drops it, and the Ctrl-C is lost: the trace went on until killed. Raised
+    elsewhere it cuts short the last snapshot, the probe's load or its cleanup. A flag has no
+    such moments: the poll returns at the signal (EINTR) or within ``MAX_POLL_S``, :func:`run`
+    sees the flag, emits a last snapshot and returns, and the probe is detached.
+
+    The previous handlers come back when the block ends, unless one of the signals came: then
+    the caller is on its way out because of it and the signals are ignored from there on, so that
+    a second Ctrl-C cannot turn a clean stop into an abort, nor kill the process as it exits
+    (Python puts the default action back for its last moments). Outside the main thread (where
+    handlers cannot be set) nothing is installed, and KeyboardInterrupt still stops :func:`run`.
+    """
+    request = StopRequest()
+    previous: dict[int, Any] = {}
+    try:
+        try:
+            for signum in signums:
+                previous[signum] = signal.signal(signum, request.ask)
+        except ValueError:  # not the main thread
+            pass
+        yield request
+    finally:
+        for signum, handler in previous.items():
+            if request():
+                signal.signal(signum, signal.SIG_IGN)
+            else:
+                # None: a handler not set from Python; the default is the nearest to it.
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
 def run(
     view: LiveView,
     interval_s: float,
     duration_s: float | None,
     emit: Callable[[Snapshot], None],
     clock: Callable[[], float] = time.monotonic,
+    stop: Callable[[], bool] = lambda: False,
 ) -> None:
     """Poll the probe and emit a snapshot every ``interval_s`` until ``duration_s`` has passed
-    (never, if None) or Ctrl-C; the last, possibly shorter, interval is emitted too."""
+    (never, if None), ``stop()`` holds (checked at least every ``MAX_POLL_S``) or Ctrl-C; the
+    last, possibly shorter, interval is emitted too."""
     start = clock()
     end = None if duration_s is None else start + duration_s
     next_at = start + interval_s
     try:
         while True:
             now = clock()
-            stop = end is not None and now >= end
-            if now >= next_at or stop:
+            done = stop() or (end is not None and now >= end)
+            if now >= next_at or done:
                 view.feed(view.source.poll(0))
                 emit(view.snapshot())
                 next_at += interval_s
                 if next_at <= clock():
                     # A slow emit (a stalled terminal) skips intervals rather than bunching them.
                     next_at = clock() + interval_s
-            if stop:
+            if done:
                 return
             wait = min(next_at, end if end is not None else next_at) - clock()
             timeout_ms = int(min(max(wait, 0.0), MAX_POLL_S) * 1000)
             view.feed(view.source.poll(timeout_ms))
     except KeyboardInterrupt:
+        # Without stop_on(): Python's handler raised it. The same last snapshot.
         view.feed(view.source.poll(0))
         emit(view.snapshot())

@@ -37,6 +37,8 @@ EBPF_DIR = Path(__file__).resolve().parents[2] / "ebpf"
 SOURCE = "nvprobe.c"
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 DEFAULT_BUFFER_PAGES = 64
+# The most records one poll takes from the ring buffer (the rest wait for the next poll).
+MAX_POLL_RECORDS = 8192
 
 # RM controls whose outcome the tracker reads (scheduling state, work submit tokens).
 STREAMED_CONTROLS = (
@@ -392,7 +394,10 @@ class NvProbe:
 
     def _on_ringbuf(self, _ctx: Any, data: Any, size: int) -> int:
         self._pending.append(ctypes.string_at(data, size))
-        return 0
+        # libbpf's ring_buffer__poll() reads for as long as the kernel keeps writing: under a
+        # flood it would not return, and the caller would see neither its deadlines nor Ctrl-C.
+        # A negative answer ends the poll; this record is taken, the next ones stay in the ring.
+        return -1 if len(self._pending) >= MAX_POLL_RECORDS else 0
 
     def _on_perf(self, _cpu: int, data: Any, size: int) -> None:
         self._pending.append(ctypes.string_at(data, size))
@@ -421,7 +426,8 @@ class NvProbe:
         return self._bpf
 
     def poll(self, timeout_ms: int = 0) -> list[ProbeRecord]:
-        """Streamed events that arrived, waiting up to ``timeout_ms`` for the first one."""
+        """Streamed events that arrived, waiting up to ``timeout_ms`` for the first one (at most
+        ``MAX_POLL_RECORDS`` from a ring buffer; a perf buffer gives what it holds)."""
         bpf = self._loaded()
         if self.features["output"] == "ringbuf":
             bpf.ring_buffer_poll(timeout_ms)

@@ -18,7 +18,7 @@ from qpolicy.nvrm.abi import Escape, Node
 from qpolicy.nvrm.decode import decode
 from qpolicy.nvrm.tracker import Tracker
 from qpolicy.telemetry.devices import DeviceFilter
-from qpolicy.telemetry.probe import CgroupCounters, NvProbe
+from qpolicy.telemetry.probe import MAX_POLL_RECORDS, CgroupCounters, NvProbe
 from qpolicy.telemetry.wire import P_BYTES, Q_BYTES
 
 from .conftest import TEST_DEVICES, Cgroup, Collected, Workload, collect
@@ -356,6 +356,32 @@ def test_exit_records_only_when_the_whole_process_exits(
     assert len({r.tid for r in frees}) == 3  # two threads that exited, then the main thread
     more = Collected(probe.poll(200))
     assert not more.of(cgroup, "exit")
+
+
+def test_one_poll_takes_at_most_a_batch_and_the_rest_waits(
+    probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn
+) -> None:
+    """Else a flood keeps one ring buffer poll reading, and its caller never sees Ctrl-C."""
+    if probe.features["output"] != "ringbuf":
+        pytest.skip("no BPF ring buffer here: a perf buffer poll reads what it holds, no more")
+    cgroup = make_cgroup()
+    n = MAX_POLL_RECORDS + 1000
+    timeslice = control(abi.NVA06C_CTRL_CMD_SET_TIMESLICE)  # streamed
+    workload = spawn(
+        cgroup,
+        [
+            {"open": "/dev/full", "as": "ctl"},
+            {"ioctl": "ctl", "cmd": RM_CONTROL, "arg": timeslice, "times": n},
+        ],
+    )
+    lost = probe.lost
+    workload.go()
+    workload.report()
+    first = probe.poll(0)
+    assert len(first) == MAX_POLL_RECORDS
+    got = collect(probe, lambda c: len(c.of(cgroup, "exit")) == 1, into=Collected(first))
+    assert len(got.of(cgroup, "ioctl")) == n
+    assert probe.lost == lost  # all of them fitted: none was dropped for the bound
 
 
 def test_launches_are_counted_per_cgroup(

@@ -12,15 +12,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qpolicy.nvrm import abi
+
 from .conftest import ROOT, Cgroup, CgroupMap, Workload
-from .test_probe import sequence
+from .test_probe import RM_CONTROL, control, sequence
 
 Spawn = Callable[[Cgroup, list[dict[str, Any]]], Workload]
 MakeCgroup = Callable[[], Cgroup]
 
 
 def start_trace(*args: str) -> subprocess.Popen[str]:
-    process = subprocess.Popen(
+    return wait_banner(launch_trace(*args))
+
+
+def launch_trace(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [sys.executable, "-m", "qpolicy", "trace", "--device", "1:7=ctl", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -28,6 +34,9 @@ def start_trace(*args: str) -> subprocess.Popen[str]:
         cwd=ROOT,
         env={**os.environ, "COLUMNS": "160"},  # rich's width off a terminal: paths unfolded
     )
+
+
+def wait_banner(process: subprocess.Popen[str]) -> subprocess.Popen[str]:
     assert process.stderr is not None
     seen = []
     deadline = time.monotonic() + 60
@@ -119,6 +128,64 @@ def test_ctrl_c_stops_cleanly_after_a_last_line(make_cgroup: MakeCgroup, spawn: 
     (row,) = last["cgroups"]
     assert row["cgroup"] == cgroup.rel
     assert row["escapes"]["RM_CONTROL"] == expected["escapes"]["RM_CONTROL"]
+
+
+def test_ctrl_c_at_any_moment_ends_the_trace_with_status_0(
+    make_cgroup: MakeCgroup, spawn: Spawn
+) -> None:
+    """Ctrl-C, and Ctrl-C again while the trace stops, at varied moments after the banner.
+
+    A streamed record per ioctl, as fast as a process can ask, keeps the trace busy: it is often
+    inside bcc's ring buffer callback when a signal lands. A KeyboardInterrupt raised there was
+    dropped by ctypes ("Exception ignored on calling ctypes callback function") and the trace
+    went on until killed; one raised during the last snapshot or the probe's cleanup aborted it
+    with status 1."""
+    cgroup = make_cgroup()
+    steps: list[dict[str, Any]] = [
+        {"open": "/dev/full", "as": "ctl"},
+        {"say": "flooding"},
+        {
+            "forever": [
+                {
+                    "ioctl": "ctl",
+                    "cmd": RM_CONTROL,
+                    "arg": control(abi.NVA06C_CTRL_CMD_SET_TIMESLICE),  # streamed
+                    "times": 1000,
+                }
+            ]
+        },
+    ]
+    firsts = [0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8]
+    again = [0.0, 0.005, 0.05, 0.3, 0.7]  # after the first: while it stops and detaches
+    args = ("--json", "--interval", "0.2", "--cgroup", cgroup.rel, "--libcuda", "none")
+    for round_ in range(2):
+        traces = [wait_banner(trace) for trace in [launch_trace(*args) for _ in firsts[::2]]]
+        mine = firsts[round_::2]
+        flood = spawn(cgroup, steps)  # once they are loaded: loading them is slow enough
+        flood.go()
+        flood.wait_line("flooding")
+        begun = time.monotonic()
+        signals = sorted(
+            (first + later, i) for i, first in enumerate(mine) for later in again
+        )  # fmt: skip
+        for at, i in signals:
+            time.sleep(max(0.0, begun + at - time.monotonic()))
+            traces[i].send_signal(signal.SIGINT)  # nothing once it has been waited for
+        for trace, first in zip(traces, mine, strict=True):
+            try:
+                out, err = trace.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                for other in traces:
+                    other.kill()
+                    other.communicate()
+                raise AssertionError(f"Ctrl-C from {first} s after the banner was lost") from None
+            assert trace.returncode == 0, (first, err)
+            assert "Traceback" not in err and "Exception ignored" not in err, (first, err)
+            lines = [json.loads(line) for line in out.splitlines()]
+            assert lines, first  # at least the last snapshot
+            (row,) = lines[-1]["cgroups"]
+            assert row["cgroup"] == cgroup.rel and row["ioctls"] > 0
+        flood.process.kill()
 
 
 def test_table_output(make_cgroup: MakeCgroup, spawn: Spawn) -> None:

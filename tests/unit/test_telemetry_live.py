@@ -1,6 +1,8 @@
 """The live view without a kernel: synthetic probe records that succeed (the host tier can only
 produce failed RM calls), counters per cgroup, the cgroup filter and the interval loop."""
 
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ from qpolicy.nvrm import abi
 from qpolicy.nvrm.abi import Escape, Node
 from qpolicy.telemetry.cgroups import CgroupMap
 from qpolicy.telemetry.devices import DeviceFilter
-from qpolicy.telemetry.live import LiveView, Snapshot, run
+from qpolicy.telemetry.live import LiveView, Snapshot, run, stop_on
 from qpolicy.telemetry.probe import CgroupCounters
 from qpolicy.telemetry.wire import ProbeRecord
 
@@ -234,3 +236,53 @@ def test_ctrl_c_emits_a_last_snapshot(tmp_path: Path) -> None:
     run(view, 1.0, None, snaps.append, clock=clock)
     assert len(snaps) == 2
     assert snaps[-1].interval_s < 1.0
+
+
+def test_a_stop_request_emits_a_last_snapshot(tmp_path: Path) -> None:
+    clock = Clock()
+    fake = SteppingProbe(clock)
+    view = LiveView(fake, CgroupMap(tmp_path), clock=clock)
+    snaps: list[Snapshot] = []
+    run(view, 1.0, None, snaps.append, clock=clock, stop=lambda: clock.now > 1001.5)
+    assert len(snaps) == 2
+    assert snaps[-1].interval_s < 1.0
+    assert max(fake.polls) <= 200
+
+
+def test_sigint_under_stop_on_only_asks_and_is_ignored_after() -> None:
+    """No KeyboardInterrupt (it would be dropped inside bcc's poll callback), and once the
+    trace has stopped because of it, a second Ctrl-C cannot abort the exit."""
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        with stop_on(signal.SIGINT) as stop:
+            assert not stop()
+            signal.raise_signal(signal.SIGINT)  # Python's handlers run before it returns
+            assert stop() and stop.signum == signal.SIGINT
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        signal.raise_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_stop_on_puts_the_handler_back_when_no_signal_came() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    with stop_on(signal.SIGINT) as stop:
+        assert signal.getsignal(signal.SIGINT) != before
+    assert not stop()
+    assert signal.getsignal(signal.SIGINT) == before
+
+
+def test_stop_on_outside_the_main_thread_installs_nothing() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    seen: list[object] = []
+
+    def body() -> None:
+        with stop_on(signal.SIGINT) as stop:
+            seen.append(signal.getsignal(signal.SIGINT))
+        seen.append(stop())
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert seen == [before, False]
