@@ -234,10 +234,16 @@ long qgpu_ioctl(long (*orig)(struct file *, unsigned int, unsigned long),
 
 	if (_IOC_TYPE(cmd) != NVRM_IOCTL_MAGIC)
 		return orig(file, cmd, arg);
-	/*
-	 * XFER carries the request by pointer. The inner escapes we act on are small and libcuda
-	 * sends them directly; an XFER-wrapped one is passed through unread (see the README).
-	 */
+	/* XFER carries the real request by pointer; policing it must not be a way around. */
+	if (nr == NV_ESC_IOCTL_XFER_CMD) {
+		struct nvrm_xfer xfer;
+
+		if (size != sizeof(xfer) || copy_from_user(&xfer, uarg, sizeof(xfer)))
+			return orig(file, cmd, arg);
+		nr = xfer.cmd;
+		size = xfer.size;
+		uarg = u64_to_user_ptr(xfer.ptr);
+	}
 	switch (nr) {
 	case NV_ESC_RM_ALLOC:
 		return rm_alloc(orig, file, cmd, arg, uarg, size);

@@ -2,19 +2,35 @@
 their statuses as one JSON object.
 
     python -m tests.vm.tenant vidmem MIB [MIB...]   allocate device memory, in order
+    python -m tests.vm.tenant xfer MIB [MIB...]     the same, each RM_ALLOC wrapped in IOCTL_XFER
     python -m tests.vm.tenant guard                 its own scheduling controls on its own TSG
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import struct
 import sys
 
 from qpolicy.nvrm import abi
-from tests.vm.rmclient import Rm, memory_params, tsg_params
+from tests.vm.rmclient import Rm, ioctl, memory_params, tsg_params
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def xfer_alloc(rm: Rm, client: int, device: int, size: int) -> int:
+    """RM_ALLOC of device memory sent the long way: NV_ESC_IOCTL_XFER_CMD pointing at NVOS64."""
+    params = ctypes.create_string_buffer(memory_params(size), 128)
+    inner = ctypes.create_string_buffer(
+        struct.pack(
+            "<IIIIQQIIII", client, device, 0, 0x40, ctypes.addressof(params), 0, 128, 0, 0, 0
+        ),
+        48,
+    )
+    xfer = bytearray(struct.pack("<IIQ", abi.Escape.RM_ALLOC, 48, ctypes.addressof(inner)))
+    ioctl(rm.ctl, abi.Escape.IOCTL_XFER_CMD, xfer)
+    return int(struct.unpack_from("<I", inner.raw, 40)[0])
 
 
 def main(argv: list[str]) -> int:
@@ -27,6 +43,8 @@ def main(argv: list[str]) -> int:
         out["statuses"] = [
             rm.alloc(client, device, 0x40, memory_params(int(mib) << 20)).status for mib in argv[1:]
         ]
+    elif argv[0] == "xfer":
+        out["statuses"] = [xfer_alloc(rm, client, device, int(mib) << 20) for mib in argv[1:]]
     elif argv[0] == "guard":
         tsg = rm.new(client, device, 0xA06C, tsg_params())
         out["set_timeslice"] = rm.control(

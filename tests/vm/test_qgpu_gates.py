@@ -47,6 +47,14 @@ def test_memory_limit_refuses_the_allocation_that_would_exceed_it() -> None:
         assert used(client, limited) == 0 and used(client, neighbour) == 0
 
 
+def test_an_allocation_wrapped_in_xfer_meets_the_same_gate() -> None:
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=GIB)
+        out = tenant(cg, "xfer", "1024", "1")
+        assert out["statuses"] == [NvStatus.NV_OK, NvStatus.NV_ERR_NO_MEMORY]
+        assert used(client, cg) == 0
+
+
 def test_memory_usage_is_released_by_free_and_by_exit() -> None:
     with qgpu_loaded() as client, cgroups(1) as (cg,):
         client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=GIB)
