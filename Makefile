@@ -4,7 +4,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test vm-test lint bench bench-gpu clean distclean
+.PHONY: venv demo test vm-test lint bench bench-vm bench-gpu clean distclean
 
 venv:
 	tools/bootstrap.sh
@@ -36,6 +36,11 @@ lint: venv
 bench: venv
 	$(BIN)/python tools/bench/run.py
 
+# qgpu.ko in the VM against the unhooked mock driver: cost per ioctl, shares, online latency.
+bench-vm: venv
+	$(MAKE) -s -C tools/bench/ioctlbench
+	tools/vm/run env PYTHONDONTWRITEBYTECODE=1 $(BIN)/python tools/bench/qgpu_vm.py
+
 # On a GPU machine, as root, with the system Python that has PyTorch (no venv there): native
 # time-slicing vs MPS vs the rm enforcer. ARGS go to tools/bench/gpu.py.
 bench-gpu:
@@ -48,6 +53,7 @@ clean:
 	find qpolicy tests tools -name __pycache__ -type d -prune -exec rm -rf {} +
 	$(MAKE) -s -C kmod clean
 	$(MAKE) -s -C tools/gpuload clean
+	$(MAKE) -s -C tools/bench/ioctlbench clean
 
 distclean: clean
 	rm -rf $(VENV)

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ioctlbench: time RM ioctls on /dev/nvidiactl, to compare a driver with and without qgpu's
+ * hooks. Prints one JSON object: nanoseconds per call for
+ *   control   RM_CONTROL on the client (a command the driver does not support: no work in RM)
+ *   alloc_free RM_ALLOC + RM_FREE of a system memory object (the tracker's path)
+ *   sysparams SYS_PARAMS (an escape qgpu passes straight through)
+ * Usage: ioctlbench [ITERATIONS]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../../kmod/uapi/nvrm.h"
+
+static int ctl;
+
+static void die(const char *what)
+{
+	fprintf(stderr, "ioctlbench: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static int rm(unsigned int nr, void *arg, size_t size)
+{
+	return ioctl(ctl, _IOC(_IOC_READ | _IOC_WRITE, NVRM_IOCTL_MAGIC, nr, size), arg);
+}
+
+static uint32_t alloc(uint32_t root, uint32_t parent, uint32_t cls, void *params)
+{
+	struct nvos64_params p = {
+		.hRoot = root, .hObjectParent = parent, .hClass = cls,
+		.pAllocParms = (uintptr_t)params,
+	};
+
+	if (rm(NV_ESC_RM_ALLOC, &p, sizeof(p)) || p.status != NV_OK) {
+		errno = p.status ? EIO : errno;
+		die("RM_ALLOC");
+	}
+	return p.hObjectNew;
+}
+
+static uint32_t rm_free(uint32_t root, uint32_t handle)
+{
+	struct nvos00_params p = { .hRoot = root, .hObjectParent = root, .hObjectOld = handle };
+
+	if (rm(NV_ESC_RM_FREE, &p, sizeof(p)))
+		die("RM_FREE");
+	return p.status;
+}
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+int main(int argc, char **argv)
+{
+	long n = argc > 1 ? atol(argv[1]) : 100000;
+	struct nv0080_alloc_params device = { 0 };
+	struct nv2080_alloc_params subdevice = { 0 };
+	struct nv_memory_alloc_params mem = { .size = 4096 };
+	struct nvrm_sys_params sys;
+	uint32_t client, hdevice;
+	int gpu;
+	double t;
+	long i;
+
+	ctl = open("/dev/nvidiactl", O_RDWR | O_CLOEXEC);
+	gpu = open("/dev/nvidia0", O_RDWR | O_CLOEXEC);
+	if (ctl < 0 || gpu < 0)
+		die("open");
+	if (ioctl(gpu, _IOC(_IOC_READ | _IOC_WRITE, NVRM_IOCTL_MAGIC, NV_ESC_REGISTER_FD,
+			    sizeof(int)), &ctl))
+		die("REGISTER_FD");
+	client = alloc(0, 0, NV01_ROOT_CLIENT, NULL);
+	hdevice = alloc(client, client, NV01_DEVICE_0, &device);
+	alloc(client, hdevice, NV20_SUBDEVICE_0, &subdevice);
+
+	printf("{\"iterations\": %ld", n);
+	t = now_ns();
+	for (i = 0; i < n; i++) {
+		uint8_t params[8];
+		struct nvos54_params p = {
+			.hClient = client, .hObject = client, .cmd = 0x00000101u,
+			.params = (uintptr_t)params, .paramsSize = sizeof(params),
+		};
+
+		if (rm(NV_ESC_RM_CONTROL, &p, sizeof(p)))
+			die("RM_CONTROL");
+	}
+	printf(", \"control_ns\": %.1f", (now_ns() - t) / n);
+
+	t = now_ns();
+	for (i = 0; i < n; i++) {
+		uint32_t h = alloc(client, hdevice, NV01_MEMORY_SYSTEM, &mem);
+
+		if (rm_free(client, h) != NV_OK)
+			die("RM_FREE status");
+	}
+	printf(", \"alloc_free_ns\": %.1f", (now_ns() - t) / n);
+
+	t = now_ns();
+	for (i = 0; i < n; i++)
+		if (rm(NV_ESC_SYS_PARAMS, &sys, sizeof(sys)))
+			die("SYS_PARAMS");
+	printf(", \"sysparams_ns\": %.1f}\n", (now_ns() - t) / n);
+	rm_free(client, client);
+	return 0;
+}

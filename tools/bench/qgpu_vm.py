@@ -1,0 +1,170 @@
+"""qgpu.ko's numbers in the VM, against nvmock alone (native time-slicing) in the same run.
+
+Run by ``make bench-vm`` (through tools/vm/run); writes build/vm/bench-qgpu.json.
+
+1. Hook overhead per ioctl: rounds alternate unhooked and hooked runs of tools/bench/ioctlbench
+   so that the VM's drift falls on both; the hooked runs are from a process in a cgroup qgpu
+   gates (the full path: cgroup lookup, tracker, guard).
+2. The kmod issue's targets on nvmock's engine (ground truth: its debugfs): fixed-share 50/30/20,
+   a lone fixed-share pod, burst-share hand-back, and online requests next to an offline
+   trainer, native and gated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from qpolicy.enforcers.kmod import QgpuClient, cgroup_id  # noqa: E402
+from tests.vm.conftest import reset  # noqa: E402
+from tests.vm.gpuload import start_together  # noqa: E402
+from tests.vm.qgpu_env import cgroups, gpu_seconds, in_cgroup  # noqa: E402
+
+BENCH = ROOT / "tools" / "bench" / "ioctlbench" / "ioctlbench"
+NVMOCK = ROOT / "kmod" / "nvmock" / "nvmock.ko"
+QGPU = ROOT / "kmod" / "qgpu" / "qgpu.ko"
+CGROUP = Path("/sys/fs/cgroup/qgpu-bench")
+OUT = ROOT / "build" / "vm" / "bench-qgpu.json"
+ROUNDS = int(os.environ.get("ROUNDS", "5"))
+ITERATIONS = os.environ.get("ITERATIONS", "20000")
+KEYS = ("control_ns", "alloc_free_ns", "sysparams_ns")
+PERIOD_US = 50_000
+SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
+REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--poll-us", "20"]
+
+
+def run_bench(in_cgroup: bool) -> dict[str, float]:
+    def enter() -> None:
+        if in_cgroup:
+            (CGROUP / "cgroup.procs").write_text(str(os.getpid()))
+
+    out = subprocess.run(
+        [str(BENCH), ITERATIONS], capture_output=True, text=True, check=True, preexec_fn=enter
+    )
+    return dict(json.loads(out.stdout))
+
+
+def hook_overhead() -> dict[str, object]:
+    CGROUP.mkdir(exist_ok=True)
+    plain: list[dict[str, float]] = []
+    hooked: list[dict[str, float]] = []
+    run_bench(False)  # warm up
+    for _ in range(ROUNDS):
+        plain.append(run_bench(False))
+        subprocess.run(["insmod", str(QGPU), "target=nvmock"], check=True)
+        with QgpuClient.open() as client:
+            client.set_cgroup(cgroup_id(CGROUP), 0, "offline", 100)
+            hooked.append(run_bench(True))
+            client.del_cgroup(cgroup_id(CGROUP))
+        subprocess.run(["rmmod", "qgpu"], check=True)
+    CGROUP.rmdir()
+    result: dict[str, object] = {"rounds": ROUNDS, "iterations": int(ITERATIONS)}
+    print(f"{'ioctl':<12} {'nvmock ns':>10} {'hooked ns':>10} {'ratio':>6}")
+    for key in KEYS:
+        a = statistics.median(r[key] for r in plain)
+        b = statistics.median(r[key] for r in hooked)
+        result[key] = {"unhooked_ns": a, "hooked_ns": b, "ratio": b / a}
+        print(f"{key.removesuffix('_ns'):<12} {a:>10.0f} {b:>10.0f} {b / a:>6.2f}")
+    return result
+
+
+def shares(client: QgpuClient, policy: str, wanted: tuple[int, ...]) -> list[float]:
+    with cgroups(len(wanted)) as cgs:
+        client.set_gpu(0, policy, PERIOD_US)
+        for cg, share in zip(cgs, wanted, strict=True):
+            client.set_cgroup(cg.id, 0, "offline", share)
+        reset()
+        loads = start_together(
+            *([*SATURATE, "--seconds", "8"] for _ in cgs), cgroups=[str(c.path) for c in cgs]
+        )
+        walls = [load.result()["elapsed_s"] for load in loads]
+        seconds = [gpu_seconds(load.pid) for load in loads]
+        for cg in cgs:
+            client.del_cgroup(cg.id)
+    if len(wanted) == 1:
+        return [seconds[0] / walls[0] * 100]
+    return [s / sum(seconds) * 100 for s in seconds]
+
+
+def online_offline(client: QgpuClient) -> dict[str, float]:
+    out: dict[str, float] = {}
+    with cgroups(2) as (online, offline):
+        solo = in_cgroup(online, [*REQUEST, "--seconds", "8"]).ready().result()
+        out["online_solo_p99_ms"] = solo["p99_ms"]
+        reset()
+        alone = in_cgroup(offline, [*SATURATE, "--seconds", "5"]).ready()
+        alone_wall = alone.result()["elapsed_s"]
+        out["offline_solo_share"] = gpu_seconds(alone.pid) / alone_wall
+        for mode in ("native", "qgpu"):
+            if mode == "qgpu":
+                client.set_gpu(0, "best-effort", PERIOD_US)
+                client.set_cgroup(online.id, 0, "online", 50)
+                client.set_cgroup(offline.id, 0, "offline", 50)
+            reset()
+            infer, train = start_together(
+                [*REQUEST, "--seconds", "8"],
+                [*SATURATE, "--seconds", "8"],
+                cgroups=[str(online.path), str(offline.path)],
+            )
+            served = infer.result()
+            wall = train.result()["elapsed_s"]
+            online_share = gpu_seconds(infer.pid) / wall
+            offline_share = gpu_seconds(train.pid) / wall
+            out[f"{mode}_online_p99_ms"] = served["p99_ms"]
+            out[f"{mode}_p99_ratio"] = served["p99_ms"] / out["online_solo_p99_ms"]
+            out[f"{mode}_offline_share"] = offline_share
+            # What online leaves, at the efficiency the offline pod reaches alone in this VM.
+            out[f"{mode}_offline_kept"] = offline_share / (
+                (1 - online_share) * out["offline_solo_share"]
+            )
+        client.del_cgroup(online.id)
+        client.del_cgroup(offline.id)
+    return out
+
+
+def main() -> int:
+    subprocess.run(["insmod", str(NVMOCK), "num_gpus=1"], check=True)
+    for name, minor in (("nvidiactl", 255), ("nvidia0", 0)):
+        if not Path(f"/dev/{name}").exists():
+            os.mknod(f"/dev/{name}", 0o666 | 0o020000, os.makedev(195, minor))
+    if not Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        subprocess.run(["mount", "-t", "cgroup2", "none", "/sys/fs/cgroup"], check=True)
+    if not Path("/sys/kernel/debug/nvmock").exists():
+        subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
+    result: dict[str, object] = {"hook": hook_overhead()}
+    subprocess.run(["insmod", str(QGPU), "target=nvmock"], check=True)
+    with QgpuClient.open() as client:
+        fs = shares(client, "fixed-share", (50, 30, 20))
+        lone = shares(client, "fixed-share", (30,))
+        bs = shares(client, "burst-share", (30, 70))
+        oo = online_offline(client)
+        client.set_gpu(0, "best-effort")
+    subprocess.run(["rmmod", "qgpu"], check=True)
+    subprocess.run(["rmmod", "nvmock"], check=True)
+    result.update({"fixed_share_50_30_20": fs, "lone_fixed_share_30": lone})
+    result.update({"burst_share_30_70": bs, "online_offline": oo})
+    print(f"fixed-share 50/30/20 -> {fs[0]:.1f}/{fs[1]:.1f}/{fs[2]:.1f}")
+    print(f"lone fixed-share 30  -> {lone[0]:.1f} % of wall time")
+    print(f"burst-share 30/70    -> {bs[0]:.1f}/{bs[1]:.1f}")
+    print(
+        "online p99 / solo    -> native {native_p99_ratio:.2f}x, qgpu {qgpu_p99_ratio:.2f}x"
+        " (solo p99 {online_solo_p99_ms:.2f} ms)".format(**oo)
+    )
+    print(
+        "offline kept of what online leaves -> native {native_offline_kept:.3f},"
+        " qgpu {qgpu_offline_kept:.3f}".format(**oo)
+    )
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
