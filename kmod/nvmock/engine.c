@@ -15,6 +15,7 @@
 #include <linux/ktime.h>
 #include <linux/moduleparam.h>
 #include <linux/sched.h>
+#include <linux/sizes.h>
 
 #include "nvmock.h"
 
@@ -78,11 +79,34 @@ void nvmock_engine_remove_channel(struct nvmock_channel *ch)
 	wait_event(engine->released, READ_ONCE(engine->running) != ch);
 }
 
-void nvmock_engine_add_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem)
+/*
+ * Give mem the lowest free GPU address it fits at, keeping va_list in address order. Freed
+ * ranges are reused, as RM's own allocator does: a process that allocates and frees for
+ * hours must not walk past the 40 address bits a GPFIFO entry carries.
+ */
+bool nvmock_engine_add_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem)
 {
+	u64 span = round_up(mem->size, SZ_64K);
+	struct list_head *next = &gpu->va_list;
+	u64 va = NVMOCK_GPU_VA_BASE;
+	struct nvmock_mem *pos;
+	bool placed = false;
+
 	spin_lock(&gpu->engine.lock);
-	list_add_tail(&mem->va_node, &gpu->va_list);
+	list_for_each_entry(pos, &gpu->va_list, va_node) {
+		if (pos->va - va >= span) {
+			next = &pos->va_node;
+			break;
+		}
+		va = pos->va + round_up(pos->size, SZ_64K);
+	}
+	if (span <= NVMOCK_GPU_VA_END - va) {
+		mem->va = va;
+		list_add_tail(&mem->va_node, next);
+		placed = true;
+	}
 	spin_unlock(&gpu->engine.lock);
+	return placed;
 }
 
 void nvmock_engine_remove_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem)

@@ -101,7 +101,6 @@ static void nvmock_gpu_init(struct nvmock_gpu *gpu, unsigned int index)
 	/* RM's gpu_id encodes the PCI bus; the mock puts each GPU on its own bus. */
 	gpu->gpu_id = (0x18 + index) << 8;
 	gpu->fb_size = (u64)fb_mib << 20;
-	gpu->next_va = NVMOCK_GPU_VA_BASE;
 	INIT_LIST_HEAD(&gpu->va_list);
 	ida_init(&gpu->chids);
 	ida_init(&gpu->tsg_ids);

@@ -62,7 +62,7 @@ struct nvmock_mem {
 	u64 size;
 	u64 va;			/* GPU address */
 	struct nvmock_buf *buf;	/* NULL until first mapped */
-	struct list_head va_node;	/* gpu->va_list, under the engine lock */
+	struct list_head va_node;	/* gpu->va_list by address, under the engine lock */
 };
 
 struct nvmock_tsg {
@@ -175,7 +175,6 @@ struct nvmock_gpu {
 	u32 gpu_id;
 	u64 fb_size;
 	u64 fb_used;
-	u64 next_va;
 	struct list_head va_list;
 	struct page *usermode_page;
 	struct ida chids;
@@ -228,7 +227,7 @@ void nvmock_engine_add_tsg(struct nvmock_tsg *tsg);
 void nvmock_engine_remove_tsg(struct nvmock_tsg *tsg);
 void nvmock_engine_add_channel(struct nvmock_channel *ch);
 void nvmock_engine_remove_channel(struct nvmock_channel *ch);
-void nvmock_engine_add_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem);
+bool nvmock_engine_add_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem);
 void nvmock_engine_remove_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem);
 void nvmock_engine_reset_stats(struct nvmock_gpu *gpu);
 

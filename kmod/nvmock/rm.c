@@ -287,7 +287,6 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 	struct nv_memory_alloc_params *p = params;
 	struct nvmock_gpu *gpu = obj->gpu;
 	struct nvmock_mem *mem;
-	u64 span;
 
 	if (!p->size || p->size > (1ull << 40))
 		return NV_ERR_INVALID_ARGUMENT;
@@ -296,14 +295,14 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 	mem = kzalloc(sizeof(*mem), GFP_KERNEL);
 	if (!mem)
 		return NV_ERR_NO_MEMORY;
-	span = round_up(p->size, SZ_64K);
 	mem->size = p->size;
-	mem->va = gpu->next_va;
-	gpu->next_va += span;
+	if (!nvmock_engine_add_mem(gpu, mem)) {
+		kfree(mem);
+		return NV_ERR_NO_MEMORY;
+	}
 	if (obj->kind == NVMOCK_VIDMEM)
 		gpu->fb_used += p->size;
 	obj->mem = mem;
-	nvmock_engine_add_mem(gpu, mem);
 	/* RM answers in the parameters: where the memory is and its last byte. */
 	p->offset = mem->va;
 	p->limit = p->size - 1;

@@ -24,9 +24,11 @@
 
 /*
  * Memory objects (NV01_MEMORY_SYSTEM, NV01_MEMORY_LOCAL_USER) get a GPU address when allocated,
- * returned in NV_MEMORY_ALLOCATION_PARAMS.offset; addresses start here and never overlap.
+ * returned in NV_MEMORY_ALLOCATION_PARAMS.offset: the lowest free range, 64 KiB aligned, in
+ * [NVMOCK_GPU_VA_BASE, NVMOCK_GPU_VA_END). Ranges never overlap; freed ones are reused.
  */
 #define NVMOCK_GPU_VA_BASE		0x100000000ull
+#define NVMOCK_GPU_VA_END		0x10000000000ull
 /* System memory objects up to this size have backing pages the engine reads and writes. */
 #define NVMOCK_MAX_BACKED_BYTES		(64u << 20)
 

@@ -108,6 +108,39 @@ def test_device_memory_runs_out_with_the_drivers_status(rm: Rm) -> None:
     rm.free(client, client, client)
 
 
+def test_gpu_addresses_are_the_lowest_free_range_and_freed_ones_are_reused(rm: Rm) -> None:
+    client = rm.new(0, 0, 0x41)
+    device = rm.new(client, client, 0x80, handle=0x5C000003)
+
+    def sysmem(size: int) -> tuple[int, int]:
+        result = rm.alloc(client, device, 0x3E, memory_params(size))
+        assert result.status == NvStatus.NV_OK
+        return result.handle, offset_of(result.params)
+
+    (_, va_a), (b, va_b), (_, va_c) = sysmem(1 << 20), sysmem(100), sysmem(1 << 20)
+    # In order, 64 KiB aligned, not overlapping.
+    assert va_a >= 1 << 32 and va_b == va_a + (1 << 20) and va_c == va_b + (64 << 10)
+    assert rm.free(client, device, b) == NvStatus.NV_OK
+    # A range too big for the hole goes past the last one; one that fits takes the hole.
+    _, va_big = sysmem(128 << 10)
+    assert va_big == va_c + (1 << 20)
+    _, va_small = sysmem(64 << 10)
+    assert va_small == va_b
+    # Allocating and freeing 64 GiB a hundred times stays where it started: a bump pointer
+    # would pass the 40 bits a GPFIFO entry carries after sixteen.
+    seen = set()
+    for _ in range(100):
+        handle, va = sysmem(64 << 30)
+        seen.add(va)
+        assert rm.free(client, device, handle) == NvStatus.NV_OK
+    assert len(seen) == 1 and seen.pop() + (64 << 30) <= 1 << 40
+    # A range that cannot fit below 40 bits is refused with the driver's status.
+    assert rm.alloc(client, device, 0x3E, memory_params(1 << 40)).status == (
+        NvStatus.NV_ERR_NO_MEMORY
+    )
+    assert rm.free(client, client, client) == NvStatus.NV_OK
+
+
 def test_a_device_needs_its_gpu_file_open() -> None:
     ctl = os.open("/dev/nvidiactl", os.O_RDWR)
     try:
