@@ -48,7 +48,10 @@ def test_a_lone_fixed_share_pod_stays_within_its_share() -> None:
         result = load.result()
         fraction = gpu_seconds(load.pid) / result["elapsed_s"] * 100
         print(f"lone fixed-share 30 -> {fraction:.2f}")
-        assert 25 <= fraction <= 31
+        # The target is the ceiling. The floor only says the gate opens for the pod's slice:
+        # it sits well below the share because a pod whose CPU side is slowed (two cores
+        # shared by the guest's vCPUs and QEMU) leaves part of its own slice unused.
+        assert 0.75 * 30 <= fraction <= 30 + 1
 
 
 def _rates(pids: list[int], seconds: float, step: float) -> list[list[float]]:
