@@ -217,9 +217,23 @@ STREAM_STEPS = 100_000
 STREAM = [*SATURATE, "--steps", str(STREAM_STEPS), "--vidmem-mib", "1", "--seconds", "0.2"]
 
 
-def throttled(client: QgpuClient, cg: Cgroup) -> bool:
-    stats = stats_of(client, cg)
-    return stats.channels >= 1 and stats.nr_throttled >= 1
+def check_gating(pod: Cgroup, neighbour: Cgroup, timeout: float = 30.0) -> None:
+    """A saturating gpuload started in ``pod`` under the loaded instance gets tracked and
+    throttled; on failure, what the module and the load say."""
+    load = in_cgroup(pod, [*SATURATE, "--seconds", "30"]).ready()
+    try:
+        with QgpuClient.open() as client:
+            started = time.monotonic()
+            while time.monotonic() - started < timeout:
+                stats = stats_of(client, pod)
+                if stats.channels >= 1 and stats.nr_throttled >= 1:
+                    return
+                time.sleep(0.01)
+            report = [stats_of(client, pod), stats_of(client, neighbour), *client.gpus()]
+    finally:
+        load.proc.kill()
+        _, err = load.proc.communicate(timeout=30)
+    raise AssertionError(f"no throttled channel in {timeout} s: {report}; gpuload: {err}")
 
 
 def test_load_unload_cycles_under_gated_load() -> None:
@@ -264,9 +278,8 @@ def test_load_unload_cycles_under_gated_load() -> None:
                 pod = (a, b)[cycle // churn_every % 2]
                 churn.append(in_cgroup(pod, [*SATURATE, "--seconds", "1.5", "--steps", "20"]))
             if cycle % check_every == 0:
-                # This instance's scheduler gates: it closes the channels it tracks in ``a``.
-                with QgpuClient.open() as client:
-                    wait_for("a throttled channel", lambda: throttled(client, a))
+                # This instance's scheduler gates: it closes a channel it tracks in ``a``.
+                check_gating(a, b)
                 checked += 1
             t = time.monotonic()
             refused, took = rmmod_qgpu()
