@@ -76,6 +76,7 @@
 #define NV_ERR_NOT_SUPPORTED			0x56
 #define NV_ERR_OBJECT_NOT_FOUND			0x57
 #define NV_ERR_STATE_IN_USE			0x63
+#define NV_ERR_GENERIC				0xFFFF
 
 /* Classes. */
 #define NV01_ROOT			0x0000

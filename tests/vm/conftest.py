@@ -19,7 +19,9 @@ NVMOCK = ROOT / "kmod" / "nvmock" / "nvmock.ko"
 GPULOAD = ROOT / "tools" / "gpuload" / "gpuload"
 DEBUGFS = Path("/sys/kernel/debug/nvmock")
 GPUS = 2
-BAD_KERNEL_LOG = re.compile(r"WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak")
+BAD_KERNEL_LOG = re.compile(
+    r"WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|used by two threads"
+)
 
 
 def objects() -> dict[str, int]:

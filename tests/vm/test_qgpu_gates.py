@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
+from pathlib import Path
 
+import pytest
+
+from qpolicy.enforcers.kmod import KmodError
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import ROOT
+from tests.vm.conftest import ROOT, kernel_log
 from tests.vm.qgpu_env import Cgroup, cgroups, qgpu_loaded, run_in_cgroup
 
 GIB = 1 << 30
@@ -82,3 +87,21 @@ def test_a_gated_tenants_own_scheduling_controls_are_refused() -> None:
         assert out["set_timeslice"] == NvStatus.NV_OK and out["timeslice_us"] == 100
         assert out["schedule_disable"] == NvStatus.NV_OK
         assert out["disable_channels"] == NvStatus.NV_OK
+
+
+def test_without_the_drivers_rm_entry_gates_hold_and_time_slicing_is_refused() -> None:
+    """A driver that refuses qgpu's version for its kernel RM entry (as nvidia.ko does when
+    rm_version= is wrong) costs the time slices, not the gates."""
+    log_lines = len(kernel_log().splitlines())
+    with qgpu_loaded(rm_version="1.0.0") as client, cgroups(1) as (cg,):
+        refused = [line for line in kernel_log().splitlines()[log_lines:] if "1.0.0" in line]
+        assert len(refused) == 1 and "time slicing is off" in refused[0], refused
+        with pytest.raises(KmodError) as error:
+            client.set_gpu(0, "fixed-share", 50_000)
+        assert error.value.errno == errno.EOPNOTSUPP
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=GIB)
+        out = tenant(cg, "vidmem", "1024", "1")
+        assert out["statuses"] == [NvStatus.NV_OK, NvStatus.NV_ERR_NO_MEMORY]
+        assert used(client, cg) == 0
+    # Nothing of the entry was kept: nvmock is free to go.
+    assert int(Path("/sys/module/nvmock/refcnt").read_text()) == 0
