@@ -73,19 +73,20 @@ def test_burst_share_lends_idle_time_and_takes_it_back_within_a_period() -> None
         client.set_cgroup(a_cg.id, 0, "offline", 30)
         client.set_cgroup(b_cg.id, 0, "offline", 70)
         reset()
-        a = in_cgroup(a_cg, [*SATURATE, "--seconds", "9"]).ready()
+        a = in_cgroup(a_cg, [*SATURATE, "--seconds", "10"]).ready()
         time.sleep(1.0)
         # B idle: A gets the GPU, not just its 30 % (a saturating process alone keeps the
         # VM's engine busy about 90 % of the time).
         alone = _rates([a.pid], 2.0, 0.5)
         lent = sum(r[0] for r in alone) / (0.5 * len(alone))
-        b = in_cgroup(b_cg, [*SATURATE, "--seconds", "4"]).ready()
+        b = in_cgroup(b_cg, [*SATURATE, "--seconds", "5"]).ready()
         start = processes().get(b.pid, 0)
         while processes().get(b.pid, 0) == start:
             time.sleep(0.005)
         # From one period after B has work, the split is 30:70 again.
         time.sleep(PERIOD_US / 1e6)
-        both = _rates([a.pid, b.pid], 2.0, 0.5)
+        # Over 3 s: a TCG guest's timing makes a shorter window noisy by a few points.
+        both = _rates([a.pid, b.pid], 3.0, 0.5)
         b.result()
         a.result()
         a_share = sum(r[0] for r in both) / sum(r[0] + r[1] for r in both)
