@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * nvmock: the in-kernel RM entry (see nvmock_kapi.h).
+ * nvmock: the in-kernel RM entry, in nvidia.ko's shape (../uapi/nvrm_kapi.h). Because nvmock
+ * exports the driver's symbol name, it cannot be loaded next to nvidia.ko.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -11,7 +12,8 @@
 #include <linux/string.h>
 
 #include "nvmock.h"
-#include "nvmock_kapi.h"
+#include "../uapi/nvmock.h"
+#include "../uapi/nvrm_kapi.h"
 
 /* What a caller's stack stands for here: a check that one thread uses it at a time. */
 struct rm_stack {
@@ -31,30 +33,30 @@ static void free_stack(void *sp)
 	kfree(sp);
 }
 
-static u32 run_op(struct nvmock_kernel_rmapi_op *op)
+static void run_op(struct nvrm_kernel_op *op)
 {
 	static const struct nvmock_caller kernel = { .kernel = true };
 
 	switch (op->op) {
-	case NVMOCK_RMAPI_OP_FREE: {
+	case NVRM_KERNEL_OP_FREE: {
 		struct nvos00_params *p = &op->params.free;
 
-		return p->status = nvmock_rm_free(&kernel, p->hRoot, p->hObjectParent,
-						  p->hObjectOld);
+		p->status = nvmock_rm_free(&kernel, p->hRoot, p->hObjectParent, p->hObjectOld);
+		break;
 	}
-	case NVMOCK_RMAPI_OP_ALLOC: {
+	case NVRM_KERNEL_OP_ALLOC: {
 		struct nvos21_params *p = &op->params.alloc;
 
-		return p->status = nvmock_rm_alloc(&kernel, p->hRoot, p->hObjectParent,
-						   &p->hObjectNew, p->hClass, NULL,
-						   (void *)(uintptr_t)p->pAllocParms);
+		p->status = nvmock_rm_alloc(&kernel, p->hRoot, p->hObjectParent, &p->hObjectNew,
+					    p->hClass, NULL, (void *)(uintptr_t)p->pAllocParms);
+		break;
 	}
-	case NVMOCK_RMAPI_OP_CONTROL:
-		return op->params.control.status =
-			nvmock_rm_control(&kernel, &op->params.control, true);
+	case NVRM_KERNEL_OP_CONTROL:
+		op->params.control.status = nvmock_rm_control(&kernel, &op->params.control, true);
+		break;
 	default:
 		/* Like the driver, an op it does not know leaves the parameters alone. */
-		return NV_ERR_NOT_SUPPORTED;
+		break;
 	}
 }
 
@@ -72,7 +74,7 @@ static void rmapi_op(void *sp, void *ops_cmd)
 	atomic_dec(&stack->users);
 }
 
-u32 nvidia_get_rm_ops(struct nvmock_rm_ops *ops)
+u32 nvidia_get_rm_ops(struct nvrm_kernel_ops *ops)
 {
 	const char *version = ops->version_string;
 

@@ -4,7 +4,7 @@
  * channels as a kernel client (FIFO_DISABLE_CHANNELS, the lever that acts on GSP GPUs).
  *
  * The entry is nvidia.ko's kernel-client interface, the one nvidia-modeset uses
- * (nvidia_get_rm_ops, declared in nvidia_kapi.h); nvmock exports the same. It is taken at run
+ * (nvidia_get_rm_ops, declared in ../uapi/nvrm_kapi.h); nvmock exports the same. It is taken at run
  * time (symbol_get), so qgpu loads against either driver, and it needs the driver's exact
  * version: nvmock's is known, nvidia's comes from rm_version= (/sys/module/nvidia/version).
  * Against nvidia.ko this has not run on hardware. Without the entry time slicing is refused
@@ -19,18 +19,14 @@
 #include <linux/string.h>
 
 #include "../uapi/nvmock.h"
-#include "nvidia_kapi.h"
+#include "../uapi/nvrm_kapi.h"
 #include "qgpu.h"
-
-#define RMAPI_OP_FREE		0x00
-#define RMAPI_OP_ALLOC		0x15
-#define RMAPI_OP_CONTROL	0x36
 
 static char *rm_version = "";
 module_param(rm_version, charp, 0444);
 MODULE_PARM_DESC(rm_version, "target=nvidia: the driver's exact version, for its kernel RM entry");
 
-static struct nvidia_rm_ops rm_ops;
+static struct nvrm_kernel_ops rm_ops;
 /* The driver's stack may be used by one thread at a time: the GPUs' threads share it. */
 static DEFINE_MUTEX(rm_stack_lock);
 static void *rm_stack;
@@ -46,7 +42,7 @@ static const char *target_version(void)
 
 int qgpu_rmapi_init(void)
 {
-	u32 (*get_ops)(struct nvidia_rm_ops *ops);
+	u32 (*get_ops)(struct nvrm_kernel_ops *ops);
 	const char *version = target_version();
 	u32 status;
 
@@ -96,42 +92,32 @@ bool qgpu_rmapi_available(void)
 /* One RM call as a kernel client: FREE takes NVOS00, ALLOC NVOS21, CONTROL NVOS54. */
 static u32 rm_call(u32 op, void *params)
 {
+	struct nvrm_kernel_op call = { .op = op };
 	struct nvos21_params *alloc = params;
-	struct nvidia_rmapi_op *call;
-	u32 status;
 
-	call = kzalloc(sizeof(*call), GFP_KERNEL);
-	if (!call)
-		return NV_ERR_NO_MEMORY;
-	call->op = op;
 	switch (op) {
-	case RMAPI_OP_FREE:
-		call->params.free = *(struct nvos00_params *)params;
+	case NVRM_KERNEL_OP_FREE:
+		call.params.free = *(struct nvos00_params *)params;
 		break;
-	case RMAPI_OP_ALLOC:
-		call->params.alloc = *alloc;
+	case NVRM_KERNEL_OP_ALLOC:
+		call.params.alloc = *alloc;
 		break;
 	default:
-		call->params.control = *(struct nvos54_params *)params;
+		call.params.control = *(struct nvos54_params *)params;
 		break;
 	}
 	mutex_lock(&rm_stack_lock);
-	rm_ops.op(rm_stack, call);
+	rm_ops.op(rm_stack, &call);
 	mutex_unlock(&rm_stack_lock);
 	switch (op) {
-	case RMAPI_OP_FREE:
-		status = call->params.free.status;
-		break;
-	case RMAPI_OP_ALLOC:
-		alloc->hObjectNew = call->params.alloc.hObjectNew;
-		status = call->params.alloc.status;
-		break;
+	case NVRM_KERNEL_OP_FREE:
+		return call.params.free.status;
+	case NVRM_KERNEL_OP_ALLOC:
+		alloc->hObjectNew = call.params.alloc.hObjectNew;
+		return call.params.alloc.status;
 	default:
-		status = call->params.control.status;
-		break;
+		return call.params.control.status;
 	}
-	kfree(call);
-	return status;
 }
 
 static u32 rm_alloc(u32 hroot, u32 hparent, u32 *hnew, u32 hclass, void *params, u32 size)
@@ -144,7 +130,7 @@ static u32 rm_alloc(u32 hroot, u32 hparent, u32 *hnew, u32 hclass, void *params,
 		.pAllocParms = (u64)(uintptr_t)params,
 		.paramsSize = size,
 	};
-	u32 status = rm_call(RMAPI_OP_ALLOC, &p);
+	u32 status = rm_call(NVRM_KERNEL_OP_ALLOC, &p);
 
 	*hnew = p.hObjectNew;
 	return status;
@@ -158,7 +144,7 @@ u32 qgpu_rmapi_free(u32 hclient, u32 hobject)
 		.hObjectOld = hobject,
 	};
 
-	return rm_call(RMAPI_OP_FREE, &p);
+	return rm_call(NVRM_KERNEL_OP_FREE, &p);
 }
 
 /* A kernel client with the GPU's device and subdevice, to send controls from. */
@@ -222,7 +208,7 @@ u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
 	memcpy(p->hChannelList, channels, n * sizeof(*channels));
 	control.params = (u64)(uintptr_t)p;
 	control.paramsSize = sizeof(*p);
-	status = rm_call(RMAPI_OP_CONTROL, &control);
+	status = rm_call(NVRM_KERNEL_OP_CONTROL, &control);
 	kfree(p);
 	return status;
 }
