@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from qpolicy.enforcers.kmod import QgpuClient, cgroup_id
+from qpolicy.enforcers.kmod import CgroupStats, QgpuClient, cgroup_id
 from tests.vm.conftest import ROOT, processes
 from tests.vm.gpuload import Gpuload
 
@@ -39,15 +42,20 @@ def loaded() -> bool:
 
 
 @contextmanager
-def qgpu_loaded(**params: object) -> Iterator[QgpuClient]:
+def module_loaded(**params: object) -> Iterator[None]:
+    """qgpu loaded for the block, and unloaded cleanly after it."""
     insmod(**params)
-    client = QgpuClient.open()
     try:
-        yield client
+        yield
     finally:
-        client.close()
         result = rmmod()
         assert result.returncode == 0, result.stderr
+
+
+@contextmanager
+def qgpu_loaded(**params: object) -> Iterator[QgpuClient]:
+    with module_loaded(**params), QgpuClient.open() as client:
+        yield client
 
 
 @dataclass
@@ -99,3 +107,21 @@ def run_in_cgroup(
 
 def gpu_seconds(pid: int, gpu: int = 0) -> float:
     return processes(gpu).get(pid, 0) / 1e9
+
+
+def tenant(cg: Cgroup, *args: str) -> dict[str, Any]:
+    """tests/vm/tenant.py run inside ``cg``: its JSON report."""
+    result = run_in_cgroup(cg, [sys.executable, "-m", "tests.vm.tenant", *args], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
+def stats_of(client: QgpuClient, cg: Cgroup) -> CgroupStats:
+    for stats in client.cgroups():
+        if stats.cgroup_id == cg.id:
+            return stats
+    raise AssertionError(f"cgroup {cg.path.name} is not configured")
+
+
+def refcount(module: str) -> int:
+    return int(Path(f"/sys/module/{module}/refcnt").read_text())

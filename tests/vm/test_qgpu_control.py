@@ -41,7 +41,7 @@ from qpolicy.enforcers.qgpu_uapi import (
     Policy,
 )
 from tests.vm.conftest import BAD_KERNEL_LOG, kernel_log
-from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, insmod, rmmod
+from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, module_loaded
 
 # -- a raw generic netlink socket --------------------------------------------------------------
 
@@ -373,14 +373,12 @@ def unconfigure(genl: Genl) -> None:
 @pytest.fixture(scope="module")
 def loaded() -> Iterator[Genl]:
     # Schedulers looking less often: nothing here runs on the GPU, and the VM's CPUs are slow.
-    insmod(poll_us=5000)
-    genl = Genl()
-    try:
-        yield genl
-    finally:
-        genl.close()
-        result = rmmod()
-        assert result.returncode == 0, result.stderr
+    with module_loaded(poll_us=5000):
+        genl = Genl()
+        try:
+            yield genl
+        finally:
+            genl.close()
 
 
 @pytest.fixture(scope="module")

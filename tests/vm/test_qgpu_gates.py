@@ -3,31 +3,15 @@
 from __future__ import annotations
 
 import errno
-import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from qpolicy.enforcers.kmod import KmodError
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import ROOT, kernel_log
-from tests.vm.qgpu_env import Cgroup, cgroups, qgpu_loaded, run_in_cgroup
+from tests.vm.conftest import kernel_log
+from tests.vm.qgpu_env import cgroups, qgpu_loaded, refcount, stats_of, tenant
 
 GIB = 1 << 30
-
-
-def tenant(cg: Cgroup, *args: str) -> dict[str, object]:
-    result = run_in_cgroup(cg, [sys.executable, "-m", "tests.vm.tenant", *args], cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    return dict(json.loads(result.stdout))
-
-
-def used(client: object, cg: Cgroup) -> int:
-    for stats in client.cgroups():  # type: ignore[attr-defined]
-        if stats.cgroup_id == cg.id:
-            return int(stats.mem_used)
-    raise AssertionError("cgroup not reported")
 
 
 def test_memory_limit_refuses_the_allocation_that_would_exceed_it() -> None:
@@ -49,7 +33,7 @@ def test_memory_limit_refuses_the_allocation_that_would_exceed_it() -> None:
         stats = {s.cgroup_id: s for s in client.cgroups()}
         assert stats[limited.id].oom == 2 and stats[neighbour.id].oom == 0
         # Both processes exited: their usage went with them.
-        assert used(client, limited) == 0 and used(client, neighbour) == 0
+        assert stats_of(client, limited).mem_used == 0 and stats_of(client, neighbour).mem_used == 0
 
 
 def test_an_allocation_wrapped_in_xfer_meets_the_same_gate() -> None:
@@ -57,7 +41,7 @@ def test_an_allocation_wrapped_in_xfer_meets_the_same_gate() -> None:
         client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=GIB)
         out = tenant(cg, "xfer", "1024", "1")
         assert out["statuses"] == [NvStatus.NV_OK, NvStatus.NV_ERR_NO_MEMORY]
-        assert used(client, cg) == 0
+        assert stats_of(client, cg).mem_used == 0
 
 
 def test_memory_usage_is_released_by_free_and_by_exit() -> None:
@@ -66,7 +50,7 @@ def test_memory_usage_is_released_by_free_and_by_exit() -> None:
         # Each tenant run frees its client at the end: a new run starts from zero again.
         for _ in range(3):
             assert tenant(cg, "vidmem", "1024")["statuses"] == [NvStatus.NV_OK]
-            assert used(client, cg) == 0
+            assert stats_of(client, cg).mem_used == 0
 
 
 def test_a_gated_tenants_own_scheduling_controls_are_refused() -> None:
@@ -102,6 +86,6 @@ def test_without_the_drivers_rm_entry_gates_hold_and_time_slicing_is_refused() -
         client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=GIB)
         out = tenant(cg, "vidmem", "1024", "1")
         assert out["statuses"] == [NvStatus.NV_OK, NvStatus.NV_ERR_NO_MEMORY]
-        assert used(client, cg) == 0
+        assert stats_of(client, cg).mem_used == 0
     # Nothing of the entry was kept: nvmock is free to go.
-    assert int(Path("/sys/module/nvmock/refcnt").read_text()) == 0
+    assert refcount("nvmock") == 0

@@ -60,7 +60,9 @@ from tests.vm.qgpu_env import (
     insmod,
     loaded,
     qgpu_loaded,
-    run_in_cgroup,
+    refcount,
+    stats_of,
+    tenant,
 )
 from tests.vm.rmclient import Rm
 
@@ -152,13 +154,6 @@ def unloaded_at_the_end() -> Iterator[None]:
     finally:
         if loaded():
             rmmod_qgpu()
-
-
-def stats_of(client: QgpuClient, cg: Cgroup) -> CgroupStats:
-    for stats in client.cgroups():
-        if stats.cgroup_id == cg.id:
-            return stats
-    raise AssertionError(f"cgroup {cg.path.name} is not configured")
 
 
 def held(stats: CgroupStats) -> tuple[int, int, int, int]:
@@ -324,16 +319,6 @@ def test_load_unload_cycles_under_gated_load() -> None:
 
 
 # -- the hold on the target driver -------------------------------------------------------------
-
-
-def tenant(cg: Cgroup, *args: str) -> dict[str, Any]:
-    result = run_in_cgroup(cg, [sys.executable, "-m", "tests.vm.tenant", *args], cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    return dict(json.loads(result.stdout))
-
-
-def refcount(module: str) -> int:
-    return int(Path(f"/sys/module/{module}/refcnt").read_text())
 
 
 def test_nvmock_cannot_be_unloaded_while_qgpu_holds_it() -> None:
