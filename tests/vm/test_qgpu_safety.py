@@ -104,7 +104,8 @@ def rmmod_qgpu() -> tuple[int, float]:
         done = LIBC.syscall(SYS_DELETE_MODULE, b"qgpu", os.O_NONBLOCK) == 0
         error = ctypes.get_errno()
         took = time.monotonic() - started
-        assert took < RMMOD_LIMIT_S, f"rmmod qgpu took {took:.2f} s ({os.strerror(error)})"
+        outcome = "unloaded" if done else f"refused: {os.strerror(error)}"
+        assert took < RMMOD_LIMIT_S, f"rmmod qgpu took {took:.2f} s ({outcome})"
         if done:
             assert not loaded() and not Path("/sys/module/qgpu").exists()
             return refusals, took
