@@ -8,20 +8,16 @@
  * from this module and goes through (the recursion guard), so this file is built without
  * sibling-call optimisation: a tail call would hide the caller and loop.
  *
- * Unloading: a wrapper holds a module reference while it runs, so rmmod is refused while a task
- * is inside the driver through us. Once the module is going, wrappers pass straight through and
- * are counted; exit unregisters the hooks, waits for the count to drain and for RCU-tasks, so no
- * task is left on this module's text.
+ * Unloading: the hook takes a module reference before it sends a call to a wrapper, and the
+ * wrapper puts it back when the handler returns, so rmmod is refused while a task is inside the
+ * driver through us. Once the module is going, the hook takes no reference and the call goes
+ * straight to the handler, without touching a wrapper.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/atomic.h>
 #include <linux/fs.h>
 #include <linux/ftrace.h>
 #include <linux/module.h>
-#include <linux/rcupdate.h>
-#include <linux/rcupdate_wait.h>
-#include <linux/wait.h>
 
 #include "qgpu.h"
 
@@ -29,8 +25,6 @@ static char *devnode = "/dev/nvidiactl";
 module_param(devnode, charp, 0444);
 MODULE_PARM_DESC(devnode, "A device node of the target driver, to find its file_operations");
 
-static atomic_t inflight = ATOMIC_INIT(0);
-static DECLARE_WAIT_QUEUE_HEAD(drained);
 static struct module *target_owner;
 static bool hooked;
 
@@ -38,111 +32,106 @@ static long (*orig_ioctl)(struct file *file, unsigned int cmd, unsigned long arg
 static int (*orig_mmap)(struct file *file, struct vm_area_struct *vma);
 static int (*orig_release)(struct inode *inode, struct file *file);
 
-static void leave(bool counted)
-{
-	if (counted)
-		module_put(THIS_MODULE);
-	if (atomic_dec_and_test(&inflight))
-		wake_up(&drained);
-}
-
+/* Each wrapper runs with the module reference its hook took, and puts it back last. */
 static long hooked_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
-	bool counted;
-	long ret;
+	long ret = qgpu_ioctl(orig_ioctl, file, cmd, arg);
 
-	atomic_inc(&inflight);
-	counted = try_module_get(THIS_MODULE);
-	if (counted)
-		ret = qgpu_ioctl(orig_ioctl, file, cmd, arg);
-	else
-		ret = orig_ioctl(file, cmd, arg);
-	leave(counted);
+	module_put(THIS_MODULE);
 	return ret;
 }
 
 static int hooked_mmap(struct file *file, struct vm_area_struct *vma)
 {
-	bool counted;
-	int ret;
+	int ret = qgpu_mmap(orig_mmap, file, vma);
 
-	atomic_inc(&inflight);
-	counted = try_module_get(THIS_MODULE);
-	if (counted)
-		ret = qgpu_mmap(orig_mmap, file, vma);
-	else
-		ret = orig_mmap(file, vma);
-	leave(counted);
+	module_put(THIS_MODULE);
 	return ret;
 }
 
 static int hooked_release(struct inode *inode, struct file *file)
 {
-	bool counted;
-	int ret;
+	int ret = qgpu_release(orig_release, inode, file);
 
-	atomic_inc(&inflight);
-	counted = try_module_get(THIS_MODULE);
-	if (counted)
-		ret = qgpu_release(orig_release, inode, file);
-	else
-		ret = orig_release(inode, file);
-	leave(counted);
+	module_put(THIS_MODULE);
 	return ret;
 }
 
 struct qgpu_hook {
-	const char *name;
 	unsigned long target;
 	unsigned long wrapper;
-	bool registered;
-	struct ftrace_ops ops;
 };
 
 static struct qgpu_hook hooks[3] = {
-	{ .name = "unlocked_ioctl", .wrapper = (unsigned long)hooked_ioctl },
-	{ .name = "mmap", .wrapper = (unsigned long)hooked_mmap },
-	{ .name = "release", .wrapper = (unsigned long)hooked_release },
+	{ .wrapper = (unsigned long)hooked_ioctl },
+	{ .wrapper = (unsigned long)hooked_mmap },
+	{ .wrapper = (unsigned long)hooked_release },
 };
+
+/*
+ * One ftrace_ops for the three handlers: unregistering an ops waits for RCU-tasks grace
+ * periods, so one ops instead of three makes rmmod that much shorter.
+ */
+static struct ftrace_ops hook_ops;
+
+/*
+ * ftrace reports the address of the handler's fentry call, which follows an ENDBR where the
+ * kernel has IBT; the handlers are far longer than that gap, so the nearest start is the one.
+ */
+#define FENTRY_MAX_OFFSET 16
 
 static void notrace qgpu_ftrace_thunk(unsigned long ip, unsigned long parent_ip,
 				      struct ftrace_ops *ops, struct ftrace_regs *fregs)
 {
-	struct qgpu_hook *hook = container_of(ops, struct qgpu_hook, ops);
+	int i;
 
-	if (!within_module(parent_ip, THIS_MODULE))
-		ftrace_instruction_pointer_set(fregs, hook->wrapper);
-}
-
-static int hook_register(struct qgpu_hook *hook)
-{
-	int err;
-
-	hook->ops.func = qgpu_ftrace_thunk;
-	hook->ops.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_RECURSION |
-			  FTRACE_OPS_FL_IPMODIFY;
-	err = ftrace_set_filter_ip(&hook->ops, hook->target, 0, 0);
-	if (err) {
-		pr_err("cannot filter %s at %pS: %d\n", hook->name, (void *)hook->target, err);
-		return err;
-	}
-	err = register_ftrace_function(&hook->ops);
-	if (err) {
-		pr_err("cannot hook %s: %d\n", hook->name, err);
-		ftrace_set_filter_ip(&hook->ops, hook->target, 1, 0);
-		return err;
-	}
-	hook->registered = true;
-	return 0;
-}
-
-static void hook_unregister(struct qgpu_hook *hook)
-{
-	if (!hook->registered)
+	if (within_module(parent_ip, THIS_MODULE))
 		return;
-	unregister_ftrace_function(&hook->ops);
-	ftrace_set_filter_ip(&hook->ops, hook->target, 1, 0);
-	hook->registered = false;
+	for (i = 0; i < ARRAY_SIZE(hooks); i++) {
+		if (ip - hooks[i].target < FENTRY_MAX_OFFSET) {
+			if (try_module_get(THIS_MODULE))
+				ftrace_instruction_pointer_set(fregs, hooks[i].wrapper);
+			return;
+		}
+	}
+}
+
+static void hook_unfilter(int count)
+{
+	while (--count >= 0)
+		ftrace_set_filter_ip(&hook_ops, hooks[count].target, 1, 0);
+}
+
+static int hook_register(void)
+{
+	int err, i;
+
+	hook_ops.func = qgpu_ftrace_thunk;
+	hook_ops.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_RECURSION |
+			 FTRACE_OPS_FL_IPMODIFY;
+	for (i = 0; i < ARRAY_SIZE(hooks); i++) {
+		err = ftrace_set_filter_ip(&hook_ops, hooks[i].target, 0, 0);
+		if (err) {
+			pr_err("cannot filter %pS: %d\n", (void *)hooks[i].target, err);
+			goto err_unfilter;
+		}
+	}
+	err = register_ftrace_function(&hook_ops);
+	if (err) {
+		pr_err("cannot hook %s: %d\n", qgpu_target, err);
+		goto err_unfilter;
+	}
+	return 0;
+
+err_unfilter:
+	hook_unfilter(i);
+	return err;
+}
+
+static void hook_unregister(void)
+{
+	unregister_ftrace_function(&hook_ops);
+	hook_unfilter(ARRAY_SIZE(hooks));
 }
 
 /* The target's handlers, from an open device file; a reference on the target module is kept. */
@@ -180,46 +169,32 @@ out:
 	return err;
 }
 
-static void drain(void)
-{
-	/* A task moved to a wrapper has counted itself once it passes a voluntary switch. */
-	synchronize_rcu_tasks();
-	wait_event(drained, atomic_read(&inflight) == 0);
-	/* ...and has left the few instructions after its count went down. */
-	synchronize_rcu_tasks();
-}
-
 int qgpu_hook_init(void)
 {
-	int err, i;
+	int err;
 
 	err = find_target();
 	if (err)
 		return err;
-	for (i = 0; i < ARRAY_SIZE(hooks); i++) {
-		err = hook_register(&hooks[i]);
-		if (err)
-			goto err_unhook;
+	err = hook_register();
+	if (err) {
+		module_put(target_owner);
+		return err;
 	}
 	hooked = true;
 	return 0;
-
-err_unhook:
-	while (--i >= 0)
-		hook_unregister(&hooks[i]);
-	drain();
-	module_put(target_owner);
-	return err;
 }
 
 void qgpu_hook_exit(void)
 {
-	int i;
-
 	hooked = false;
-	for (i = ARRAY_SIZE(hooks) - 1; i >= 0; i--)
-		hook_unregister(&hooks[i]);
-	drain();
+	/*
+	 * rmmod got here because no wrapper holds a reference, and no hook takes one any more. A
+	 * task can still be on a hook, or on a wrapper's last instructions after its put:
+	 * unregistering an ops in module memory waits for every CPU to schedule and, where the
+	 * kernel is preemptible, for RCU-tasks, and either covers those few instructions.
+	 */
+	hook_unregister();
 	module_put(target_owner);
 }
 
