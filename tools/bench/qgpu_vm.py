@@ -38,6 +38,8 @@ KEYS = ("control_ns", "alloc_free_ns", "sysparams_ns")
 PERIOD_US = 50_000
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
 REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--poll-us", "20"]
+# qgpu's online_hold_us for the whole run; unset keeps the module's default.
+ONLINE_HOLD_US = os.environ.get("ONLINE_HOLD_US")
 
 
 def run_bench(in_cgroup: bool) -> dict[str, float]:
@@ -139,7 +141,11 @@ def main() -> int:
     if not Path("/sys/kernel/debug/nvmock").exists():
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
     result: dict[str, object] = {"hook": hook_overhead()}
-    subprocess.run(["insmod", str(QGPU), "target=nvmock"], check=True)
+    params = ["target=nvmock"]
+    if ONLINE_HOLD_US is not None:
+        params.append(f"online_hold_us={int(ONLINE_HOLD_US)}")
+        result["online_hold_us"] = int(ONLINE_HOLD_US)
+    subprocess.run(["insmod", str(QGPU), *params], check=True)
     with QgpuClient.open() as client:
         fs = shares(client, "fixed-share", (50, 30, 20))
         lone = shares(client, "fixed-share", (30,))
