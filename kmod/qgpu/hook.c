@@ -107,8 +107,12 @@ static int hook_register(void)
 	int err, i;
 
 	hook_ops.func = qgpu_ftrace_thunk;
+	/*
+	 * PERMANENT: with kernel.ftrace_enabled switched off the hooks would stop, and with them
+	 * the memory gate and the tenant guard; the kernel refuses that switch while we are hooked.
+	 */
 	hook_ops.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_RECURSION |
-			 FTRACE_OPS_FL_IPMODIFY;
+			 FTRACE_OPS_FL_IPMODIFY | FTRACE_OPS_FL_PERMANENT;
 	for (i = 0; i < ARRAY_SIZE(hooks); i++) {
 		err = ftrace_set_filter_ip(&hook_ops, hooks[i].target, 0, 0);
 		if (err) {

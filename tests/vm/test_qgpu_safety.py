@@ -355,6 +355,29 @@ def test_nvmock_cannot_be_unloaded_while_qgpu_holds_it() -> None:
         rm.close()
 
 
+# -- the function tracer switched off ----------------------------------------------------------
+
+FTRACE_ENABLED = Path("/proc/sys/kernel/ftrace_enabled")
+
+
+def test_the_function_tracer_cannot_be_switched_off_under_the_hooks() -> None:
+    # Switched off, ftrace would stop the hooks and with them the gates: it is refused.
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        with pytest.raises(OSError) as refused:
+            FTRACE_ENABLED.write_text("0\n")
+        assert refused.value.errno == errno.EBUSY
+        assert FTRACE_ENABLED.read_text() == "1\n"
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=GIB)
+        statuses = tenant(cg, "vidmem", "768", "512")["statuses"]
+        assert statuses == [NvStatus.NV_OK, NvStatus.NV_ERR_NO_MEMORY]
+    # With qgpu gone the switch is the administrator's again.
+    try:
+        FTRACE_ENABLED.write_text("0\n")
+        assert FTRACE_ENABLED.read_text() == "0\n"
+    finally:
+        FTRACE_ENABLED.write_text("1\n")
+
+
 # -- a configured cgroup removed ---------------------------------------------------------------
 
 PERIOD_US = 100_000
