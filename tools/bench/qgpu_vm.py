@@ -39,7 +39,7 @@ PERIOD_US = 50_000
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
 REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--poll-us", "20"]
 # qgpu's online_hold_us for the whole run; unset keeps the module's default.
-ONLINE_HOLD_US = os.environ.get("ONLINE_HOLD_US")
+ONLINE_HOLD_US = int(os.environ["ONLINE_HOLD_US"]) if "ONLINE_HOLD_US" in os.environ else None
 
 
 def run_bench(in_cgroup: bool) -> dict[str, float]:
@@ -143,8 +143,8 @@ def main() -> int:
     result: dict[str, object] = {"hook": hook_overhead()}
     params = ["target=nvmock"]
     if ONLINE_HOLD_US is not None:
-        params.append(f"online_hold_us={int(ONLINE_HOLD_US)}")
-        result["online_hold_us"] = int(ONLINE_HOLD_US)
+        params.append(f"online_hold_us={ONLINE_HOLD_US}")
+        result["online_hold_us"] = ONLINE_HOLD_US
     subprocess.run(["insmod", str(QGPU), *params], check=True)
     with QgpuClient.open() as client:
         fs = shares(client, "fixed-share", (50, 30, 20))
