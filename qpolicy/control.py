@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from qpolicy.demand import estimate_demand
-from qpolicy.enforcers.base import Cancellable, Enforcer
-from qpolicy.enforcers.realtime import Loop
+from qpolicy.enforcer import Enforcer
 from qpolicy.engine import Plan, plan
 from qpolicy.errors import QPolicyError
 from qpolicy.model import GpuConfig, PodClass, PodSpec
+from qpolicy.runtime.clock import Cancellable, Loop
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +98,21 @@ class PeriodicControl:
         self.loop = loop
         self.control = control
         self.steps = 0
+        self.steps_failed = 0
         self.errors: list[str] = []
+        #: Why the last step failed, while steps fail.
+        self.failing: str | None = None
         self._timer: Cancellable | None = None
         self._stepped_at: float | None = None
         self._next_at = math.inf
 
     def step(self) -> None:
-        """Close the period now, start the next, and step again when it ends."""
+        """Close the period now, start the next, and step again when it ends.
+
+        A step that fails leaves no pod closed: the enforcer stands down (every pod open, every
+        timeslice restored) until a step succeeds again, one configured period later. The failure
+        is logged once, not at every retry.
+        """
         self.cancel()
         now = self.loop.now
         elapsed = None if self._stepped_at is None else now - self._stepped_at
@@ -112,11 +120,24 @@ class PeriodicControl:
         try:
             period = self.control.step(elapsed).period_us
             self.steps += 1
-        except QPolicyError as error:
-            # Plans fail only on a desired state that does not fit; the next step retries.
-            self.errors.append(str(error))
+            if self.failing is not None:
+                log.info("GPU %d: planning again", self.control.gpu.index)
+                self.failing = None
+        except Exception as error:
+            message = str(error) if isinstance(error, QPolicyError) else repr(error)
+            self.steps_failed += 1
+            self.errors.append(message)
             del self.errors[:-10]
-            log.warning("GPU %d: %s", self.control.gpu.index, error)
+            if message != self.failing:
+                self.failing = message
+                log.warning(
+                    "GPU %d: cannot plan, every pod left open: %s",
+                    self.control.gpu.index,
+                    message,
+                    exc_info=not isinstance(error, QPolicyError),
+                )
+            self.control.last_plan = None
+            self.control.enforcer.stand_down()
         self._stepped_at = now
         self._arm(now + period)
 

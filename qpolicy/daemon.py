@@ -30,19 +30,19 @@ from types import FrameType
 from qpolicy.annotations import Annotations, scan
 from qpolicy.control import ControlLoop, PeriodicControl
 from qpolicy.enforcers.kmod import CGROUP_ROOT, SYSFS_ROOT, KmodEnforcer, QgpuClient, connect
-from qpolicy.enforcers.realtime import RealtimeLoop
 from qpolicy.enforcers.rm import RmEnforcer, RmShared, restore
 from qpolicy.engine import plan
 from qpolicy.errors import QPolicyError, ValidationError
 from qpolicy.model import GpuConfig, PodSpec
 from qpolicy.nvrm.tracker import ClientChannels
+from qpolicy.runtime.realtime import RealtimeLoop
+from qpolicy.sim.node import SimulatedNode
 from qpolicy.sim.scenario import Scenario
 from qpolicy.sim.scenarios import builtin
 from qpolicy.state import DesiredState, StateStore
 from qpolicy.telemetry.cgroups import cgroup2_mount, within
 from qpolicy.telemetry.exporter import MetricsServer, serve
 from qpolicy.telemetry.probesource import CgroupActivity, ProbeSource, merge
-from qpolicy.telemetry.simsource import SimulatedNode
 from qpolicy.telemetry.view import DriverActivity, Enforcement, GpuView, NodeView, PodView
 
 log = logging.getLogger(__name__)

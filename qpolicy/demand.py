@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from qpolicy.enforcers.base import PodUsage
+from qpolicy.enforcer import PodUsage
 
 
 def estimate_demand(usage: Mapping[str, PodUsage], period_us: float) -> dict[str, float]:

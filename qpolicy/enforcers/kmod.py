@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from qpolicy.enforcers.base import PodUsage
+from qpolicy.enforcer import PodUsage
 from qpolicy.enforcers.qgpu_uapi import (
     GENL_NAME,
     GENL_VERSION,
@@ -770,6 +770,10 @@ class KmodEnforcer:
                 hungry=now.nr_throttled > before.nr_throttled,
             )
         return usage
+
+    def stand_down(self) -> None:
+        """No plan: nothing may stay gated, so the module forgets this GPU's pods."""
+        self.release()
 
     def release(self) -> None:
         """Delete every cgroup configured here and leave the GPU best-effort."""

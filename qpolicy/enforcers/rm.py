@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from qpolicy.enforcers.base import PodUsage
-from qpolicy.enforcers.realtime import ControlWorker, Loop, Worker
+from qpolicy.enforcer import PodUsage
 from qpolicy.enforcers.slicer import SliceScheduler
 from qpolicy.engine import Plan
 from qpolicy.nvrm import rmctl
 from qpolicy.nvrm.tracker import ClientChannels
+from qpolicy.runtime.clock import Loop
+from qpolicy.runtime.worker import ControlWorker, Worker
 
 log = logging.getLogger(__name__)
 
@@ -508,6 +509,10 @@ class RmEnforcer:
             )
         self.scheduler.apply(plan)
         self.control.refresh_timeslices()
+
+    def stand_down(self) -> None:
+        """Open every pod and restore timeslices, and keep watching for the next plan."""
+        self.scheduler.release()
 
     def release(self) -> None:
         """Open every channel this enforcer closed and restore timeslices (queued controls)."""

@@ -36,9 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from qpolicy.enforcers.base import Cancellable, ChannelControl, Clock, PodUsage, UsageSensor
+from qpolicy.enforcer import PodUsage
+from qpolicy.enforcers.levers import ChannelControl, UsageSensor
 from qpolicy.engine import Plan
 from qpolicy.model import PodClass
+from qpolicy.runtime.clock import Cancellable, Clock
 
 Handover = Literal["make-before-break", "break-before-make"]
 

@@ -18,8 +18,9 @@ import math
 from collections import deque
 from collections.abc import Callable
 
+from qpolicy.runtime.clock import Timer
+from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.calibration import CONTEXT_SWITCH_US, HW_TIMESLICE_US
-from qpolicy.sim.events import EventLoop, Timer
 
 _EPS = 1e-6
 

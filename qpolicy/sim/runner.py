@@ -8,10 +8,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from qpolicy.control import ControlLoop
-from qpolicy.enforcers.sim import SimEnforcer
 from qpolicy.model import PodClass
+from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.calibration import CUDA_TIMESLICE_US
-from qpolicy.sim.events import EventLoop
+from qpolicy.sim.enforcer import SimEnforcer
 from qpolicy.sim.gpu import SimGpu
 from qpolicy.sim.scenario import RequestsLoad, SaturateLoad, Scenario, ScenarioPod
 from qpolicy.sim.workload import Requests, Saturate

@@ -11,12 +11,12 @@ import functools
 import random
 from collections.abc import Callable, Sequence
 
+from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.calibration import (
     HOST_SYNC_GAP_US,
     REQUEST_LAUNCH_JITTER_MEAN_US,
     REQUEST_LAUNCH_US,
 )
-from qpolicy.sim.events import EventLoop
 from qpolicy.sim.gpu import Context, SimGpu
 
 Windows = Sequence[tuple[float, float]]

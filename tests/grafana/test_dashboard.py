@@ -30,9 +30,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from qpolicy.sim.node import SimulatedNode
 from qpolicy.sim.scenarios import builtin
 from qpolicy.telemetry.exporter import SOURCES, NodeCollector
-from qpolicy.telemetry.simsource import SimulatedNode
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "tools" / "grafana"

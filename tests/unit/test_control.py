@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import pytest
 
-from qpolicy.control import ControlLoop
-from qpolicy.enforcers.base import PodUsage
+from qpolicy.control import ControlLoop, PeriodicControl
+from qpolicy.enforcer import PodUsage
 from qpolicy.engine import Plan
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
+from qpolicy.runtime.virtual import EventLoop
 
 
 class RecordingEnforcer:
@@ -18,12 +20,16 @@ class RecordingEnforcer:
     def __init__(self) -> None:
         self.usage: dict[str, PodUsage] = {}
         self.plans: list[Plan] = []
+        self.stood_down = 0
 
     def collect(self) -> Mapping[str, PodUsage]:
         return self.usage
 
     def apply(self, plan: Plan) -> None:
         self.plans.append(plan)
+
+    def stand_down(self) -> None:
+        self.stood_down += 1
 
     def release(self) -> None:
         pass
@@ -100,3 +106,42 @@ def test_demand_is_measured_over_the_time_the_period_really_ran() -> None:
     plan = loop.step(elapsed_us=10_000)
     assert plan.slice("a").allocation == pytest.approx(0.9)
     assert plan.slice("b").allocation == pytest.approx(0.1)
+
+
+def test_a_plan_that_fails_stands_the_enforcer_down_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Oversubscribed: every plan raises. Pods closed by an earlier plan must not stay closed.
+    pods = [offline("a", 70), offline("b", 60)]
+    enforcer = RecordingEnforcer()
+    loop = EventLoop()
+    periodic = PeriodicControl(
+        loop, ControlLoop(GpuConfig(0, GpuPolicy.FIXED_SHARE), pods, enforcer)
+    )
+    with caplog.at_level(logging.WARNING, "qpolicy.control"):
+        periodic.step()
+        loop.run_until(20 * 50_000)
+    assert enforcer.plans == []
+    assert enforcer.stood_down == periodic.steps_failed > 10
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "sum to 130 > 100" in warnings[0]
+    assert "every pod left open" in warnings[0]
+    # Fixed: the next step plans again, and the recovery is logged.
+    periodic.control.pods = [offline("a", 70)]
+    loop.run_until(loop.now + 50_000)
+    assert len(enforcer.plans) == 1 and periodic.failing is None
+
+
+def test_a_bug_in_an_enforcer_is_contained_like_a_plan_that_fails() -> None:
+    class Broken(RecordingEnforcer):
+        def collect(self) -> Mapping[str, PodUsage]:
+            raise RuntimeError("boom")
+
+    enforcer = Broken()
+    loop = EventLoop()
+    periodic = PeriodicControl(
+        loop, ControlLoop(GpuConfig(0, GpuPolicy.BEST_EFFORT), [offline("a", None)], enforcer)
+    )
+    periodic.step()
+    loop.run_until(3 * 50_000)
+    assert enforcer.stood_down == 4 and periodic.failing == "RuntimeError('boom')"

@@ -17,11 +17,11 @@ import pytest
 from qpolicy.daemon import Daemon, DaemonConfig, EnforcerKind, ProbeMode
 from qpolicy.errors import ValidationError
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
-from qpolicy.sim.events import EventLoop
+from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.gpu import SimGpu
+from qpolicy.sim.node import SimulatedNode, trace_activity
 from qpolicy.sim.scenarios import builtin
 from qpolicy.state import StateStore
-from qpolicy.telemetry.simsource import SimulatedNode, trace_activity
 
 
 class FakeClock:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qpolicy.enforcers.base import PodUsage
+from qpolicy.enforcer import PodUsage
 from qpolicy.enforcers.kmod import (
     KmodEnforcer,
     KmodError,

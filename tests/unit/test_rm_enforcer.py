@@ -18,13 +18,13 @@ import pytest
 
 from qpolicy.control import ControlLoop, PeriodicControl
 from qpolicy.enforcers import rm
-from qpolicy.enforcers.realtime import Repeating
 from qpolicy.enforcers.rm import RmEnforcer, RmShared, restore
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.nvrm import rmctl
 from qpolicy.nvrm.abi import NvStatus
 from qpolicy.nvrm.tracker import ClientChannels
-from qpolicy.sim.events import EventLoop, Timer
+from qpolicy.runtime.clock import Repeating, Timer
+from qpolicy.runtime.virtual import EventLoop
 
 LATENCY = 600.0
 

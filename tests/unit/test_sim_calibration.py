@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from qpolicy.sim.events import EventLoop
+from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.gpu import SimGpu
 from qpolicy.sim.runner import Latency, SimResult, run
 from qpolicy.sim.scenario import parse_scenario

@@ -2,7 +2,7 @@
 
 import pytest
 
-from qpolicy.sim.events import EventLoop
+from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.gpu import SimGpu
 
 SWITCH = 100.0

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from qpolicy.control import ControlLoop
-from qpolicy.enforcers.sim import SimEnforcer
 from qpolicy.enforcers.slicer import Handover
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
+from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.calibration import CHANNEL_CONTROL_US, CUDA_TIMESLICE_US
-from qpolicy.sim.events import EventLoop
+from qpolicy.sim.enforcer import SimEnforcer
 from qpolicy.sim.gpu import Context, SimGpu
 from qpolicy.sim.workload import Saturate
 

@@ -41,9 +41,9 @@ import yaml
 from prometheus_client.openmetrics.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from qpolicy.sim.node import SimulatedNode
 from qpolicy.sim.scenario import parse_scenario
 from qpolicy.telemetry.exporter import NodeCollector
-from qpolicy.telemetry.simsource import SimulatedNode
 
 TARGET_P99_S = 1.0
 SCRAPERS = 40

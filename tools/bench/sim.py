@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim import runner
-from qpolicy.sim.events import EventLoop
 from qpolicy.sim.scenario import parse_scenario
 from qpolicy.sim.scenarios import builtin
 

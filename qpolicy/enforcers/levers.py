@@ -1,53 +1,11 @@
-"""What every enforcer offers the control loop."""
+"""What the slice scheduler pulls and reads: a ChannelControl (the levers) and a UsageSensor.
+
+The rm enforcer implements them over RM controls and the probe, the simulator over its GPU model.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Protocol
-
-from qpolicy.engine import Plan
-
-
-@dataclass(frozen=True, slots=True)
-class PodUsage:
-    """What one pod did in the period that just ended.
-
-    ``hungry`` means it had work it was not allowed to run: its turn or cap ran out while it was
-    busy, or it waited with work queued for a turn it did not get.
-    """
-
-    used_us: float
-    hungry: bool
-
-
-class Enforcer(Protocol):
-    name: str
-
-    def collect(self) -> Mapping[str, PodUsage]:
-        """Close the current period and report each planned pod's usage in it."""
-        ...
-
-    def apply(self, plan: Plan) -> None:
-        """Start a period run by ``plan``."""
-        ...
-
-    def release(self) -> None:
-        """Give every pod its channels back and restore timeslices (shutdown)."""
-        ...
-
-
-class Cancellable(Protocol):
-    def cancel(self) -> None: ...
-
-
-class Clock(Protocol):
-    """Time in microseconds and one-shot timers."""
-
-    @property
-    def now(self) -> float: ...
-
-    def at(self, when: float, callback: Callable[[], None]) -> Cancellable: ...
 
 
 class ChannelControl(Protocol):

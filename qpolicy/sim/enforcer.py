@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from qpolicy.enforcers.base import Cancellable, PodUsage
+from qpolicy.enforcer import PodUsage
 from qpolicy.enforcers.slicer import Handover, SliceScheduler
 from qpolicy.engine import Plan
+from qpolicy.runtime.clock import Cancellable
+from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.calibration import CHANNEL_CONTROL_US
-from qpolicy.sim.events import EventLoop
 from qpolicy.sim.gpu import Context, SimGpu
 
 
@@ -106,6 +107,9 @@ class SimEnforcer:
 
     def apply(self, plan: Plan) -> None:
         self.scheduler.apply(plan)
+
+    def stand_down(self) -> None:
+        self.scheduler.release()
 
     def release(self) -> None:
         self.scheduler.release()

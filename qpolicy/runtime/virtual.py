@@ -1,26 +1,15 @@
-"""The clock and event queue of the simulator (time in microseconds)."""
+"""Virtual time: an event queue that runs callbacks in time order, as fast as it can.
+
+The simulator runs a GPU on it, and the tests run the control loop and the enforcers on it, so a
+minute of periods takes milliseconds and every run is repeatable.
+"""
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
 
-
-class Timer:
-    """A scheduled callback; cancelling it leaves a tombstone the loop skips."""
-
-    __slots__ = ("callback", "when")
-
-    def __init__(self, when: float, callback: Callable[[], None]) -> None:
-        self.when = when
-        self.callback: Callable[[], None] | None = callback
-
-    def cancel(self) -> None:
-        self.callback = None
-
-    @property
-    def pending(self) -> bool:
-        return self.callback is not None
+from qpolicy.runtime.clock import Repeating, Timer
 
 
 class EventLoop:
@@ -40,6 +29,18 @@ class EventLoop:
 
     def after(self, delay: float, callback: Callable[[], None]) -> Timer:
         return self.at(self.now + delay, callback)
+
+    def every(self, interval_us: float, callback: Callable[[], None]) -> Repeating:
+        """Run ``callback`` every ``interval_us`` from now on, until cancelled."""
+        repeating = Repeating()
+
+        def tick() -> None:
+            if not repeating.cancelled:
+                callback()
+                repeating.timer = self.after(interval_us, tick)
+
+        repeating.timer = self.after(interval_us, tick)
+        return repeating
 
     def run_until(self, end: float) -> None:
         queue = self._queue
