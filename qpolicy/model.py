@@ -48,20 +48,34 @@ class GpuPolicy(StrEnum):
 
     @classmethod
     def parse(cls, text: str) -> GpuPolicy:
-        key = text.strip().lower()
-        for policy in cls:
-            if key in (policy.value, policy.short):
-                return policy
-        raise ValidationError(
-            f"invalid policy {text!r}: expected best-effort (be), fixed-share (fs) "
-            "or burst-share (bs)"
-        )
+        """Any spelling users bring: ``burst``, ``bs``, ``Burst-Share``, ``BURST_SHARE``...
+
+        Case, hyphens, underscores and spaces do not matter; qGPU's names and short forms, the
+        first word alone (``best``, ``fixed``, ``burst``) and qgpu.ko's enum names all work.
+        """
+        key = re.sub(r"[-_\s]", "", text).lower()
+        policy = _POLICY_ALIASES.get(key)
+        if policy is None:
+            raise ValidationError(
+                f"invalid policy {text!r}: expected best-effort (be, best), fixed-share (fs, "
+                "fixed) or burst-share (bs, burst)"
+            )
+        return policy
 
 
 _POLICY_SHORT = {
     GpuPolicy.BEST_EFFORT: "be",
     GpuPolicy.FIXED_SHARE: "fs",
     GpuPolicy.BURST_SHARE: "bs",
+}
+_POLICY_ALIASES = {
+    alias: policy
+    for policy in GpuPolicy
+    for alias in (
+        policy.value.replace("-", ""),  # besteffort, fixedshare, burstshare
+        policy.value.split("-")[0],  # best, fixed, burst
+        policy.short,
+    )
 }
 
 

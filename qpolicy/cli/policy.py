@@ -30,7 +30,8 @@ def set_policy(
         typer.Option(
             "--policy",
             metavar="POLICY",
-            help="**best-effort** (be), **fixed-share** (fs) or **burst-share** (bs).",
+            help="**best-effort** (be, best), **fixed-share** (fs, fixed) or **burst-share** "
+            "(bs, burst); case, hyphens and underscores do not matter.",
         ),
     ],
     period_ms: Annotated[

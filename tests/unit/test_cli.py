@@ -133,6 +133,26 @@ def test_set_policy_and_keep_the_period_when_omitted(qpolicy_cli: Cli, store: St
     assert set(store.load().gpus) == {0}
 
 
+@pytest.mark.parametrize(
+    ("spelling", "policy"),
+    [
+        ("burst", "burst-share"),
+        ("fixed", "fixed-share"),
+        ("best", "best-effort"),
+        ("besteffort", "best-effort"),
+        ("Burst_Share", "burst-share"),
+    ],
+)
+def test_the_products_own_usage_line_works_and_output_uses_the_long_name(
+    qpolicy_cli: Cli, store: StateStore, spelling: str, policy: str
+) -> None:
+    # The README's one-line usage: qpolicy set --gpu 0 --policy burst
+    assert qpolicy_cli.ok("set", "--gpu", "0", "--policy", spelling).out == (
+        f"GPU 0: {policy}, period 50 ms\n"
+    )
+    assert json.loads(store.path.read_text())["gpus"]["0"]["policy"] == policy
+
+
 # --- qpolicy pod ----------------------------------------------------------------------------------
 
 

@@ -25,13 +25,22 @@ from qpolicy.model import (
         ("FS", GpuPolicy.FIXED_SHARE),
         (" burst-share ", GpuPolicy.BURST_SHARE),
         ("bs", GpuPolicy.BURST_SHARE),
+        ("burst", GpuPolicy.BURST_SHARE),
+        ("Burst-Share", GpuPolicy.BURST_SHARE),
+        ("BURST_SHARE", GpuPolicy.BURST_SHARE),
+        ("fixed", GpuPolicy.FIXED_SHARE),
+        ("fixed_share", GpuPolicy.FIXED_SHARE),
+        ("best", GpuPolicy.BEST_EFFORT),
+        ("besteffort", GpuPolicy.BEST_EFFORT),
+        ("BestEffort", GpuPolicy.BEST_EFFORT),
+        ("best_effort", GpuPolicy.BEST_EFFORT),
     ],
 )
 def test_policy_names_and_aliases(text: str, policy: GpuPolicy) -> None:
     assert GpuPolicy.parse(text) is policy
 
 
-@pytest.mark.parametrize("text", ["", "fair", "b", "burst", "best_effort"])
+@pytest.mark.parametrize("text", ["", "fair", "b", "bursty", "best-share", "effort"])
 def test_unknown_policy_is_named_in_the_error(text: str) -> None:
     with pytest.raises(ValidationError, match=repr(text)):
         GpuPolicy.parse(text)

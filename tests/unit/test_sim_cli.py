@@ -14,6 +14,7 @@ from qpolicy.errors import ValidationError
 from qpolicy.model import GpuPolicy, PodClass
 from qpolicy.sim.scenario import RequestsLoad, SaturateLoad, parse_scenario, parse_scenario_text
 from qpolicy.sim.scenarios import builtin
+from qpolicy.sim.scenarios import text as scenario_text
 
 ISSUE_EXAMPLE = """
 gpu: {policy: burst-share, period_ms: 50}   # period optional
@@ -254,3 +255,12 @@ def test_daemon_refuses_an_unknown_log_level(
         "qpolicy: error: invalid log level 'loud': expected one of debug, info, warning"
     )
     assert not (tmp_path / "state.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("spelling", "policy"), [("burst", "burst-share"), ("fixed", "fixed-share")]
+)
+def test_scenarios_take_the_policy_aliases_too(spelling: str, policy: str) -> None:
+    text = scenario_text("demo").replace("policy: burst-share", f"policy: {spelling}")
+    assert f"policy: {spelling}" in text
+    assert parse_scenario_text(text, "s.yaml").gpu.policy.value == policy

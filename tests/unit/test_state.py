@@ -176,6 +176,14 @@ def test_decoding_accepts_policy_aliases_and_omitted_optional_values() -> None:
     assert state.pods["a"] == PodSpec("a", 2, PodClass.OFFLINE, 10, None)
 
 
+@pytest.mark.parametrize("spelling", ["burst", "bs", "Burst_Share", "burstshare"])
+def test_a_hand_written_policy_alias_is_read_and_written_back_long(spelling: str) -> None:
+    raw = json.dumps({"schema": 1, "gpus": {"0": {"policy": spelling}}, "pods": {}}).encode()
+    state = decode_state(raw, "x")
+    assert state.gpu(0).policy is GpuPolicy.BURST_SHARE
+    assert json.loads(encode_state(state))["gpus"]["0"]["policy"] == "burst-share"
+
+
 def with_pod_field(key: str, value: object) -> dict[str, object]:
     pod: dict[str, object] = {"gpu": 0, "class": "online", "share": 30, "memory_bytes": None}
     pod[key] = value
