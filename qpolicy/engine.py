@@ -41,8 +41,10 @@ class Slice(NamedTuple):
 
     ``allocation`` is the fraction of the period's GPU time planned for the pod. ``cap`` is the most
     it may use in the period before its channels are closed; ``None`` means it is never throttled
-    (work-conserving policies hand out idle time at run time). ``timeslice_us`` is the hardware
-    timeslice for the pod's channel groups; ``None`` leaves the pod's own setting.
+    (work-conserving policies hand out idle time at run time). ``weight`` is the pod's part of
+    such idle time relative to the other pods of its class (its share under burst-share, equal
+    parts under best-effort). ``timeslice_us`` is the hardware timeslice for the pod's channel
+    groups; ``None`` leaves the pod's own setting.
 
     A named tuple rather than a dataclass: a node plans a thousand of these every period.
     """
@@ -54,6 +56,7 @@ class Slice(NamedTuple):
     allocation: float
     cap: float | None
     timeslice_us: int | None
+    weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,7 @@ def plan(gpu: GpuConfig, pods: Iterable[PodSpec], demand: Mapping[str, float]) -
             alloc[p.id],
             caps[p.id],
             timeslices[p.pod_class],
+            _weight(gpu.policy, p),
         )
         for p in on_gpu
     )
@@ -179,6 +183,14 @@ def _burst_share(
         others = online_total - alloc[p.id]
         caps[p.id] = max(alloc[p.id], 1.0 - offline_guarantees - others)
     return alloc, caps
+
+
+def _weight(policy: GpuPolicy, pod: PodSpec) -> float:
+    """Idle time is handed out by share under burst-share (as waterfill does above), equally under
+    best-effort; fixed-share hands none out."""
+    if policy is GpuPolicy.BEST_EFFORT or pod.share is None:
+        return 1.0
+    return float(pod.share)
 
 
 def _share(pod: PodSpec) -> float:

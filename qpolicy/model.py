@@ -186,16 +186,41 @@ def format_bytes(value: int) -> str:
     return f"{value}B"
 
 
-_POD_NAME_RE = re.compile(
-    r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-zA-Z0-9]([-a-zA-Z0-9._]*[a-zA-Z0-9])?"
+# A Kubernetes pod: namespace (a DNS-1123 label) / name (a DNS-1123 subdomain).
+_KUBE_POD_RE = re.compile(
+    r"(?P<ns>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)/(?P<name>[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?)"
 )
+# A pod of a simulated scenario: a plain name.
+_POD_NAME_RE = re.compile(r"[a-zA-Z0-9](?:[-a-zA-Z0-9._]*[a-zA-Z0-9])?")
+MAX_KUBE_NAME_LEN = 253
+
+
+class PodIdKind(StrEnum):
+    """What a pod id names, and so what can enforce it."""
+
+    CGROUP = "cgroup"  # /kubepods.slice/...: the cgroup and everything below it
+    KUBERNETES = "kubernetes"  # namespace/name: a Kubernetes pod, found through the API server
+    NAME = "name"  # a pod of a simulated scenario
+
+
+def pod_id_kind(pod_id: str) -> PodIdKind:
+    """The kind of an id :func:`parse_pod_id` accepted."""
+    if pod_id.startswith("/"):
+        return PodIdKind.CGROUP
+    return PodIdKind.KUBERNETES if "/" in pod_id else PodIdKind.NAME
 
 
 def parse_pod_id(text: str) -> str:
-    """A pod is named by its cgroup v2 path (``/kubepods.slice/...``) or by a pod name.
+    """A pod is named by its cgroup v2 path, as a Kubernetes pod, or by a simulated pod's name.
 
-    Names may carry a namespace (``ml/trainer-0``). Paths must be absolute and normalised so that
-    one cgroup has one spelling.
+    * ``/kubepods.slice/...``: a cgroup path, absolute and normalised so that one cgroup has one
+      spelling; the pod is the cgroup and everything below it;
+    * ``ml/trainer-0``: a Kubernetes pod (namespace/name), which the daemon finds through the API
+      server when it runs with ``--kubernetes``;
+    * ``trainer-0``: a pod of a simulated scenario.
+
+    A path written without its leading ``/`` (``kubepods.slice/x``) is refused with a hint rather
+    than taken for a Kubernetes name it cannot be.
     """
     if not text or len(text) > MAX_POD_ID_LEN:
         raise ValidationError(f"invalid pod id {text!r}: must be 1 to {MAX_POD_ID_LEN} characters")
@@ -207,12 +232,35 @@ def parse_pod_id(text: str) -> str:
                 "(no empty, '.' or '..' components, no whitespace; not the root cgroup)"
             )
         return text
-    if not _POD_NAME_RE.fullmatch(text) or len(text) > 253 + 64:
+    looks_like_path = text.endswith((".slice", ".scope")) or (
+        "/" in text and text.split("/", 1)[0].endswith((".slice", ".scope"))
+    )
+    if looks_like_path or text.count("/") > 1:
+        hint = f" (did you mean '/{text}'?)" if _is_clean_path("/" + text) else ""
         raise ValidationError(
-            f"invalid pod id {text!r}: expected a cgroup path starting with '/' or a pod name "
-            "like 'trainer-0' or 'ml/trainer-0'"
+            f"invalid pod id {text!r}: a cgroup path must start with '/'{hint}; a Kubernetes pod "
+            "is written namespace/name"
+        )
+    if "/" in text:
+        match = _KUBE_POD_RE.fullmatch(text)
+        if match is None or len(match["name"]) > MAX_KUBE_NAME_LEN:
+            raise ValidationError(
+                f"invalid pod id {text!r}: a Kubernetes pod is namespace/name in lowercase "
+                "letters, digits and '-' (the name may also hold '.'), like 'ml/trainer-0'; a "
+                "cgroup path starts with '/'"
+            )
+        return text
+    if not _POD_NAME_RE.fullmatch(text) or len(text) > MAX_KUBE_NAME_LEN:
+        raise ValidationError(
+            f"invalid pod id {text!r}: expected a cgroup path starting with '/', a Kubernetes "
+            "pod as namespace/name, or a simulated pod's name like 'trainer-0'"
         )
     return text
+
+
+def _is_clean_path(path: str) -> bool:
+    parts = path.split("/")[1:]
+    return all(p not in ("", ".", "..") and p.isprintable() and " " not in p for p in parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,23 +299,38 @@ class PodSpec:
             parse_memory(self.memory_limit)
 
 
-def check_pods_fit(gpu: GpuConfig, pods: Iterable[PodSpec]) -> None:
-    """Raise PlanError unless ``pods`` can all be given their shares on ``gpu``.
+class FitProblem(StrEnum):
+    """Why pods do not fit on a GPU (a short code for metrics; the message says more)."""
+
+    NO_SHARE = "no-share"
+    OVERSUBSCRIBED = "oversubscribed"
+
+
+def fit_problem(gpu: GpuConfig, pods: Iterable[PodSpec]) -> tuple[FitProblem, str] | None:
+    """Why ``pods`` cannot all be given their shares on ``gpu``, or None if they can.
 
     Under fixed-share a share is a cap and under burst-share a guarantee; either way the shares on
     one GPU must fit in 100 %, and every pod needs one. Best-effort accepts anything.
     """
     if not gpu.policy.needs_shares:
-        return
+        return None
     on_gpu = [p for p in pods if p.gpu == gpu.index]
     missing = sorted(p.id for p in on_gpu if p.share is None)
     if missing:
-        raise PlanError(
+        return FitProblem.NO_SHARE, (
             f"GPU {gpu.index} is {gpu.policy.value} but pod(s) {', '.join(missing)} have no share"
         )
     total = sum(p.share or 0 for p in on_gpu)
     if total > MAX_SHARE:
         listing = ", ".join(f"{p.id}={p.share}" for p in sorted(on_gpu, key=lambda p: p.id))
-        raise PlanError(
+        return FitProblem.OVERSUBSCRIBED, (
             f"shares on GPU {gpu.index} ({gpu.policy.value}) sum to {total} > 100: {listing}"
         )
+    return None
+
+
+def check_pods_fit(gpu: GpuConfig, pods: Iterable[PodSpec]) -> None:
+    """Raise PlanError unless ``pods`` can all be given their shares on ``gpu``."""
+    problem = fit_problem(gpu, pods)
+    if problem is not None:
+        raise PlanError(problem[1])

@@ -9,35 +9,19 @@ from typing import Annotated
 
 import typer
 
-from qpolicy.cli.output import err_console
-from qpolicy.cli.simulate import load_scenario_argument
-from qpolicy.daemon import (
-    Daemon,
-    DaemonConfig,
+from qpolicy.backends.base import BackendFactory
+from qpolicy.backends.choice import (
     EnforcerKind,
-    ProbeMode,
+    backend_factory,
     choose_enforcer,
-    install_signal_handlers,
+    in_kubernetes,
 )
+from qpolicy.cli.output import err_console
+from qpolicy.cli.simulate import load_scenario_argument, sim_backend
+from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode, install_signal_handlers
 from qpolicy.errors import ValidationError
 from qpolicy.state import default_state_dir
 from qpolicy.telemetry.exporter import DEFAULT_METRICS_ADDR, parse_metrics_addr
-
-
-def _parse_enforcer(text: str) -> EnforcerKind:
-    try:
-        return EnforcerKind(text.strip().lower())
-    except ValueError:
-        choices = ", ".join(kind.value for kind in EnforcerKind)
-        raise ValidationError(f"invalid enforcer {text!r}: expected one of {choices}") from None
-
-
-def _parse_probe(text: str) -> ProbeMode:
-    try:
-        return ProbeMode(text.strip().lower())
-    except ValueError:
-        raise ValidationError(f"invalid probe mode {text!r}: expected auto, on or off") from None
-
 
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
@@ -62,6 +46,10 @@ def _parse_positive(text: str, what: str) -> float:
     return value
 
 
+def _say(message: str) -> None:
+    err_console.print(f"qpolicy daemon: {message}", markup=False, highlight=False, soft_wrap=True)
+
+
 def daemon(
     *,
     enforcer: Annotated[
@@ -70,17 +58,19 @@ def daemon(
             "--enforcer",
             metavar="KIND",
             help="**auto** (kmod where qgpu.ko is loaded, rm where NVIDIA devices exist, else "
-            "sim), **rm** (RM controls from userspace; root), **sim** (run --scenario on the "
-            "simulated GPU), **none** (observe only), **kmod** (qgpu.ko runs the periods; "
-            "needs the module loaded and CAP_NET_ADMIN).",
+            "the simulated node, which it says; refused inside Kubernetes), **rm** (RM controls "
+            "from userspace; root), **kmod** (qgpu.ko runs the periods; needs the module and "
+            "CAP_NET_ADMIN), **sim** (run --scenario on the simulated GPU), **none** (observe "
+            "only).",
         ),
     ] = "auto",
     metrics_addr: Annotated[
         str,
         typer.Option(
             "--metrics-addr",
-            metavar="IP:PORT",
-            help="Where to serve Prometheus metrics.",
+            metavar="HOST:PORT",
+            help="Where to serve Prometheus metrics: an IP address, localhost, or nothing for "
+            "every interface (:9402).",
             envvar="QPOLICY_METRICS_ADDR",
         ),
     ] = DEFAULT_METRICS_ADDR,
@@ -90,7 +80,7 @@ def daemon(
         typer.Option(
             "--scenario",
             metavar="NAME|FILE",
-            help="The scenario the sim enforcer runs (repeated when it ends).",
+            help="The scenario the sim enforcer runs (repeated when it ends; default: demo).",
         ),
     ] = None,
     speed: Annotated[
@@ -122,17 +112,19 @@ def daemon(
         str | None,
         typer.Option(
             "--probe",
-            metavar="auto|on|off",
-            help="Load the eBPF probe (needs root and python3-bpfcc). Default: auto, except "
-            "under the sim enforcer. **auto** carries on without it if it cannot load.",
+            metavar="MODE",
+            help="Load the eBPF probe: **auto** (carry on without it if it cannot load; the "
+            "default, except under the sim enforcer), **on**, **off**. Needs root and "
+            "python3-bpfcc.",
         ),
     ] = None,
 ) -> None:
     """Run the node agent: read the desired state and telemetry, enforce, serve metrics.
 
-    Stops cleanly on SIGTERM or SIGINT.
+    One daemon runs per node (a lock in the state directory). Stops cleanly on SIGTERM or SIGINT,
+    re-opening every channel it closed and restoring every timeslice it changed.
     """
-    kind = _parse_enforcer(enforcer)
+    kind = EnforcerKind.parse(enforcer)
     level = _LOG_LEVELS.get(log_level.lower())
     if level is None:
         raise ValidationError(
@@ -140,19 +132,37 @@ def daemon(
         )
     if not no_metrics:
         parse_metrics_addr(metrics_addr)
-    if probe is None:
-        probe_mode = ProbeMode.OFF if choose_enforcer(kind) is EnforcerKind.SIM else ProbeMode.AUTO
+    tick_s = _parse_positive(tick_ms, "tick") / 1000
+    speed_x = _parse_positive(speed, "speed")
+    turn_ms = _parse_number(min_turn_ms, "minimum turn", 0, 10_000)
+    probe_mode = None if probe is None else ProbeMode.parse(probe)
+    if scenario is not None and kind not in (EnforcerKind.SIM, EnforcerKind.AUTO):
+        raise ValidationError(f"--scenario is for --enforcer sim, not {kind.value}")
+    chosen = choose_enforcer(kind, kubernetes=in_kubernetes())
+    factory: BackendFactory
+    if chosen.kind is EnforcerKind.SIM:
+        factory = sim_backend(load_scenario_argument(scenario or "demo"), speed_x)
     else:
-        probe_mode = _parse_probe(probe)
+        if scenario is not None:
+            raise ValidationError(
+                f"--scenario is for the simulated node, and --enforcer auto chose "
+                f"{chosen.kind.value} ({chosen.reason})"
+            )
+        factory = backend_factory(chosen.kind, min_turn_ms=turn_ms)
+    if probe_mode is None:
+        probe_mode = {EnforcerKind.SIM: ProbeMode.OFF, EnforcerKind.RM: ProbeMode.ON}.get(
+            chosen.kind, ProbeMode.AUTO
+        )
+    elif chosen.kind is EnforcerKind.RM and probe_mode is not ProbeMode.ON:
+        raise ValidationError(
+            f"--probe {probe_mode.value}: the rm enforcer learns tenants' RM handles from the "
+            "probe; it needs --probe on"
+        )
     config = DaemonConfig(
-        enforcer=kind,
-        probe=probe_mode,
         state_dir=default_state_dir(),
         metrics_addr=None if no_metrics else metrics_addr,
-        scenario=load_scenario_argument(scenario) if scenario is not None else None,
-        speed=_parse_positive(speed, "speed"),
-        tick_s=_parse_positive(tick_ms, "tick") / 1000,
-        min_turn_ms=_parse_number(min_turn_ms, "minimum turn", 0, 10_000),
+        tick_s=tick_s,
+        probe=probe_mode,
     )
     # The enforcers report what they could not do (a process gone, a control refused) through
     # logging; a daemon's stderr is its journal.
@@ -160,28 +170,13 @@ def daemon(
     logging.basicConfig(
         level=level, format=f"qpolicy daemon: {stamp}%(levelname)s %(name)s: %(message)s"
     )
-    agent = Daemon(config)
+    if chosen.reason is not None:
+        _say(f"--enforcer auto: {chosen.reason}")
+    agent = Daemon(config, factory)
     install_signal_handlers(agent)
     if agent.probe_error is not None:
-        err_console.print(
-            f"qpolicy daemon: running without the eBPF probe: {agent.probe_error}",
-            markup=False,
-            highlight=False,
-        )
-    opened, problems = agent.restored
-    if opened or problems:
-        err_console.print(
-            f"qpolicy daemon: re-opened {opened} channel group(s) a previous daemon had closed"
-            + (f"; {len(problems)} could not be: {problems[0]}" if problems else ""),
-            markup=False,
-            highlight=False,
-        )
+        _say(f"running without the eBPF probe: {agent.probe_error}")
     if config.metrics_addr is not None:
-        err_console.print(
-            f"qpolicy daemon: enforcer {agent.kind.value}, "
-            f"metrics on http://{config.metrics_addr}/metrics",
-            markup=False,
-            highlight=False,
-        )
+        _say(f"enforcer {agent.backend.kind}, metrics on http://{config.metrics_addr}/metrics")
     sys.stdout.flush()
     raise typer.Exit(agent.run())

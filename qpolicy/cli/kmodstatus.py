@@ -15,16 +15,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from qpolicy.cli.output import console
-from qpolicy.enforcers.kmod import (
-    CGROUP_ROOT,
-    SYSFS_ROOT,
-    CgroupStats,
-    KmodError,
-    QgpuClient,
-    read_sysfs,
-)
+from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient
+from qpolicy.enforcers.kmod.error import KmodError
+from qpolicy.enforcers.kmod.sysfs import SYSFS_ROOT, read_sysfs
 from qpolicy.model import format_bytes
-from qpolicy.telemetry.cgroups import CgroupError, CgroupMap, cgroup2_mount
+from qpolicy.telemetry.cgroups import CGROUP_ROOT, CgroupError, CgroupMap, cgroup2_mount
 
 # Looked up when the command runs, so that tests can point them elsewhere. CGROUPS: None is the
 # cgroup2 mount.

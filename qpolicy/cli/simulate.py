@@ -8,15 +8,22 @@ from typing import Annotated, Any
 
 import typer
 
+from qpolicy.backends.base import BackendFactory
 from qpolicy.cli.output import console, err_console, print_json
 from qpolicy.errors import ValidationError
 from qpolicy.sim.analysis import Phase, phases
+from qpolicy.sim.backend import SimBackend
 from qpolicy.sim.report import latency_table, phases_table, pods_table
 from qpolicy.sim.runner import SimResult, run
 from qpolicy.sim.scenario import Scenario, load_scenario
 from qpolicy.sim.scenarios import builtin, names
 
 MAX_WINDOWS = 1_000_000
+
+
+def sim_backend(scenario: Scenario, speed: float = 1.0) -> BackendFactory:
+    """``qpolicy daemon --enforcer sim``: the simulated node as the daemon's backend."""
+    return lambda context: SimBackend(context, scenario, speed)
 
 
 def load_scenario_argument(argument: str) -> Scenario:

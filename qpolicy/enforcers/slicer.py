@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Literal
 
@@ -156,6 +157,7 @@ class SliceScheduler:
         self._plan = plan
         self.stats.periods += 1
         self._period_end = now + plan.period_us
+        self._let_go({s.pod for s in plan.slices})
         self._start_gpu = {s.pod: self.sensor.gpu_time_us(s.pod) for s in plan.slices}
         self._burst_started = False
 
@@ -214,6 +216,23 @@ class SliceScheduler:
             for pod in others:
                 self._step_aside(pod)
         self._tick()
+
+    def _let_go(self, planned: AbstractSet[str]) -> None:
+        """Give back what the scheduler holds of pods that are no longer planned here.
+
+        A pod removed from the desired state, or moved to another GPU, while its channels were
+        closed would otherwise stay closed (and keep its short timeslice) until the daemon exits.
+        """
+        for pod in [p for p in self._enabled if p not in planned]:
+            if not self._enabled.pop(pod):
+                self.control.set_enabled(pod, True)
+        for pod in [p for p in self._timeslice if p not in planned]:
+            if self._timeslice.pop(pod) is not None:
+                self.control.set_timeslice(pod, None)
+        for table in (self._carry, self._efficiency):
+            for pod in [p for p in table if p not in planned]:
+                del table[pod]
+        self._woken &= planned
 
     def _fit(self, turns: list[_Turn], period: float, switches: int) -> None:
         """Shrink the turns of a period they over-commit by what its switches will cost.
@@ -428,7 +447,7 @@ class SliceScheduler:
             busy = busy[:1] if busy and self._enabled.get(busy[0], True) else []
         if not busy:
             return False
-        weights = {s.pod: float(s.share) if s.share else 1.0 for s in plan.slices}
+        weights = {s.pod: s.weight for s in plan.slices}
         total = sum(weights[pod] for pod in busy)
         left = self._period_end - now
         self._burst_started = True

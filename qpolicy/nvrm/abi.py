@@ -563,6 +563,10 @@ NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN = 0xC36F0108
 NV2080_CTRL_CMD_FIFO_GET_INFO = 0x20801109
 NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS = 0x2080110B
 NV2080_CTRL_CMD_FIFO_DISABLE_USERMODE_CHANNELS = 0x20801117
+# Which GPU a subdevice is: its gpuId (ctrl2080gpu.h), then that GPU's PCI address from the
+# client itself (ctrl0000gpu.h). Both are answered by the kernel side of RM, not by GSP.
+NV2080_CTRL_CMD_GPU_GET_ID = 0x20800142
+NV0000_CTRL_CMD_GPU_GET_PCI_INFO = 0x21B
 
 FIFO_DISABLE_CHANNELS_MAX = 64
 
@@ -624,6 +628,18 @@ CONTROLS: dict[int, Control] = {
     NV2080_CTRL_CMD_FIFO_DISABLE_USERMODE_CHANNELS: Control(
         "NV2080_CTRL_CMD_FIFO_DISABLE_USERMODE_CHANNELS",
         Layout("NV2080_CTRL_FIFO_DISABLE_USERMODE_CHANNELS_PARAMS", 1, (("bDisable", 0, "B"),)),
+    ),
+    NV2080_CTRL_CMD_GPU_GET_ID: Control(
+        "NV2080_CTRL_CMD_GPU_GET_ID",
+        Layout("NV2080_CTRL_GPU_GET_ID_PARAMS", 4, (("gpuId", 0, "I"),)),
+    ),
+    NV0000_CTRL_CMD_GPU_GET_PCI_INFO: Control(
+        "NV0000_CTRL_CMD_GPU_GET_PCI_INFO",
+        Layout(
+            "NV0000_CTRL_GPU_GET_PCI_INFO_PARAMS",
+            12,
+            (("gpuId", 0, "I"), ("domain", 4, "I"), ("bus", 8, "H"), ("slot", 10, "H")),
+        ),
     ),
 }
 

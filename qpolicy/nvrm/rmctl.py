@@ -44,14 +44,19 @@ def borrow_fd(pid: int, fd: int) -> int:
     except OSError as error:
         raise RmError(f"cannot open process {pid}: {error.strerror}") from None
     try:
-        result = _libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
-        if result < 0:
-            err = ctypes.get_errno()
-            hint = " (needs root or CAP_SYS_PTRACE)" if err == errno.EPERM else ""
-            raise RmError(f"cannot take fd {fd} of process {pid}: {os.strerror(err)}{hint}")
-        return int(result)
+        return borrow_fd_from(pidfd, pid, fd)
     finally:
         os.close(pidfd)
+
+
+def borrow_fd_from(pidfd: int, pid: int, fd: int) -> int:
+    """:func:`borrow_fd` through a pidfd the caller holds (``pid`` only names it in errors)."""
+    result = _libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
+    if result < 0:
+        err = ctypes.get_errno()
+        hint = " (needs root or CAP_SYS_PTRACE)" if err == errno.EPERM else ""
+        raise RmError(f"cannot take fd {fd} of process {pid}: {os.strerror(err)}{hint}")
+    return int(result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,3 +129,33 @@ def get_timeslice(fd: int, client: int, tsg: int) -> tuple[ControlResult, int]:
     params = bytearray(8)
     result = rm_control(fd, client, tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, params)
     return result, int.from_bytes(params, "little")
+
+
+@dataclass(frozen=True, slots=True)
+class PciAddress:
+    domain: int
+    bus: int
+    slot: int
+
+    def __str__(self) -> str:
+        """As Linux names the device: ``0000:3b:00`` (the function is always 0 for a GPU)."""
+        return f"{self.domain:04x}:{self.bus:02x}:{self.slot:02x}"
+
+
+def gpu_pci_address(fd: int, client: int, subdevice: int) -> PciAddress | None:
+    """The PCI address of the GPU behind ``subdevice`` of ``client``, or None if RM says no.
+
+    Two controls on the client's own objects: the subdevice's gpuId, then that GPU's PCI
+    information from the client (root) object.
+    """
+    params = bytearray(4)
+    result = rm_control(fd, client, subdevice, abi.NV2080_CTRL_CMD_GPU_GET_ID, params)
+    if not result.ok:
+        return None
+    layout = abi.CONTROLS[abi.NV0000_CTRL_CMD_GPU_GET_PCI_INFO].params
+    info = bytearray(layout.pack(gpuId=int.from_bytes(params, "little")))
+    result = rm_control(fd, client, client, abi.NV0000_CTRL_CMD_GPU_GET_PCI_INFO, info)
+    if not result.ok:
+        return None
+    fields = layout.unpack(bytes(info))
+    return PciAddress(fields["domain"], fields["bus"], fields["slot"])

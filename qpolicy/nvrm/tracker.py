@@ -84,10 +84,12 @@ class ProcessState:
 
 @dataclass(frozen=True, slots=True)
 class ClientChannels:
-    """One client's GPU work handles, as the rm enforcer addresses them.
+    """One client's GPU work handles on one GPU, as the rm enforcer addresses them.
 
-    ``FIFO_DISABLE_CHANNELS`` goes to a subdevice of the same client, over the fd the client
-    lives on; ``SET_TIMESLICE`` goes to each TSG.
+    A client holds one device object per GPU it uses (NV01_DEVICE_0, whose ``deviceId`` is RM's
+    device instance), and its channels and TSGs hang below one of them. ``FIFO_DISABLE_CHANNELS``
+    goes to the subdevice of that same device, over the fd the client lives on; ``SET_TIMESLICE``
+    goes to each TSG. A client on two GPUs is two groups.
     """
 
     pid: int | None
@@ -97,6 +99,9 @@ class ClientChannels:
     subdevice: int | None
     channels: tuple[int, ...]
     tsgs: tuple[int, ...]
+    #: The device object the channels hang below, and RM's instance number for it.
+    device: int | None = None
+    device_instance: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +220,7 @@ class Tracker:
             else:
                 size = f["limit"] + 1 if "limit" in f else 0
             new = (f["hRoot"], f["hObjectParent"], f["hObjectNew"])
-            self._alloc(proc, fd, *new, ioctl.alloc_class, size)
+            self._alloc(proc, fd, *new, ioctl.alloc_class, size, ioctl.params)
         elif ioctl.escape is Escape.RM_FREE:
             self._free(proc, f["hRoot"], f["hObjectOld"])
         elif ioctl.escape is Escape.RM_DUP_OBJECT:
@@ -232,6 +237,7 @@ class Tracker:
         handle: int,
         cls: int,
         size: int,
+        params: dict[str, int] | None = None,
     ) -> None:
         kind = abi.class_kind(cls)
         if kind is Kind.CLIENT:
@@ -251,6 +257,8 @@ class Tracker:
         if handle in client.objects:
             self._remove_subtree(proc, client, handle)
         obj = RmObject(root, handle, cls, kind, parent)
+        if kind is Kind.DEVICE and params and "deviceId" in params:
+            obj.info["device_instance"] = params["deviceId"]
         if kind in abi.MEMORY_KINDS:
             obj.bytes = size
             self._add_bytes(proc, kind, size)
@@ -376,29 +384,54 @@ class Tracker:
         )
 
     def channel_groups(self, pid: int | None) -> list[ClientChannels]:
-        """Per client of ``pid`` that holds channels: what it takes to stop and resume them."""
+        """Per client of ``pid`` and GPU it holds channels on: what it takes to stop and resume
+        them (the subdevice of the channels' own device, never another GPU's)."""
         proc = self.processes.get(pid)
         if proc is None:
             return []
         groups: list[ClientChannels] = []
         for client in proc.clients.values():
             owned = [obj for obj in client.objects.values() if not obj.dup]
-            channels = tuple(sorted(o.handle for o in owned if o.kind is Kind.CHANNEL))
-            if not channels:
-                continue
-            subdevices = sorted(o.handle for o in owned if o.kind is Kind.SUBDEVICE)
-            groups.append(
-                ClientChannels(
-                    pid=proc.pid,
-                    cgroup=proc.cgroup,
-                    fd=client.fd,
-                    client=client.handle,
-                    subdevice=subdevices[0] if subdevices else None,
-                    channels=channels,
-                    tsgs=tuple(sorted(o.handle for o in owned if o.kind is Kind.TSG)),
+            by_device: dict[int | None, list[RmObject]] = {}
+            for obj in owned:
+                if obj.kind in (Kind.CHANNEL, Kind.TSG, Kind.SUBDEVICE):
+                    by_device.setdefault(self._device_of(client, obj), []).append(obj)
+            for device, objects in by_device.items():
+                channels = tuple(sorted(o.handle for o in objects if o.kind is Kind.CHANNEL))
+                if not channels:
+                    continue
+                subdevices = sorted(o.handle for o in objects if o.kind is Kind.SUBDEVICE)
+                device_obj = client.objects.get(device) if device is not None else None
+                groups.append(
+                    ClientChannels(
+                        pid=proc.pid,
+                        cgroup=proc.cgroup,
+                        fd=client.fd,
+                        client=client.handle,
+                        subdevice=subdevices[0] if subdevices else None,
+                        channels=channels,
+                        tsgs=tuple(sorted(o.handle for o in objects if o.kind is Kind.TSG)),
+                        device=device,
+                        device_instance=(
+                            device_obj.info.get("device_instance") if device_obj else None
+                        ),
+                    )
                 )
-            )
         return groups
+
+    @staticmethod
+    def _device_of(client: Client, obj: RmObject) -> int | None:
+        """The device object ``obj`` hangs below (None: its chain leaves what was traced)."""
+        seen = 0
+        parent = obj.parent
+        while parent is not None and seen < 64:  # a handle loop cannot hang the daemon
+            above = client.objects.get(parent)
+            if above is None:
+                return None
+            if above.kind is Kind.DEVICE:
+                return above.handle
+            parent, seen = above.parent, seen + 1
+        return None
 
     def handles(self, pid: int | None, kind: Kind) -> list[tuple[int, int]]:
         """(client, object) handles of ``kind`` a process holds, e.g. for channel controls."""

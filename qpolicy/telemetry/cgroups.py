@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 from qpolicy.errors import QPolicyError
 
 PROC_MOUNTS = Path("/proc/self/mounts")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 REFRESH_MIN_S = 0.5
 
 
@@ -53,6 +55,24 @@ def normalize(path: str) -> str:
 def within(path: str, ancestor: str) -> bool:
     """Whether cgroup ``path`` is ``ancestor`` or below it (both normalized)."""
     return ancestor == "/" or path == ancestor or path.startswith(ancestor + "/")
+
+
+def cgroup_id(path: str | os.PathLike[str], root: Path = CGROUP_ROOT) -> int:
+    """The id of a cgroup v2 (as the kernel and qgpu.ko know it): its directory's inode number.
+
+    ``path`` is the cgroup's directory, or its path in the hierarchy (``/kubepods.slice/x`` or
+    ``kubepods.slice/x``), taken relative to ``root``.
+    """
+    directory = Path(path)
+    if not (directory.is_absolute() and directory.is_relative_to(root)):
+        directory = root / normalize(str(path)).lstrip("/")
+    try:
+        info = os.stat(directory)
+    except OSError as error:
+        raise CgroupError(f"cgroup {str(path)!r}: {error.strerror} ({directory})") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise CgroupError(f"cgroup {str(path)!r}: {directory} is not a directory")
+    return info.st_ino
 
 
 class CgroupMap:

@@ -33,7 +33,10 @@ from qpolicy.telemetry.view import Histogram, NodeView, PodView
 
 POD_LABELS = ("gpu", "pod", "class")
 SOURCES = ("state", "probe", "enforcer", "nvml")
-DEFAULT_METRICS_ADDR = "127.0.0.1:9400"
+# Not dcgm-exporter's 9400, which runs on most GPU nodes; nor node_exporter's 9100, HAMi's
+# 31992/31993 or the kubelet's and kube-proxy's 10249-10256.
+DEFAULT_METRICS_PORT = 9402
+DEFAULT_METRICS_ADDR = f"127.0.0.1:{DEFAULT_METRICS_PORT}"
 
 
 def _labels(pod: PodView) -> list[str]:
@@ -59,6 +62,28 @@ class NodeCollector(Collector):
         yield from self._sources(view)
         yield from self._gpus(view)
         yield from self._pods(view)
+        yield from self._refused(view)
+
+    @staticmethod
+    def _refused(view: NodeView) -> Iterator[Metric]:
+        refused = GaugeMetricFamily(
+            "qpolicy_pod_refused",
+            "A pod the node did not take on, or whose change it refused (1); the reason says why "
+            "(oversubscribed, no-share, unenforceable, nested, unreadable) and the daemon's log "
+            "and `qpolicy status` give the whole message.",
+            labels=["gpu", "pod", "source", "reason"],
+        )
+        for pod in view.refused:
+            refused.add_metric([pod.gpu, pod.pod, pod.source, pod.reason], 1.0)
+        yield refused
+        if view.probe_lost_events is not None:
+            lost = CounterMetricFamily(
+                "qpolicy_probe_lost_events",
+                "Events the eBPF probe could not stream (each may be a missed process exit or "
+                "RM allocation).",
+            )
+            lost.add_metric([], view.probe_lost_events)
+            yield lost
 
     @staticmethod
     def _sources(view: NodeView) -> Iterator[Metric]:
@@ -184,16 +209,22 @@ class NodeCollector(Collector):
 
 
 def parse_metrics_addr(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9400`` for IPv6); the host must be an IP address."""
-    host, sep, port_text = text.rpartition(":")
+    """``HOST:PORT``, where HOST is an IP address (``[::1]`` for IPv6), ``localhost`` or nothing
+    (``:9402``: every IPv4 interface, as Go exporters read it)."""
+    host, sep, port_text = text.strip().rpartition(":")
     host = host.strip("[]")
+    if host == "localhost":
+        host = "127.0.0.1"
+    elif host == "":
+        host = "0.0.0.0"
     try:
         if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
             raise ValueError
         ipaddress.ip_address(host)
     except ValueError:
         raise ValidationError(
-            f"invalid metrics address {text!r}: expected IP:PORT, e.g. {DEFAULT_METRICS_ADDR}"
+            f"invalid metrics address {text!r}: expected HOST:PORT with HOST an IP address, "
+            f"localhost or nothing, e.g. {DEFAULT_METRICS_ADDR} or :{DEFAULT_METRICS_PORT}"
         ) from None
     return host, int(port_text)
 

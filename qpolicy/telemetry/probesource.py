@@ -7,6 +7,7 @@ which GPUs a cgroup uses from the minors of the /dev/nvidiaN files its processes
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class ProbeSource:
         self.up = False
         self.error: str | None = None
         self._gpus: dict[int, set[int]] = defaultdict(set)
+        self._lost = 0
         # Called with the pid of every process that exits (the rm enforcer lets go of its files).
         self.on_exit: list[Callable[[int], None]] = []
 
@@ -83,6 +85,15 @@ class ProbeSource:
         for cgid in gone:
             self._gpus.pop(cgid, None)
         return int(forget(gone)) if gone else 0
+
+    @property
+    def lost(self) -> int:
+        """Events the probe could not stream since it started: each may be a missed exit, open or
+        RM_ALLOC, so the count is exported for an operator to watch."""
+        # A map read of a probe that is going away may fail: the last count stands.
+        with contextlib.suppress(Exception):
+            self._lost = int(self.probe.lost)
+        return self._lost
 
     def launches(self) -> dict[int, int]:
         """CUDA launches per cgroup id, read fresh (cheap where the probe offers it)."""

@@ -100,7 +100,11 @@ class Enforcement:
     gpu_time_s: float = 0.0
     throttled_s: float = 0.0
     online_wait: Histogram = field(default_factory=lambda: Histogram.empty(WAIT_BUCKETS_S))
+    #: The share planned for the current period; None where no period is planned here (no
+    #: enforcer, or one that plans in the kernel).
     planned_share: float | None = None
+    #: Whether the pod's channels are closed by qpolicy right now.
+    closed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +127,23 @@ class GpuView:
 
 
 @dataclass(frozen=True, slots=True)
+class RefusedPod:
+    """A pod a source asked for that the node did not take on (or whose change it refused)."""
+
+    gpu: str
+    pod: str
+    source: str  # state file, kubernetes, annotations
+    reason: str  # a short code: oversubscribed, no-share, unenforceable, nested, unreadable
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
     pods: tuple[PodView, ...] = ()
     gpus: tuple[GpuView, ...] = ()
     # Per data source (state, probe, enforcer, nvml): whether its last read worked. A source that
     # is not configured is absent.
     sources: Mapping[str, bool] = field(default_factory=dict)
+    refused: tuple[RefusedPod, ...] = ()
+    # Events the probe could not stream since it started (None: no probe).
+    probe_lost_events: int | None = None

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from qpolicy.enforcers.qgpu_uapi import (
+from qpolicy.enforcers.kmod.uapi import (
     MAX_CGROUPS,
     MAX_GPUS,
     PERIOD_DEFAULT_US,

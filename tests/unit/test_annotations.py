@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from qpolicy.annotations import Annotations, pod_of, scan
-from qpolicy.daemon import merged_state
+from qpolicy.desired.annotations import MAX_VALUE_BYTES, pod_of, scan
 from qpolicy.errors import ValidationError
 from qpolicy.model import PodClass, PodSpec
-from qpolicy.state import DesiredState
 
 
 def annotate(directory: Path, **values: str) -> None:
@@ -57,14 +55,39 @@ def test_pod_of_names_the_cgroup_in_errors() -> None:
         pod_of("/x", {"class": "urgent"})
 
 
-def test_the_state_file_wins_over_annotations() -> None:
-    state = DesiredState().with_pod(PodSpec("/kube/web", 0, PodClass.OFFLINE, 10))
-    annotations = Annotations(
-        pods={
-            "/kube/web": PodSpec("/kube/web", 0, PodClass.ONLINE, 30),
-            "/kube/other": PodSpec("/kube/other", 0, PodClass.ONLINE, 20),
-        }
-    )
-    merged = merged_state(state, annotations)
-    assert merged.pods["/kube/web"].share == 10
-    assert merged.pods["/kube/other"].share == 20
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"\xff\xfe30", "user.qpolicy.share is not UTF-8 text"),
+        (b"3\x000", "user.qpolicy.share holds unprintable characters"),
+        (b"1" * (MAX_VALUE_BYTES + 1), f"user.qpolicy.share is {MAX_VALUE_BYTES + 1} bytes long"),
+    ],
+)
+def test_garbage_in_an_attribute_is_reported_for_that_cgroup_only(
+    root: Path, raw: bytes, message: str
+) -> None:
+    (root / "bad").mkdir()
+    os.setxattr(root / "bad", "user.qpolicy.share", raw)
+    annotate(root / "good", share="10")
+    found = scan(root)  # must not raise: the daemon reads this every second
+    assert list(found.pods) == ["/good"]
+    assert found.errors["/bad"].startswith(f"/bad: {message}")
+
+
+def test_a_misspelt_attribute_is_refused_rather_than_ignored(root: Path) -> None:
+    annotate(root / "typo", shares="10")
+    found = scan(root)
+    assert found.pods == {}
+    assert "unknown attribute(s) user.qpolicy.shares" in found.errors["/typo"]
+
+
+def test_trusted_attributes_win_over_user_ones(root: Path) -> None:
+    directory = root / "pod"
+    annotate(directory, **{"class": "online", "share": "90"})
+    try:
+        os.setxattr(directory, "trusted.qpolicy.share", b"10")
+    except OSError:
+        pytest.skip("trusted.* attributes need CAP_SYS_ADMIN and a filesystem that takes them")
+    found = scan(root)
+    # Only the trusted namespace is read where it is present: the user class is not taken either.
+    assert found.pods == {"/pod": PodSpec("/pod", 0, PodClass.OFFLINE, 10, None)}

@@ -14,7 +14,7 @@ import qpolicy
 import qpolicy.cli.kmodstatus
 import qpolicy.cli.status
 from qpolicy.cli import main
-from qpolicy.enforcers.kmod import QgpuClient
+from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.state import DesiredState, StateStore
 from tests.unit.qgpu_fake import FakeQgpu

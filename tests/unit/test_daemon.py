@@ -1,7 +1,8 @@
-"""The daemon's sources: the simulated node against a clock, the state file, shutdown."""
+"""The daemon: its sources, its backends, one instance per node, and a clean shutdown."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -14,8 +15,18 @@ from typing import Any
 
 import pytest
 
-from qpolicy.daemon import Daemon, DaemonConfig, EnforcerKind, ProbeMode
-from qpolicy.errors import ValidationError
+from qpolicy.backends.base import BackendContext, BackendFactory
+from qpolicy.backends.choice import (
+    Choice,
+    EnforcerKind,
+    backend_factory,
+    choose_enforcer,
+    in_kubernetes,
+)
+from qpolicy.backends.observe import ObserveBackend
+from qpolicy.backends.rm import RmBackend
+from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode
+from qpolicy.errors import QPolicyError
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.gpu import SimGpu
@@ -89,14 +100,8 @@ def test_blocked_time_and_waits_in_the_simulated_gpu() -> None:
     assert a.waits == [pytest.approx(1000.0), pytest.approx(0.0), pytest.approx(50.0)]
 
 
-def daemon(tmp_path: Path, **kw: object) -> Daemon:
-    config = DaemonConfig(
-        enforcer=kw.pop("enforcer", EnforcerKind.NONE),  # type: ignore[arg-type]
-        state_dir=tmp_path,
-        metrics_addr=None,
-        **kw,  # type: ignore[arg-type]
-    )
-    return Daemon(config)
+def daemon(tmp_path: Path, backend: BackendFactory = ObserveBackend, **kw: Any) -> Daemon:
+    return Daemon(DaemonConfig(state_dir=tmp_path, metrics_addr=None, **kw), backend)
 
 
 def test_observe_only_daemon_follows_the_state_file(tmp_path: Path) -> None:
@@ -114,8 +119,11 @@ def test_observe_only_daemon_follows_the_state_file(tmp_path: Path) -> None:
         0.4,
         1 << 30,
     )
-    assert pod.enforcement.planned_share == 0.0  # nothing measured busy yet
+    # No control loop plans a period here: there is no planned share to report (it used to be
+    # reported as 0, which reads as a pod starved).
+    assert pod.enforcement.planned_share is None
     assert agent.snapshot().gpus[0].policy == "fixed-share"
+    agent.close()
 
 
 def test_a_corrupt_state_file_marks_the_source_down_and_keeps_the_last_good_state(
@@ -130,18 +138,70 @@ def test_a_corrupt_state_file_marks_the_source_down_and_keeps_the_last_good_stat
     view = agent.snapshot()
     assert view.sources == {"state": False}
     assert [p.pod for p in view.pods] == ["a"]
-    assert agent.state.error is not None and "not valid JSON" in agent.state.error
+    assert agent.desired.file.error is not None and "not valid JSON" in agent.desired.file.error
+    agent.close()
 
 
-def test_sim_daemon_needs_a_scenario(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="needs a scenario"):
-        daemon(tmp_path, enforcer=EnforcerKind.SIM)
+def test_a_second_daemon_says_who_holds_the_node_and_touches_nothing(tmp_path: Path) -> None:
+    first = daemon(tmp_path)
+    made: list[BackendContext] = []
+
+    def backend(context: BackendContext) -> ObserveBackend:
+        made.append(context)  # a real backend would recover (re-open the first one's channels)
+        return ObserveBackend(context)
+
+    with pytest.raises(QPolicyError) as caught:
+        daemon(tmp_path, backend)
+    assert str(caught.value) == (
+        f"another qpolicy daemon (pid {os.getpid()}) is running on this node: it holds "
+        f"{tmp_path / 'daemon.lock'}"
+    )
+    assert made == []
+    first.close()
+    daemon(tmp_path, backend).close()  # released: the next one starts
+    assert len(made) == 1
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_a_metrics_address_in_use_gives_back_everything_taken_before_it(tmp_path: Path) -> None:
+    closed: list[str] = []
+
+    class Recording(ObserveBackend):
+        def close(self) -> None:
+            closed.append("backend")
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = DaemonConfig(state_dir=tmp_path, metrics_addr=f"127.0.0.1:{port}")
+        agent = Daemon(config, Recording)
+        with pytest.raises(QPolicyError, match="cannot listen on"):
+            agent.run()
+    assert closed == ["backend"]
+    daemon(tmp_path).close()  # the lock was released too
+
+
+def test_the_daemon_writes_what_status_shows_and_removes_it_when_it_stops(
+    tmp_path: Path,
+) -> None:
+    StateStore(tmp_path).update(
+        lambda s: s.with_gpu(GpuConfig(0, GpuPolicy.FIXED_SHARE)).with_pod(
+            PodSpec("/a", 0, share=60)
+        )
+    )
+    agent = daemon(tmp_path, cgroup_root=tmp_path / "no-cgroups")
+    agent.tick()
+    document = json.loads((tmp_path / "daemon-status.json").read_text())
+    assert document["pid"] == os.getpid() and document["enforcer"] == "none"
+    assert [p["id"] for p in document["pods"]] == ["/a"]
+    agent.close()
+    assert not (tmp_path / "daemon-status.json").exists()
 
 
 def test_daemon_serves_metrics_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
@@ -217,17 +277,13 @@ def test_probe_activity_is_attributed_to_the_pod_owning_the_cgroup(tmp_path: Pat
     }
     store = StateStore(tmp_path / "state")
     store.update(lambda s: s.with_pod(PodSpec("/kube/web", 0, PodClass.ONLINE, 30)))
-    config = DaemonConfig(
-        enforcer=EnforcerKind.NONE,
-        state_dir=tmp_path / "state",
-        metrics_addr=None,
-        probe=ProbeMode.ON,
-    )
-    agent = Daemon(config, probe_loader=lambda: ProbeSource(probe, cgroups))
+    config = DaemonConfig(state_dir=tmp_path / "state", metrics_addr=None, probe=ProbeMode.ON)
+    agent = Daemon(config, ObserveBackend, probe_loader=lambda: ProbeSource(probe, cgroups))
     agent.tick()
     view = agent.snapshot()
     pods = {pod.pod: pod for pod in view.pods}
     assert view.sources == {"state": True, "probe": True}
+    assert view.probe_lost_events == 0
     web_pod = pods["/kube/web"]
     assert web_pod.pod_class == "online" and web_pod.gpu == "0"
     assert web_pod.activity.ioctls == {"RM_ALLOC": 3} and web_pod.activity.launches == 42
@@ -235,72 +291,82 @@ def test_probe_activity_is_attributed_to_the_pod_owning_the_cgroup(tmp_path: Pat
     stray = pods["/batch"]
     assert (stray.pod_class, stray.gpu, stray.share_target) == ("unmanaged", "1", None)
     assert stray.activity.ioctls == {"CARD_INFO": 1}
+    agent.close()
 
 
 def test_probe_that_cannot_load(tmp_path: Path) -> None:
-    from qpolicy.errors import QPolicyError
-
     def fail() -> Any:
         raise QPolicyError("bcc missing: install python3-bpfcc")
 
     for mode, fatal in ((ProbeMode.AUTO, False), (ProbeMode.ON, True)):
-        config = DaemonConfig(
-            enforcer=EnforcerKind.NONE, state_dir=tmp_path, metrics_addr=None, probe=mode
-        )
+        config = DaemonConfig(state_dir=tmp_path, metrics_addr=None, probe=mode)
         if fatal:
             with pytest.raises(QPolicyError, match="python3-bpfcc"):
-                Daemon(config, probe_loader=fail)
+                Daemon(config, ObserveBackend, probe_loader=fail)
             continue
-        agent = Daemon(config, probe_loader=fail)
+        agent = Daemon(config, ObserveBackend, probe_loader=fail)
         agent.tick()
         assert agent.snapshot().sources == {"state": True, "probe": False}
         assert agent.probe_error == "bcc missing: install python3-bpfcc"
+        agent.close()
 
 
-def test_auto_picks_kmod_then_rm_then_sim(tmp_path: Path) -> None:
-    from qpolicy.daemon import choose_enforcer
-
+def test_auto_picks_kmod_then_rm_then_says_it_simulates(tmp_path: Path) -> None:
     qgpu, ctl = tmp_path / "qgpu", tmp_path / "nvidiactl"
-    assert choose_enforcer(EnforcerKind.AUTO, qgpu=qgpu, nvidia=ctl) is EnforcerKind.SIM
+    choice = choose_enforcer(EnforcerKind.AUTO, qgpu=qgpu, nvidia=ctl)
+    assert choice.kind is EnforcerKind.SIM
+    assert choice.reason == (
+        f"qgpu.ko is not loaded ({qgpu} is missing) and there is no NVIDIA GPU ({ctl}): running "
+        "the simulated demo node"
+    )
     ctl.touch()
-    assert choose_enforcer(EnforcerKind.AUTO, qgpu=qgpu, nvidia=ctl) is EnforcerKind.RM
+    assert choose_enforcer(EnforcerKind.AUTO, qgpu=qgpu, nvidia=ctl).kind is EnforcerKind.RM
     qgpu.mkdir()
-    assert choose_enforcer(EnforcerKind.AUTO, qgpu=qgpu, nvidia=ctl) is EnforcerKind.KMOD
-    assert choose_enforcer(EnforcerKind.NONE, qgpu=qgpu, nvidia=ctl) is EnforcerKind.NONE
+    assert choose_enforcer(EnforcerKind.AUTO, qgpu=qgpu, nvidia=ctl).kind is EnforcerKind.KMOD
+    assert choose_enforcer(EnforcerKind.NONE, qgpu=qgpu, nvidia=ctl) == Choice(EnforcerKind.NONE)
 
 
-def test_rm_enforcer_needs_root_and_says_so(tmp_path: Path) -> None:
-    from qpolicy.errors import QPolicyError
+def test_auto_refuses_to_simulate_a_node_inside_kubernetes(tmp_path: Path) -> None:
+    qgpu, ctl = tmp_path / "qgpu", tmp_path / "nvidiactl"
+    with pytest.raises(QPolicyError, match="refusing to run a simulated node under Kubernetes"):
+        choose_enforcer(EnforcerKind.AUTO, kubernetes=True, qgpu=qgpu, nvidia=ctl)
+    explicit = choose_enforcer(EnforcerKind.SIM, kubernetes=True, qgpu=qgpu, nvidia=ctl)
+    assert explicit.kind is EnforcerKind.SIM
+    assert in_kubernetes({"KUBERNETES_SERVICE_HOST": "10.0.0.1"})
+    assert not in_kubernetes({})
 
-    config = DaemonConfig(enforcer=EnforcerKind.RM, state_dir=tmp_path, metrics_addr=None)
+
+def test_rm_enforcer_needs_root_and_says_so() -> None:
     with pytest.raises(QPolicyError, match="rm enforcer needs root"):
-        Daemon(config, is_root=lambda: False)
+        backend_factory(EnforcerKind.RM, is_root=lambda: False)
 
 
 def test_kmod_enforcer_needs_the_module_and_cap_net_admin(tmp_path: Path) -> None:
-    from qpolicy.enforcers.kmod import connect
-    from qpolicy.errors import QPolicyError
+    from qpolicy.enforcers.kmod.client import connect
     from tests.unit.qgpu_fake import FakeQgpu
 
-    config = DaemonConfig(enforcer=EnforcerKind.KMOD, state_dir=tmp_path, metrics_addr=None)
     sysfs = tmp_path / "qgpu"
+    missing = backend_factory(EnforcerKind.KMOD, kmod_connect=lambda: connect(sysfs, FakeQgpu))
     with pytest.raises(QPolicyError, match=r"qgpu\.ko is not loaded \(.*/qgpu is missing\)"):
-        Daemon(config, kmod_connect=lambda: connect(sysfs, FakeQgpu))
+        daemon(tmp_path, missing)
     sysfs.mkdir()
+    refusing = backend_factory(
+        EnforcerKind.KMOD,
+        kmod_connect=lambda: connect(sysfs, lambda: FakeQgpu(unprivileged=True)),
+    )
     with pytest.raises(QPolicyError, match="kmod enforcer needs CAP_NET_ADMIN"):
-        Daemon(config, kmod_connect=lambda: connect(sysfs, lambda: FakeQgpu(unprivileged=True)))
+        daemon(tmp_path, refusing)
+    daemon(tmp_path).close()  # each failure released the lock
 
 
 def test_kmod_daemon_configures_the_module_and_unconfigures_it_when_stopped(
     tmp_path: Path,
 ) -> None:
     """The daemon's kmod wiring, the module replaced by the in-process one: pods of the state
-    file are configured, follow its changes, show the module's counters, and are deleted (the
+    file are configured, follow its changes, show the module's counters, and are deleted (every
     GPU left best-effort) on shutdown."""
-    import os
-
-    from qpolicy.enforcers.kmod import QgpuClient
-    from qpolicy.enforcers.qgpu_uapi import Attr, Policy
+    from qpolicy.enforcers.kmod.client import QgpuClient
+    from qpolicy.enforcers.kmod.uapi import Attr, Cmd, Policy
     from tests.unit.qgpu_fake import FakeQgpu
 
     root = tmp_path / "cgroup"
@@ -316,13 +382,8 @@ def test_kmod_daemon_configures_the_module_and_unconfigures_it_when_stopped(
         )
     )
     fake = FakeQgpu()
-    config = DaemonConfig(
-        enforcer=EnforcerKind.KMOD,
-        state_dir=store.directory,
-        metrics_addr=None,
-        cgroup_root=root,
-    )
-    agent = Daemon(config, kmod_connect=lambda: QgpuClient(fake))
+    factory = backend_factory(EnforcerKind.KMOD, kmod_connect=lambda: QgpuClient(fake))
+    agent = daemon(store.directory, factory, cgroup_root=root)
     agent.tick()
     assert fake.gpus[1] == {Attr.POLICY: Policy.FIXED_SHARE, Attr.PERIOD_US: 20_000}
     assert {
@@ -332,17 +393,23 @@ def test_kmod_daemon_configures_the_module_and_unconfigures_it_when_stopped(
         b: (1, 30, 0),
     }
     fake.count(a, open_ns=1_000_000_000, throttled_ns=250_000_000)
-    agent.gpus[1].periodic.step()
-    agent.publish()
+    fake.changes()
+    for _ in range(5):  # ticks push nothing while nothing changes: no 50 ms loop here
+        agent.tick()
+    assert fake.changes() == []
     pods = {p.pod: p for p in agent.snapshot().pods}
     assert pods["/a"].enforcement.gpu_time_s == pytest.approx(1.0)
     assert pods["/a"].enforcement.throttled_s == pytest.approx(0.25)
+    assert pods["/a"].enforcement.planned_share is None
     assert agent.snapshot().sources["enforcer"] is True
     store.update(lambda s: s.without_pod("/b"))
     agent.tick()
-    agent.gpus[1].periodic.step()
     assert set(fake.cgroups) == {a}
-    agent.release()
+    # The module stops answering: the enforcer is down, and says so.
+    fake.refuse[Cmd.CGROUP_GET] = 5
+    agent.publish()
+    assert agent.snapshot().sources["enforcer"] is False
+    agent.close()
     assert fake.cgroups == {} and fake.closed
     assert fake.gpus[1][Attr.POLICY] == Policy.BEST_EFFORT
 
@@ -352,14 +419,15 @@ def test_rm_daemon_takes_turns_then_gives_everything_back(
 ) -> None:
     """The daemon's rm wiring end to end, with the probe and the RM controls replaced: two
     fixed-share pods take turns in a stretched period and, stopped, the daemon re-opens every
-    channel it closed."""
+    channel it closed and restores every timeslice."""
     import threading
 
-    from qpolicy.enforcers import rm
+    from qpolicy.enforcers.rm import record
     from qpolicy.nvrm import rmctl
     from qpolicy.nvrm.abi import NvStatus
     from qpolicy.telemetry.cgroups import CgroupMap
     from qpolicy.telemetry.probesource import ProbeSource
+    from tests.unit.test_rm_enforcer import FakeDriver, FakeFiles
     from tests.unit.test_telemetry_live import FakeProbe, process, rm_alloc
 
     root = tmp_path / "cgroup"
@@ -390,6 +458,7 @@ def test_rm_daemon_takes_turns_then_gives_everything_back(
     lock = threading.Lock()
     controls: list[tuple[int, bool]] = []
     disabled: set[int] = set()
+    timeslices: dict[int, int] = {}
 
     def disable_channels(
         fd: int, client: int, subdevice: int, channels: list[int], *, disable: bool
@@ -399,48 +468,55 @@ def test_rm_daemon_takes_turns_then_gives_everything_back(
             (disabled.add if disable else disabled.discard)(fd)
         return rmctl.ControlResult(NvStatus.NV_OK, 1000)
 
-    monkeypatch.setattr(rm.rmctl, "borrow_fd", lambda pid, fd: 1000 + pid)
-    monkeypatch.setattr(rm.rmctl, "disable_channels", disable_channels)
+    def set_timeslice(fd: int, client: int, tsg: int, us: int) -> rmctl.ControlResult:
+        timeslices[fd] = us
+        return rmctl.ControlResult(NvStatus.NV_OK, 1)
+
+    monkeypatch.setattr(rmctl, "disable_channels", disable_channels)
     monkeypatch.setattr(
-        rm.rmctl, "get_timeslice", lambda fd, c, t: (rmctl.ControlResult(NvStatus.NV_OK, 1), 2048)
+        rmctl, "get_timeslice", lambda fd, c, t: (rmctl.ControlResult(NvStatus.NV_OK, 1), 2048)
     )
-    monkeypatch.setattr(
-        rm.rmctl, "set_timeslice", lambda fd, c, t, us: rmctl.ControlResult(NvStatus.NV_OK, 1)
-    )
-    monkeypatch.setattr(rm.os, "close", lambda fd: None)
-    monkeypatch.setattr(rm, "process_start_time", lambda pid: 1)
+    monkeypatch.setattr(rmctl, "set_timeslice", set_timeslice)
+    monkeypatch.setattr(rmctl, "gpu_pci_address", lambda fd, client, subdevice: None)
+    monkeypatch.setattr(record, "process_start_time", lambda pid: 1)
 
     state_dir = tmp_path / "state"
     store = StateStore(state_dir)
     store.update(
         lambda s: s.with_pod(PodSpec("/a", 0, share=70)).with_pod(PodSpec("/b", 0, share=30))
     )
+    files = FakeFiles(FakeDriver(None))  # type: ignore[arg-type]
     config = DaemonConfig(
-        enforcer=EnforcerKind.RM,
-        state_dir=state_dir,
-        metrics_addr=None,
-        cgroup_root=root,
-        min_turn_ms=100,
+        state_dir=state_dir, metrics_addr=None, cgroup_root=root, probe=ProbeMode.ON
     )
-    agent = Daemon(config, probe_loader=lambda: ProbeSource(probe, cgroups), is_root=lambda: True)
+
+    def backend(context: BackendContext) -> RmBackend:
+        return RmBackend(context, min_turn_ms=100, files=files, gpus=list)  # type: ignore[arg-type]
+
+    agent = Daemon(config, backend, probe_loader=lambda: ProbeSource(probe, cgroups))
     runner = threading.Thread(target=agent.run)
     runner.start()
     try:
         time.sleep(2.0)
-        periodic = agent.gpus[0].periodic
+        rm_backend = agent.backend
+        assert isinstance(rm_backend, RmBackend)
+        periodic = rm_backend._gpus[0].periodic
         assert periodic.control.last_plan is not None
         assert periodic.control.last_plan.period_us == 200_000
         with lock:
             seen = list(controls)
+        fds = {pod: files.get(pid, 5) for pod, pid in pids.items()}
+        status = json.loads((state_dir / "daemon-status.json").read_text())
+        assert status["enforcer"] == "rm" and set(status["backend"]["gpus"]) == {"0"}
     finally:
         agent.stop()
         runner.join(timeout=10)
     assert not runner.is_alive()
-    a_fd, b_fd = 1000 + pids["/a"], 1000 + pids["/b"]
     # Turns: each pod was closed and opened again, a few times a second (not 20 times).
-    for fd in (a_fd, b_fd):
+    for fd in fds.values():
         assert (fd, True) in seen and (fd, False) in seen
     assert len(seen) <= 2 * 2 * 12
     # Stopped: nothing is left closed and no record is left.
     assert disabled == set()
-    assert not (state_dir / "rm-disabled.json").exists()
+    assert timeslices == {}  # offline pods only: no timeslice to change
+    assert not (state_dir / "rm-record.json").exists()

@@ -137,7 +137,7 @@ def test_a_pod_that_is_gone_leaves_no_series() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["9400", "localhost:9400", "127.0.0.1", "127.0.0.1:99999", "1.2.3.4:x"]
+    "text", ["9400", "example.org:9400", "127.0.0.1", "127.0.0.1:99999", "1.2.3.4:x", ":"]
 )
 def test_bad_metrics_addresses(text: str) -> None:
     with pytest.raises(ValidationError, match="invalid metrics address"):
@@ -147,6 +147,8 @@ def test_bad_metrics_addresses(text: str) -> None:
 def test_metrics_addresses() -> None:
     assert parse_metrics_addr("127.0.0.1:9400") == ("127.0.0.1", 9400)
     assert parse_metrics_addr("[::1]:9400") == ("::1", 9400)
+    assert parse_metrics_addr(":9402") == ("0.0.0.0", 9402)
+    assert parse_metrics_addr("localhost:9402") == ("127.0.0.1", 9402)
 
 
 def test_serving_over_http() -> None:

@@ -9,18 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from qpolicy.enforcer import PodUsage
-from qpolicy.enforcers.kmod import (
-    KmodEnforcer,
-    KmodError,
-    NetlinkTransport,
-    QgpuClient,
-    cgroup_id,
-    connect,
-    kernel_shares,
-    read_sysfs,
-)
-from qpolicy.enforcers.qgpu_uapi import (
+from qpolicy.enforcers.kmod.client import QgpuClient, connect
+from qpolicy.enforcers.kmod.enforcer import KmodEnforcer, kernel_shares, unenforceable
+from qpolicy.enforcers.kmod.error import KmodError
+from qpolicy.enforcers.kmod.sysfs import read_sysfs
+from qpolicy.enforcers.kmod.transport import NetlinkTransport
+from qpolicy.enforcers.kmod.uapi import (
     GENL_VERSION,
     PERIOD_DEFAULT_US,
     Attr,
@@ -30,10 +24,10 @@ from qpolicy.enforcers.qgpu_uapi import (
     Policy,
     QgpuMsg,
 )
-from qpolicy.engine import Plan, plan
 from qpolicy.errors import QPolicyError
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
-from qpolicy.telemetry.cgroups import CgroupError
+from qpolicy.state import DesiredState
+from qpolicy.telemetry.cgroups import CgroupError, cgroup_id
 from tests.unit.qgpu_fake import FakeQgpu, Sent
 
 GiB = 2**30
@@ -63,8 +57,10 @@ def ino(path: Path) -> int:
     return os.stat(path).st_ino
 
 
-def fixed(*pods: PodSpec, period_ms: int = 50, gpu: int = 0) -> Plan:
-    return plan(GpuConfig(gpu, GpuPolicy.FIXED_SHARE, period_ms), pods, {})
+def fixed(*pods: PodSpec, period_ms: int = 50, gpu: int = 0) -> DesiredState:
+    return DesiredState(
+        gpus={gpu: GpuConfig(gpu, GpuPolicy.FIXED_SHARE, period_ms)}, pods={p.id: p for p in pods}
+    )
 
 
 def summary(sent: list[Sent]) -> list[tuple[Cmd, dict[Attr, int]]]:
@@ -279,16 +275,13 @@ def test_a_cgroup_that_is_not_there_is_a_clear_error(root: Path) -> None:
 # -- the enforcer -------------------------------------------------------------------------------
 
 
-def test_apply_pushes_the_gpu_and_every_pod_then_only_what_changed(
+def test_sync_pushes_the_gpu_and_every_pod_then_only_what_changed(
     client: QgpuClient, fake: FakeQgpu, root: Path
 ) -> None:
-    specs = {
-        "/a": PodSpec("/a", 0, PodClass.ONLINE, 60, 4 * GiB),
-        "/b": PodSpec("/b", 0, PodClass.OFFLINE, 30),
-    }
-    enforcer = KmodEnforcer(client, 0, pods=lambda: specs, cgroup_root=root)
+    specs = [PodSpec("/a", 0, PodClass.ONLINE, 60, 4 * GiB), PodSpec("/b", 0, PodClass.OFFLINE, 30)]
+    enforcer = KmodEnforcer(client, cgroup_root=root)
     a, b = ino(root / "a"), ino(root / "b")
-    enforcer.apply(fixed(*specs.values(), period_ms=20))
+    enforcer.sync(fixed(*specs, period_ms=20))
     assert summary(fake.changes()) == [
         (Cmd.GPU_SET, {Attr.GPU: 0, Attr.POLICY: Policy.FIXED_SHARE, Attr.PERIOD_US: 20_000}),
         (Cmd.CGROUP_SET, {Attr.CGROUP_ID: a, Attr.GPU: 0, Attr.CLASS: 1, Attr.SHARE: 60,
@@ -296,33 +289,34 @@ def test_apply_pushes_the_gpu_and_every_pod_then_only_what_changed(
         (Cmd.CGROUP_SET, {Attr.CGROUP_ID: b, Attr.GPU: 0, Attr.CLASS: 0, Attr.SHARE: 30,
                           Attr.MEM_LIMIT: 0}),
     ]  # fmt: skip
-    # The same plan again (or one that only moves allocations): nothing to tell the module.
-    enforcer.apply(fixed(*specs.values(), period_ms=20))
-    enforcer.apply(plan(GpuConfig(0, GpuPolicy.FIXED_SHARE, 20), specs.values(), {"/a": 0.1}))
+    # The same state again: nothing to tell the module, and nothing to retry.
+    enforcer.sync(fixed(*specs, period_ms=20))
+    enforcer.retry()
     assert fake.changes() == []
     # A new memory limit: that pod only.
-    specs["/b"] = PodSpec("/b", 0, PodClass.OFFLINE, 30, GiB)
-    enforcer.apply(fixed(*specs.values(), period_ms=20))
+    specs[1] = PodSpec("/b", 0, PodClass.OFFLINE, 30, GiB)
+    enforcer.sync(fixed(*specs, period_ms=20))
     assert summary(fake.changes()) == [
         (Cmd.CGROUP_SET, {Attr.CGROUP_ID: b, Attr.GPU: 0, Attr.CLASS: 0, Attr.SHARE: 30,
                           Attr.MEM_LIMIT: GiB}),
     ]  # fmt: skip
     # A new period: the GPU only.
-    enforcer.apply(fixed(*specs.values(), period_ms=100))
+    enforcer.sync(fixed(*specs, period_ms=100))
     assert summary(fake.changes()) == [
         (Cmd.GPU_SET, {Attr.GPU: 0, Attr.POLICY: Policy.FIXED_SHARE, Attr.PERIOD_US: 100_000}),
     ]
     assert enforcer.configured["/b"].mem_limit == GiB
     assert fake.cgroups[b][Attr.MEM_LIMIT] == GiB
+    assert enforcer.up is True
 
 
 def test_shares_that_go_down_are_pushed_before_those_that_go_up(
     client: QgpuClient, fake: FakeQgpu, root: Path
 ) -> None:
-    enforcer = KmodEnforcer(client, 0, cgroup_root=root)
-    enforcer.apply(fixed(PodSpec("/a", 0, share=30), PodSpec("/b", 0, share=70)))
+    enforcer = KmodEnforcer(client, cgroup_root=root)
+    enforcer.sync(fixed(PodSpec("/a", 0, share=30), PodSpec("/b", 0, share=70)))
     fake.changes()
-    enforcer.apply(fixed(PodSpec("/a", 0, share=70), PodSpec("/b", 0, share=30)))
+    enforcer.sync(fixed(PodSpec("/a", 0, share=70), PodSpec("/b", 0, share=30)))
     assert [(s.cmd, s.values[Attr.SHARE]) for s in fake.changes()] == [
         (Cmd.CGROUP_SET, 30),
         (Cmd.CGROUP_SET, 70),
@@ -337,44 +331,49 @@ def test_shares_that_go_down_are_pushed_before_those_that_go_up(
 def test_a_gpu_turned_fixed_share_gets_its_shares_lowered_first(
     client: QgpuClient, fake: FakeQgpu, root: Path
 ) -> None:
-    enforcer = KmodEnforcer(client, 0, cgroup_root=root)
-    best_effort = GpuConfig(0, GpuPolicy.BEST_EFFORT)
-    enforcer.apply(plan(best_effort, [PodSpec("/a", 0, share=80), PodSpec("/b", 0, share=80)], {}))
+    enforcer = KmodEnforcer(client, cgroup_root=root)
+    best_effort = DesiredState(
+        gpus={0: GpuConfig(0, GpuPolicy.BEST_EFFORT)},
+        pods={"/a": PodSpec("/a", 0, share=80), "/b": PodSpec("/b", 0, share=80)},
+    )
+    enforcer.sync(best_effort)
     fake.changes()
-    enforcer.apply(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
+    enforcer.sync(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
     assert [s.cmd for s in fake.changes()] == [Cmd.CGROUP_SET, Cmd.CGROUP_SET, Cmd.GPU_SET]
     assert fake.gpus[0][Attr.POLICY] == Policy.FIXED_SHARE
 
 
-def test_a_pod_that_left_the_plan_is_deleted(
+def test_a_pod_that_left_the_desired_state_is_deleted(
     client: QgpuClient, fake: FakeQgpu, root: Path
 ) -> None:
-    enforcer = KmodEnforcer(client, 0, cgroup_root=root)
+    enforcer = KmodEnforcer(client, cgroup_root=root)
     a, b = ino(root / "a"), ino(root / "b")
-    enforcer.apply(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
+    enforcer.sync(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
     fake.changes()
-    enforcer.apply(fixed(PodSpec("/a", 0, share=50)))
+    enforcer.sync(fixed(PodSpec("/a", 0, share=50)))
     assert summary(fake.changes()) == [(Cmd.CGROUP_DEL, {Attr.CGROUP_ID: b})]
     assert set(fake.cgroups) == {a} and set(enforcer.configured) == {"/a"}
 
 
-def test_a_pod_that_moved_to_another_gpu_is_not_deleted_by_the_first(
+def test_a_pod_that_moves_to_another_gpu_is_moved_not_deleted(
     client: QgpuClient, fake: FakeQgpu, root: Path
 ) -> None:
-    gpu0 = KmodEnforcer(client, 0, cgroup_root=root)
-    gpu1 = KmodEnforcer(client, 1, cgroup_root=root)
+    enforcer = KmodEnforcer(client, cgroup_root=root)
     b = ino(root / "b")
-    gpu0.apply(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
-    # The GPU 1 loop happens to run first after the move.
-    gpu1.apply(fixed(PodSpec("/b", 1, share=50), gpu=1))
-    gpu0.apply(fixed(PodSpec("/a", 0, share=50)))
-    assert fake.cgroups[b][Attr.GPU] == 1
+    enforcer.sync(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
+    moved = DesiredState(
+        gpus={0: GpuConfig(0, GpuPolicy.FIXED_SHARE), 1: GpuConfig(1, GpuPolicy.FIXED_SHARE)},
+        pods={"/a": PodSpec("/a", 0, share=50), "/b": PodSpec("/b", 1, share=50)},
+    )
+    enforcer.sync(moved)
+    assert fake.cgroups[b][Attr.GPU] == 1 and fake.gpus[1][Attr.POLICY] == Policy.FIXED_SHARE
     assert not any(s.cmd is Cmd.CGROUP_DEL for s in fake.sent)
-    gpu0.release()
-    assert fake.cgroups[b][Attr.GPU] == 1 and set(fake.cgroups) == {b}
+    enforcer.release()
+    assert fake.cgroups == {}
+    assert fake.gpus[0][Attr.POLICY] == fake.gpus[1][Attr.POLICY] == Policy.BEST_EFFORT
 
 
-def test_the_first_plan_deletes_what_a_dead_daemon_left_on_its_gpu(
+def test_the_first_push_deletes_what_a_dead_daemon_left(
     client: QgpuClient, fake: FakeQgpu, root: Path
 ) -> None:
     a = ino(root / "a")
@@ -384,114 +383,99 @@ def test_the_first_plan_deletes_what_a_dead_daemon_left_on_its_gpu(
     other.set_cgroup(999, 0, CgroupClass.OFFLINE, 60)
     other.set_cgroup(998, 1, CgroupClass.OFFLINE, 60)
     fake.changes()
-    enforcer = KmodEnforcer(client, 0, cgroup_root=root)
+    enforcer = KmodEnforcer(client, cgroup_root=root)
     # 999's 60 % would not leave room for /b's 50 %.
-    enforcer.apply(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
-    assert summary(fake.changes())[0] == (Cmd.CGROUP_DEL, {Attr.CGROUP_ID: 999})
-    assert set(fake.cgroups) == {a, ino(root / "b"), 998}
+    enforcer.sync(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
+    deleted = [s.values[Attr.CGROUP_ID] for s in fake.changes() if s.cmd is Cmd.CGROUP_DEL]
+    assert sorted(deleted) == [998, 999]
+    assert set(fake.cgroups) == {a, ino(root / "b")}
     assert set(enforcer.configured) == {"/a", "/b"}
-    enforcer.apply(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
+    enforcer.sync(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
     assert not any(s.cmd is Cmd.CGROUP_GET for s in fake.sent)  # once only
 
 
 def test_best_effort_pods_without_a_share_split_what_is_left() -> None:
-    be = GpuConfig(0, GpuPolicy.BEST_EFFORT)
     pods = [PodSpec("/a", 0), PodSpec("/b", 0), PodSpec("/c", 0, share=40)]
-    assert kernel_shares(plan(be, pods, {})) == {"/a": 30, "/b": 30, "/c": 40}
-    assert kernel_shares(plan(be, [PodSpec(f"/p{i}", 0) for i in range(3)], {})) == {
+    assert kernel_shares(pods) == {"/a": 30, "/b": 30, "/c": 40}
+    assert kernel_shares([PodSpec(f"/p{i}", 0) for i in range(3)]) == {
         "/p0": 33,
         "/p1": 33,
         "/p2": 33,
     }
     # Nothing left still gives each a valid share.
-    assert kernel_shares(plan(be, [PodSpec("/a", 0, share=100), PodSpec("/b", 0)], {}))["/b"] == 1
+    assert kernel_shares([PodSpec("/a", 0, share=100), PodSpec("/b", 0)])["/b"] == 1
 
 
-def test_collect_reports_open_time_deltas_and_throttling(
+def test_read_takes_the_modules_counters_at_the_publish_rate(
     client: QgpuClient, fake: FakeQgpu, root: Path
 ) -> None:
-    enforcer = KmodEnforcer(client, 0, cgroup_root=root)
-    assert enforcer.collect() == {}  # no plan yet
-    a, b = ino(root / "a"), ino(root / "b")
-    enforcer.apply(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
+    enforcer = KmodEnforcer(client, cgroup_root=root)
+    a = ino(root / "a")
+    enforcer.sync(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
     fake.count(a, open_ns=9_000_000, nr_throttled=4)
-    # The first reading is the baseline: counters may predate this daemon.
-    assert enforcer.collect() == {"/a": PodUsage(0.0, False), "/b": PodUsage(0.0, False)}
-    fake.count(a, open_ns=14_000_000, nr_throttled=5)
-    fake.count(b, open_ns=2_500_000)
-    assert enforcer.collect() == {"/a": PodUsage(5000.0, True), "/b": PodUsage(2500.0, False)}
-    assert enforcer.collect() == {"/a": PodUsage(0.0, False), "/b": PodUsage(0.0, False)}
-    assert enforcer.stats["/a"].open_ns == 14_000_000
+    enforcer.read()
+    stats = enforcer.stats("/a")
+    assert stats is not None and (stats.open_ns, stats.nr_throttled) == (9_000_000, 4)
+    assert enforcer.gpu_stats[0].policy == Policy.FIXED_SHARE
+    assert enforcer.stats("/nope") is None
 
 
 def test_a_cgroup_the_module_dropped_is_looked_up_again(
     client: QgpuClient, fake: FakeQgpu, root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    enforcer = KmodEnforcer(client, 0, cgroup_root=root)
+    enforcer = KmodEnforcer(client, cgroup_root=root)
     pods = fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50))
-    enforcer.apply(pods)
-    enforcer.collect()
+    enforcer.sync(pods)
     # The cgroup is removed: the module drops it (EVENT_CGROUP_GONE).
     old = ino(root / "b")
     (root / "b").rmdir()
     del fake.cgroups[old]
-    assert enforcer.collect()["/b"] == PodUsage(0.0, False)
-    assert set(enforcer.configured) == {"/a"}
+    enforcer.read()
+    assert set(enforcer.configured) == {"/a"} and enforcer.stats("/b") is None
     with caplog.at_level(logging.WARNING, "qpolicy.enforcers.kmod"):
         for _ in range(3):
-            enforcer.apply(pods)
+            enforcer.retry()
     assert [r.getMessage() for r in caplog.records] == [
         f"pod /b: not enforced until its cgroup exists: cgroup '/b': No such file or directory "
         f"({root / 'b'})"
     ]
-    # Made again: another cgroup, with another id, configured as the pod.
+    # Made again: another cgroup, with another id, configured as the pod at the next retry.
     (root / "b").mkdir()
     fake.changes()
-    enforcer.apply(pods)
+    enforcer.retry()
     (sent,) = fake.changes()
     assert sent.values[Attr.CGROUP_ID] == ino(root / "b")
 
 
-def test_a_pod_that_is_not_a_cgroup_path_is_reported_once(
-    client: QgpuClient, fake: FakeQgpu, root: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    enforcer = KmodEnforcer(client, 0, cgroup_root=root)
-    pods = fixed(PodSpec("ml/trainer-0", 0, share=50), PodSpec("/a", 0, share=50))
-    with caplog.at_level(logging.WARNING, "qpolicy.enforcers.kmod"):
-        for _ in range(5):
-            enforcer.apply(pods)
-            enforcer.collect()
-    assert [r.getMessage() for r in caplog.records] == [
-        "pod ml/trainer-0: not enforced: the kmod enforcer needs a pod named by its cgroup path "
-        "(/kubepods.slice/...)"
-    ]
-    assert set(enforcer.configured) == {"/a"}
-    assert enforcer.collect()["ml/trainer-0"] == PodUsage(0.0, False)
+def test_names_are_refused_at_admission_with_the_reason() -> None:
+    why = unenforceable(PodSpec("ml/trainer-0", 0, share=50))
+    assert why is not None and "qgpu.ko governs cgroups" in why
+    assert unenforceable(PodSpec("/kubepods.slice/x", 0)) is None
 
 
 def test_a_refused_pod_is_reported_once_and_tried_again(
     client: QgpuClient, fake: FakeQgpu, root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    enforcer = KmodEnforcer(client, 0, cgroup_root=root)
+    enforcer = KmodEnforcer(client, cgroup_root=root)
     pods = fixed(PodSpec("/a", 0, share=50))
     with caplog.at_level(logging.WARNING, "qpolicy.enforcers.kmod"):
         fake.refuse[Cmd.CGROUP_SET] = errno.ENOSPC
-        enforcer.apply(pods)
+        enforcer.sync(pods)
         fake.refuse[Cmd.CGROUP_SET] = errno.ENOSPC
-        enforcer.apply(pods)
+        enforcer.retry()
     (record,) = caplog.records
     assert record.getMessage().startswith("pod /a: qgpu.ko refused CGROUP_SET cgroup_id=")
     assert "(ENOSPC); qgpu.ko takes at most 256 cgroups" in record.getMessage()
-    assert enforcer.configured == {}
-    enforcer.apply(pods)
-    assert set(enforcer.configured) == {"/a"}
+    assert enforcer.configured == {} and enforcer.up is False
+    enforcer.retry()
+    assert set(enforcer.configured) == {"/a"} and enforcer.up is True
 
 
-def test_release_deletes_every_pod_and_leaves_the_gpu_best_effort(
+def test_release_deletes_every_pod_and_leaves_every_gpu_best_effort(
     client: QgpuClient, fake: FakeQgpu, root: Path
 ) -> None:
-    enforcer = KmodEnforcer(client, 1, cgroup_root=root)
-    enforcer.apply(fixed(PodSpec("/a", 1, share=50), PodSpec("/b", 1, share=50), gpu=1))
+    enforcer = KmodEnforcer(client, cgroup_root=root)
+    enforcer.sync(fixed(PodSpec("/a", 1, share=50), PodSpec("/b", 1, share=50), gpu=1))
     assert fake.gpus[1][Attr.POLICY] == Policy.FIXED_SHARE
     fake.changes()
     enforcer.release()
@@ -500,14 +484,13 @@ def test_release_deletes_every_pod_and_leaves_the_gpu_best_effort(
     assert sent[-1].values == {Attr.GPU: 1, Attr.POLICY: Policy.BEST_EFFORT}
     assert fake.cgroups == {} and enforcer.configured == {}
     assert fake.gpus[1][Attr.POLICY] == Policy.BEST_EFFORT
-    assert enforcer.collect() == {}
 
 
 def test_release_of_a_cgroup_the_module_already_forgot_is_quiet(
     client: QgpuClient, fake: FakeQgpu, root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    enforcer = KmodEnforcer(client, 0, cgroup_root=root)
-    enforcer.apply(fixed(PodSpec("/a", 0, share=50)))
+    enforcer = KmodEnforcer(client, cgroup_root=root)
+    enforcer.sync(fixed(PodSpec("/a", 0, share=50)))
     fake.cgroups.clear()
     with caplog.at_level(logging.WARNING):
         enforcer.release()

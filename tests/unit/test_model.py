@@ -5,6 +5,7 @@ from qpolicy.model import (
     GpuConfig,
     GpuPolicy,
     PodClass,
+    PodIdKind,
     PodSpec,
     check_pods_fit,
     format_bytes,
@@ -13,6 +14,7 @@ from qpolicy.model import (
     parse_period_ms,
     parse_pod_id,
     parse_share,
+    pod_id_kind,
 )
 
 
@@ -104,10 +106,35 @@ def test_share_gpu_period_accept_valid_values() -> None:
 
 
 @pytest.mark.parametrize(
-    "pod_id", ["/kubepods.slice/pod-1/ctr", "/a", "trainer-0", "ml/trainer-0", "Web_1"]
+    ("pod_id", "kind"),
+    [
+        ("/kubepods.slice/pod-1/ctr", PodIdKind.CGROUP),
+        ("/a", PodIdKind.CGROUP),
+        ("trainer-0", PodIdKind.NAME),
+        ("Web_1", PodIdKind.NAME),
+        ("ml/trainer-0", PodIdKind.KUBERNETES),
+        ("default/web.v2-1", PodIdKind.KUBERNETES),
+    ],
 )
-def test_pod_ids(pod_id: str) -> None:
+def test_pod_ids(pod_id: str, kind: PodIdKind) -> None:
     assert parse_pod_id(pod_id) == pod_id
+    assert pod_id_kind(pod_id) is kind
+
+
+@pytest.mark.parametrize(
+    ("pod_id", "message"),
+    [
+        ("kubepods.slice/x", r"must start with '/' \(did you mean '/kubepods.slice/x'\?\)"),
+        ("kubepods.slice", r"must start with '/' \(did you mean '/kubepods.slice'\?\)"),
+        ("a/b/c", "a cgroup path must start with '/'"),
+        ("ML/trainer-0", "a Kubernetes pod is namespace/name in lowercase"),
+        ("ml/Trainer", "a Kubernetes pod is namespace/name in lowercase"),
+        ("ml./x", "a Kubernetes pod is namespace/name"),
+    ],
+)
+def test_paths_without_their_slash_are_not_taken_for_names(pod_id: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        parse_pod_id(pod_id)
 
 
 @pytest.mark.parametrize(

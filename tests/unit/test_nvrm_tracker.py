@@ -46,6 +46,7 @@ def alloc(
     nvos21: bool = False,
     pid: int = 100,
     fd: int = CTL_FD,
+    params: bytes | None = None,
 ) -> Record:
     layout = abi.NVOS21 if nvos21 else abi.NVOS64
     p = layout.pack(
@@ -57,6 +58,8 @@ def alloc(
         status=status,
     )
     q = abi.NV_MEMORY_ALLOCATION_PARAMS.pack(size=size) if size else bytes(96)
+    if params is not None:
+        q = params + bytes(max(96 - len(params), 0))
     cmd = RM_ALLOC21 if nvos21 else RM_ALLOC64
     return Record(
         "ioctl", next(_ts), pid, cmd=cmd, a1=fd, ret=ret, p=p, q=q[:96], pid=pid, cgroup=7
@@ -281,6 +284,32 @@ def test_channel_groups_name_what_a_channel_control_needs() -> None:
     assert t.channel_groups(999) == []
 
 
+def test_a_client_on_two_gpus_is_two_groups_each_with_its_own_subdevice() -> None:
+    t = Tracker()
+    basic_tree(t)
+    device1, subdevice1, tsg1, channel1 = 0x101, 0x102, 0x110, 0x111
+    for record in (
+        alloc(CLIENT, device1, 0x80, params=abi.NV0080_ALLOC_PARAMETERS.pack(deviceId=1)),
+        alloc(device1, subdevice1, 0x2080),
+        alloc(device1, tsg1, 0xA06C),
+        alloc(tsg1, channel1, 0xC86F),
+    ):
+        t.feed(record)
+    groups = {g.device_instance: g for g in t.channel_groups(100)}
+    assert set(groups) == {0, 1}
+    assert (groups[0].device, groups[0].subdevice, groups[0].channels) == (
+        DEVICE,
+        SUBDEVICE,
+        (CHANNEL,),
+    )
+    assert (groups[1].device, groups[1].subdevice, groups[1].channels, groups[1].tsgs) == (
+        device1,
+        subdevice1,
+        (channel1,),
+        (tsg1,),
+    )
+
+
 def test_the_h200_trace_gives_one_client_with_all_channels() -> None:
     from qpolicy.nvrm.replay import builtin_records
 
@@ -289,4 +318,5 @@ def test_the_h200_trace_gives_one_client_with_all_channels() -> None:
     (group,) = t.channel_groups(None)
     assert len(group.channels) == 20 and len(group.tsgs) == 4
     assert group.subdevice == 0x5C000003 and group.client == 0xC1D0001B
+    assert (group.device, group.device_instance) == (0x5C000002, 0)
     assert group.fd is not None

@@ -1,4 +1,4 @@
-"""kmod/uapi/qgpu.h and qpolicy/enforcers/qgpu_uapi.py describe the same interface.
+"""kmod/uapi/qgpu.h and qpolicy/enforcers/kmod/uapi.py describe the same interface.
 
 The header is parsed (``#define``s and ``enum`` bodies, with C's rule for members without a value)
 and every name is compared with the Python mirror both ways, so a value changed, added or removed
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from qpolicy.enforcers import qgpu_uapi as uapi
+from qpolicy.enforcers.kmod import uapi
 from tests.unit.qgpu_fake import raw_attributes
 
 HEADER = Path(__file__).resolve().parents[2] / "kmod" / "uapi" / "qgpu.h"

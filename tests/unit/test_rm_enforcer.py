@@ -10,39 +10,33 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from qpolicy.control import ControlLoop, PeriodicControl
-from qpolicy.enforcers import rm
-from qpolicy.enforcers.rm import RmEnforcer, RmShared, restore
+from qpolicy.enforcers.rm.control import RmChannelControl
+from qpolicy.enforcers.rm.enforcer import RmEnforcer, RmShared
+from qpolicy.enforcers.rm.record import RECORD_NAME, RmRecord, process_start_time, recover
+from qpolicy.enforcers.rm.resolver import GpuLocator, ProbeResolver
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
-from qpolicy.nvrm import rmctl
+from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.abi import NvStatus
-from qpolicy.nvrm.tracker import ClientChannels
-from qpolicy.runtime.clock import Repeating, Timer
+from qpolicy.nvrm.records import Record
+from qpolicy.nvrm.tracker import ClientChannels, Tracker
+from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.runtime.virtual import EventLoop
+from qpolicy.runtime.worker import ControlWorker
+from qpolicy.telemetry.gpus import GpuInfo
 
 LATENCY = 600.0
 
 
-class VirtualLoop(EventLoop):
-    def every(self, interval_us: float, callback: Callable[[], None]) -> Repeating:
-        repeating = Repeating()
-
-        def tick() -> None:
-            if not repeating.cancelled:
-                callback()
-                repeating.timer = self.after(interval_us, tick)
-
-        repeating.timer = self.after(interval_us, tick)
-        return repeating
-
-    def at(self, when: float, callback: Callable[[], None]) -> Timer:
-        return super().at(when, callback)
+VirtualLoop = EventLoop
 
 
 class FakeWorker:
@@ -78,20 +72,16 @@ class FakeDriver:
     timeslice: dict[int, int] = field(default_factory=dict)
     borrowed: list[tuple[int, int]] = field(default_factory=list)
     fail_pid: int | None = None
+    gpu_of_subdevice: dict[int, rmctl.PciAddress] = field(default_factory=dict)
+    subdevices: list[int] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        fds = iter(range(1000, 10**6))
-
-        def borrow_fd(pid: int, fd: int) -> int:
-            if pid == self.fail_pid:
-                raise rmctl.RmError(f"cannot open process {pid}: No such process")
-            self.borrowed.append((pid, fd))
-            return next(fds)
 
         def disable_channels(
             fd: int, client: int, subdevice: int, channels: list[int], *, disable: bool
         ) -> rmctl.ControlResult:
             self.calls.append((self.loop.now, "disable" if disable else "enable", client, disable))
+            self.subdevices.append(subdevice)
             for channel in channels:
                 (self.disabled.add if disable else self.disabled.discard)((client, channel))
             return rmctl.ControlResult(NvStatus.NV_OK, 600_000)
@@ -103,11 +93,44 @@ class FakeDriver:
             self.timeslice[tsg] = us
             return rmctl.ControlResult(NvStatus.NV_OK, 1)
 
-        monkeypatch.setattr(rm.rmctl, "borrow_fd", borrow_fd)
-        monkeypatch.setattr(rm.rmctl, "disable_channels", disable_channels)
-        monkeypatch.setattr(rm.rmctl, "get_timeslice", get_timeslice)
-        monkeypatch.setattr(rm.rmctl, "set_timeslice", set_timeslice)
-        monkeypatch.setattr(rm.os, "close", lambda fd: None)
+        def gpu_pci_address(fd: int, client: int, subdevice: int) -> rmctl.PciAddress | None:
+            return self.gpu_of_subdevice.get(subdevice)
+
+        monkeypatch.setattr(rmctl, "disable_channels", disable_channels)
+        monkeypatch.setattr(rmctl, "get_timeslice", get_timeslice)
+        monkeypatch.setattr(rmctl, "set_timeslice", set_timeslice)
+        monkeypatch.setattr(rmctl, "gpu_pci_address", gpu_pci_address)
+
+
+class FakeFiles:
+    """Borrowed descriptors as numbers; a process the driver says is gone cannot be opened."""
+
+    def __init__(self, driver: FakeDriver) -> None:
+        self.driver = driver
+        self._fds: dict[tuple[int, int], int] = {}
+        self._next = 1000
+
+    def get(self, pid: int, fd: int) -> int:
+        if pid == self.driver.fail_pid:
+            raise rmctl.RmError(f"cannot open process {pid}: No such process")
+        if (pid, fd) not in self._fds:
+            self.driver.borrowed.append((pid, fd))
+            self._fds[(pid, fd)] = self._next
+            self._next += 1
+        return self._fds[(pid, fd)]
+
+    def forget(self, pid: int) -> None:
+        for key in [k for k in self._fds if k[0] == pid]:
+            del self._fds[key]
+
+    def reconcile(self) -> list[int]:
+        return []
+
+    def close_all(self) -> None:
+        self._fds.clear()
+
+    def __len__(self) -> int:
+        return len(self._fds)
 
 
 def group(pid: int, client: int, pod_index: int) -> ClientChannels:
@@ -163,7 +186,12 @@ def rig(
     driver.install(monkeypatch)
     groups = {pod.id: [group(100 + i, 0xC1D00000 + i, i + 1)] for i, pod in enumerate(pods)}
     resolver = FakeResolver(driver, groups)
-    shared = RmShared(loop, tmp_path, worker=FakeWorker(loop))  # type: ignore[arg-type]
+    shared = RmShared(
+        loop,
+        tmp_path,
+        worker=FakeWorker(loop),  # type: ignore[arg-type]
+        files=FakeFiles(driver),  # type: ignore[arg-type]
+    )
     enforcer = RmEnforcer(shared, resolver)
     control = ControlLoop(GpuConfig(0, policy), pods, enforcer, min_turn_us=min_turn_us)
     periodic = PeriodicControl(loop, control)
@@ -215,12 +243,12 @@ def test_release_opens_everything_and_restores_timeslices(
     r.loop.run_until(1e6)
     assert r.driver.timeslice == {0x10: 8192, 0x20: 128, 0x30: 128}
     assert r.driver.disabled  # somebody is closed mid-period
-    assert json.loads((tmp_path / rm.RECORD_NAME).read_text())
+    assert json.loads((tmp_path / RECORD_NAME).read_text())
     r.enforcer.release()
     r.shared.close()
     assert r.driver.disabled == set()
     assert r.driver.timeslice == {0x10: 2048, 0x20: 2048, 0x30: 2048}
-    assert not (tmp_path / rm.RECORD_NAME).exists()
+    assert not (tmp_path / RECORD_NAME).exists()
 
 
 def test_a_process_that_is_gone_costs_one_warning_not_a_storm(
@@ -235,80 +263,97 @@ def test_a_process_that_is_gone_costs_one_warning_not_a_storm(
     assert r.enforcer.sensor.gpu_time_us("/a") > 0
 
 
-def test_borrowed_files_are_closed_when_the_process_exits(
+def test_recover_reopens_and_restores_what_a_killed_daemon_left_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    closed: list[int] = []
-    r = rig(tmp_path, monkeypatch, [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)])
-    monkeypatch.setattr(rm.os, "close", closed.append)
-    r.loop.run_until(0.5e6)
-    assert len(r.shared.files) == 2
-    r.shared.files.forget(100)
-    assert len(r.shared.files) == 1 and len(closed) == 1
+    calls: list[tuple[str, int, int, object]] = []
 
-
-def test_restore_reopens_what_a_killed_daemon_left_closed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls: list[tuple[int, int, int, list[int], bool]] = []
-
-    def borrow_fd(pid: int, fd: int) -> int:
+    def borrow(pid: int, fd: int) -> int:
         return os.open("/dev/null", os.O_RDONLY)
 
     def disable_channels(
         fd: int, client: int, subdevice: int, channels: list[int], *, disable: bool
     ) -> rmctl.ControlResult:
-        calls.append((fd, client, subdevice, channels, disable))
+        calls.append(("channels", client, subdevice, (channels, disable)))
         return rmctl.ControlResult(NvStatus.NV_OK, 1)
 
-    monkeypatch.setattr(rm.rmctl, "borrow_fd", borrow_fd)
-    monkeypatch.setattr(rm.rmctl, "disable_channels", disable_channels)
+    def set_timeslice(fd: int, client: int, tsg: int, us: int) -> rmctl.ControlResult:
+        calls.append(("timeslice", client, tsg, us))
+        return rmctl.ControlResult(NvStatus.NV_OK, 1)
+
+    monkeypatch.setattr(rmctl, "disable_channels", disable_channels)
+    monkeypatch.setattr(rmctl, "set_timeslice", set_timeslice)
     me = os.getpid()
-    record = tmp_path / rm.RECORD_NAME
-    record.write_text(
+    alive = {"pid": me, "start_time": process_start_time(me), "fd": 8}
+    (tmp_path / RECORD_NAME).write_text(
         json.dumps(
             {
-                "alive": {
-                    "pid": me,
-                    "start_time": rm.process_start_time(me),
-                    "fd": 8,
-                    "client": 0xC1D0001B,
-                    "subdevice": 0x5C000003,
-                    "channels": [1, 2, 3],
+                "version": 2,
+                "closed": {
+                    "alive": {**alive, "client": 0xC1D0001B, "subdevice": 0x5C000003,
+                              "channels": [1, 2, 3]},
+                    "reused pid": {**alive, "start_time": 1, "client": 1, "subdevice": 2,
+                                   "channels": [3]},
+                    "gone": {"pid": 2**22 + 7, "start_time": 5, "fd": 8, "client": 1,
+                             "subdevice": 2, "channels": [3]},
                 },
-                "reused pid": {
-                    "pid": me,
-                    "start_time": 1,
-                    "fd": 8,
-                    "client": 1,
-                    "subdevice": 2,
-                    "channels": [3],
-                },
-                "gone": {
-                    "pid": 2**22 + 7,
-                    "start_time": 5,
-                    "fd": 8,
-                    "client": 1,
-                    "subdevice": 2,
-                    "channels": [3],
+                "timeslices": {
+                    "alive": {**alive, "client": 0xC1D0001B, "tsg": 0x5C000010,
+                              "original_us": 2048},
+                    "gone": {"pid": 2**22 + 7, "start_time": 5, "fd": 8, "client": 1, "tsg": 2,
+                             "original_us": 2048},
                 },
             }
         )
-    )
-    opened, problems = restore(record)
-    assert (opened, problems) == (1, [])
-    assert [(c, s, ch, d) for _, c, s, ch, d in calls] == [
-        (0xC1D0001B, 0x5C000003, [1, 2, 3], False)
+    )  # fmt: skip
+    recovery = recover(tmp_path, borrow)
+    assert (recovery.opened, recovery.restored, recovery.problems) == (1, 1, ())
+    assert calls == [
+        ("channels", 0xC1D0001B, 0x5C000003, ([1, 2, 3], False)),
+        ("timeslice", 0xC1D0001B, 0x5C000010, 2048),
     ]
-    assert not record.exists()
+    assert not (tmp_path / RECORD_NAME).exists()
 
 
-def test_restore_with_no_record_or_a_damaged_one(tmp_path: Path) -> None:
-    assert restore(tmp_path / "missing.json") == (0, [])
-    bad = tmp_path / "bad.json"
-    bad.write_text("{")
-    opened, problems = restore(bad)
-    assert opened == 0 and "cannot read" in problems[0]
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        ("{", "cannot read"),
+        ("[1, 2]", "expected a JSON object, found list"),
+        ('{"version": 2, "closed": [], "timeslices": {}}', "not a record this qpolicy wrote"),
+        ('{"version": 9}', "not a record this qpolicy wrote"),
+        ('{"version": 2, "closed": {"k": 5}, "timeslices": {}}', "k: malformed entry"),
+        (
+            '{"version": 2, "closed": {"k": {"pid": "1", "fd": 8}}, "timeslices": {}}',
+            "k: malformed entry",
+        ),
+    ],
+)
+def test_recover_reports_a_damaged_or_foreign_record_and_never_raises(
+    tmp_path: Path, document: str, problem: str
+) -> None:
+    assert recover(tmp_path) == recover(tmp_path)  # nothing there: nothing to do, twice
+    (tmp_path / RECORD_NAME).write_text(document)
+    recovery = recover(tmp_path)
+    assert recovery.opened == recovery.restored == 0
+    assert len(recovery.problems) == 1 and problem in recovery.problems[0]
+    assert not (tmp_path / RECORD_NAME).exists()
+
+
+def test_the_record_a_daemon_writes_holds_closed_channels_and_changed_timeslices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [
+        PodSpec("/web", 0, PodClass.ONLINE, share=20),
+        PodSpec("/a", 0, share=40),
+        PodSpec("/b", 0, share=40),
+    ]
+    r = rig(tmp_path, monkeypatch, pods)
+    r.loop.run_until(1e6)
+    record = json.loads((tmp_path / RECORD_NAME).read_text())
+    assert record["version"] == 2 and record["closed"]
+    originals = {entry["tsg"]: entry["original_us"] for entry in record["timeslices"].values()}
+    assert originals == {0x10: 2048, 0x20: 2048, 0x30: 2048}
 
 
 class StallingResolver(FakeResolver):
@@ -514,3 +559,158 @@ def test_a_process_that_starts_late_gets_its_timeslice_within_a_period(
     # It exits: nothing is kept about it.
     r.shared.forget(101)
     assert not any(key[0] == 101 for key in r.enforcer.control._timeslice_sent)
+
+
+@pytest.mark.parametrize("how", ["removed", "moved to another GPU"])
+def test_a_pod_that_leaves_while_closed_is_reopened_and_restored_though_it_no_longer_resolves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    pods = [
+        PodSpec("/web", 0, PodClass.ONLINE, share=20),
+        PodSpec("/a", 0, share=40),
+        PodSpec("/b", 0, share=40),
+    ]
+    r = rig(tmp_path, monkeypatch, pods)
+    r.loop.run_until(1e6)
+    while len(r.enforcer.control.closed_pods()) != 1:  # not in a hand-over (both closed)
+        r.loop.run_until(r.loop.now + 1_000)
+    closed = r.enforcer.control.closed_pods()
+    (group,) = r.resolver._groups[closed[0]]
+    assert (group.client, group.channels[0]) in r.driver.disabled
+    assert r.driver.timeslice[group.tsgs[0]] == 128
+    # The pod leaves this GPU's desired state (removed, or moved to GPU 1): the resolver, which
+    # maps pods by the desired state, no longer finds its processes here.
+    del r.resolver._groups[closed[0]]
+    r.control.pods = [p for p in pods if p.id != closed[0]]
+    r.loop.run_until(r.loop.now + 50_000 + 4 * LATENCY)
+    assert not any(client == group.client for client, _ in r.driver.disabled)
+    assert r.driver.timeslice[group.tsgs[0]] == 2048
+    assert r.enforcer.control.closed_pods() == []
+    if (tmp_path / RECORD_NAME).exists():
+        record = json.loads((tmp_path / RECORD_NAME).read_text())
+        assert not any(e["client"] == group.client for e in record["closed"].values())
+        assert not any(e["tsg"] == group.tsgs[0] for e in record["timeslices"].values())
+
+
+class FakeProbe:
+    """What the resolver reads of the probe: the tracker, cgroup paths, launches."""
+
+    def __init__(self, tracker: Tracker, paths: dict[int, str]) -> None:
+        self.view = SimpleNamespace(tracker=tracker, cgroups=SimpleNamespace(path_of=paths.get))
+
+    def launches(self) -> dict[int, int]:
+        return {}
+
+
+def test_controls_go_to_the_subdevice_of_the_gpu_the_channels_are_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = VirtualLoop()
+    driver = FakeDriver(loop)
+    driver.install(monkeypatch)
+    tracker = Tracker()
+    # One process of /pods/a, one client on two GPUs (as the tracker learns it from RM_ALLOC).
+    for record in two_gpu_client(pid=100, cgroup=7):
+        tracker.feed(record)
+    # RM says device instance 1 is the GPU on bus 41: index 1 of this node.
+    driver.gpu_of_subdevice = {
+        0x102: rmctl.PciAddress(0, 0x3B, 0),
+        0x202: rmctl.PciAddress(0, 0x41, 0),
+    }
+    gpus = [
+        GpuInfo(0, "GPU-0", "0000:3b:00.0", 0, "H200"),
+        GpuInfo(1, "GPU-1", "0000:41:00.0", 1, "H200"),
+    ]
+    files = FakeFiles(driver)
+    locator = GpuLocator(files, lambda: gpus)  # type: ignore[arg-type]
+    probe = FakeProbe(tracker, {7: "/pods/a/ctr"})
+    specs = {"/pods/a": PodSpec("/pods/a", 1, share=50)}
+    resolver = ProbeResolver(probe, lambda: specs, 1, locator)  # type: ignore[arg-type]
+    (group,) = resolver.groups("/pods/a")
+    assert (group.subdevice, group.channels, group.tsgs) == (0x202, (0x204,), (0x203,))
+    control = RmChannelControl(
+        loop,
+        resolver,
+        files,
+        RmRecord(tmp_path / RECORD_NAME),
+        FakeWorker(loop),  # type: ignore[arg-type]
+    )
+    control.set_enabled("/pods/a", False)
+    loop.run_until(1e6)
+    assert driver.subdevices == [0x202]
+    assert driver.disabled == {(0xC1D00001, 0x204)}  # GPU 0's channel 0x104 was not touched
+    # Where RM does not say which GPU it is, RM's device instance stands in for the index.
+    driver.gpu_of_subdevice = {}
+    locator.forget(100)
+    assert [g.channels for g in resolver.groups("/pods/a")] == [(0x204,)]
+
+
+def two_gpu_client(pid: int, cgroup: int) -> list[Record]:
+    """RM_ALLOC traffic of one client with a device, subdevice, TSG and channel on two GPUs."""
+    client = 0xC1D00001
+    rm_alloc = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_ALLOC, 48)
+    records = [Record("open", 1, pid, ret=8, s="/dev/nvidiactl", pid=pid, cgroup=cgroup)]
+
+    def alloc(parent: int, new: int, cls: int, params: bytes = b"") -> Record:
+        p = abi.NVOS64.pack(
+            hRoot=client if cls != 0x41 else 0,
+            hObjectParent=parent,
+            hObjectNew=new,
+            hClass=cls,
+            pAllocParms=0x1000,
+        )
+        q = params + bytes(96 - len(params))
+        return Record("ioctl", 2, pid, cmd=rm_alloc, a1=8, p=p, q=q, pid=pid, cgroup=cgroup)
+
+    records.append(alloc(0, client, 0x41))
+    for instance in (0, 1):
+        base = 0x100 * (instance + 1)
+        device = abi.NV0080_ALLOC_PARAMETERS.pack(deviceId=instance)
+        records += [
+            alloc(client, base + 1, 0x80, device),
+            alloc(base + 1, base + 2, 0x2080),
+            alloc(base + 1, base + 3, 0xA06C),
+            alloc(base + 3, base + 4, 0xC86F),
+        ]
+    return records
+
+
+def test_forget_does_not_race_the_control_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe's exit callback (loop thread) and timeslice jobs (control thread) share what is
+    kept per TSG: with threads switching every microsecond, neither may see it change under it."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        loop = RealtimeLoop()
+        driver = FakeDriver(VirtualLoop())
+        driver.install(monkeypatch)
+        groups = {
+            "/a": [ClientChannels(pid, 7, 8, 0xC1D00000 + pid, 0x5C000003, (1,),
+                                  tuple(range(0x100, 0x120)))
+                   for pid in range(100, 110)],
+        }  # fmt: skip
+        resolver = FakeResolver(driver, groups)
+        worker = ControlWorker(loop)
+        control = RmChannelControl(
+            loop,
+            resolver,
+            FakeFiles(driver),
+            RmRecord(tmp_path / RECORD_NAME),
+            worker,  # type: ignore[arg-type]
+        )
+        errors: list[BaseException] = []
+        for round_ in range(80):
+            control.set_timeslice("/a", 128 + round_)
+            try:
+                for pid in range(100, 110):
+                    control.forget(pid)
+            except RuntimeError as error:  # dictionary changed size during iteration
+                errors.append(error)
+            control.refresh_timeslices()
+        assert worker.drain(30)
+        worker.close()
+        assert errors == [] and worker.failed == 0
+    finally:
+        sys.setswitchinterval(previous)

@@ -8,6 +8,7 @@ import pytest
 
 from qpolicy.control import ControlLoop
 from qpolicy.enforcers.slicer import Handover
+from qpolicy.engine import OFFLINE_TIMESLICE_US
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.calibration import CHANNEL_CONTROL_US, CUDA_TIMESLICE_US
@@ -175,3 +176,28 @@ def test_break_before_make_never_opens_two_offline_pods_and_keeps_shares() -> No
     assert [o for o in overlaps if o[0] > 0.1e6] == []
     for name, share in (("a", 0.5), ("b", 0.3), ("c", 0.2)):
         assert r.used(name) / 10e6 == pytest.approx(share, abs=0.02), name
+
+
+@pytest.mark.parametrize("how", ["removed", "moved to another GPU"])
+def test_a_pod_that_leaves_the_plan_while_closed_is_reopened_within_a_period(how: str) -> None:
+    pods = [
+        PodSpec("infer", 0, PodClass.ONLINE, 20),
+        PodSpec("a", 0, PodClass.OFFLINE, 40),
+        PodSpec("b", 0, PodClass.OFFLINE, 40),
+    ]
+    r = rig(GpuPolicy.BURST_SHARE, pods)
+    for name in ("a", "b"):
+        saturate(r, name)
+    r.run(0.3)
+    closed = next(name for name in ("a", "b") if not r.contexts[name].enabled)
+    assert r.contexts[closed].timeslice_us == OFFLINE_TIMESLICE_US
+    gone_at = r.loop.now
+    remaining = [p for p in pods if p.id != closed]
+    if how == "moved to another GPU":
+        remaining.append(PodSpec(closed, 1, PodClass.OFFLINE, 40))
+    r.control.pods = [p for p in remaining if p.gpu == 0]
+    r.run(gone_at / 1e6 + 0.05 + 2 * L / 1e6)
+    assert r.contexts[closed].enabled
+    assert r.contexts[closed].timeslice_us == CUDA_TIMESLICE_US
+    reopened = [t for t, pod, what in r.issued if pod == closed and what == "on" and t >= gone_at]
+    assert reopened and reopened[0] - gone_at <= 50_000

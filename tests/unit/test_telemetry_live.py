@@ -103,7 +103,7 @@ def process(
             minor=0,
         ),
         rm_alloc(pid, cgroup, client, 0, 0x41),
-        rm_alloc(pid, cgroup, 0xD0, client, 0x80),
+        rm_alloc(pid, cgroup, 0xD0, client, 0x80, abi.NV0080_ALLOC_PARAMETERS.pack(deviceId=0)),
     ]
     for t in range(tsgs):
         tsg = 0x100 + t

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qpolicy.enforcers.kmod import CgroupStats, QgpuClient, cgroup_id
+from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient
+from qpolicy.telemetry.cgroups import cgroup_id
 from tests.vm.conftest import ROOT, processes
 from tests.vm.gpuload import Gpuload
 

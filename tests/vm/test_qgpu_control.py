@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from qpolicy.enforcers.qgpu_uapi import (
+from qpolicy.enforcers.kmod.uapi import (
     A_MAX,
     GENL_NAME,
     GENL_VERSION,

@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from qpolicy.enforcers.kmod import KmodError
+from qpolicy.enforcers.kmod.error import KmodError
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import kernel_log
 from tests.vm.qgpu_env import cgroups, qgpu_loaded, refcount, stats_of, tenant

@@ -33,8 +33,9 @@ from typing import Any
 
 import pytest
 
-from qpolicy.enforcers.kmod import CgroupStats, KmodError, QgpuClient, QgpuEvent
-from qpolicy.enforcers.qgpu_uapi import Event
+from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient, QgpuEvent
+from qpolicy.enforcers.kmod.error import KmodError
+from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import (
     BAD_KERNEL_LOG,

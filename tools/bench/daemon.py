@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qpolicy.daemon import Daemon, DaemonConfig, EnforcerKind
-from qpolicy.enforcers import rm
+from qpolicy.backends.base import BackendContext
+from qpolicy.backends.rm import RmBackend
+from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode
+from qpolicy.enforcers.rm import record
 from qpolicy.model import PodSpec
 from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.abi import NvStatus
@@ -33,28 +35,30 @@ RM_ALLOC = 0xC030462B
 CLIENT = 0xC1D00001
 
 
-def _alloc(pid: int, cgroup: int, handle: int, parent: int, cls: int) -> ProbeRecord:
+def _alloc(
+    pid: int, cgroup: int, handle: int, parent: int, cls: int, inner: bytes = b""
+) -> ProbeRecord:
     arg = abi.NVOS64.pack(
         hRoot=handle if cls == 0x41 else CLIENT,
         hObjectParent=parent,
         hObjectNew=handle,
         hClass=cls,
-        pAllocParms=0,
+        pAllocParms=0x1000 if inner else 0,
         status=0,
     )
     return ProbeRecord(
-        "ioctl", ts=1, tid=pid, cmd=RM_ALLOC, a1=5, a2=0x10, a3=0, ret=0, p=arg, q=b"",
+        "ioctl", ts=1, tid=pid, cmd=RM_ALLOC, a1=5, a2=0x10, a3=0, ret=0, p=arg, q=inner,
         pid=pid, cgroup=cgroup, major=195, minor=0,
     )  # fmt: skip
 
 
 def _process(pid: int, cgroup: int) -> list[ProbeRecord]:
-    """What a PyTorch process allocates that the enforcer acts on (h200-findings §1)."""
+    """What a PyTorch process allocates that the enforcer acts on (docs/gpu-measurements.md)."""
     records = [
         ProbeRecord("open", ts=0, tid=pid, ret=5, s="/dev/nvidia0", pid=pid, cgroup=cgroup,
                     major=195, minor=0),
         _alloc(pid, cgroup, CLIENT, 0, 0x41),
-        _alloc(pid, cgroup, 0xD0, CLIENT, 0x80),
+        _alloc(pid, cgroup, 0xD0, CLIENT, 0x80, abi.NV0080_ALLOC_PARAMETERS.pack(deviceId=0)),
         _alloc(pid, cgroup, 0xD1, 0xD0, 0x2080),
     ]  # fmt: skip
     for t in range(4):
@@ -95,13 +99,31 @@ def _fake_rm() -> list[int]:
         sent[0] += 1
         return rmctl.ControlResult(NvStatus.NV_OK, 600_000)
 
-    rm.rmctl.borrow_fd = lambda pid, fd: 1000 + pid  # type: ignore[assignment]
-    rm.rmctl.disable_channels = disable  # type: ignore[assignment]
-    rm.rmctl.get_timeslice = lambda fd, c, t: (rmctl.ControlResult(NvStatus.NV_OK, 1), 2048)  # type: ignore[assignment]
-    rm.rmctl.set_timeslice = lambda fd, c, t, us: rmctl.ControlResult(NvStatus.NV_OK, 1)  # type: ignore[assignment]
-    rm.os.close = lambda fd: None  # type: ignore[assignment]
-    rm.process_start_time = lambda pid: 1  # type: ignore[assignment]
+    rmctl.disable_channels = disable  # type: ignore[assignment]
+    rmctl.get_timeslice = lambda fd, c, t: (rmctl.ControlResult(NvStatus.NV_OK, 1), 2048)  # type: ignore[assignment]
+    rmctl.set_timeslice = lambda fd, c, t, us: rmctl.ControlResult(NvStatus.NV_OK, 1)  # type: ignore[assignment]
+    rmctl.gpu_pci_address = lambda fd, client, subdevice: None  # type: ignore[assignment]
+    record.process_start_time = lambda pid: 1  # type: ignore[assignment]
     return sent
+
+
+class _Files:
+    """Borrowed descriptors without processes behind them: numbers."""
+
+    def get(self, pid: int, fd: int) -> int:
+        return 1000 + pid
+
+    def forget(self, pid: int) -> None:
+        pass
+
+    def reconcile(self) -> list[int]:
+        return []
+
+    def close_all(self) -> None:
+        pass
+
+    def __len__(self) -> int:
+        return 0
 
 
 def measure(pods: int, min_turn_ms: float, seconds: float) -> dict[str, float]:
@@ -123,16 +145,16 @@ def measure(pods: int, min_turn_ms: float, seconds: float) -> dict[str, float]:
 
         StateStore(state_dir).update(add)
         config = DaemonConfig(
-            enforcer=EnforcerKind.RM,
-            state_dir=state_dir,
-            metrics_addr=None,
-            cgroup_root=root,
-            min_turn_ms=min_turn_ms,
+            state_dir=state_dir, metrics_addr=None, cgroup_root=root, probe=ProbeMode.ON
         )
+
+        def backend(context: BackendContext) -> RmBackend:
+            return RmBackend(context, min_turn_ms=min_turn_ms, files=_Files(), gpus=list)  # type: ignore[arg-type]
+
         agent = Daemon(
             config,
+            backend,
             probe_loader=lambda: ProbeSource(probe, cgroups),  # type: ignore[arg-type]
-            is_root=lambda: True,
         )
         runner = threading.Thread(target=agent.run)
         runner.start()

@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from qpolicy.enforcers.kmod import QgpuClient, cgroup_id  # noqa: E402
+from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
+from qpolicy.telemetry.cgroups import cgroup_id  # noqa: E402
 from tests.vm.conftest import reset  # noqa: E402
 from tests.vm.gpuload import start_together  # noqa: E402
 from tests.vm.qgpu_env import cgroups, gpu_seconds, in_cgroup  # noqa: E402

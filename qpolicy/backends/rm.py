@@ -1,0 +1,185 @@
+"""``--enforcer rm``: a control loop per GPU on the daemon's loop, gating channels from userspace.
+
+Start-up order matters: what a previous daemon left changed (closed channels, set timeslices) is
+undone first (:func:`~qpolicy.enforcers.rm.record.recover`), before anything is sent. Each GPU with
+pods then gets its own :class:`~qpolicy.control.ControlLoop` over an
+:class:`~qpolicy.enforcers.rm.enforcer.RmEnforcer`; all of them share one control thread, the
+borrowed descriptors and the record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from qpolicy.backends.base import BackendContext
+from qpolicy.control import ControlLoop, PeriodicControl
+from qpolicy.enforcers.rm.enforcer import RmEnforcer, RmShared
+from qpolicy.enforcers.rm.files import BorrowedFiles
+from qpolicy.enforcers.rm.record import recover
+from qpolicy.enforcers.rm.resolver import ProbeResolver
+from qpolicy.errors import QPolicyError
+from qpolicy.model import PodIdKind, PodSpec, pod_id_kind
+from qpolicy.runtime.worker import Worker
+from qpolicy.state import DesiredState
+from qpolicy.telemetry.gpus import GpuInfo, node_gpus
+from qpolicy.telemetry.view import Enforcement, NodeView
+
+log = logging.getLogger(__name__)
+
+# How often borrowed descriptors are checked against their processes and files.
+RECONCILE_EVERY_S = 1.0
+
+
+@dataclass
+class _Gpu:
+    periodic: PeriodicControl
+    enforcer: RmEnforcer
+
+
+class RmBackend:
+    kind = "rm"
+
+    def __init__(
+        self,
+        context: BackendContext,
+        *,
+        min_turn_ms: float = 200.0,
+        worker: Worker | None = None,
+        files: BorrowedFiles | None = None,
+        gpus: Callable[[], Sequence[GpuInfo]] = node_gpus,
+    ) -> None:
+        if context.probe is None:
+            raise QPolicyError(
+                "the rm enforcer needs the eBPF probe: it learns each process's RM handles from "
+                "its driver traffic"
+            )
+        self.context = context
+        self.probe = context.probe
+        self.min_turn_us = min_turn_ms * 1000 or None
+        context.state_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything else is sent: a daemon killed mid-period left pods closed.
+        self.recovery = recover(context.state_dir)
+        if self.recovery.opened or self.recovery.restored:
+            log.info(
+                "re-opened %d channel group(s) and restored %d timeslice(s) a previous daemon "
+                "left changed",
+                self.recovery.opened,
+                self.recovery.restored,
+            )
+        for problem in self.recovery.problems:
+            log.warning("could not undo what a previous daemon changed: %s", problem)
+        self.shared = RmShared(context.loop, context.state_dir, worker, files, gpus)
+        self.probe.on_exit.append(self.shared.forget)
+        self._state = DesiredState()
+        self._gpus: dict[int, _Gpu] = {}
+        self._reconciled_at = context.clock()
+
+    def unenforceable(self, pod: PodSpec) -> str | None:
+        if pod_id_kind(pod.id) is PodIdKind.CGROUP:
+            return None
+        return (
+            "the rm enforcer finds a pod's processes by their cgroup: name the pod by its cgroup "
+            "path (/kubepods.slice/...); Kubernetes pods are found under `qpolicy daemon "
+            "--kubernetes`"
+        )
+
+    # -- following the desired state -------------------------------------------------------------
+
+    def sync(self, state: DesiredState) -> None:
+        """Start, update or stop each GPU's control loop to match ``state``."""
+        self._state = state
+        wanted = {
+            index: (state.gpu(index), list(state.pods_on(index)))
+            for index in state.gpu_indices()
+            if state.pods_on(index)
+        }
+        for index in [i for i in self._gpus if i not in wanted]:
+            gone = self._gpus.pop(index)
+            gone.periodic.cancel()
+            gone.enforcer.release()
+        for index, (gpu, pods) in wanted.items():
+            driven = self._gpus.get(index)
+            if driven is None:
+                driven = self._start(index, pods)
+                self._gpus[index] = driven
+                driven.periodic.step()
+                continue
+            control = driven.periodic.control
+            period_changed = control.gpu.period_ms != gpu.period_ms
+            control.gpu = gpu
+            # Pods that left are opened and their timeslices restored at the next step, at the
+            # latest one configured period from now (the slice scheduler lets go of them).
+            control.pods = pods
+            if period_changed:
+                driven.periodic.step()
+
+    def _start(self, index: int, pods: list[PodSpec]) -> _Gpu:
+        resolver = ProbeResolver(self.probe, lambda: self._state.pods, index, self.shared.locator)
+        enforcer = RmEnforcer(self.shared, resolver)
+        control = ControlLoop(self._state.gpu(index), pods, enforcer, min_turn_us=self.min_turn_us)
+        driven = _Gpu(PeriodicControl(self.context.loop, control), enforcer)
+        enforcer.scheduler.on_wake = driven.periodic.wake
+        return driven
+
+    def refresh(self) -> None:
+        now = self.context.clock()
+        if now - self._reconciled_at >= RECONCILE_EVERY_S:
+            self._reconciled_at = now
+            self.shared.reconcile()
+
+    def publish(self) -> None:
+        pass  # the sensors are read on every poll
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def enforcement(self, gpu: int, pod: str) -> Enforcement:
+        driven = self._gpus.get(gpu)
+        if driven is None:
+            return Enforcement()
+        last = driven.periodic.control.last_plan
+        planned = None
+        if last is not None:
+            planned = next((s.allocation for s in last.slices if s.pod == pod), None)
+        sensor = driven.enforcer.sensor
+        return Enforcement(
+            gpu_time_s=sensor.gpu_time_us(pod) / 1e6,
+            throttled_s=sensor.throttled_us.get(pod, 0.0) / 1e6,
+            planned_share=planned,
+            closed=pod in driven.enforcer.control.closed_pods(),
+        )
+
+    def view(self) -> NodeView | None:
+        return None
+
+    @property
+    def up(self) -> bool | None:
+        return all(driven.periodic.failing is None for driven in self._gpus.values())
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "recovered": {
+                "channel_groups_opened": self.recovery.opened,
+                "timeslices_restored": self.recovery.restored,
+                "problems": list(self.recovery.problems),
+            },
+            "gpus": {
+                str(index): {
+                    "closed": driven.enforcer.control.closed_pods(),
+                    "periods": driven.periodic.steps,
+                    "failing": driven.periodic.failing,
+                    "control_errors": driven.enforcer.control.errors,
+                }
+                for index, driven in sorted(self._gpus.items())
+            },
+            "borrowed_files": len(self.shared.files),
+        }
+
+    def close(self) -> None:
+        for driven in self._gpus.values():
+            driven.periodic.cancel()
+            driven.enforcer.release()
+        self._gpus.clear()
+        self.shared.close()

@@ -1,0 +1,72 @@
+"""What anyone may read of qgpu.ko under /sys/kernel/qgpu (no capability needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SYSFS_ROOT = Path("/sys/kernel/qgpu")
+
+
+@dataclass(frozen=True, slots=True)
+class SysfsGpu:
+    index: int
+    policy: str | None
+    period_us: int | None
+    nr_periods: int | None
+    online_busy: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class SysfsInfo:
+    """What anyone may read of the module under /sys/kernel/qgpu (None: a file is missing)."""
+
+    version: int | None
+    target: str | None
+    hooked: bool | None
+    cgroups: int | None
+    gpus: tuple[SysfsGpu, ...]
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _read_int(path: Path) -> int | None:
+    text = _read(path)
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
+
+
+def _read_bool(path: Path) -> bool | None:
+    value = _read_int(path)
+    return None if value is None else value != 0
+
+
+def read_sysfs(root: Path = SYSFS_ROOT) -> SysfsInfo:
+    gpus = []
+    for directory in root.glob("gpu*"):
+        suffix = directory.name.removeprefix("gpu")
+        if not (suffix.isdigit() and directory.is_dir()):
+            continue
+        gpus.append(
+            SysfsGpu(
+                index=int(suffix),
+                policy=_read(directory / "policy"),
+                period_us=_read_int(directory / "period_us"),
+                nr_periods=_read_int(directory / "nr_periods"),
+                online_busy=_read_bool(directory / "online_busy"),
+            )
+        )
+    return SysfsInfo(
+        version=_read_int(root / "version"),
+        target=_read(root / "target"),
+        hooked=_read_bool(root / "hooked"),
+        cgroups=_read_int(root / "cgroups"),
+        gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+    )

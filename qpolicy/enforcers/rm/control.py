@@ -1,0 +1,290 @@
+"""The slice scheduler's levers on a real GPU: RM controls on tenants' own objects.
+
+``FIFO_DISABLE_CHANNELS`` closes and opens a pod's channel groups (sent to the subdevice of the GPU
+each group's channels are on), ``SET_TIMESLICE`` sets its TSGs' timeslices. Controls block for
+~0.6 ms under GSP, so they run on the control worker, in order; the loop thread only builds them.
+
+What a control changed is remembered by pod, not only re-derived from who the pod is now: a pod
+that leaves the desired state (or moves to another GPU) no longer resolves to its processes, yet
+the channels closed and the timeslices set on its behalf must be undone. Every change is also
+written to the :class:`~qpolicy.enforcers.rm.record.RmRecord` so that a daemon killed with
+SIGKILL leaves nothing changed behind it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from qpolicy.enforcers.rm.files import BorrowedFiles
+from qpolicy.enforcers.rm.record import RmRecord, group_key
+from qpolicy.enforcers.rm.resolver import PodResolver
+from qpolicy.nvrm import rmctl
+from qpolicy.nvrm.tracker import ClientChannels
+from qpolicy.runtime.clock import Loop
+from qpolicy.runtime.worker import ControlWorker, Worker
+
+log = logging.getLogger(__name__)
+
+ERROR_LOG_EVERY_S = 60.0
+
+# A TSG is named by its process, client and handle.
+TsgKey = tuple[int, int, int]
+
+
+class RmChannelControl:
+    """The slice scheduler's ChannelControl over RM controls, sent by a worker thread."""
+
+    def __init__(
+        self,
+        loop: Loop,
+        resolver: PodResolver,
+        files: BorrowedFiles,
+        record: RmRecord,
+        worker: Worker | None = None,
+    ) -> None:
+        self.loop = loop
+        self.resolver = resolver
+        self.files = files
+        self.record = record
+        self.worker = worker or ControlWorker(loop)
+        # Everything below is shared by the loop thread (which builds controls) and the worker
+        # (which sends them and learns what RM answered).
+        self._lock = threading.Lock()
+        # Per pod: when its channels last opened (None while closed) and its open time so far.
+        self._opened_at: dict[str, float | None] = {}
+        self._open_total: dict[str, float] = {}
+        # Per pod: the groups RM closed for it, to be opened whoever the pod is by then.
+        self._closed: dict[str, dict[str, ClientChannels]] = {}
+        # Per TSG: the timeslice it had before it was first changed; per pod, the TSGs changed.
+        self._original_timeslice: dict[TsgKey, int] = {}
+        self._changed: dict[str, dict[TsgKey, int]] = {}  # TSG -> the fd it is reached on
+        self._wanted_timeslice: dict[str, int] = {}
+        self._timeslice_sent: set[TsgKey] = set()
+        self.errors = 0
+        self._last_error_log: dict[str, float] = {}
+
+    @property
+    def latency_us(self) -> float:
+        return self.worker.latency_us
+
+    def settled_at(self) -> float:
+        return self.worker.settled_at()
+
+    # -- open time ---------------------------------------------------------------------------
+
+    def open_time_us(self, pod: str) -> float:
+        with self._lock:
+            since = self._opened_at.get(pod)
+            total = self._open_total.get(pod, 0.0)
+        return total + (self.loop.now - since if since is not None else 0.0)
+
+    def track(self, pod: str) -> None:
+        """Count an untouched pod's time from now: its channels are as the tenant left them."""
+        with self._lock:
+            self._opened_at.setdefault(pod, self.loop.now)
+
+    def is_open(self, pod: str) -> bool:
+        with self._lock:
+            # Unknown pods have never been touched: their channels are as the tenant left them.
+            return self._opened_at.get(pod, 0.0) is not None
+
+    def closed_pods(self) -> list[str]:
+        """Pods with channel groups closed by this control right now."""
+        with self._lock:
+            return sorted(pod for pod, groups in self._closed.items() if groups)
+
+    def _mark(self, pod: str, opened: bool) -> None:
+        now = self.loop.now
+        with self._lock:
+            since = self._opened_at.get(pod)
+            if opened and since is None:
+                self._opened_at[pod] = now
+            elif not opened and since is not None:
+                self._open_total[pod] = self._open_total.get(pod, 0.0) + now - since
+                self._opened_at[pod] = None
+            elif not opened and pod not in self._opened_at:
+                self._opened_at[pod] = None
+
+    def _complain(self, pod: str, message: str) -> None:
+        self.errors += 1
+        now = time.monotonic()
+        if now - self._last_error_log.get(pod, -ERROR_LOG_EVERY_S) >= ERROR_LOG_EVERY_S:
+            self._last_error_log[pod] = now
+            log.warning("pod %s: %s", pod, message)
+
+    # -- channels ----------------------------------------------------------------------------
+
+    def set_enabled(self, pod: str, enabled: bool) -> None:
+        groups = {
+            group_key(g): g
+            for g in self.resolver.groups(pod)
+            if g.subdevice is not None and g.pid and g.fd is not None
+        }
+        if enabled:
+            with self._lock:
+                # Whatever was closed for the pod is opened, whether or not it still resolves.
+                groups = {**self._closed.get(pod, {}), **groups}
+        debug = log.isEnabledFor(logging.DEBUG)
+        if debug and not groups:
+            log.debug("pod %s: %s with no channels known", pod, "open" if enabled else "close")
+        todo = list(groups.values())
+
+        def job() -> float:
+            sent = 0
+            for group in todo:
+                assert group.pid is not None and group.fd is not None
+                assert group.subdevice is not None
+                try:
+                    fd = self.files.get(group.pid, group.fd)
+                    result = rmctl.disable_channels(
+                        fd, group.client, group.subdevice, group.channels, disable=not enabled
+                    )
+                    sent += 1
+                except rmctl.RmError as error:
+                    self._complain(pod, str(error))
+                    continue
+                if debug:
+                    log.debug(
+                        "pod %s: %s pid %d client %#x channels %d: %#x",
+                        pod,
+                        "open" if enabled else "close",
+                        group.pid,
+                        group.client,
+                        len(group.channels),
+                        result.status,
+                    )
+                if not result.ok:
+                    self._complain(pod, f"FIFO_DISABLE_CHANNELS answered {result.status:#x}")
+                    continue
+                key = group_key(group)
+                with self._lock:
+                    closed = self._closed.setdefault(pod, {})
+                    if enabled:
+                        closed.pop(key, None)
+                    else:
+                        closed[key] = group
+                if enabled:
+                    self.record.channels_opened(group)
+                else:
+                    self.record.channels_closed(group)
+            self._mark(pod, enabled)
+            return float(sent)
+
+        self.worker.submit(job)
+
+    # -- timeslices --------------------------------------------------------------------------
+
+    def set_timeslice(self, pod: str, timeslice_us: int | None) -> None:
+        """Give the pod's TSGs ``timeslice_us`` (None: their own again), now and as they appear."""
+        if timeslice_us is None:
+            self._wanted_timeslice.pop(pod, None)
+            self._restore_timeslices(pod)
+        else:
+            self._wanted_timeslice[pod] = timeslice_us
+            self._send_timeslices(pod, timeslice_us, only_new=False)
+
+    def refresh_timeslices(self) -> None:
+        """Set the wanted timeslice on TSGs created since it was set: processes start late."""
+        for pod, timeslice_us in list(self._wanted_timeslice.items()):
+            self._send_timeslices(pod, timeslice_us, only_new=True)
+
+    def forget(self, pid: int) -> None:
+        """Drop what is kept about the objects of a process that exited."""
+        with self._lock:
+            for key in [k for k in self._original_timeslice if k[0] == pid]:
+                del self._original_timeslice[key]
+            self._timeslice_sent = {k for k in self._timeslice_sent if k[0] != pid}
+            for changed in self._changed.values():
+                for key in [k for k in changed if k[0] == pid]:
+                    del changed[key]
+            for closed in self._closed.values():
+                for gone in [k for k, g in closed.items() if g.pid == pid]:
+                    del closed[gone]
+
+    def _send_timeslices(self, pod: str, timeslice_us: int, *, only_new: bool) -> None:
+        groups = [g for g in self.resolver.groups(pod) if g.pid and g.fd is not None]
+        with self._lock:
+            todo = [
+                (group, tsg)
+                for group in groups
+                for tsg in group.tsgs
+                if not (only_new and (group.pid, group.client, tsg) in self._timeslice_sent)
+            ]
+            for group, tsg in todo:
+                self._timeslice_sent.add((group.pid or 0, group.client, tsg))
+        if not todo:
+            return
+
+        def job() -> float:
+            sent = 0
+            for group, tsg in todo:
+                assert group.pid is not None and group.fd is not None
+                key = (group.pid, group.client, tsg)
+                try:
+                    fd = self.files.get(group.pid, group.fd)
+                    with self._lock:
+                        original = self._original_timeslice.get(key)
+                    if original is None:
+                        result, value = rmctl.get_timeslice(fd, group.client, tsg)
+                        sent += 1
+                        if not result.ok:
+                            self._complain(pod, f"GET_TIMESLICE answered {result.status:#x}")
+                            continue
+                        original = value
+                        # Written down before it is changed: a SIGKILL in between leaves a
+                        # record that restores the value the TSG already has.
+                        self.record.timeslice_changed(group.pid, group.fd, group.client, tsg, value)
+                        with self._lock:
+                            self._original_timeslice[key] = value
+                    with self._lock:
+                        self._changed.setdefault(pod, {})[key] = group.fd
+                    result = rmctl.set_timeslice(fd, group.client, tsg, timeslice_us)
+                    sent += 1
+                    log.debug(
+                        "pod %s: timeslice %d us on TSG %#x of pid %d: %#x",
+                        pod,
+                        timeslice_us,
+                        tsg,
+                        group.pid,
+                        result.status,
+                    )
+                except rmctl.RmError as error:
+                    self._complain(pod, str(error))
+            return float(sent)
+
+        self.worker.submit(job)
+
+    def _restore_timeslices(self, pod: str) -> None:
+        """Give every TSG changed for ``pod`` its own timeslice back, resolved or not."""
+        with self._lock:
+            changed = self._changed.pop(pod, {})
+            todo = [
+                (key, fd, self._original_timeslice[key])
+                for key, fd in changed.items()
+                if key in self._original_timeslice
+            ]
+            self._timeslice_sent -= set(changed)
+        if not todo:
+            return
+
+        def job() -> float:
+            sent = 0
+            for (pid, client, tsg), tenant_fd, original in todo:
+                try:
+                    fd = self.files.get(pid, tenant_fd)
+                    result = rmctl.set_timeslice(fd, client, tsg, original)
+                    sent += 1
+                except rmctl.RmError as error:
+                    self._complain(pod, str(error))
+                    continue
+                if result.ok:
+                    self.record.timeslice_restored(pid, client, tsg)
+                    with self._lock:
+                        self._original_timeslice.pop((pid, client, tsg), None)
+                else:
+                    self._complain(pod, f"SET_TIMESLICE answered {result.status:#x}")
+            return float(sent)
+
+        self.worker.submit(job)

@@ -1,0 +1,213 @@
+"""What the rm enforcer changed on tenants' objects, on disk, so that a daemon killed with SIGKILL
+does not leave it changed.
+
+Two kinds of change outlive the daemon that made them: channel groups it closed
+(``FIFO_DISABLE_CHANNELS``) and TSG timeslices it set (``SET_TIMESLICE``). Each is written down
+(temp file and rename) before or as it is made, with the process's start time so that a reused pid
+is never mistaken for the tenant; :func:`recover` undoes all of it at the next start, before
+anything else is sent. The file is not fsynced: it only matters while the processes it names live,
+and they do not outlive the machine.
+
+The file is read as untrusted input: a shape it does not expect is reported, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qpolicy.nvrm import rmctl
+from qpolicy.nvrm.tracker import ClientChannels
+
+log = logging.getLogger(__name__)
+
+RECORD_NAME = "rm-record.json"
+# What daemons before the record kept timeslices wrote: closed channel groups only.
+LEGACY_RECORD_NAME = "rm-disabled.json"
+VERSION = 2
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of ``pid`` (clock ticks since boot), to tell a pid from its reuse."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def group_key(group: ClientChannels) -> str:
+    return f"{group.pid}:{group.fd}:{group.client:#x}:{group.subdevice or 0:#x}"
+
+
+def tsg_key(pid: int, client: int, tsg: int) -> str:
+    return f"{pid}:{client:#x}:{tsg:#x}"
+
+
+@dataclass
+class RmRecord:
+    """The closed channel groups and changed timeslices, kept in ``path``."""
+
+    path: Path
+    closed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timeslices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def channels_closed(self, group: ClientChannels) -> None:
+        with self._lock:
+            self.closed[group_key(group)] = {
+                "pid": group.pid,
+                "start_time": process_start_time(group.pid) if group.pid else None,
+                "fd": group.fd,
+                "client": group.client,
+                "subdevice": group.subdevice,
+                "channels": list(group.channels),
+            }
+            self._write()
+
+    def channels_opened(self, group: ClientChannels) -> None:
+        with self._lock:
+            if self.closed.pop(group_key(group), None) is not None:
+                self._write()
+
+    def timeslice_changed(self, pid: int, fd: int, client: int, tsg: int, original: int) -> None:
+        """Called before the first change of a TSG's timeslice, with the value to restore."""
+        with self._lock:
+            key = tsg_key(pid, client, tsg)
+            if key in self.timeslices:
+                return
+            self.timeslices[key] = {
+                "pid": pid,
+                "start_time": process_start_time(pid),
+                "fd": fd,
+                "client": client,
+                "tsg": tsg,
+                "original_us": original,
+            }
+            self._write()
+
+    def timeslice_restored(self, pid: int, client: int, tsg: int) -> None:
+        with self._lock:
+            if self.timeslices.pop(tsg_key(pid, client, tsg), None) is not None:
+                self._write()
+
+    def forget(self, pid: int) -> None:
+        """The process exited: what it held went with it."""
+        with self._lock:
+            before = len(self.closed) + len(self.timeslices)
+            for table in (self.closed, self.timeslices):
+                for key in [k for k, entry in table.items() if entry.get("pid") == pid]:
+                    del table[key]
+            if len(self.closed) + len(self.timeslices) != before:
+                self._write()
+
+    def _write(self) -> None:
+        if not self.closed and not self.timeslices:
+            self.path.unlink(missing_ok=True)  # nothing to undo
+            return
+        tmp = self.path.with_suffix(".tmp")
+        document = {"version": VERSION, "closed": self.closed, "timeslices": self.timeslices}
+        tmp.write_text(json.dumps(document))
+        os.replace(tmp, self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What :func:`recover` undid, and what it could not."""
+
+    opened: int = 0
+    restored: int = 0
+    problems: tuple[str, ...] = ()
+
+
+def recover(state_dir: Path, borrow: Callable[[int, int], int] = rmctl.borrow_fd) -> Recovery:
+    """Undo what a previous daemon left changed: open its closed channel groups and restore the
+    timeslices it set, for the processes still alive. Run at start-up, before anything else is
+    sent. The record is removed afterwards, whatever could be undone.
+    """
+    opened = restored = 0
+    problems: list[str] = []
+    for path in (state_dir / RECORD_NAME, state_dir / LEGACY_RECORD_NAME):
+        closed, timeslices, unreadable = _read(path)
+        if unreadable is not None:
+            problems.append(unreadable)
+        for key, entry in closed.items():
+            problem = _undo(entry, ("fd", "client", "subdevice"), borrow, _open_channels)
+            if problem is None:
+                opened += 1
+            elif problem:
+                problems.append(f"{key}: {problem}")
+        for key, entry in timeslices.items():
+            problem = _undo(entry, ("fd", "client", "tsg", "original_us"), borrow, _restore_slice)
+            if problem is None:
+                restored += 1
+            elif problem:
+                problems.append(f"{key}: {problem}")
+        path.unlink(missing_ok=True)
+    return Recovery(opened, restored, tuple(problems))
+
+
+def _read(
+    path: Path,
+) -> tuple[Mapping[str, Any], Mapping[str, Any], str | None]:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}, {}, None
+    except (OSError, ValueError) as error:
+        return {}, {}, f"cannot read {path}: {error}"
+    if not isinstance(document, dict):
+        return {}, {}, f"{path}: expected a JSON object, found {type(document).__name__}"
+    if path.name == LEGACY_RECORD_NAME:
+        return document, {}, None
+    closed, timeslices = document.get("closed", {}), document.get("timeslices", {})
+    if document.get("version") != VERSION or not (
+        isinstance(closed, dict) and isinstance(timeslices, dict)
+    ):
+        return {}, {}, f"{path}: not a record this qpolicy wrote (version {VERSION})"
+    return closed, timeslices, None
+
+
+def _undo(
+    entry: object,
+    needed: tuple[str, ...],
+    borrow: Callable[[int, int], int],
+    action: Callable[[int, dict[str, Any]], rmctl.ControlResult],
+) -> str | None:
+    """None when undone; "" when there was nothing to undo (the process is gone); else why not."""
+    if not isinstance(entry, dict):
+        return "malformed entry"
+    pid = entry.get("pid")
+    if type(pid) is not int or any(type(entry.get(k)) is not int for k in needed):
+        return "malformed entry"
+    if process_start_time(pid) != entry.get("start_time"):
+        return ""  # the process is gone: what it held went with it
+    try:
+        fd = borrow(pid, entry["fd"])
+        try:
+            result = action(fd, entry)
+        finally:
+            os.close(fd)
+    except (rmctl.RmError, ValueError, TypeError) as error:
+        return str(error)
+    return None if result.ok else f"RM status {result.status:#x}"
+
+
+def _open_channels(fd: int, entry: dict[str, Any]) -> rmctl.ControlResult:
+    channels = entry.get("channels")
+    if not isinstance(channels, list) or not all(type(c) is int for c in channels):
+        raise ValueError("malformed channel list")
+    return rmctl.disable_channels(fd, entry["client"], entry["subdevice"], channels, disable=False)
+
+
+def _restore_slice(fd: int, entry: dict[str, Any]) -> rmctl.ControlResult:
+    return rmctl.set_timeslice(fd, entry["client"], entry["tsg"], entry["original_us"])

@@ -1,0 +1,50 @@
+"""The real-time loop and the control worker outlive what fails in them, and say what failed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from qpolicy.runtime.realtime import RealtimeLoop
+from qpolicy.runtime.worker import ControlWorker
+
+
+def test_a_control_job_that_raises_is_logged_with_its_traceback_and_the_worker_lives_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = RealtimeLoop()
+    worker = ControlWorker(loop)
+    ran = threading.Event()
+
+    def broken() -> float:
+        raise OSError("EBADF on a borrowed descriptor")
+
+    with caplog.at_level(logging.ERROR, "qpolicy.runtime.worker"):
+        worker.submit(broken)
+        worker.submit(broken)
+        worker.submit(lambda: (ran.set(), 1.0)[1])
+        assert worker.drain()
+    worker.close()
+    assert ran.is_set() and worker.failed == 2 and worker.done == 3
+    # Logged once (not once per failure), with what failed and where.
+    (record,) = caplog.records
+    assert "a driver control job failed (1 so far)" in record.getMessage()
+    assert record.exc_info is not None and "EBADF" in str(record.exc_info[1])
+
+
+def test_a_callback_that_raises_does_not_stop_the_loop(caplog: pytest.LogCaptureFixture) -> None:
+    loop = RealtimeLoop()
+    after: list[int] = []
+
+    def broken() -> None:
+        raise KeyError("gone")
+
+    loop.call_soon(broken)
+    loop.call_soon(lambda: after.append(1))
+    loop.call_soon(loop.stop)
+    with caplog.at_level(logging.ERROR, "qpolicy.runtime.realtime"):
+        loop.run()
+    assert after == [1] and loop.failures == 1
+    assert "a scheduled callback failed (1 so far)" in caplog.records[0].getMessage()
