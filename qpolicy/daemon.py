@@ -32,7 +32,7 @@ from typing import Any
 from qpolicy.backends.base import Backend, BackendContext, BackendFactory
 from qpolicy.desired.source import DesiredSource, PodSource
 from qpolicy.errors import QPolicyError, ValidationError
-from qpolicy.instance import InstanceLock
+from qpolicy.instance import STATUS_NAME, InstanceLock
 from qpolicy.node import node_view
 from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.state import StateStore
@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 PRUNE_EVERY_S = 10.0
 # How often the view is rebuilt (scrapes come far less often).
 PUBLISH_EVERY_S = 1.0
-STATUS_NAME = "daemon-status.json"
 
 
 class ProbeMode(StrEnum):

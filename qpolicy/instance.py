@@ -18,6 +18,8 @@ from pathlib import Path
 from qpolicy.errors import QPolicyError
 
 LOCK_NAME = "daemon.lock"
+# What the running daemon publishes for `qpolicy status`, next to its lock.
+STATUS_NAME = "daemon-status.json"
 
 
 class InstanceLock:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from fractions import Fraction
 
 from qpolicy.errors import PlanError, ValidationError
 
@@ -128,51 +129,76 @@ def parse_period_ms(text: str | int) -> int:
     return period
 
 
-_MEMORY_UNITS = {
+# Kubernetes quantity suffixes, case as Kubernetes spells them (resource.Quantity), and the
+# byte-unit spellings people write on the command line (GiB, GB), in any case.
+_QUANTITY_SUFFIXES = {
     "": 1,
-    "b": 1,
     "k": 10**3,
-    "kb": 10**3,
-    "m": 10**6,
-    "mb": 10**6,
-    "g": 10**9,
-    "gb": 10**9,
-    "t": 10**12,
-    "tb": 10**12,
-    "ki": 2**10,
-    "kib": 2**10,
-    "mi": 2**20,
-    "mib": 2**20,
-    "gi": 2**30,
-    "gib": 2**30,
-    "ti": 2**40,
-    "tib": 2**40,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
 }
-_MEMORY_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*")
+_BYTE_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "pb": 10**15,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "pib": 2**50,
+}
+_MEMORY_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*")
 MAX_MEMORY_BYTES = 2**63 - 1
 
 
+def _memory_unit(text: str, suffix: str) -> int:
+    unit = _QUANTITY_SUFFIXES.get(suffix) or _BYTE_UNITS.get(suffix.lower())
+    if unit is not None:
+        return unit
+    if suffix == "m":
+        hint = "'m' is milli in Kubernetes quantities; write Mi (2^20) or M (10^6)"
+    elif suffix.lower() in ("m", "g", "t", "p", "ki", "mi", "gi", "ti", "pi", "k"):
+        hint = f"quantity suffixes are case-sensitive: {suffix[0].upper()}{suffix[1:]}"
+    else:
+        hint = "expected bytes or a Kubernetes quantity such as 8Gi, 8G, 512Mi or 1e9"
+    raise ValidationError(f"invalid memory limit {text!r}: {hint}")
+
+
 def parse_memory(text: str | int) -> int:
-    """Parse a device-memory limit: ``8GiB``, ``512MiB``, ``8Gi``, ``16GB`` or plain bytes."""
+    """A device-memory limit in bytes: a Kubernetes quantity (``8Gi``, ``8G``, ``512Mi``,
+    ``1e9``), a byte-unit spelling (``8GiB``, ``16GB``) or plain bytes. Fractions are fine where
+    they make whole bytes (``1.5Gi``)."""
     if isinstance(text, bool):
         raise ValidationError(f"invalid memory limit {text!r}")
     if isinstance(text, int):
         value = text
     else:
         match = _MEMORY_RE.fullmatch(text)
-        unit = _MEMORY_UNITS.get(match.group(2).lower()) if match else None
-        if match is None or unit is None:
+        if match is None:
             raise ValidationError(
-                f"invalid memory limit {text!r}: expected bytes or a size such as 8GiB or 512MiB"
+                f"invalid memory limit {text!r}: expected bytes or a Kubernetes quantity such as "
+                "8Gi, 8G, 512Mi or 1e9"
             )
-        whole, _, frac = match.group(1).partition(".")
-        # Exact arithmetic: 1.5GiB is a whole number of bytes, 1.5B is not.
-        frac_bytes, remainder = divmod(int(frac or "0") * unit, 10 ** len(frac))
-        if remainder:
+        exact = Fraction(match.group(1)) * _memory_unit(text, match.group(2))
+        if exact.denominator != 1:
             raise ValidationError(f"invalid memory limit {text!r}: not a whole number of bytes")
-        value = int(whole) * unit + frac_bytes
+        value = int(exact)
     if not 1 <= value <= MAX_MEMORY_BYTES:
-        raise ValidationError(f"invalid memory limit {text!r}: must be at least 1 byte")
+        raise ValidationError(
+            f"invalid memory limit {text!r}: must be from 1 byte to {MAX_MEMORY_BYTES} bytes"
+        )
     return value
 
 

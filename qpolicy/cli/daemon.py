@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import signal
 import sys
 from typing import Annotated
 
@@ -16,7 +18,6 @@ from qpolicy.backends.choice import (
     choose_enforcer,
     in_kubernetes,
 )
-from qpolicy.cli.output import err_console
 from qpolicy.cli.simulate import load_scenario_argument, sim_backend
 from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode, install_signal_handlers
 from qpolicy.errors import ValidationError
@@ -46,8 +47,23 @@ def _parse_positive(text: str, what: str) -> float:
     return value
 
 
-def _say(message: str) -> None:
-    err_console.print(f"qpolicy daemon: {message}", markup=False, highlight=False, soft_wrap=True)
+class _JsonLines(logging.Formatter):
+    """One JSON object per log line, for log shippers (``--json``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def _say(message: str, level: int = logging.WARNING) -> None:
+    logging.getLogger("qpolicy.daemon").log(level, "%s", message)
 
 
 def daemon(
@@ -108,6 +124,10 @@ def daemon(
             "**warning**.",
         ),
     ] = "info",
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Log one JSON object per line instead of text (stderr)."),
+    ] = False,
     probe: Annotated[
         str | None,
         typer.Option(
@@ -170,13 +190,25 @@ def daemon(
     logging.basicConfig(
         level=level, format=f"qpolicy daemon: {stamp}%(levelname)s %(name)s: %(message)s"
     )
+    if as_json:
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(_JsonLines())
     if chosen.reason is not None:
         _say(f"--enforcer auto: {chosen.reason}")
+    # A SIGTERM while the daemon starts (recovery, the probe) must stop it cleanly too.
+    early: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, frame: early.append(number))
     agent = Daemon(config, factory)
     install_signal_handlers(agent)
+    if early:
+        agent.stop()
     if agent.probe_error is not None:
         _say(f"running without the eBPF probe: {agent.probe_error}")
     if config.metrics_addr is not None:
-        _say(f"enforcer {agent.backend.kind}, metrics on http://{config.metrics_addr}/metrics")
+        _say(
+            f"enforcer {agent.backend.kind}, metrics on http://{config.metrics_addr}/metrics",
+            logging.INFO,
+        )
     sys.stdout.flush()
     raise typer.Exit(agent.run())

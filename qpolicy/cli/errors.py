@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import typer
 from rich.text import Text
+from typer import _click as click
 
 from qpolicy.cli.output import err_console
 from qpolicy.errors import QPolicyError
@@ -31,6 +32,7 @@ def error_line(message: str) -> None:
 def run(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
     """Run ``app`` on ``argv`` (default: sys.argv[1:]) and return the exit status."""
     command = typer.main.get_command(app)
+    _plain_types(command)
     try:
         # Not standalone: click then raises instead of printing and exiting itself, and returns
         # the status of --help / --version / typer.Exit.
@@ -63,3 +65,28 @@ def _usage_message(error: typer.TyperException) -> str:
     if ctx is not None:
         message = f"{message} (see '{ctx.command_path} --help')"
     return message
+
+
+def _plain_types(command: click.Command) -> None:
+    """Help shows a metavar where one says more than a type: nothing for flags (``--json``, not
+    ``--json <bool>``) and for arguments named by their metavar (``ID``, not ``ID <str>``)."""
+    for param in command.params:
+        if getattr(param, "is_flag", False) or (
+            param.param_type_name == "argument" and param.metavar is not None
+        ):
+            setattr(param, "display_type_rich", _no_type)  # noqa: B010
+    help_option = command.get_help_option
+
+    def plain_help_option(ctx: click.Context) -> click.Parameter | None:
+        option = help_option(ctx)
+        if option is not None:
+            setattr(option, "display_type_rich", _no_type)  # noqa: B010
+        return option
+
+    setattr(command, "get_help_option", plain_help_option)  # noqa: B010
+    for sub in getattr(command, "commands", {}).values():
+        _plain_types(sub)
+
+
+def _no_type(ctx: click.Context) -> None:
+    return None

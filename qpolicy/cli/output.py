@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Annotated
 
+import typer
 from rich.console import Console
 
 from qpolicy.state import StateStore
@@ -13,6 +15,12 @@ from qpolicy.state import StateStore
 # capture see their output. Colour and styles only appear on a terminal.
 console = Console()
 err_console = Console(stderr=True)
+
+
+# Every command that prints a result takes --json: one JSON document on stdout instead of text.
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document instead of text.")
+]
 
 
 def state_store() -> StateStore:

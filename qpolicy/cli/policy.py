@@ -7,23 +7,27 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from qpolicy.cli.output import console, state_store
+from qpolicy.cli.output import JsonOption, console, print_json, state_store
 from qpolicy.model import (
     MAX_PERIOD_MS,
     MIN_PERIOD_MS,
     GpuConfig,
     GpuPolicy,
-    parse_gpu_index,
     parse_period_ms,
 )
 from qpolicy.state import DesiredState
+from qpolicy.telemetry.gpus import parse_gpu
 
 
 def set_policy(
     *,
     gpu: Annotated[
         str,
-        typer.Option("--gpu", metavar="N", help="GPU index, as nvidia-smi numbers them."),
+        typer.Option(
+            "--gpu",
+            metavar="N|UUID",
+            help="GPU index (as nvidia-smi numbers them) or UUID (GPU-...).",
+        ),
     ],
     policy: Annotated[
         str,
@@ -44,6 +48,7 @@ def set_policy(
             show_default=False,
         ),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Set the time-slicing policy of a GPU.
 
@@ -51,7 +56,7 @@ def set_policy(
     """
     # Parsed here, as strings, so that a bad value is reported in the model's words and before
     # the state file is touched.
-    index = parse_gpu_index(gpu)
+    index = parse_gpu(gpu)
     new_policy = GpuPolicy.parse(policy)
     period = parse_period_ms(period_ms) if period_ms is not None else None
 
@@ -62,6 +67,9 @@ def set_policy(
         )
 
     config = state_store().update(change).gpu(index)
+    if as_json:
+        print_json({"gpu": index, "policy": config.policy.value, "period_ms": config.period_ms})
+        return
     console.print(
         f"GPU {index}: [b]{escape(config.policy.value)}[/b], period {config.period_ms} ms",
         soft_wrap=True,

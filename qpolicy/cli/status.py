@@ -3,37 +3,35 @@ and qgpu.ko's own view where the module is loaded."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich.markup import escape
 from rich.table import Table
 
 from qpolicy import engine
-from qpolicy.cli import kmodstatus
-from qpolicy.cli.output import console, percent, print_json, state_store
+from qpolicy.cli import daemonstatus, kmodstatus
+from qpolicy.cli.output import JsonOption, console, percent, print_json, state_store
 from qpolicy.errors import PlanError
 from qpolicy.model import format_bytes
 from qpolicy.state import DesiredState
 
 
-def status(
-    *,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print a JSON document instead of tables.")
-    ] = False,
-) -> None:
+def status(*, as_json: JsonOption = False) -> None:
     """Show each GPU's policy and pods, and the share each pod gets when every pod is busy.
 
-    Where qgpu.ko is loaded, also what the module reports: each configured cgroup's memory used
-    against its limit and its GPU and throttled time (the counters need CAP_NET_ADMIN).
+    When a daemon runs, also what it sees: each pod's GPU and throttled time, whether it is
+    closed now, and the pods it refused and why. Where qgpu.ko is loaded, also what the module
+    reports: each configured cgroup's memory used against its limit and its GPU and throttled
+    time (the counters need CAP_NET_ADMIN).
     """
     store = state_store()
     state = store.load()
     gpus = [gpu_report(state, index) for index in state.gpu_indices()]
+    daemon = daemonstatus.report(store.directory)
     kmod = kmodstatus.report()
     if as_json:
         document: dict[str, Any] = {"state_file": str(store.path), "gpus": gpus}
+        document["daemon"] = daemon
         if kmod is not None:
             document["kmod"] = kmod
         print_json(document)
@@ -49,6 +47,8 @@ def status(
         for gpu in gpus:
             render_gpu(gpu)
         console.print(f"[dim]state file: {escape(str(store.path))}[/dim]", soft_wrap=True)
+    if daemon is not None:
+        daemonstatus.render(daemon)
     if kmod is not None:
         kmodstatus.render(kmod)
 

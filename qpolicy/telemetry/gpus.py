@@ -17,7 +17,7 @@ from qpolicy.errors import ValidationError
 from qpolicy.model import parse_gpu_index
 
 PROC_GPUS = Path("/proc/driver/nvidia/gpus")
-_UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+_UUID_RE = re.compile(r"GPU-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +42,11 @@ def _fields(text: str) -> dict[str, str]:
     return fields
 
 
-def node_gpus(root: Path = PROC_GPUS) -> list[GpuInfo]:
+def node_gpus(root: Path | None = None) -> list[GpuInfo]:
     """The GPUs nvidia.ko drives here, by index; empty where there are none (or no driver)."""
     found: list[tuple[str, dict[str, str]]] = []
     try:
-        entries = sorted(root.iterdir())
+        entries = sorted((root or PROC_GPUS).iterdir())
     except OSError:
         return []
     for entry in entries:
@@ -70,14 +70,14 @@ def node_gpus(root: Path = PROC_GPUS) -> list[GpuInfo]:
     return gpus
 
 
-def parse_gpu(text: str, gpus: list[GpuInfo] | None = None, root: Path = PROC_GPUS) -> int:
+def parse_gpu(text: str, gpus: list[GpuInfo] | None = None) -> int:
     """A GPU named by index (``0``) or UUID (``GPU-8f6f...``); the index it has on this node."""
     stripped = text.strip()
     if not stripped.upper().startswith("GPU-"):
         return parse_gpu_index(text)
     if not _UUID_RE.fullmatch(stripped):
         raise ValidationError(f"invalid GPU {text!r}: a GPU UUID looks like GPU-xxxxxxxx-xxxx-...")
-    known = node_gpus(root) if gpus is None else gpus
+    known = node_gpus() if gpus is None else gpus
     for gpu in known:
         if gpu.uuid is not None and gpu.uuid.lower() == stripped.lower():
             return gpu.index

@@ -13,6 +13,7 @@ import typer
 import qpolicy
 import qpolicy.cli.kmodstatus
 import qpolicy.cli.status
+from qpolicy.backends.observe import ObserveBackend
 from qpolicy.cli import main
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
@@ -163,8 +164,8 @@ def test_the_products_own_usage_line_works_and_output_uses_the_long_name(
 def test_pod_set_memory_spellings(
     qpolicy_cli: Cli, store: StateStore, memory: str, expected: int
 ) -> None:
-    qpolicy_cli.ok("pod", "set", "p", "--gpu", "2", "--memory", memory)
-    assert store.load().pods["p"].memory_limit == expected
+    qpolicy_cli.ok("pod", "set", "/p", "--gpu", "2", "--memory", memory)
+    assert store.load().pods["/p"].memory_limit == expected
 
 
 def test_pod_set_adds_then_replaces(qpolicy_cli: Cli, store: StateStore) -> None:
@@ -177,10 +178,24 @@ def test_pod_set_adds_then_replaces(qpolicy_cli: Cli, store: StateStore) -> None
     assert store.load().pods["/kubepods/x"] == PodSpec(
         "/kubepods/x", 0, PodClass.ONLINE, 30, 8 * GiB
     )
-    # Replacing takes the defaults for what is not given: offline, no memory limit.
-    out = qpolicy_cli.ok("pod", "set", "/kubepods/x", "--gpu", "0", "--share", "40").out
-    assert out.startswith("replaced pod /kubepods/x on GPU 0: offline, share 40 %")
-    assert store.load().pods == {"/kubepods/x": PodSpec("/kubepods/x", 0, share=40)}
+    # A patch, as kubectl set: what is not given keeps its value.
+    out = qpolicy_cli.ok("pod", "set", "/kubepods/x", "--share", "40").out
+    assert out == "updated pod /kubepods/x on GPU 0: online, share 40 %, memory 8GiB\n"
+    assert store.load().pods == {
+        "/kubepods/x": PodSpec("/kubepods/x", 0, PodClass.ONLINE, 40, 8 * GiB)
+    }
+    # "none" removes a value; the same values again change nothing.
+    qpolicy_cli.ok("pod", "set", "/kubepods/x", "--memory", "none", "--class", "offline")
+    assert store.load().pods["/kubepods/x"] == PodSpec("/kubepods/x", 0, share=40)
+    document = json.loads(
+        qpolicy_cli.ok("pod", "set", "/kubepods/x", "--share", "40", "--json").out
+    )
+    assert document == {
+        "action": "unchanged",
+        "pod": {"id": "/kubepods/x", "gpu": 0, "class": "offline", "share": 40,
+                "memory_bytes": None},
+        "note": None,
+    }  # fmt: skip
 
 
 def test_pod_rm(qpolicy_cli: Cli, store: StateStore) -> None:
@@ -203,12 +218,12 @@ def test_pod_ls_table(qpolicy_cli: Cli, store: StateStore) -> None:
 
 
 def test_pod_ls_json_is_sorted_by_gpu_then_id(qpolicy_cli: Cli, store: StateStore) -> None:
-    for pod_id, gpu in [("b", 1), ("z", 0), ("a", 1)]:
+    for pod_id, gpu in [("/b", 1), ("/z", 0), ("/a", 1)]:
         qpolicy_cli.ok("pod", "set", pod_id, "--gpu", str(gpu))
     listing = json.loads(qpolicy_cli.ok("pod", "ls", "--json").out)
-    assert [(p["gpu"], p["id"]) for p in listing] == [(0, "z"), (1, "a"), (1, "b")]
+    assert [(p["gpu"], p["id"]) for p in listing] == [(0, "/z"), (1, "/a"), (1, "/b")]
     assert listing[0] == {
-        "id": "z", "gpu": 0, "class": "offline", "share": None, "memory_bytes": None
+        "id": "/z", "gpu": 0, "class": "offline", "share": None, "memory_bytes": None
     }  # fmt: skip
 
 
@@ -233,6 +248,7 @@ def test_empty_state_listing_and_status_are_hints_not_errors(
     assert json.loads(qpolicy_cli.ok("status", "--json").out) == {
         "state_file": str(state_dir / "state.json"),
         "gpus": [],
+        "daemon": None,  # none runs
     }
     # Reading an absent state creates nothing.
     assert not state_dir.exists()
@@ -243,9 +259,9 @@ def test_empty_state_listing_and_status_are_hints_not_errors(
 
 def test_status_json(qpolicy_cli: Cli, store: StateStore) -> None:
     qpolicy_cli.ok("set", "--gpu", "0", "--policy", "burst-share")
-    qpolicy_cli.ok("pod", "set", "big", "--gpu", "0", "--share", "50", "--memory", "8GiB")
-    qpolicy_cli.ok("pod", "set", "small", "--gpu", "0", "--share", "30")
-    qpolicy_cli.ok("pod", "set", "solo", "--gpu", "2")
+    qpolicy_cli.ok("pod", "set", "/big", "--gpu", "0", "--share", "50", "--memory", "8GiB")
+    qpolicy_cli.ok("pod", "set", "/small", "--gpu", "0", "--share", "30")
+    qpolicy_cli.ok("pod", "set", "/solo", "--gpu", "2")
     qpolicy_cli.ok("set", "--gpu", "1", "--policy", "fs", "--period-ms", "10")
     report = json.loads(qpolicy_cli.ok("status", "--json").out)
     assert report["state_file"] == str(store.path)
@@ -256,9 +272,9 @@ def test_status_json(qpolicy_cli: Cli, store: StateStore) -> None:
     }  # fmt: skip
     # Both busy: each keeps its share and the idle 20 % is split 50:30.
     assert gpu0["pods"] == [
-        {"id": "big", "class": "offline", "share": 50, "memory_bytes": 8 * GiB,
+        {"id": "/big", "class": "offline", "share": 50, "memory_bytes": 8 * GiB,
          "planned_share_when_busy": 0.625},
-        {"id": "small", "class": "offline", "share": 30, "memory_bytes": None,
+        {"id": "/small", "class": "offline", "share": 30, "memory_bytes": None,
          "planned_share_when_busy": 0.375},
     ]  # fmt: skip
     assert report["gpus"][1]["pods"] == []
@@ -473,7 +489,7 @@ def test_unexpected_failures_are_one_line_too(
         raise raised
 
     monkeypatch.setattr(qpolicy.cli.status, "gpu_report", explode)
-    qpolicy_cli.ok("pod", "set", "a", "--gpu", "0")
+    qpolicy_cli.ok("pod", "set", "/a", "--gpu", "0")
     result = qpolicy_cli("status")
     assert result.code == 1
     assert result.err_lines == [f"qpolicy: error: {message}"]
@@ -487,7 +503,7 @@ def test_debug_environment_shows_the_traceback_of_an_internal_error(
 
     monkeypatch.setattr(qpolicy.cli.status, "gpu_report", explode)
     monkeypatch.setenv("QPOLICY_DEBUG", "1")
-    qpolicy_cli.ok("pod", "set", "a", "--gpu", "0")
+    qpolicy_cli.ok("pod", "set", "/a", "--gpu", "0")
     result = qpolicy_cli("status")
     assert result.code == 1
     assert "Traceback (most recent call last)" in result.err
@@ -593,3 +609,133 @@ def test_permission_errors_for_an_unprivileged_user(script: Path) -> None:
         assert state_file.read_bytes() == before
     finally:
         shutil.rmtree(base)
+
+
+# --- what operators expect of every command ------------------------------------------------------
+
+COMMANDS = [
+    [], ["set"], ["pod"], ["pod", "set"], ["pod", "rm"], ["pod", "delete"], ["pod", "ls"],
+    ["status"], ["daemon"], ["trace"], ["sim"], ["demo"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_shows_metavars_not_python_types(qpolicy_cli: Cli, command: list[str]) -> None:
+    out = qpolicy_cli.ok(*command, "--help").out
+    for python_type in ("<bool>", "<str>", "<int>", "<float>"):
+        assert python_type not in out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [c for c in COMMANDS if c and c != ["pod"]],
+    ids=" ".join,
+)
+def test_every_command_that_prints_a_result_takes_json(
+    qpolicy_cli: Cli, command: list[str]
+) -> None:
+    assert "--json" in qpolicy_cli.ok(*command, "--help").out
+
+
+def test_set_pod_rm_and_pod_delete_speak_json(qpolicy_cli: Cli, store: StateStore) -> None:
+    assert json.loads(qpolicy_cli.ok("set", "--gpu", "1", "--policy", "fixed", "--json").out) == {
+        "gpu": 1,
+        "policy": "fixed-share",
+        "period_ms": 50,
+    }
+    added = json.loads(
+        qpolicy_cli.ok("pod", "set", "/a", "--gpu", "1", "--share", "5", "--json").out
+    )
+    assert added["action"] == "added" and added["pod"]["share"] == 5
+    qpolicy_cli.ok("pod", "set", "/b", "--gpu", "1", "--share", "5")
+    assert json.loads(qpolicy_cli.ok("pod", "rm", "/a", "--json").out) == {
+        "action": "removed",
+        "pod": "/a",
+    }
+    assert qpolicy_cli.ok("pod", "delete", "/b").out == "removed pod /b\n"
+    assert store.load().pods == {}
+
+
+def test_a_path_without_its_slash_is_refused_and_names_get_a_note(
+    qpolicy_cli: Cli, store: StateStore
+) -> None:
+    result = qpolicy_cli("pod", "set", "kubepods.slice/x", "--gpu", "0")
+    assert result.code == 2
+    assert result.err_lines == [
+        "qpolicy: error: invalid pod id 'kubepods.slice/x': a cgroup path must start with '/' "
+        "(did you mean '/kubepods.slice/x'?); a Kubernetes pod is written namespace/name"
+    ]
+    assert store.load().pods == {}
+    result = qpolicy_cli("pod", "set", "ml/trainer-0", "--gpu", "0")
+    assert result.code == 0 and result.err_lines[0].startswith(
+        "qpolicy: note: ml/trainer-0 names a Kubernetes pod: the rm and kmod enforcers govern pods "
+        "by their cgroup path, so the daemon refuses it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("memory", "expected"), [("512Mi", 512 * 2**20), ("1e9", 10**9), ("8G", 8 * 10**9)]
+)
+def test_memory_takes_kubernetes_quantities(
+    qpolicy_cli: Cli, store: StateStore, memory: str, expected: int
+) -> None:
+    qpolicy_cli.ok("pod", "set", "/p", "--memory", memory)
+    assert store.load().pods["/p"].memory_limit == expected
+
+
+def test_gpus_by_uuid(
+    qpolicy_cli: Cli, store: StateStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import qpolicy.telemetry.gpus
+
+    proc = tmp_path / "proc-gpus"
+    for bus, uuid, minor in (
+        ("0000:41:00.0", "GPU-11111111-2222-3333-4444-555555555555", 1),
+        ("0000:3b:00.0", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", 0),
+    ):
+        (proc / bus).mkdir(parents=True)
+        (proc / bus / "information").write_text(
+            f"Model: \t\t NVIDIA H200\nGPU UUID: \t {uuid}\nBus Location: \t {bus}\n"
+            f"Device Minor: \t {minor}\n"
+        )
+    monkeypatch.setattr(qpolicy.telemetry.gpus, "PROC_GPUS", proc)
+    qpolicy_cli.ok("set", "--gpu", "GPU-11111111-2222-3333-4444-555555555555", "--policy", "bs")
+    qpolicy_cli.ok("pod", "set", "/p", "--gpu", "gpu-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
+    state = store.load()
+    assert set(state.gpus) == {1} and state.pods["/p"].gpu == 0  # PCI order, as nvidia-smi
+    result = qpolicy_cli("pod", "set", "/q", "--gpu", "GPU-00000000-0000-0000-0000-000000000000")
+    assert result.code == 2 and "no GPU of that UUID on this node (2 GPU(s) here)" in result.err
+
+
+def test_status_shows_what_the_running_daemon_sees(
+    qpolicy_cli: Cli, store: StateStore, state_dir: Path
+) -> None:
+    from qpolicy.daemon import Daemon, DaemonConfig
+
+    qpolicy_cli.ok("set", "--gpu", "0", "--policy", "fs")
+    qpolicy_cli.ok("pod", "set", "/a", "--gpu", "0", "--share", "60")
+    assert qpolicy_cli("pod", "set", "ml/web", "--gpu", "0", "--share", "10").code == 0
+    agent = Daemon(
+        DaemonConfig(state_dir=state_dir, metrics_addr=None, cgroup_root=state_dir / "none"),
+        lambda context: Unnamed(context),
+    )
+    try:
+        agent.tick()
+        report = json.loads(qpolicy_cli.ok("status", "--json").out)["daemon"]
+        assert report["pid"] == os.getpid() and report["enforcer"] == "none"
+        assert [p["id"] for p in report["pods"]] == ["/a"]
+        (refused,) = report["refused"]
+        assert (refused["pod"], refused["reason"]) == ("ml/web", "unenforceable")
+        out = qpolicy_cli.ok("status").out
+        assert f"daemon pid {os.getpid()} · enforcer none" in out
+        assert "refused (state file, unenforceable): pod ml/web: only cgroups here" in out
+    finally:
+        agent.close()
+    assert json.loads(qpolicy_cli.ok("status", "--json").out)["daemon"] is None
+
+
+class Unnamed(ObserveBackend):
+    """An observing backend that, like rm and kmod, takes only cgroup paths."""
+
+    def unenforceable(self, pod: PodSpec) -> str | None:
+        return None if pod.id.startswith("/") else "only cgroups here"

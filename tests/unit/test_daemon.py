@@ -520,3 +520,41 @@ def test_rm_daemon_takes_turns_then_gives_everything_back(
     assert disabled == set()
     assert timeslices == {}  # offline pods only: no timeslice to change
     assert not (state_dir / "rm-record.json").exists()
+
+
+def test_auto_without_a_gpu_says_it_simulates_and_refuses_to_inside_kubernetes(
+    tmp_path: Path,
+) -> None:
+    script = Path(sys.executable).with_name("qpolicy")
+    env = {**os.environ, "QPOLICY_STATE_DIR": str(tmp_path)}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    kube = subprocess.run(
+        [str(script), "daemon", "--no-metrics"],
+        env={**env, "KUBERNETES_SERVICE_HOST": "10.96.0.1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert kube.returncode == 1
+    assert kube.stderr.startswith("qpolicy: error: --enforcer auto: qgpu.ko is not loaded")
+    assert "refusing to run a simulated node under Kubernetes" in kube.stderr
+    # Outside Kubernetes it runs the simulated node, and says so first (as JSON lines here).
+    proc = subprocess.Popen(
+        [str(script), "daemon", "--no-metrics", "--json"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        first = json.loads(proc.stderr.readline())
+        assert first["level"] == "warning" and first["message"].startswith(
+            "--enforcer auto: qgpu.ko is not loaded"
+        )
+        assert first["message"].endswith("running the simulated demo node")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from qpolicy.errors import PlanError, ValidationError
@@ -67,15 +69,39 @@ def test_classes() -> None:
         ("4kib", 4096),
         (" 2 TiB ", 2 * 2**40),
         (12345, 12345),
+        # Kubernetes quantities, as in a pod's resources or qpolicy.io/memory.
+        ("8G", 8 * 10**9),
+        ("512Mi", 512 * 2**20),
+        ("1e9", 10**9),
+        ("1E9", 10**9),
+        ("2.5e3", 2500),
+        ("1.5Gi", 3 * 2**29),
+        ("64k", 64_000),
+        ("1Ei", 2**60),
     ],
 )
 def test_memory_sizes(text: str | int, expected: int) -> None:
     assert parse_memory(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "0", "-1", "8XB", "GiB", "1.5B", "0.3KiB", "8 G iB", "1e9"])
+@pytest.mark.parametrize(
+    "text", ["", "0", "-1", "8XB", "GiB", "1.5B", "0.3KiB", "8 G iB", "1e-3", "8Ei", "1e30"]
+)
 def test_bad_memory_sizes_name_the_value(text: str) -> None:
     with pytest.raises(ValidationError, match="invalid memory limit"):
+        parse_memory(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [
+        ("512m", "'m' is milli in Kubernetes quantities; write Mi"),
+        ("8gi", "quantity suffixes are case-sensitive: Gi"),
+        ("8g", "quantity suffixes are case-sensitive: G"),
+    ],
+)
+def test_a_quantity_in_the_wrong_case_says_how_to_write_it(text: str, hint: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(f"invalid memory limit {text!r}: {hint}")):
         parse_memory(text)
 
 

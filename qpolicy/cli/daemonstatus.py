@@ -1,0 +1,80 @@
+"""``qpolicy status``'s section on the running daemon: what it sees and does, when one runs.
+
+The daemon writes ``daemon-status.json`` into the state directory every second and holds the
+node's lock while it runs (:mod:`qpolicy.instance`); a file without a lock holder is a leftover
+and is not shown.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from qpolicy.cli.output import console
+from qpolicy.instance import STATUS_NAME, running_daemon
+
+# Older than this, the daemon is stuck: say so rather than show it as current.
+STALE_S = 10.0
+
+
+def report(state_dir: Path) -> dict[str, Any] | None:
+    """The running daemon's last view, or None when no daemon runs here."""
+    pid = running_daemon(state_dir)
+    if pid is None:
+        return None
+    try:
+        document: dict[str, Any] = json.loads((state_dir / STATUS_NAME).read_text())
+    except (OSError, ValueError):
+        return {"pid": pid, "error": "the daemon has not published its view yet"}
+    if not isinstance(document, dict):
+        return {"pid": pid, "error": f"{state_dir / STATUS_NAME} is not a JSON object"}
+    written = document.get("written")
+    if isinstance(written, int | float):
+        document["age_s"] = round(max(time.time() - written, 0.0), 1)
+    return document
+
+
+def render(doc: dict[str, Any]) -> None:
+    pid = doc.get("pid")
+    if "error" in doc:
+        console.print(f"daemon (pid {pid}): {escape(str(doc['error']))}", soft_wrap=True)
+        return
+    sources = ", ".join(f"{k} {'up' if v else 'DOWN'}" for k, v in doc.get("sources", {}).items())
+    age = doc.get("age_s")
+    stale = f" [red]view {age:.0f} s old[/red]" if isinstance(age, float) and age > STALE_S else ""
+    console.print(
+        f"daemon pid {pid} · enforcer [b]{escape(str(doc.get('enforcer')))}[/b] · {sources}{stale}",
+        soft_wrap=True,
+    )
+    pods = doc.get("pods", [])
+    if pods:
+        table = Table("pod", "GPU", "class", "GPU time", "throttled", "planned", "closed",
+                      "processes", title="what the daemon sees")  # fmt: skip
+        table.columns[0].overflow = "fold"
+        for pod in pods:
+            planned = pod.get("planned_share")
+            table.add_row(
+                escape(str(pod.get("id"))),
+                str(pod.get("gpu")),
+                str(pod.get("class")),
+                f"{pod.get('gpu_time_s', 0):.1f} s",
+                f"{pod.get('throttled_s', 0):.1f} s",
+                "-" if planned is None else f"{planned * 100:.1f} %",
+                "closed" if pod.get("closed") else "",
+                str(pod.get("processes", 0)),
+            )
+        console.print(table)
+    for refused in doc.get("refused", []):
+        console.print(
+            f"[red]refused[/red] ({escape(str(refused.get('source')))}, "
+            f"{escape(str(refused.get('reason')))}): {escape(str(refused.get('message')))}",
+            soft_wrap=True,
+        )
+    lost = doc.get("probe_lost_events")
+    if lost:
+        console.print(f"[yellow]the probe lost {lost} events[/yellow]", soft_wrap=True)
