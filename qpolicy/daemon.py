@@ -197,6 +197,7 @@ class Daemon:
                     "throttled_s": round(pod.enforcement.throttled_s, 3),
                     "planned_share": pod.enforcement.planned_share,
                     "closed": pod.enforcement.closed,
+                    "unseen_processes": pod.enforcement.unseen_processes,
                     "launches": pod.activity.launches,
                     "processes": pod.activity.processes,
                     "device_memory_bytes": pod.activity.device_memory,

@@ -29,9 +29,9 @@ from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec, check_pods_fi
 # TSG timeslices set for each class while a GPU has online pods. A long online timeslice means an
 # online request, once on the GPU, is not preempted by offline work; a short offline one means an
 # online request waits at most that long for the running offline context to yield
-# (h200-findings §2: offline 128 µs / online 8192 µs cut the online p99 from 2.46 to 0.67 ms).
-# 128 µs is the value measured to act: with 32 µs our H200 bench (driver 580.159.04) saw the online
-# p99 of native time-slicing, though RM accepted it (BENCHMARKS.md).
+# (docs/gpu-measurements.md §2: offline 128 µs / online 8192 µs cut the online p99 from 2.46 to
+# 0.67 ms on the H200 in 2026-11-20). 128 µs is the value measured to act there; on 2026-11-23 the
+# same setting left the H200's online latency at native's while it halved the H100's p50 (§5).
 ONLINE_TIMESLICE_US = 8192
 OFFLINE_TIMESLICE_US = 128
 

@@ -19,8 +19,8 @@ from qpolicy.errors import PlanError, ValidationError
 # /dev/nvidia0 .. /dev/nvidia247 (NV_MINOR_DEVICE_NUMBER_REGULAR_MAX in nvidia.ko).
 MAX_GPU_INDEX = 247
 DEFAULT_PERIOD_MS = 50
-# A switch between two tenants costs ~1.2 ms of channel controls (h200-findings §2); below 5 ms
-# periods the switches would eat most of the GPU, above a second reaction gets too slow.
+# A switch between two tenants costs ~1.2 ms of channel controls (docs/gpu-measurements.md §2):
+# below 5 ms periods the switches would eat most of the GPU, above a second reaction gets too slow.
 MIN_PERIOD_MS = 5
 MAX_PERIOD_MS = 1000
 MIN_SHARE = 1

@@ -24,6 +24,7 @@ from qpolicy.errors import QPolicyError
 from qpolicy.model import PodIdKind, PodSpec, pod_id_kind
 from qpolicy.runtime.worker import Worker
 from qpolicy.state import DesiredState
+from qpolicy.telemetry.gpuprocs import processes_in, uses_nvidia
 from qpolicy.telemetry.gpus import GpuInfo, node_gpus
 from qpolicy.telemetry.view import Enforcement, NodeView
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # How often borrowed descriptors are checked against their processes and files.
 RECONCILE_EVERY_S = 1.0
+# How often pods are searched for processes the probe never saw (a walk of /proc per pod).
+UNSEEN_EVERY_S = 10.0
 
 
 @dataclass
@@ -76,6 +79,9 @@ class RmBackend:
         self._state = DesiredState()
         self._gpus: dict[int, _Gpu] = {}
         self._reconciled_at = context.clock()
+        self._searched_at: float | None = None
+        #: Per pod: processes using the GPU whose RM handles the probe never saw.
+        self.unseen: dict[str, list[int]] = {}
 
     def unenforceable(self, pod: PodSpec) -> str | None:
         if pod_id_kind(pod.id) is PodIdKind.CGROUP:
@@ -129,6 +135,34 @@ class RmBackend:
         if now - self._reconciled_at >= RECONCILE_EVERY_S:
             self._reconciled_at = now
             self.shared.reconcile()
+        if self._searched_at is None or now - self._searched_at >= UNSEEN_EVERY_S:
+            self._searched_at = now
+            self._search_unseen()
+
+    def _search_unseen(self) -> None:
+        """Find the pods' GPU processes the probe never saw: they started before it, and the rm
+        enforcer cannot govern them (their RM handles are unknown). Each is logged once."""
+        root = self.context.cgroup_root()
+        if root is None:
+            return
+        tracker = self.probe.view.tracker
+        unseen: dict[str, list[int]] = {}
+        for pod in self._state.pods:
+            if pod_id_kind(pod) is not PodIdKind.CGROUP:
+                continue
+            for pid in processes_in(root, pod):
+                known = tracker.processes.get(pid)
+                if (known is None or not known.clients) and uses_nvidia(pid):
+                    unseen.setdefault(pod, []).append(pid)
+        for pod, pids in unseen.items():
+            for pid in sorted(set(pids) - set(self.unseen.get(pod, ()))):
+                log.warning(
+                    "pod %s: pid %d uses the GPU but started before the probe: the rm enforcer "
+                    "cannot govern it (its RM handles were never seen); restart it, or use qgpu.ko",
+                    pod,
+                    pid,
+                )
+        self.unseen = unseen
 
     def publish(self) -> None:
         pass  # the sensors are read on every poll
@@ -137,8 +171,9 @@ class RmBackend:
 
     def enforcement(self, gpu: int, pod: str) -> Enforcement:
         driven = self._gpus.get(gpu)
+        unseen = len(self.unseen.get(pod, ()))
         if driven is None:
-            return Enforcement()
+            return Enforcement(unseen_processes=unseen)
         last = driven.periodic.control.last_plan
         planned = None
         if last is not None:
@@ -149,6 +184,7 @@ class RmBackend:
             throttled_s=sensor.throttled_us.get(pod, 0.0) / 1e6,
             planned_share=planned,
             closed=pod in driven.enforcer.control.closed_pods(),
+            unseen_processes=unseen,
         )
 
     def view(self) -> NodeView | None:
@@ -175,6 +211,7 @@ class RmBackend:
                 for index, driven in sorted(self._gpus.items())
             },
             "borrowed_files": len(self.shared.files),
+            "unseen_processes": dict(sorted(self.unseen.items())),
         }
 
     def close(self) -> None:

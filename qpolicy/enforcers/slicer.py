@@ -7,9 +7,9 @@ Within a period (the model is CFS bandwidth control, with GPU time as the runtim
   A capped online pod is closed once its GPU time reaches its cap.
 * **offline pods** take exclusive **turns**, one pod's channels open at a time, so the hardware
   never pays for context switches between them (two competing contexts lose 7-35 % of the GPU,
-  h200-findings §3). A turn ends when the pod has used its planned GPU time (*budget*), when its
-  part of the remaining wall time is over (*deadline*; a pod cannot starve the ones after it), or
-  when the pod has gone idle.
+  docs/gpu-measurements.md §3). A turn ends when the pod has used its planned GPU time
+  (*budget*), when its part of the remaining wall time is over (*deadline*; a pod cannot starve
+  the ones after it), or when the pod has gone idle.
 * **work-conserving policies** then hand the rest of the period to offline pods that still have
   work, in proportion to their weights (burst-share: shares; best-effort: equal) in *burst* turns.
 

@@ -1,8 +1,8 @@
 """The NVIDIA RM user ABI that qpolicy reads, in one place.
 
-Facts from open-gpu-kernel-modules 595.45.04 for x86_64 (LP64), as collected in the project's
-nvidia_abi.md, and what the H200 trace shows (h200-findings.md §1). ``kmod/uapi/`` mirrors the
-subset the kernel module needs; a test keeps the two in agreement.
+Facts from NVIDIA's open-gpu-kernel-modules (580.142; 595.45.04 agrees) for x86_64 (LP64), with
+their sources in docs/driver-abi.md, and what the H200 trace shows (docs/gpu-measurements.md §1).
+``kmod/uapi/`` mirrors the subset the kernel module needs; a test keeps the two in agreement.
 
 Two kinds of numbers live here: *escapes* (the ioctl number's NR field; the size field picks the
 struct) and, inside RM_CONTROL, *control commands* (class << 16 | category << 8 | index).

@@ -1,12 +1,12 @@
 """One syscall on an NVIDIA device file, as a trace line or a probe event.
 
-The JSON-lines trace format is h200-findings §1: ``kind`` open|ioctl|mmap, ``ts`` (ns), ``tid``,
-``cmd`` (ioctl request; for mmap the fd), ``a1`` (ioctl fd; open flags; mmap length), ``a2`` (ioctl
-argument pointer; mmap prot | flags << 8), ``a3`` (inner params pointer of RM_ALLOC/RM_CONTROL;
-mmap offset), ``ret``, ``dur_ns``, ``p`` (hex: the first 64 bytes of the ioctl argument after the
-call), ``q`` (hex: the first 96 bytes of the inner params after the call), ``s`` (open path). The
-probe adds ``pid`` and ``cgroup`` and two kinds of its own: ``close`` (``a1`` = fd) and ``exit``.
-A trace without ``pid`` is one process.
+The JSON-lines trace format (docs/gpu-measurements.md §1): ``kind`` open|ioctl|mmap, ``ts`` (ns),
+``tid``, ``cmd`` (ioctl request; for mmap the fd), ``a1`` (ioctl fd; open flags; mmap length),
+``a2`` (ioctl argument pointer; mmap prot | flags << 8), ``a3`` (inner params pointer of
+RM_ALLOC/RM_CONTROL; mmap offset), ``ret``, ``dur_ns``, ``p`` (hex: the first 64 bytes of the
+ioctl argument after the call), ``q`` (hex: the first 96 bytes of the inner params after the
+call), ``s`` (open path). The probe adds ``pid`` and ``cgroup`` and two kinds of its own:
+``close`` (``a1`` = fd) and ``exit``. A trace without ``pid`` is one process.
 """
 
 from __future__ import annotations

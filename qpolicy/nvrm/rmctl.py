@@ -2,9 +2,10 @@
 
 Root can take a copy of a tenant's ``/dev/nvidiactl`` descriptor with ``pidfd_getfd(2)`` and issue
 RM_CONTROL on the tenant's own objects (its client, subdevice, TSG and channel handles), which RM
-accepts because the control arrives on the file the client lives on (h200-findings §2). Of the
-scheduling levers only two act on a GSP-era GPU: ``FIFO_DISABLE_CHANNELS`` stops and resumes a
-process's channels, and ``SET_TIMESLICE`` (small values) changes how soon it yields.
+accepts because the control arrives on the file the client lives on (docs/gpu-measurements.md
+§2). Of the scheduling levers measured, ``FIFO_DISABLE_CHANNELS`` stops and resumes a process's
+channels, and ``SET_TIMESLICE`` (small values) changed how soon it yields on the H200 once, and on
+the H100 (§5).
 
 Everything here is a thin, typed wrapper over one ioctl; callers own the descriptors.
 """

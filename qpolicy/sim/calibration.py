@@ -1,4 +1,4 @@
-"""Constants of the simulated GPU, fitted to the H200 measurements in h200-findings.md.
+"""Constants of the simulated GPU, fitted to the H200 measurements in docs/gpu-measurements.md.
 
 Each value says which measurement pins it down; ``tests/unit/test_sim_calibration.py`` re-derives
 the measurements from the model so a change here that breaks the fit fails there.

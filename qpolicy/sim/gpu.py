@@ -1,6 +1,6 @@
 """One simulated GPU: contexts (TSGs) time-sliced by the hardware, channels that can be disabled.
 
-The model follows what was measured on the H200 (h200-findings §2-3):
+The model follows what was measured on the H200 (docs/gpu-measurements.md §2-3):
 
 * the GPU runs one context at a time and round-robins between *runnable* contexts (channels
   enabled and work queued); a context keeps the GPU until its work runs out or, when another

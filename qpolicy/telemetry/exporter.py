@@ -160,6 +160,12 @@ class NodeCollector(Collector):
             "The share the policy engine planned for the pod in the current period (0-1).",
             labels=labels,
         )
+        unseen = GaugeMetricFamily(
+            "qpolicy_unenforced_processes",
+            "Processes of the pod using the GPU that the enforcer cannot govern (they started "
+            "before the eBPF probe, so their RM handles are unknown).",
+            labels=labels,
+        )
         throttled = CounterMetricFamily(
             "qpolicy_throttled_seconds",
             "Time the pod had work but its channels were closed by qpolicy.",
@@ -189,6 +195,8 @@ class NodeCollector(Collector):
                 target.add_metric(values, pod.share_target)
             if enforcement.planned_share is not None:
                 planned.add_metric(values, enforcement.planned_share)
+            if pod.pod_class != "unmanaged":
+                unseen.add_metric(values, enforcement.unseen_processes)
             if pod.pod_class == "online":
                 _add_histogram(wait, values, enforcement.online_wait)
         yield from (
@@ -204,6 +212,7 @@ class NodeCollector(Collector):
             target,
             planned,
             throttled,
+            unseen,
             wait,
         )
 

@@ -105,6 +105,9 @@ class Enforcement:
     planned_share: float | None = None
     #: Whether the pod's channels are closed by qpolicy right now.
     closed: bool = False
+    #: Processes of the pod using the GPU that the enforcer cannot govern (started before the
+    #: probe: their RM handles were never seen).
+    unseen_processes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

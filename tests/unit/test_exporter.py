@@ -199,3 +199,30 @@ def test_gzip_and_openmetrics_as_prometheus_asks() -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/other", timeout=5)
     finally:
         server.close()
+
+
+def test_refused_pods_lost_events_and_ungoverned_processes_are_exported() -> None:
+    from dataclasses import replace
+
+    from qpolicy.telemetry.view import RefusedPod
+
+    unseen = replace(pod("/kubepods/a"), enforcement=Enforcement(unseen_processes=2))
+    view = NodeView(
+        pods=(unseen,),
+        refused=(
+            RefusedPod("0", "/kubepods/b", "annotations", "oversubscribed", "pod /b refused: ..."),
+        ),
+        probe_lost_events=17,
+    )
+    families = scrape(view)
+    assert samples(families, "qpolicy_pod_refused") == [
+        (
+            "qpolicy_pod_refused",
+            {"gpu": "0", "pod": "/kubepods/b", "source": "annotations", "reason": "oversubscribed"},
+            1.0,
+        )
+    ]
+    assert samples(families, "qpolicy_probe_lost_events")[0][2] == 17
+    assert samples(families, "qpolicy_unenforced_processes")[0][2] == 2
+    # No probe: no lost-events series at all (not a zero that reads as "nothing lost").
+    assert "qpolicy_probe_lost_events" not in scrape(NodeView())

@@ -1,7 +1,7 @@
 """Replay of the real H200 trace, checked against a decoder written here from the ABI notes.
 
 The reference below shares no code with qpolicy.nvrm: it unpacks the structs itself (offsets from
-nvidia_abi.md §2.5 and §3.3), keeps its own handle table and walks its own parent links. If the two
+docs/driver-abi.md), keeps its own handle table and walks its own parent links. If the two
 disagree on a single object or byte, the test says where.
 """
 
@@ -143,7 +143,8 @@ def test_replay_finds_exactly_the_objects_and_bytes_of_the_reference(
 
 
 def test_the_reference_matches_what_the_h200_findings_describe(expected: Reference) -> None:
-    # h200-findings §1: TSG x4 per process, Hopper channel x20, one 1 GB alloc freed again.
+    # docs/gpu-measurements.md §1: TSG x4 per process, Hopper channel x20, one 1 GB alloc freed
+    # again.
     assert expected.count(TSG) == 4
     assert expected.count(HOPPER_CHANNEL) == 20
     assert expected.nv_ioctls + expected.other_ioctls == 1864

@@ -1,6 +1,6 @@
 """The simulated GPU, left to native time-slicing, reproduces what was measured on the H200.
 
-Every expected number below is quoted from ../shared/docs/h200-findings.md (§2-3); tolerances are
+Every expected number below is quoted from docs/gpu-measurements.md (§2-3); tolerances are
 the ±10 % relative of the issue, or wider where the findings' own noise is stated.
 """
 

@@ -37,7 +37,8 @@ from qpolicy.nvrm.replay import BUILTIN_TRACE, open_trace
 CALLS = 200_000
 RUNS = 3
 TARGET_PCT = 1.0
-TRACE_LAUNCHES = 202  # cuLaunchKernel calls a uprobe counted in that run (h200-findings.md §1)
+# cuLaunchKernel calls a uprobe counted in that run (docs/gpu-measurements.md §1).
+TRACE_LAUNCHES = 202
 RM_ALLOC_48 = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_ALLOC, abi.NVOS64_SIZE)
 BUFFER_PAGES = 16384  # 64 MiB: a whole run's events fit, none is lost before the drain
 

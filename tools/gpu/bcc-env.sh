@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sourced on the lent GPU machine, as root: make bcc importable from Debian packages carried along
-# (../shared/tools/device-bcc.md: apt-get download libbpfcc libclang-cpp14 libllvm14 python3-bpfcc
-# libbpf1 libz3-4 linux-headers-6.1.0-56-common linux-headers-6.1.0-56-cloud-amd64 into $DEBS) and
-# put the repository on PYTHONPATH. Where bcc already imports, nothing is unpacked.
+# and put the repository on PYTHONPATH. Where bcc already imports, nothing is unpacked. Fetch the
+# packages on a machine with Debian bookworm's archive: apt-get download libbpfcc libclang-cpp14
+# libllvm14 python3-bpfcc libbpf1 libz3-4 linux-headers-6.1.0-56-common
+# linux-headers-6.1.0-56-cloud-amd64, into $DEBS. bcc 0.26 compiles tracepoint and uprobe programs
+# against Debian's 6.1 headers on newer kernels: tracepoint layouts are read from tracefs.
 # shellcheck shell=bash
 qpolicy_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONPATH="$qpolicy_root${PYTHONPATH:+:$PYTHONPATH}"

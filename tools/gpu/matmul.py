@@ -1,4 +1,4 @@
-"""A PyTorch bf16 matmul loop, the workload of h200-findings.md, for the GPU tier.
+"""A PyTorch bf16 matmul loop, the workload of docs/gpu-measurements.md, for the GPU tier.
 
     python3 matmul.py --n 4096 --seconds 10 [--sync-every 8] [--count-kernels] [--hold]
     python3 matmul.py --n 4096 --requests-hz 50 --seconds 10     # online: one matmul per request

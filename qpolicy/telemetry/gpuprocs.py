@@ -1,0 +1,46 @@
+"""Processes of a cgroup subtree that hold NVIDIA device files, found from /proc.
+
+The probe learns a process's RM clients from its RM_ALLOC traffic, so a process that started before
+the probe was loaded is invisible to it: its handles were never seen, and the rm enforcer cannot
+stop its channels. This module finds such processes the slow, sure way (``cgroup.procs`` of each
+cgroup in a pod's subtree, then the ``/proc/PID/fd`` links of each process) so that the daemon can
+say which pods it does not fully enforce, rather than let them run ungoverned in silence.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def processes_in(root: Path, cgroup: str) -> list[int]:
+    """Every pid in cgroup ``cgroup`` (a path below the cgroup2 mount ``root``) and below it."""
+    pids: list[int] = []
+    top = root / cgroup.lstrip("/")
+    for directory, _subdirs, files in os.walk(top):
+        if "cgroup.procs" not in files:
+            continue
+        try:
+            text = Path(directory, "cgroup.procs").read_text()
+        except OSError:
+            continue  # removed while we walked
+        pids.extend(int(line) for line in text.split() if line.isdigit())
+    return sorted(set(pids))
+
+
+def uses_nvidia(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` holds an NVIDIA device file open (gone or unreadable: no)."""
+    fd_dir = proc / str(pid) / "fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            target = os.readlink(fd_dir / name)
+        except OSError:
+            continue
+        # /dev/nvidiactl and /dev/nvidiaN carry RM clients; nvidia-uvm and nvidia-caps do not.
+        if target.startswith("/dev/nvidia") and not target.startswith("/dev/nvidia-"):
+            return True
+    return False

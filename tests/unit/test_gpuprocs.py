@@ -1,0 +1,80 @@
+"""GPU processes the probe never saw: found from cgroup.procs and /proc, and reported."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from qpolicy.backends import rm as rm_backend
+from qpolicy.backends.base import BackendContext
+from qpolicy.backends.rm import RmBackend
+from qpolicy.model import GpuConfig, GpuPolicy, PodSpec
+from qpolicy.runtime.realtime import RealtimeLoop
+from qpolicy.state import DesiredState
+from qpolicy.telemetry.cgroups import CgroupMap
+from qpolicy.telemetry.gpuprocs import processes_in, uses_nvidia
+from qpolicy.telemetry.probesource import ProbeSource
+from tests.unit.test_telemetry_live import FakeProbe, process
+
+
+def fake_proc(root: Path, pid: int, *targets: str) -> None:
+    fd = root / str(pid) / "fd"
+    fd.mkdir(parents=True)
+    for number, target in enumerate(targets):
+        os.symlink(target, fd / str(number))
+
+
+def test_processes_of_a_subtree_and_which_hold_nvidia_files(tmp_path: Path) -> None:
+    cgroup = tmp_path / "cgroup"
+    (cgroup / "pod" / "ctr").mkdir(parents=True)
+    (cgroup / "pod" / "cgroup.procs").write_text("")
+    (cgroup / "pod" / "ctr" / "cgroup.procs").write_text("30\n10\n")
+    (cgroup / "other").mkdir()
+    (cgroup / "other" / "cgroup.procs").write_text("99\n")
+    assert processes_in(cgroup, "/pod") == [10, 30]
+    proc = tmp_path / "proc"
+    fake_proc(proc, 10, "/dev/null", "/dev/nvidiactl")
+    fake_proc(proc, 30, "/dev/nvidia-uvm", "socket:[1234]")
+    fake_proc(proc, 40, "/dev/nvidia3")
+    assert [uses_nvidia(pid, proc) for pid in (10, 30, 40, 50)] == [True, False, True, False]
+
+
+def test_the_rm_backend_names_the_processes_it_cannot_govern(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cgroup = tmp_path / "cgroup"
+    (cgroup / "a").mkdir(parents=True)
+    (cgroup / "a" / "cgroup.procs").write_text("10\n4242\n")
+    cgroups = CgroupMap(root=cgroup)
+    probe = FakeProbe()
+    probe.pending = process(10, cgroups.id_of("/a"), tsgs=1, channels_per_tsg=1, vidmem=0)
+    source = ProbeSource(probe, cgroups)
+    source.refresh()
+    # Both use the GPU; the probe saw pid 10 allocate, never pid 4242 (it started first).
+    monkeypatch.setattr(rm_backend, "uses_nvidia", lambda pid: pid in (10, 4242))
+    clock = [0.0]
+    context = BackendContext(
+        RealtimeLoop(), source, tmp_path / "state", lambda: cgroup, lambda: clock[0]
+    )
+    backend = RmBackend(context, gpus=list)
+    try:
+        state = DesiredState(
+            gpus={0: GpuConfig(0, GpuPolicy.FIXED_SHARE)}, pods={"/a": PodSpec("/a", 0, share=50)}
+        )
+        backend._state = state  # what sync would set, without starting a control loop
+        with caplog.at_level(logging.WARNING, "qpolicy.backends.rm"):
+            for _ in range(3):
+                backend.refresh()
+                clock[0] += 11.0
+        assert backend.unseen == {"/a": [4242]}
+        assert backend.enforcement(0, "/a").unseen_processes == 1
+        assert backend.status()["unseen_processes"] == {"/a": [4242]}
+        (record,) = caplog.records
+        assert record.getMessage().startswith(
+            "pod /a: pid 4242 uses the GPU but started before the probe"
+        )
+    finally:
+        backend.close()
