@@ -23,6 +23,14 @@ from qpolicy.nvrm.decode import Ioctl, decode
 from qpolicy.nvrm.records import Record
 
 SLOWEST_KEPT = 10
+# The handle fields each request needs to be applied to the object tree.
+_HANDLES: dict[Escape, tuple[str, ...]] = {
+    Escape.RM_ALLOC: ("hRoot", "hObjectParent", "hObjectNew"),
+    Escape.RM_ALLOC_MEMORY: ("hRoot", "hObjectParent", "hObjectNew"),
+    Escape.RM_FREE: ("hRoot", "hObjectOld"),
+    Escape.RM_DUP_OBJECT: ("hClient", "hParent", "hObject", "hClientSrc", "hObjectSrc"),
+    Escape.RM_CONTROL: ("hClient", "hObject"),
+}
 
 
 @dataclass(slots=True)
@@ -211,6 +219,10 @@ class Tracker:
 
     def _apply(self, proc: ProcessState, fd: int, ioctl: Ioctl) -> None:
         f = ioctl.fields
+        # A capture may hold only a prefix of the argument (and a tenant may send anything):
+        # without its handles a request changes nothing the tracker can name.
+        if ioctl.escape is None or any(key not in f for key in _HANDLES.get(ioctl.escape, ())):
+            return
         if ioctl.escape in (Escape.RM_ALLOC, Escape.RM_ALLOC_MEMORY):
             if ioctl.alloc_class is None:
                 return

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qpolicy.nvrm import abi
 from qpolicy.nvrm.abi import Escape, Kind, Node
@@ -320,3 +322,29 @@ def test_the_h200_trace_gives_one_client_with_all_channels() -> None:
     assert group.subdevice == 0x5C000003 and group.client == 0xC1D0001B
     assert (group.device, group.device_instance) == (0x5C000002, 0)
     assert group.fd is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([RM_ALLOC64, RM_ALLOC21, RM_FREE, RM_CONTROL, RM_ALLOC_MEMORY, RM_DUP]),
+            st.binary(max_size=64),
+            st.binary(max_size=96),
+            st.sampled_from([CTL_FD, GPU_FD, 99]),
+            st.integers(-5, 1),
+        ),
+        max_size=40,
+    )
+)
+def test_garbage_from_the_probe_never_raises(
+    calls: list[tuple[int, bytes, bytes, int, int]],
+) -> None:
+    """The daemon feeds the tracker what tenants' processes send the driver: anything at all."""
+    t = Tracker()
+    t.feed(opened(CTL_FD, "/dev/nvidiactl"))
+    t.feed(opened(GPU_FD, "/dev/nvidia0"))
+    for cmd, p, q, fd, ret in calls:
+        t.feed(Record("ioctl", next(_ts), 100, cmd=cmd, a1=fd, ret=ret, p=p, q=q, pid=100))
+    t.summary(100)
+    t.channel_groups(100)
