@@ -145,6 +145,9 @@ def plan(gpu: GpuConfig, pods: Iterable[PodSpec], demand: Mapping[str, float]) -
         PodClass.ONLINE: ONLINE_TIMESLICE_US if online else None,
         PodClass.OFFLINE: OFFLINE_TIMESLICE_US if online else None,
     }
+    # Idle time is handed out by share under burst-share (as _burst_share does), equally under
+    # best-effort; fixed-share hands none out.
+    equal = gpu.policy is GpuPolicy.BEST_EFFORT
     slices = tuple(
         Slice(
             p.id,
@@ -154,7 +157,7 @@ def plan(gpu: GpuConfig, pods: Iterable[PodSpec], demand: Mapping[str, float]) -
             alloc[p.id],
             caps[p.id],
             timeslices[p.pod_class],
-            _weight(gpu.policy, p),
+            1.0 if equal or p.share is None else float(p.share),
         )
         for p in on_gpu
     )
@@ -183,14 +186,6 @@ def _burst_share(
         others = online_total - alloc[p.id]
         caps[p.id] = max(alloc[p.id], 1.0 - offline_guarantees - others)
     return alloc, caps
-
-
-def _weight(policy: GpuPolicy, pod: PodSpec) -> float:
-    """Idle time is handed out by share under burst-share (as waterfill does above), equally under
-    best-effort; fixed-share hands none out."""
-    if policy is GpuPolicy.BEST_EFFORT or pod.share is None:
-        return 1.0
-    return float(pod.share)
 
 
 def _share(pod: PodSpec) -> float:
