@@ -33,7 +33,7 @@ from qpolicy.backends.base import Backend, BackendContext, BackendFactory
 from qpolicy.desired.source import DesiredSource, PodSource
 from qpolicy.errors import QPolicyError, ValidationError
 from qpolicy.instance import STATUS_NAME, InstanceLock
-from qpolicy.node import node_view
+from qpolicy.node import node_view, refused_pods
 from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.state import StateStore
 from qpolicy.telemetry.cgroups import cgroup2_mount
@@ -173,7 +173,14 @@ class Daemon:
             sources["enforcer"] = up
         own = self.backend.view()
         if own is not None:
-            self._view = NodeView(pods=own.pods, gpus=own.gpus, sources={**own.sources, **sources})
+            # The backend makes the node up (the simulator); what the daemon refused is real.
+            self._view = NodeView(
+                pods=own.pods,
+                gpus=own.gpus,
+                sources={**own.sources, **sources},
+                refused=refused_pods(self.desired),
+                probe_lost_events=self.probe.lost if self.probe is not None else None,
+            )
         else:
             self._view = node_view(self.desired, self.probe, self.backend, sources)
         self._write_status()

@@ -82,18 +82,23 @@ def node_view(
                 enforcement=Enforcement(),
             )
         )
-    refused = [
-        RefusedPod(str(r.gpu), r.pod, r.origin.label, r.reason, r.message)
-        for r in desired.refused.values()
-    ]
-    refused += [
-        RefusedPod("none", path, "annotations", "unreadable", message)
-        for path, message in desired.annotations.errors.items()
-    ]
     return NodeView(
         pods=tuple(pods),
         gpus=tuple(gpus),
         sources=sources,
-        refused=tuple(sorted(refused, key=lambda r: (r.gpu, r.pod))),
+        refused=refused_pods(desired),
         probe_lost_events=probe.lost if probe is not None else None,
     )
+
+
+def refused_pods(desired: DesiredSource) -> tuple[RefusedPod, ...]:
+    """What the node did not take on, and annotations it could not read, whatever enforces."""
+    refused = [
+        RefusedPod(str(r.gpu), r.pod, r.pod_class.value, r.origin.label, r.reason, r.message)
+        for r in desired.refused.values()
+    ]
+    refused += [
+        RefusedPod("none", path, "unknown", "annotations", "unreadable", message)
+        for path, message in desired.annotations.errors.items()
+    ]
+    return tuple(sorted(refused, key=lambda r: (r.gpu, r.pod)))

@@ -28,7 +28,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import IntEnum
 
-from qpolicy.model import GpuConfig, PodSpec, fit_problem
+from qpolicy.model import GpuConfig, PodClass, PodSpec, fit_problem
 from qpolicy.state import DesiredState
 
 
@@ -60,6 +60,7 @@ class Refusal:
 
     pod: str
     gpu: int
+    pod_class: PodClass
     origin: Origin
     reason: str
     message: str
@@ -97,7 +98,9 @@ class Admission:
         admitted: dict[str, PodSpec] = {}
 
         def refuse(c: Candidate, reason: str, message: str, kept: bool = False) -> None:
-            refused[c.spec.id] = Refusal(c.spec.id, c.spec.gpu, c.origin, reason, message, kept)
+            refused[c.spec.id] = Refusal(
+                c.spec.id, c.spec.gpu, c.spec.pod_class, c.origin, reason, message, kept
+            )
 
         def fits(pod: PodSpec) -> tuple[str, str] | None:
             problem = fit_problem(state.gpu(pod.gpu), [*placed.get(pod.gpu, ()), pod])

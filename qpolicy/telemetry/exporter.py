@@ -71,10 +71,10 @@ class NodeCollector(Collector):
             "A pod the node did not take on, or whose change it refused (1); the reason says why "
             "(oversubscribed, no-share, unenforceable, nested, unreadable) and the daemon's log "
             "and `qpolicy status` give the whole message.",
-            labels=["gpu", "pod", "source", "reason"],
+            labels=["gpu", "pod", "class", "source", "reason"],
         )
         for pod in view.refused:
-            refused.add_metric([pod.gpu, pod.pod, pod.source, pod.reason], 1.0)
+            refused.add_metric([pod.gpu, pod.pod, pod.pod_class, pod.source, pod.reason], 1.0)
         yield refused
         if view.probe_lost_events is not None:
             lost = CounterMetricFamily(

@@ -135,6 +135,7 @@ class RefusedPod:
 
     gpu: str
     pod: str
+    pod_class: str  # online, offline, or unknown where the pod could not be read
     source: str  # state file, kubernetes, annotations
     reason: str  # a short code: oversubscribed, no-share, unenforceable, nested, unreadable
     message: str

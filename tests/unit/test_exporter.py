@@ -210,7 +210,9 @@ def test_refused_pods_lost_events_and_ungoverned_processes_are_exported() -> Non
     view = NodeView(
         pods=(unseen,),
         refused=(
-            RefusedPod("0", "/kubepods/b", "annotations", "oversubscribed", "pod /b refused: ..."),
+            RefusedPod(
+                "0", "/kubepods/b", "online", "annotations", "oversubscribed", "pod /b refused..."
+            ),
         ),
         probe_lost_events=17,
     )
@@ -218,7 +220,13 @@ def test_refused_pods_lost_events_and_ungoverned_processes_are_exported() -> Non
     assert samples(families, "qpolicy_pod_refused") == [
         (
             "qpolicy_pod_refused",
-            {"gpu": "0", "pod": "/kubepods/b", "source": "annotations", "reason": "oversubscribed"},
+            {
+                "gpu": "0",
+                "pod": "/kubepods/b",
+                "class": "online",
+                "source": "annotations",
+                "reason": "oversubscribed",
+            },
             1.0,
         )
     ]
