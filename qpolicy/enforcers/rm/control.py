@@ -80,6 +80,18 @@ class RmChannelControl:
             total = self._open_total.get(pod, 0.0)
         return total + (self.loop.now - since if since is not None else 0.0)
 
+    def open_times_us(self) -> tuple[dict[str, float], dict[str, bool]]:
+        """Every tracked pod's open time so far and whether it is open, as of one instant (one
+        lock and one clock read for all of them: the sensor asks at every poll)."""
+        now = self.loop.now
+        with self._lock:
+            totals = {
+                pod: self._open_total.get(pod, 0.0) + (now - since if since is not None else 0.0)
+                for pod, since in self._opened_at.items()
+            }
+            is_open = {pod: since is not None for pod, since in self._opened_at.items()}
+        return totals, is_open
+
     def track(self, pod: str) -> None:
         """Count an untouched pod's time from now: its channels are as the tenant left them."""
         with self._lock:

@@ -46,10 +46,13 @@ class RmUsageSensor:
         now = self.control.loop.now
         since = now - self._polled_at if self._polled_at is not None else 0.0
         self._polled_at = now
-        for pod, count in self.resolver.launches().items():
+        launches = self.resolver.launches()
+        for pod in launches:
             if pod not in self._count:
                 self.control.track(pod)
-            opened = self.control.open_time_us(pod)
+        open_time, is_open_now = self.control.open_times_us()
+        for pod, count in launches.items():
+            opened = open_time.get(pod, 0.0)
             delta = opened - self._open_seen.get(pod, opened)
             self._open_seen[pod] = opened
             if count != self._count.get(pod):
@@ -62,12 +65,18 @@ class RmUsageSensor:
             past_grace = min(delta, before + delta - self.grace_us)
             if past_grace > 0:
                 self._unused[pod] = self._unused.get(pod, 0.0) + past_grace
+        debug = log.isEnabledFor(logging.DEBUG)
         for pod in self._count:
-            is_open = self.control.is_open(pod)
-            busy = self.idle_for_us(pod) < self.grace_us
+            # Unknown pods have never been touched: their channels are as the tenant left them.
+            is_open = is_open_now.get(pod, True)
+            seen = self._open_seen.get(pod)
+            idle = self._open_idle[pod] + (
+                open_time.get(pod, 0.0) - seen if seen is not None else 0.0
+            )
+            busy = idle < self.grace_us
             if not is_open and busy:
                 self.throttled_us[pod] = self.throttled_us.get(pod, 0.0) + since
-            if busy != self._busy.get(pod) and log.isEnabledFor(logging.DEBUG):
+            if busy != self._busy.get(pod) and debug:
                 log.debug(
                     "pod %s: %s (%d launches, %s)",
                     pod,
