@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from qpolicy import __version__
-from qpolicy.cli import daemon, errors, policy, simulate, status, trace
+from qpolicy.cli import daemon, doctor, errors, policy, simulate, status, trace
 from qpolicy.cli.pod import pod_app
 
 app = typer.Typer(
@@ -54,6 +54,7 @@ app.command("status")(status.status)
 # Telemetry and the node agent.
 app.command("trace")(trace.trace)
 app.command("daemon")(daemon.daemon)
+app.command("doctor")(doctor.doctor)
 
 # Simulation.
 app.command("sim")(simulate.sim)

@@ -567,6 +567,24 @@ NV2080_CTRL_CMD_FIFO_DISABLE_USERMODE_CHANNELS = 0x20801117
 # client itself (ctrl0000gpu.h). Both are answered by the kernel side of RM, not by GSP.
 NV2080_CTRL_CMD_GPU_GET_ID = 0x20800142
 NV0000_CTRL_CMD_GPU_GET_PCI_INFO = 0x21B
+# Preemption levers and what they show (qpolicy doctor; docs/levers.md): ctrl2080gr.h,
+# ctrl2080fifo.h, ctrla06c.h, ctrla06f/ctrla06fgpfifo.h. GR controls go to a subdevice and name a
+# channel (modes) or a TSG (stats) of the same client.
+NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE = 0x20801210
+NV2080_CTRL_CMD_GR_GET_CTXSW_STATS = 0x20801215
+NV2080_CTRL_CMD_GR_GET_CTXSW_MODES = 0x20801235
+NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY = 0x20801115
+NVA06C_CTRL_CMD_MAKE_REALTIME = 0xA06C0110
+NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL = 0xA06F0109
+NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL = 0xA06F0110
+NVA06F_CTRL_CMD_RESTART_RUNLIST = 0xA06F0111
+# NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_COMPUTE_*; the flags field says which mode is meant.
+PREEMPTION_MODE_COMPUTE = {0: "WFI", 1: "CTA", 2: "CILP"}
+PREEMPTION_MODE_FLAG_CILP = 0x1
+RUNLIST_SCHED_POLICY_DEFAULT = 0
+RUNLIST_SCHED_POLICY_CHANNEL_INTERLEAVED = 1
+RUNLIST_SCHED_POLICY_FLAG_RESTORE = 0x1
+INTERLEAVE_LEVEL = {0: "LOW", 1: "MEDIUM", 2: "HIGH"}
 
 FIFO_DISABLE_CHANNELS_MAX = 64
 
@@ -632,6 +650,81 @@ CONTROLS: dict[int, Control] = {
     NV2080_CTRL_CMD_GPU_GET_ID: Control(
         "NV2080_CTRL_CMD_GPU_GET_ID",
         Layout("NV2080_CTRL_GPU_GET_ID_PARAMS", 4, (("gpuId", 0, "I"),)),
+    ),
+    NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE: Control(
+        "NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE",
+        Layout(
+            "NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_PARAMS",
+            32,
+            (
+                ("flags", 0, "I"),
+                ("hChannel", 4, "I"),
+                ("gfxpPreemptMode", 8, "I"),
+                ("cilpPreemptMode", 12, "I"),
+                ("grRouteFlags", 16, "I"),
+                ("grRoute", 24, "Q"),
+            ),
+        ),
+    ),
+    NV2080_CTRL_CMD_GR_GET_CTXSW_STATS: Control(
+        "NV2080_CTRL_CMD_GR_GET_CTXSW_STATS",
+        Layout(
+            "NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS",
+            32,
+            (
+                ("hChannel", 0, "I"),
+                ("flags", 4, "I"),
+                ("saveCnt", 8, "I"),
+                ("restoreCnt", 12, "I"),
+                ("wfiSaveCnt", 16, "I"),
+                ("ctaSaveCnt", 20, "I"),
+                ("cilpSaveCnt", 24, "I"),
+                ("gfxpSaveCnt", 28, "I"),
+            ),
+        ),
+    ),
+    NV2080_CTRL_CMD_GR_GET_CTXSW_MODES: Control(
+        "NV2080_CTRL_CMD_GR_GET_CTXSW_MODES",
+        Layout(
+            "NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS",
+            24,
+            (
+                ("hChannel", 0, "I"),
+                ("zcullMode", 4, "I"),
+                ("pmMode", 8, "I"),
+                ("smpcMode", 12, "I"),
+                ("cilpPreemptMode", 16, "I"),
+                ("gfxpPreemptMode", 20, "I"),
+            ),
+        ),
+    ),
+    NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY: Control(
+        "NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY",
+        Layout(
+            "NV2080_CTRL_FIFO_RUNLIST_SET_SCHED_POLICY_PARAMS",
+            8,
+            (("flags", 0, "I"), ("schedPolicy", 4, "I")),
+        ),
+    ),
+    NVA06C_CTRL_CMD_MAKE_REALTIME: Control(
+        "NVA06C_CTRL_CMD_MAKE_REALTIME",
+        Layout("NVA06C_CTRL_MAKE_REALTIME_PARAMS", 1, (("bRealtime", 0, "B"),)),
+    ),
+    NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL: Control(
+        "NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL",
+        Layout("NVA06F_CTRL_INTERLEAVE_LEVEL_PARAMS", 4, (("channelInterleaveLevel", 0, "I"),)),
+    ),
+    NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL: Control(
+        "NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL",
+        Layout("NVA06F_CTRL_INTERLEAVE_LEVEL_PARAMS", 4, (("channelInterleaveLevel", 0, "I"),)),
+    ),
+    NVA06F_CTRL_CMD_RESTART_RUNLIST: Control(
+        "NVA06F_CTRL_CMD_RESTART_RUNLIST",
+        Layout(
+            "NVA06F_CTRL_RESTART_RUNLIST_PARAMS",
+            2,
+            (("bForceRestart", 0, "B"), ("bBypassWait", 1, "B")),
+        ),
     ),
     NV0000_CTRL_CMD_GPU_GET_PCI_INFO: Control(
         "NV0000_CTRL_CMD_GPU_GET_PCI_INFO",

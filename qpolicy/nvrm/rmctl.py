@@ -160,3 +160,14 @@ def gpu_pci_address(fd: int, client: int, subdevice: int) -> PciAddress | None:
         return None
     fields = layout.unpack(bytes(info))
     return PciAddress(fields["domain"], fields["bus"], fields["slot"])
+
+
+def control(
+    fd: int, client: int, obj: int, cmd: int, **fields: int
+) -> tuple[ControlResult, dict[str, int]]:
+    """Send ``cmd`` with its parameters packed from ``fields`` by the layout abi.CONTROLS knows;
+    returns RM's answer and the parameters as RM left them."""
+    layout = abi.CONTROLS[cmd].params
+    params = bytearray(layout.pack(**fields))
+    result = rm_control(fd, client, obj, cmd, params)
+    return result, layout.unpack(bytes(params))

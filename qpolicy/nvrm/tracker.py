@@ -431,6 +431,25 @@ class Tracker:
                 )
         return groups
 
+    def compute_channels(self, pid: int | None) -> list[tuple[int, int, int | None]]:
+        """(client, channel, its TSG) of each channel of ``pid`` that holds a compute engine
+        object: the channels a kernel runs on, which preemption controls are about."""
+        proc = self.processes.get(pid)
+        if proc is None:
+            return []
+        found: list[tuple[int, int, int | None]] = []
+        for client in proc.clients.values():
+            for obj in client.objects.values():
+                if obj.kind is not Kind.COMPUTE or obj.dup or obj.parent is None:
+                    continue
+                channel = client.objects.get(obj.parent)
+                if channel is None or channel.kind is not Kind.CHANNEL:
+                    continue
+                above = client.objects.get(channel.parent) if channel.parent is not None else None
+                tsg = above.handle if above is not None and above.kind is Kind.TSG else None
+                found.append((client.handle, channel.handle, tsg))
+        return sorted(found)
+
     @staticmethod
     def _device_of(client: Client, obj: RmObject) -> int | None:
         """The device object ``obj`` hangs below (None: its chain leaves what was traced)."""

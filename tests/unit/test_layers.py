@@ -34,6 +34,7 @@ LAYERS = {
     "qpolicy.enforcers": 6,
     "qpolicy.desired": 7,
     "qpolicy.backends": 8,
+    "qpolicy.doctor": 8,
     "qpolicy.node": 9,
     "qpolicy.daemon": 10,
     "qpolicy.sim": 10,

@@ -312,6 +312,13 @@ def test_a_client_on_two_gpus_is_two_groups_each_with_its_own_subdevice() -> Non
     )
 
 
+def test_compute_channels_are_the_channels_holding_a_compute_object() -> None:
+    t = Tracker()
+    basic_tree(t)
+    assert t.compute_channels(100) == [(CLIENT, CHANNEL, TSG)]
+    assert t.compute_channels(999) == []
+
+
 def test_the_h200_trace_gives_one_client_with_all_channels() -> None:
     from qpolicy.nvrm.replay import builtin_records
 
@@ -321,6 +328,10 @@ def test_the_h200_trace_gives_one_client_with_all_channels() -> None:
     assert len(group.channels) == 20 and len(group.tsgs) == 4
     assert group.subdevice == 0x5C000003 and group.client == 0xC1D0001B
     assert (group.device, group.device_instance) == (0x5C000002, 0)
+    # Its 8 compute channels are all in one TSG (the graphics/compute runlist's); the other three
+    # TSGs hold copy channels only.
+    compute = t.compute_channels(None)
+    assert len(compute) == 8 and {tsg for _, _, tsg in compute} == {0x5C000015}
     assert group.fd is not None
 
 

@@ -100,8 +100,12 @@ def requests(
         "requests": len(latencies),
         "seconds": time.perf_counter() - start,
         "p50_ms": _percentile(latencies, 0.50),
+        "p90_ms": _percentile(latencies, 0.90),
         "p99_ms": _percentile(latencies, 0.99),
+        "p999_ms": _percentile(latencies, 0.999),
         "mean_ms": sum(latencies) / len(latencies),
+        # Every request, in order: kept with the results (the percentiles can be checked).
+        "latencies_ms": [round(x, 4) for x in latencies],
     }
 
 

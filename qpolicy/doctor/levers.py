@@ -1,0 +1,300 @@
+"""The preemption levers the doctor tries: what each sets, on which objects, and how it is undone.
+
+Every lever acts on the workloads' own objects, through the calls the rm enforcer (and qgpu.ko's
+kernel client) can make: TSG timeslices, the trainer's compute preemption mode, the runlist's
+interleave policy and levels, a realtime online TSG with a runlist restart per request, a PREEMPT
+per request, and disabling the trainer's channels around each request. Numbers and layouts are
+NVIDIA's (qpolicy/nvrm/abi.py cites where); what GSP does with them is what the doctor measures.
+
+A *setting* is made once and left for the GPU to enforce; a *per-request* lever sends a control
+before (and after) each online request, which costs a GSP round trip every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from qpolicy.doctor.lab import Call, Lab
+from qpolicy.nvrm import abi
+from qpolicy.nvrm.tracker import ClientChannels
+
+# qpolicy's own setting (qpolicy/engine.py) and GPreempt's (a 1 µs best-effort slice, 1 s for the
+# latency-critical context).
+OFFLINE_US, ONLINE_US = 128, 8192
+TINY_US, HUGE_US = 1, 1_000_000
+
+
+@dataclass
+class Objects:
+    """The workloads' objects and what they held before the doctor changed anything."""
+
+    trainer: list[ClientChannels]
+    online: list[ClientChannels]
+    #: (client, channel, TSG) of the channels that hold a compute engine object.
+    trainer_compute: list[tuple[int, int, int | None]]
+    online_compute: list[tuple[int, int, int | None]]
+    timeslices: dict[tuple[int, int], int] = field(default_factory=dict)  # (client, TSG) -> µs
+    cilp: dict[tuple[int, int], int] = field(default_factory=dict)  # (client, channel) -> mode
+    interleave: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def group_of(self, client: int) -> ClientChannels:
+        for group in (*self.trainer, *self.online):
+            if group.client == client:
+                return group
+        raise KeyError(client)
+
+    def compute_tsgs(self, which: str) -> list[tuple[int, int]]:
+        channels = self.trainer_compute if which == "trainer" else self.online_compute
+        return sorted({(c, tsg) for c, _, tsg in channels if tsg is not None})
+
+
+Apply = Callable[[Lab, Objects], list[Call]]
+
+
+@dataclass(frozen=True, slots=True)
+class Lever:
+    name: str
+    kind: str  # baseline, setting, per-request
+    description: str
+    apply: Apply = lambda lab, objects: []
+    undo: Apply = lambda lab, objects: []
+    before: Apply | None = None  # per request, before the online request is released
+    after: Apply | None = None  # per request, once its result is back
+    new_trainer: bool = False  # the setting is made on a trainer started for it
+
+
+# -- building blocks -------------------------------------------------------------------------------
+
+
+def _tsg_target(objects: Objects, client: int, tsg: int) -> str:
+    return f"TSG {tsg:#x} of client {client:#x}"
+
+
+def set_timeslices(lab: Lab, objects: Objects, trainer_us: int, online_us: int) -> list[Call]:
+    calls = []
+    for which, value in (("trainer", trainer_us), ("online", online_us)):
+        groups = objects.trainer if which == "trainer" else objects.online
+        for group in groups:
+            for tsg in group.tsgs:
+                calls.append(
+                    lab.control(
+                        group,
+                        f"{which} {_tsg_target(objects, group.client, tsg)}",
+                        tsg,
+                        abi.NVA06C_CTRL_CMD_SET_TIMESLICE,
+                        timesliceUs=value,
+                    )
+                )
+    return calls
+
+
+def restore_timeslices(lab: Lab, objects: Objects) -> list[Call]:
+    calls = []
+    for (client, tsg), value in objects.timeslices.items():
+        group = objects.group_of(client)
+        calls.append(
+            lab.control(
+                group,
+                f"restore {_tsg_target(objects, client, tsg)}",
+                tsg,
+                abi.NVA06C_CTRL_CMD_SET_TIMESLICE,
+                timesliceUs=value,
+            )
+        )
+    return calls
+
+
+def _disable(lab: Lab, objects: Objects, disable: bool) -> list[Call]:
+    calls = []
+    for group in objects.trainer:
+        assert group.subdevice is not None
+        fields: dict[str, int] = {"bDisable": int(disable), "numChannels": len(group.channels)}
+        for index, channel in enumerate(group.channels[: abi.FIFO_DISABLE_CHANNELS_MAX]):
+            fields[f"hClientList{index}"] = group.client
+            fields[f"hChannelList{index}"] = channel
+        calls.append(
+            lab.control(
+                group,
+                f"trainer {len(group.channels)} channels",
+                group.subdevice,
+                abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+                **fields,
+            )
+        )
+    return calls
+
+
+def _timeslice_and_rebuild(lab: Lab, objects: Objects) -> list[Call]:
+    # Taking the trainer's channels off the runlist and back makes RM rebuild it, as NVIDIA's
+    # Tegra driver applies a new slice.
+    return [
+        *set_timeslices(lab, objects, OFFLINE_US, ONLINE_US),
+        *_disable(lab, objects, True),
+        *_disable(lab, objects, False),
+    ]
+
+
+def _cilp(lab: Lab, objects: Objects, mode: int | None) -> list[Call]:
+    calls = []
+    for client, channel, _ in objects.trainer_compute:
+        group = objects.group_of(client)
+        assert group.subdevice is not None
+        value = objects.cilp.get((client, channel), 0) if mode is None else mode
+        calls.append(
+            lab.control(
+                group,
+                f"trainer channel {channel:#x}",
+                group.subdevice,
+                abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE,
+                flags=abi.PREEMPTION_MODE_FLAG_CILP,
+                hChannel=channel,
+                cilpPreemptMode=value,
+            )
+        )
+    return calls
+
+
+def _interleave(lab: Lab, objects: Objects, on: bool) -> list[Call]:
+    group = objects.trainer[0]
+    assert group.subdevice is not None
+    calls = [
+        lab.control(
+            group,
+            "runlist (from the trainer's client)",
+            group.subdevice,
+            abi.NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY,
+            flags=0 if on else abi.RUNLIST_SCHED_POLICY_FLAG_RESTORE,
+            schedPolicy=abi.RUNLIST_SCHED_POLICY_CHANNEL_INTERLEAVED,
+        )
+    ]
+    for which, level in (("trainer", 0), ("online", 2)):
+        channels = objects.trainer_compute if which == "trainer" else objects.online_compute
+        for client, channel, _ in channels[:1]:  # one channel sets its whole TSG
+            value = level if on else objects.interleave.get((client, channel), 1)
+            calls.append(
+                lab.control(
+                    objects.group_of(client),
+                    f"{which} channel {channel:#x} -> {abi.INTERLEAVE_LEVEL.get(value)}",
+                    channel,
+                    abi.NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL,
+                    channelInterleaveLevel=value,
+                )
+            )
+    return calls
+
+
+def _realtime(lab: Lab, objects: Objects, on: bool) -> list[Call]:
+    calls = _interleave(lab, objects, on) if on else []
+    for client, tsg in objects.compute_tsgs("online"):
+        calls.append(
+            lab.control(
+                objects.group_of(client),
+                f"online {_tsg_target(objects, client, tsg)}",
+                tsg,
+                abi.NVA06C_CTRL_CMD_MAKE_REALTIME,
+                bRealtime=int(on),
+            )
+        )
+    return calls if on else [*calls, *_interleave(lab, objects, False)]
+
+
+def _restart_runlist(lab: Lab, objects: Objects) -> list[Call]:
+    client, channel, _ = objects.online_compute[0]
+    return [
+        lab.control(
+            objects.group_of(client),
+            f"online channel {channel:#x}",
+            channel,
+            abi.NVA06F_CTRL_CMD_RESTART_RUNLIST,
+            bForceRestart=1,
+            bBypassWait=0,
+        )
+    ]
+
+
+def _preempt_trainer(lab: Lab, objects: Objects) -> list[Call]:
+    return [
+        lab.control(
+            objects.group_of(client),
+            f"trainer {_tsg_target(objects, client, tsg)}",
+            tsg,
+            abi.NVA06C_CTRL_CMD_PREEMPT,
+            bWait=1,
+        )
+        for client, tsg in objects.compute_tsgs("trainer")
+    ]
+
+
+LEVERS: tuple[Lever, ...] = (
+    Lever("native", "baseline", "nothing set: the driver's own time-slicing"),
+    Lever(
+        "timeslice",
+        "setting",
+        f"SET_TIMESLICE on the running TSGs: trainer {OFFLINE_US} µs, online {ONLINE_US} µs "
+        "(qpolicy's classes)",
+        lambda lab, o: set_timeslices(lab, o, OFFLINE_US, ONLINE_US),
+        restore_timeslices,
+    ),
+    Lever(
+        "timeslice+rebuild",
+        "setting",
+        "the same, then the trainer's channels disabled and enabled so the runlist is rebuilt",
+        _timeslice_and_rebuild,
+        restore_timeslices,
+    ),
+    Lever(
+        "timeslice-1us",
+        "setting",
+        f"SET_TIMESLICE trainer {TINY_US} µs, online {HUGE_US} µs (GPreempt's values)",
+        lambda lab, o: set_timeslices(lab, o, TINY_US, HUGE_US),
+        restore_timeslices,
+    ),
+    Lever(
+        "timeslice-new",
+        "setting",
+        f"a new trainer, its TSGs set to {OFFLINE_US} µs while idle (after CUDA's own setting, "
+        "before its loop starts)",
+        lambda lab, o: set_timeslices(lab, o, OFFLINE_US, ONLINE_US),
+        restore_timeslices,
+        new_trainer=True,
+    ),
+    Lever(
+        "cilp+timeslice",
+        "setting",
+        f"GR_SET_CTXSW_PREEMPTION_MODE CILP on the trainer's compute channels, and trainer "
+        f"{OFFLINE_US} µs / online {ONLINE_US} µs",
+        lambda lab, o: [*_cilp(lab, o, 2), *set_timeslices(lab, o, OFFLINE_US, ONLINE_US)],
+        lambda lab, o: [*_cilp(lab, o, None), *restore_timeslices(lab, o)],
+    ),
+    Lever(
+        "interleaved",
+        "setting",
+        "runlist policy CHANNEL_INTERLEAVED; online TSG HIGH, trainer TSG LOW",
+        lambda lab, o: _interleave(lab, o, True),
+        lambda lab, o: _interleave(lab, o, False),
+    ),
+    Lever(
+        "realtime+restart",
+        "per-request",
+        "CHANNEL_INTERLEAVED, the online TSG MAKE_REALTIME (the rest become CTA-preemptible), and "
+        "RESTART_RUNLIST on its compute channel before each request",
+        lambda lab, o: _realtime(lab, o, True),
+        lambda lab, o: _realtime(lab, o, False),
+        before=_restart_runlist,
+    ),
+    Lever(
+        "preempt-per-request",
+        "per-request",
+        "PREEMPT (bWait) on the trainer's compute TSG before each request",
+        before=_preempt_trainer,
+    ),
+    Lever(
+        "disable-per-request",
+        "per-request",
+        "FIFO_DISABLE_CHANNELS on the trainer before each request (running work taken off the "
+        "engine), enabled again once the request is done",
+        before=lambda lab, o: _disable(lab, o, True),
+        after=lambda lab, o: _disable(lab, o, False),
+    ),
+)

@@ -1,0 +1,167 @@
+"""What a doctor run found: per lever, the calls, the online latency, the trainer's throughput;
+the lever the daemon should use on this GPU; the table an operator reads; the cached JSON.
+
+The recommendation prefers a *setting* (made once, enforced by the GPU) to a *per-request* lever
+(a GSP round trip at every request): it takes the lever with the lowest online p99 among those
+that keep the trainer at 95 % or more of its throughput next to the online stream without any
+lever, and recommends a lever only if it beats native time-slicing's p99 by 10 % or more.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+CACHE_NAME = "doctor-gpu{gpu}.json"
+SCHEMA = 1
+# A lever must keep this much of the trainer's co-located native throughput...
+TRAINER_FLOOR = 0.95
+# ...and beat native's online p99 by this much to be worth recommending.
+MIN_GAIN = 0.10
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (as `make bench-gpu` computes them)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def latency_stats(values: Sequence[float]) -> dict[str, Any]:
+    stats: dict[str, Any] = {"requests": len(values)}
+    for name, q in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p999", 0.999)):
+        value = percentile(values, q)
+        stats[f"{name}_ms"] = None if value is None else round(value, 3)
+    stats["mean_ms"] = round(sum(values) / len(values), 3) if values else None
+    return stats
+
+
+def calls_summary(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per control: how often it was sent, the statuses RM answered, the median cost."""
+    by_control: dict[str, list[dict[str, Any]]] = {}
+    for call in calls:
+        by_control.setdefault(call["control"], []).append(call)
+    return {
+        control: {
+            "sent": len(items),
+            "statuses": sorted({item["status"] for item in items}),
+            "median_us": percentile([item["us"] for item in items], 0.5),
+        }
+        for control, items in sorted(by_control.items())
+    }
+
+
+def recommend(phases: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The lever the daemon should use, with the evidence, or why none."""
+    native = next((p for p in phases if p["lever"] == "native"), None)
+    if native is None or native["online"].get("p99_ms") is None:
+        return {"lever": None, "why": "no native baseline was measured"}
+    base_p99 = native["online"]["p99_ms"]
+    base_trainer = native.get("trainer_it_per_s") or 0.0
+    candidates = []
+    for phase in phases:
+        if phase["kind"] not in ("setting", "per-request") or phase.get("error"):
+            continue
+        p99 = phase["online"].get("p99_ms")
+        keeps = (phase.get("trainer_it_per_s") or 0.0) / base_trainer if base_trainer else 0.0
+        refused = any(s != "0x0" for c in phase["calls"].values() for s in c["statuses"])
+        if p99 is None or refused or keeps < TRAINER_FLOOR:
+            continue
+        if p99 <= base_p99 * (1 - MIN_GAIN):
+            candidates.append((phase["kind"] != "setting", p99, phase["lever"], keeps))
+    if not candidates:
+        return {
+            "lever": None,
+            "why": f"no lever that RM accepted kept the trainer at {TRAINER_FLOOR:.0%} and beat "
+            f"native's online p99 ({base_p99:.2f} ms) by {MIN_GAIN:.0%}",
+        }
+    per_request, p99, lever, keeps = min(candidates)
+    return {
+        "lever": lever,
+        "kind": "per-request" if per_request else "setting",
+        "online_p99_ms": p99,
+        "native_p99_ms": base_p99,
+        "trainer_keeps": round(keeps, 3),
+        "why": f"online p99 {p99:.2f} ms against native {base_p99:.2f} ms, trainer keeps "
+        f"{keeps:.0%}"
+        + (" (no setting did as well: a control at every request)" if per_request else ""),
+    }
+
+
+def _ms(online: dict[str, Any], key: str) -> str:
+    value = online.get(key)
+    return "-" if value is None else f"{value:.2f}"
+
+
+def table(report: dict[str, Any]) -> list[str]:
+    native: dict[str, Any] = next((p for p in report["phases"] if p["lever"] == "native"), {})
+    base = native.get("trainer_it_per_s") or 0.0
+    lines = [
+        f"GPU {report['gpu'].get('index')}: {report['gpu'].get('name')}, driver "
+        f"{report['gpu'].get('driver')}; {report['date']}",
+        "",
+        "| lever | kind | RM answered | cost per call | online p50 / p90 / p99 ms (n) | trainer "
+        "it/s (of native) | trainer saves (WFI/CTA/CILP) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for phase in report["phases"]:
+        online = phase["online"]
+        statuses = sorted({s for c in phase["calls"].values() for s in c["statuses"]}) or ["-"]
+        costs = [c["median_us"] for c in phase["calls"].values() if c["median_us"] is not None]
+        cost = f"{max(costs):.0f} µs" if costs else "-"
+        trainer = phase.get("trainer_it_per_s")
+        keeps = f" ({trainer / base:.0%})" if trainer and base else ""
+        saves = phase.get("trainer_saves") or {}
+        save_text = (
+            "/".join(str(saves.get(k, "-")) for k in ("wfi", "cta", "cilp")) if saves else "-"
+        )
+
+        lines.append(
+            f"| {phase['lever']} | {phase['kind']} | {', '.join(statuses)} | {cost} | "
+            f"{_ms(online, 'p50_ms')} / {_ms(online, 'p90_ms')} / {_ms(online, 'p99_ms')} "
+            f"({online.get('requests', 0)}) | "
+            f"{'-' if trainer is None else f'{trainer:.1f}'}{keeps} | {save_text} |"
+            + (f" error: {phase['error']}" if phase.get("error") else "")
+        )
+    modes = report.get("preemption_modes") or {}
+    if modes:
+        lines += [
+            "",
+            "compute preemption modes: " + ", ".join(f"{k} {v}" for k, v in modes.items()),
+        ]
+    rec = report["recommendation"]
+    lines += ["", f"recommended online lever: {rec.get('lever') or 'none'} ({rec['why']})"]
+    lines += [f"note: {note}" for note in report.get("notes", [])]
+    return lines
+
+
+def cache_path(state_dir: Path, gpu: int) -> Path:
+    return state_dir / CACHE_NAME.format(gpu=gpu)
+
+
+def write_cache(state_dir: Path, report: dict[str, Any]) -> Path:
+    path = cache_path(state_dir, int(report["gpu"]["index"]))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".doctor.", suffix=".tmp")
+    with os.fdopen(fd, "w") as file:
+        json.dump(report, file, indent=1)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path
+
+
+def read_cache(state_dir: Path, gpu: int) -> dict[str, Any] | None:
+    """The last doctor result for ``gpu``, or None (absent, unreadable or of another schema)."""
+    try:
+        report = json.loads(cache_path(state_dir, gpu).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
+        return None
+    return report

@@ -1,0 +1,231 @@
+"""One doctor run: the online stream alone, then next to the trainer with each lever in turn.
+
+Each phase lasts ``phase_s``; its first ``settle_s`` is left out (the lever takes effect, the
+queues drain). Whatever a lever set is undone at the end of its phase, and everything is undone
+(and both workloads stopped) if the run fails or is interrupted. The trainer's context switches
+are counted per phase (GR_GET_CTXSW_STATS on its compute TSG): they show whether a lever changed
+how the GPU switches, not only the latency.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from qpolicy import __version__
+from qpolicy.doctor.lab import Call, Lab
+from qpolicy.doctor.levers import LEVERS, Lever, Objects
+from qpolicy.doctor.report import SCHEMA, calls_summary, latency_stats, recommend
+from qpolicy.nvrm import abi
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorConfig:
+    gpu: int
+    trainer_n: int = 8192
+    online_n: int = 4096
+    hz: float = 150.0
+    phase_s: float = 4.0
+    settle_s: float = 0.5
+    levers: tuple[str, ...] = tuple(lever.name for lever in LEVERS)
+
+
+def discover(lab: Lab) -> Objects:
+    assert lab.trainer is not None and lab.online is not None
+    trainer = lab.groups(lab.trainer)
+    online = lab.groups(lab.online)
+    tracker = lab.handles.tracker
+    return Objects(
+        trainer=trainer,
+        online=online,
+        trainer_compute=tracker.compute_channels(lab.trainer.pid),
+        online_compute=tracker.compute_channels(lab.online.pid),
+    )
+
+
+def read_originals(lab: Lab, objects: Objects) -> tuple[list[Call], dict[str, str]]:
+    """What the doctor may change, as it is now: timeslices, compute preemption modes and
+    interleave levels. Returns the calls and each compute channel's preemption mode."""
+    calls: list[Call] = []
+    modes: dict[str, str] = {}
+    for group in (*objects.trainer, *objects.online):
+        for tsg in group.tsgs:
+            call = lab.control(
+                group, f"TSG {tsg:#x}", tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, timesliceUs=0
+            )
+            calls.append(call)
+            if call.status == 0:
+                objects.timeslices[(group.client, tsg)] = call.answer["timesliceUs"]
+    for which, channels in (
+        ("trainer", objects.trainer_compute),
+        ("online", objects.online_compute),
+    ):
+        for client, channel, _ in channels:
+            group = objects.group_of(client)
+            assert group.subdevice is not None
+            call = lab.control(
+                group,
+                f"{which} channel {channel:#x}",
+                group.subdevice,
+                abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES,
+                hChannel=channel,
+            )
+            calls.append(call)
+            if call.status == 0:
+                mode = call.answer["cilpPreemptMode"]
+                objects.cilp[(client, channel)] = mode
+                modes[f"{which} {channel:#x}"] = abi.PREEMPTION_MODE_COMPUTE.get(mode, str(mode))
+            level = lab.control(
+                group, f"{which} channel {channel:#x}", channel,
+                abi.NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL, channelInterleaveLevel=0,
+            )  # fmt: skip
+            calls.append(level)
+            if level.status == 0:
+                objects.interleave[(client, channel)] = level.answer["channelInterleaveLevel"]
+    return calls, modes
+
+
+def trainer_saves(lab: Lab, objects: Objects) -> dict[str, int] | None:
+    """The trainer compute TSG's context-save counters, summed over its compute TSGs."""
+    total: dict[str, int] = {}
+    for client, tsg in objects.compute_tsgs("trainer"):
+        group = objects.group_of(client)
+        assert group.subdevice is not None
+        call = lab.control(
+            group, f"trainer TSG {tsg:#x}", group.subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS,
+            hChannel=tsg,
+        )  # fmt: skip
+        if call.status != 0:
+            return None
+        for key, name in (("saveCnt", "all"), ("wfiSaveCnt", "wfi"), ("ctaSaveCnt", "cta"),
+                          ("cilpSaveCnt", "cilp")):  # fmt: skip
+            total[name] = total.get(name, 0) + call.answer.get(key, 0)
+    return total
+
+
+def _rate(samples: list[tuple[float, float]]) -> float | None:
+    """Matmuls per second from (time, cumulative matmuls) samples of one window."""
+    if len(samples) < 2:
+        return None
+    (t0, d0), (t1, d1) = samples[0], samples[-1]
+    return (d1 - d0) / (t1 - t0) if t1 > t0 else None
+
+
+class Doctor:
+    def __init__(self, lab: Lab, config: DoctorConfig) -> None:
+        self.lab = lab
+        self.config = config
+        self._per_request: list[Call] = []
+        self._lock = threading.Lock()
+
+    def run(self, gpu_info: dict[str, Any]) -> dict[str, Any]:
+        lab, config = self.lab, self.config
+        phases: list[dict[str, Any]] = []
+        notes = [
+            f"each phase {config.phase_s:g} s at {config.hz:g} requests/s, the first "
+            f"{config.settle_s:g} s left out: a p99 of a few hundred requests is indicative; "
+            "`make bench-gpu` measures 3 000 and more",
+            "online latency runs from each request's slot to its result, including the doctor's "
+            "go-ahead (the same in every phase)",
+            "the FECS context-switch trace (class 0x90CD) is not read",
+        ]
+        report: dict[str, Any] = {
+            "schema": SCHEMA,
+            "qpolicy": __version__,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "gpu": gpu_info,
+            "workloads": {
+                "trainer": f"bf16 matmul n={config.trainer_n}",
+                "online": f"bf16 matmul n={config.online_n} at {config.hz:g}/s",
+            },
+            "phases": phases,
+            "notes": notes,
+        }
+        try:
+            lab.start_online(config.online_n, config.hz)
+            phases.append(self._phase(Lever("solo", "baseline", "the online stream alone"), None))
+            lab.start_trainer(config.trainer_n)
+            objects = discover(lab)
+            originals, modes = read_originals(lab, objects)
+            report["preemption_modes"] = modes
+            report["originals"] = [call.to_json() for call in originals]
+            for lever in LEVERS:
+                if lever.name not in config.levers:
+                    continue
+                if lever.new_trainer:
+                    objects = self._new_trainer(objects)
+                phases.append(self._phase(lever, objects))
+        finally:
+            lab.before_request = lab.after_request = None
+            lab.stop()
+        report["recommendation"] = recommend(phases)
+        return report
+
+    def _new_trainer(self, objects: Objects) -> Objects:
+        assert self.lab.trainer is not None
+        self.lab.trainer.stop()
+        self.lab.start_trainer(self.config.trainer_n, wait=True)
+        fresh = discover(self.lab)
+        read_originals(self.lab, fresh)
+        return fresh
+
+    def _hook(self, objects: Objects, step: Any) -> Any:
+        if step is None:
+            return None
+
+        def run() -> None:
+            calls = step(self.lab, objects)
+            with self._lock:
+                self._per_request.extend(calls)
+
+        return run
+
+    def _phase(self, lever: Lever, objects: Objects | None) -> dict[str, Any]:
+        lab, config = self.lab, self.config
+        calls: list[Call] = []
+        error = None
+        saves_before = trainer_saves(lab, objects) if objects is not None else None
+        self._per_request = []
+        start = time.time()
+        try:
+            if objects is not None:
+                calls += lever.apply(lab, objects)
+                lab.before_request = self._hook(objects, lever.before)
+                lab.after_request = self._hook(objects, lever.after)
+            if lever.new_trainer and lab.trainer is not None:
+                lab.trainer.send("go")
+            start = time.time()
+            time.sleep(config.phase_s)
+        except Exception as error_:  # one lever failing must not end the run
+            error = f"{type(error_).__name__}: {error_}"
+        finally:
+            end = time.time()
+            lab.before_request = lab.after_request = None
+            time.sleep(0.05)  # a request released under the lever finishes
+            if objects is not None:
+                try:
+                    calls += lever.undo(lab, objects)
+                except Exception as error_:
+                    error = error or f"undo: {type(error_).__name__}: {error_}"
+        saves_after = trainer_saves(lab, objects) if objects is not None else None
+        window = (start + config.settle_s, end)
+        assert lab.online is not None
+        latencies = [ms for _, ms in lab.online.between(*window)]
+        trainer = lab.trainer.between(*window) if lab.trainer is not None else []
+        with self._lock:
+            per_request = list(self._per_request)
+        phase: dict[str, Any] = {
+            "lever": lever.name,
+            "kind": lever.kind,
+            "description": lever.description,
+            "calls": calls_summary([c.to_json() for c in (*calls, *per_request)]),
+            "online": latency_stats(latencies),
+            "trainer_it_per_s": None if objects is None else _rate(trainer),
+        }
+        if saves_before is not None and saves_after is not None:
+            phase["trainer_saves"] = {k: saves_after[k] - saves_before[k] for k in saves_after}
+        if error is not None:
+            phase["error"] = error
+        return phase

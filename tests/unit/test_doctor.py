@@ -1,0 +1,229 @@
+"""The doctor without a GPU: its real workload processes (on a stand-in for PyTorch), its real
+phase runner, and a fake RM that answers controls as the driver's headers say it does.
+
+What a lever does on a GPU cannot be known here; what is checked is what the doctor does with the
+answers: every lever's settings are undone, per-request levers send their control at each request,
+one failing lever does not end the run, and the recommendation follows the rules it states.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qpolicy.doctor.lab import Lab
+from qpolicy.doctor.levers import LEVERS
+from qpolicy.doctor.report import read_cache, recommend, table, write_cache
+from qpolicy.doctor.run import Doctor, DoctorConfig
+from qpolicy.nvrm import abi, rmctl
+from qpolicy.nvrm.abi import NvStatus
+from qpolicy.nvrm.records import Record
+from qpolicy.nvrm.tracker import Tracker
+
+FAKE_TORCH = Path(__file__).parent / "fake_torch"
+RM_ALLOC = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_ALLOC, 48)
+
+
+def rm_allocs(pid: int) -> list[Record]:
+    """What one CUDA process allocates that the doctor acts on: a client, device, subdevice, a
+    compute TSG with a compute channel, and a copy TSG (handles distinct per process)."""
+    client = 0xC1D00000 + pid
+    records = [Record("open", 1, pid, ret=8, s="/dev/nvidiactl", pid=pid)]
+
+    def alloc(parent: int, new: int, cls: int, params: bytes = b"") -> Record:
+        p = abi.NVOS64.pack(
+            hRoot=client if cls != 0x41 else 0, hObjectParent=parent, hObjectNew=new,
+            hClass=cls, pAllocParms=0x1000,
+        )  # fmt: skip
+        q = params + bytes(96 - len(params))
+        return Record("ioctl", 2, pid, cmd=RM_ALLOC, a1=8, p=p, q=q, pid=pid)
+
+    records += [
+        alloc(0, client, 0x41),
+        alloc(client, 0x10, 0x80, abi.NV0080_ALLOC_PARAMETERS.pack(deviceId=0)),
+        alloc(0x10, 0x11, 0x2080),
+        alloc(0x10, 0x20, 0xA06C),
+        alloc(0x20, 0x21, 0xC86F),
+        alloc(0x21, 0x22, 0xCBC0),
+        alloc(0x10, 0x30, 0xA06C),
+        alloc(0x30, 0x31, 0xC86F),
+        alloc(0x31, 0x32, 0xC8B5),
+    ]
+    return records
+
+
+class Handles:
+    """The probe's view, as the doctor's workloads appear in it."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.tracker = Tracker()
+        self.fed: set[int] = set()
+
+    def refresh(self) -> None:
+        for workload in (self.lab.online, self.lab.trainer):
+            if workload is not None and workload.pid not in self.fed:
+                self.fed.add(workload.pid)
+                self.tracker.feed_all(rm_allocs(workload.pid))
+
+
+class Files:
+    def get(self, pid: int, fd: int) -> int:
+        return 1000 + pid
+
+
+class FakeRm:
+    """Answers controls; remembers the timeslices and modes it was given."""
+
+    def __init__(self, refuse: set[int] | None = None) -> None:
+        self.calls: list[tuple[int, int, dict[str, int]]] = []
+        self.timeslice: dict[tuple[int, int], int] = {}
+        self.cilp: dict[tuple[int, int], int] = {}
+        self.refuse = refuse or set()
+        self.lock = threading.Lock()
+
+    def __call__(
+        self, fd: int, client: int, obj: int, cmd: int, **fields: int
+    ) -> tuple[rmctl.ControlResult, dict[str, int]]:
+        with self.lock:
+            self.calls.append((cmd, obj, fields))
+            answer = dict(fields)
+            if cmd in self.refuse:
+                return rmctl.ControlResult(NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS, 1000), answer
+            if cmd == abi.NVA06C_CTRL_CMD_GET_TIMESLICE:
+                answer["timesliceUs"] = self.timeslice.get((client, obj), 2048)
+            elif cmd == abi.NVA06C_CTRL_CMD_SET_TIMESLICE:
+                self.timeslice[(client, obj)] = fields["timesliceUs"]
+            elif cmd == abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES:
+                answer["cilpPreemptMode"] = self.cilp.get((client, fields["hChannel"]), 1)
+            elif cmd == abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE:
+                self.cilp[(client, fields["hChannel"])] = fields["cilpPreemptMode"]
+            elif cmd == abi.NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL:
+                answer["channelInterleaveLevel"] = 1
+            elif cmd == abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS:
+                answer.update(saveCnt=len(self.calls), ctaSaveCnt=len(self.calls))
+            return rmctl.ControlResult(NvStatus.NV_OK, 300_000), answer
+
+    def sent(self, cmd: int) -> int:
+        return sum(1 for c, _, _ in self.calls if c == cmd)
+
+
+@pytest.fixture
+def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("PYTHONPATH", f"{FAKE_TORCH}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    yield
+
+
+def lab_with(rm: FakeRm) -> tuple[Lab, Handles]:
+    lab = Lab(0, None, Files(), send=rm)  # type: ignore[arg-type]
+    handles = Handles(lab)
+    lab.handles = handles
+    return lab, handles
+
+
+def test_a_run_measures_every_lever_undoes_each_and_stops_its_workloads(fake_torch: None) -> None:
+    rm = FakeRm()
+    lab, _ = lab_with(rm)
+    config = DoctorConfig(gpu=0, hz=200, phase_s=0.4, settle_s=0.1)
+    report = Doctor(lab, config).run({"index": 0, "name": "fake", "driver": "580.142"})
+    names = [phase["lever"] for phase in report["phases"]]
+    assert names == ["solo", *(lever.name for lever in LEVERS)]
+    for phase in report["phases"]:
+        assert "error" not in phase, phase
+        assert phase["online"]["requests"] >= 40, phase["lever"]
+    # Everything a lever set was put back: every TSG its own 2048 µs again, CILP back to CTA.
+    assert set(rm.timeslice.values()) == {2048}
+    assert set(rm.cilp.values()) == {1}
+    # Per-request levers sent their control at (nearly) every request of their phase.
+    by_lever = {phase["lever"]: phase for phase in report["phases"]}
+    restarts = by_lever["realtime+restart"]["calls"]["NVA06F_CTRL_CMD_RESTART_RUNLIST"]
+    assert restarts["sent"] >= 0.8 * 0.4 * 200
+    disables = by_lever["disable-per-request"]["calls"]["NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS"]
+    assert disables["sent"] >= 2 * 0.8 * 0.4 * 200  # a disable before, an enable after
+    assert report["preemption_modes"]  # read before anything was changed
+    assert lab.online is not None and lab.online.proc.poll() is not None
+    assert lab.trainer is not None and lab.trainer.proc.poll() is not None
+    assert "lever" in report["recommendation"]
+
+
+def test_refusals_are_recorded_and_a_refused_lever_is_never_recommended(fake_torch: None) -> None:
+    rm = FakeRm(refuse={abi.NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY})
+    lab, _ = lab_with(rm)
+    config = DoctorConfig(
+        gpu=0, hz=200, phase_s=0.3, settle_s=0.1, levers=("native", "interleaved")
+    )
+    report = Doctor(lab, config).run({"index": 0})
+    (interleaved,) = [p for p in report["phases"] if p["lever"] == "interleaved"]
+    policy = interleaved["calls"]["NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY"]
+    assert policy["statuses"] == ["0x1b"]
+    assert report["recommendation"]["lever"] != "interleaved"
+    assert any("interleaved" in line and "0x1b" in line for line in table(report))
+
+
+def phase(lever: str, kind: str, p99: float, trainer: float, status: str = "0x0") -> dict[str, Any]:
+    return {
+        "lever": lever,
+        "kind": kind,
+        "online": {"p99_ms": p99, "requests": 600},
+        "trainer_it_per_s": trainer,
+        "calls": {"X": {"sent": 1, "statuses": [status], "median_us": 300.0}},
+    }
+
+
+def test_the_recommendation_prefers_a_setting_that_keeps_the_trainer() -> None:
+    native = phase("native", "baseline", 2.8, 100.0)
+    # The per-request lever is fastest, one setting starves the trainer, one setting works.
+    phases = [
+        native,
+        phase("starves", "setting", 0.6, 80.0),
+        phase("works", "setting", 1.2, 97.0),
+        phase("per-req", "per-request", 0.9, 99.0),
+        phase("refused", "setting", 0.5, 100.0, status="0x1b"),
+    ]
+    rec = recommend(phases)
+    assert (rec["lever"], rec["kind"], rec["trainer_keeps"]) == ("works", "setting", 0.97)
+    # Without a working setting, the per-request lever, saying what it costs.
+    rec = recommend([native, phase("per-req", "per-request", 0.9, 99.0)])
+    assert rec["lever"] == "per-req" and "a control at every request" in rec["why"]
+    # Nothing beats native by 10 %: no lever, and why.
+    rec = recommend([native, phase("meh", "setting", 2.6, 100.0)])
+    assert rec["lever"] is None and "beat native's online p99 (2.80 ms) by 10%" in rec["why"]
+
+
+def test_the_cache_round_trips_and_ignores_what_it_cannot_read(tmp_path: Path) -> None:
+    report = {"schema": 1, "gpu": {"index": 2}, "recommendation": {"lever": "timeslice"}}
+    path = write_cache(tmp_path, report)
+    assert path.name == "doctor-gpu2.json" and read_cache(tmp_path, 2) == report
+    assert read_cache(tmp_path, 0) is None
+    path.write_text("{")
+    assert read_cache(tmp_path, 2) is None
+    path.write_text('{"schema": 99}')
+    assert read_cache(tmp_path, 2) is None
+
+
+def test_the_command_refuses_what_cannot_work(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("qpolicy")
+    env = {**os.environ, "QPOLICY_STATE_DIR": str(tmp_path)}
+    bad = subprocess.run(
+        [str(script), "doctor", "--levers", "timeslice,warp"], env=env, capture_output=True,
+        text=True, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("qpolicy: error: invalid lever(s) 'warp': expected ")
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("this machine has an NVIDIA GPU")
+    no_gpu = subprocess.run(
+        [str(script), "doctor"], env=env, capture_output=True, text=True, check=False
+    )
+    assert no_gpu.returncode == 1
+    expected = (
+        "qpolicy doctor needs root" if os.geteuid() != 0 else "qpolicy doctor needs an NVIDIA GPU"
+    )
+    assert no_gpu.stderr.startswith(f"qpolicy: error: {expected}")
