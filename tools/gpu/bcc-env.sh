@@ -27,5 +27,11 @@ if ! python3 -c 'import bcc' 2>/dev/null; then
     export LD_LIBRARY_PATH="$ROOT/usr/lib/x86_64-linux-gnu:$ROOT/usr/lib/llvm-14/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export PYTHONPATH="$PYTHONPATH:$ROOT/usr/lib/python3/dist-packages"
 fi
+# Python packages the GPU image lacks (pyroute2, which the CLI imports), carried as wheels.
+if [ -d "$qpolicy_root/.gpu-carry/wheels" ] && ! python3 -c 'import pyroute2' 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/qpolicy-site \
+        "$qpolicy_root"/.gpu-carry/wheels/*.whl
+    export PYTHONPATH="$PYTHONPATH:/tmp/qpolicy-site"
+fi
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug || true
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing || true
