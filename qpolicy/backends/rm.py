@@ -20,6 +20,7 @@ from qpolicy.enforcers.rm.enforcer import RmEnforcer, RmShared
 from qpolicy.enforcers.rm.files import BorrowedFiles
 from qpolicy.enforcers.rm.record import recover
 from qpolicy.enforcers.rm.resolver import ProbeResolver
+from qpolicy.enforcers.strategy import strategy_for
 from qpolicy.errors import QPolicyError
 from qpolicy.model import PodIdKind, PodSpec, pod_id_kind
 from qpolicy.runtime.worker import Worker
@@ -124,7 +125,16 @@ class RmBackend:
 
     def _start(self, index: int, pods: list[PodSpec]) -> _Gpu:
         resolver = ProbeResolver(self.probe, lambda: self._state.pods, index, self.shared.locator)
-        enforcer = RmEnforcer(self.shared, resolver)
+        # Which timeslices keep online work ahead on this GPU is what its doctor measured.
+        strategy = strategy_for(self.context.state_dir, index)
+        log.info(
+            "GPU %d: offline timeslice %d us, online %d us, from %s",
+            index,
+            strategy.offline_timeslice_us,
+            strategy.online_timeslice_us,
+            strategy.source,
+        )
+        enforcer = RmEnforcer(self.shared, resolver, strategy=strategy)
         control = ControlLoop(self._state.gpu(index), pods, enforcer, min_turn_us=self.min_turn_us)
         driven = _Gpu(PeriodicControl(self.context.loop, control), enforcer)
         enforcer.scheduler.on_wake = driven.periodic.wake
@@ -207,6 +217,7 @@ class RmBackend:
                     "periods": driven.periodic.steps,
                     "failing": driven.periodic.failing,
                     "control_errors": driven.enforcer.control.errors,
+                    "online_strategy": driven.enforcer.strategy.describe(),
                 }
                 for index, driven in sorted(self._gpus.items())
             },

@@ -17,8 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-CACHE_NAME = "doctor-gpu{gpu}.json"
-SCHEMA = 1
+from qpolicy.enforcers.strategy import (
+    DOCTOR_CACHE_NAME,
+    DOCTOR_SCHEMA,
+    doctor_cache_path,
+    read_doctor_cache,
+)
+
+CACHE_NAME = DOCTOR_CACHE_NAME
+SCHEMA = DOCTOR_SCHEMA
 # A lever must keep this much of the trainer's co-located native throughput...
 TRAINER_FLOOR = 0.95
 # ...and beat native's online p99 by this much to be worth recommending.
@@ -141,8 +148,7 @@ def table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def cache_path(state_dir: Path, gpu: int) -> Path:
-    return state_dir / CACHE_NAME.format(gpu=gpu)
+cache_path = doctor_cache_path
 
 
 def write_cache(state_dir: Path, report: dict[str, Any]) -> Path:
@@ -156,12 +162,4 @@ def write_cache(state_dir: Path, report: dict[str, Any]) -> Path:
     return path
 
 
-def read_cache(state_dir: Path, gpu: int) -> dict[str, Any] | None:
-    """The last doctor result for ``gpu``, or None (absent, unreadable or of another schema)."""
-    try:
-        report = json.loads(cache_path(state_dir, gpu).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
-        return None
-    return report
+read_cache = read_doctor_cache

@@ -43,7 +43,7 @@ class RmObject:
     bytes: int = 0
     dup: bool = False
     children: set[int] = field(default_factory=set)
-    # What controls told us: timeslice_us, scheduled, work_submit_token.
+    # What controls told us: timeslice_us, timeslice_sets, scheduled, work_submit_token.
     info: dict[str, int] = field(default_factory=dict)
 
 
@@ -110,6 +110,15 @@ class ClientChannels:
     #: The device object the channels hang below, and RM's instance number for it.
     device: int | None = None
     device_instance: int | None = None
+    #: Per TSG (as ``tsgs``): how many times the tenant set its timeslice itself.
+    timeslice_sets: tuple[int, ...] = ()
+
+    def tenant_sets(self, tsg: int) -> int:
+        """How many times the tenant set ``tsg``'s timeslice itself (0 if never, or unknown)."""
+        try:
+            return self.timeslice_sets[self.tsgs.index(tsg)]
+        except (ValueError, IndexError):
+            return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,8 +319,13 @@ class Tracker:
         obj = client.objects.get(handle) if client else None
         if obj is None:
             return
-        if cmd == abi.NVA06C_CTRL_CMD_SET_TIMESLICE and "timesliceUs" in params:
-            obj.info["timeslice_us"] = params["timesliceUs"]
+        if cmd == abi.NVA06C_CTRL_CMD_SET_TIMESLICE:
+            # Counted whether or not the parameters were captured: libcuda sets its compute
+            # TSG's timeslice itself, some 110 ms after allocating it (the shipped H200 trace),
+            # over whatever an enforcer set in between.
+            obj.info["timeslice_sets"] = obj.info.get("timeslice_sets", 0) + 1
+            if "timesliceUs" in params:
+                obj.info["timeslice_us"] = params["timesliceUs"]
         elif cmd in (abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, abi.NVA06F_CTRL_CMD_GPFIFO_SCHEDULE):
             if "bEnable" in params:
                 obj.info["scheduled"] = params["bEnable"]
@@ -412,6 +426,7 @@ class Tracker:
                 channels = tuple(sorted(o.handle for o in objects if o.kind is Kind.CHANNEL))
                 if not channels:
                     continue
+                tsgs = sorted((o for o in objects if o.kind is Kind.TSG), key=lambda o: o.handle)
                 subdevices = sorted(o.handle for o in objects if o.kind is Kind.SUBDEVICE)
                 device_obj = client.objects.get(device) if device is not None else None
                 groups.append(
@@ -422,11 +437,12 @@ class Tracker:
                         client=client.handle,
                         subdevice=subdevices[0] if subdevices else None,
                         channels=channels,
-                        tsgs=tuple(sorted(o.handle for o in objects if o.kind is Kind.TSG)),
+                        tsgs=tuple(o.handle for o in tsgs),
                         device=device,
                         device_instance=(
                             device_obj.info.get("device_instance") if device_obj else None
                         ),
+                        timeslice_sets=tuple(o.info.get("timeslice_sets", 0) for o in tsgs),
                     )
                 )
         return groups

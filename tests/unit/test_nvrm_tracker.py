@@ -255,7 +255,7 @@ def test_controls_record_timeslice_schedule_and_submit_token() -> None:
     t.feed(control(TSG, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, b"\x01\x00\x00"))
     t.feed(control(CHANNEL, abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, b"\x05\x00\x03\x00"))
     objects = t.processes[100].clients[CLIENT].objects
-    assert objects[TSG].info == {"timeslice_us": 2048, "scheduled": 1}
+    assert objects[TSG].info == {"timeslice_us": 2048, "timeslice_sets": 1, "scheduled": 1}
     assert objects[CHANNEL].info == {"work_submit_token": 0x30005}
     assert t.summary(100).controls["NVA06C_CTRL_CMD_SET_TIMESLICE"] == 1
 
@@ -333,6 +333,11 @@ def test_the_h200_trace_gives_one_client_with_all_channels() -> None:
     compute = t.compute_channels(None)
     assert len(compute) == 8 and {tsg for _, _, tsg in compute} == {0x5C000015}
     assert group.fd is not None
+    # libcuda sets the compute TSG's timeslice itself, once, 110 ms after creating it: the rm
+    # enforcer sets its own again after that.
+    assert group.tenant_sets(0x5C000015) == 1
+    assert [group.tenant_sets(tsg) for tsg in group.tsgs if tsg != 0x5C000015] == [0, 0, 0]
+    assert group.tenant_sets(0xDEAD) == 0
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,6 +7,7 @@ simulator's event queue. A control takes 0.6 ms, one after another, as on the H2
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from qpolicy.enforcers.rm.control import RmChannelControl
 from qpolicy.enforcers.rm.enforcer import RmEnforcer, RmShared
 from qpolicy.enforcers.rm.record import RECORD_NAME, RmRecord, process_start_time, recover
 from qpolicy.enforcers.rm.resolver import GpuLocator, ProbeResolver
+from qpolicy.enforcers.strategy import DEFAULT, OnlineStrategy
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.abi import NvStatus
@@ -70,6 +72,7 @@ class FakeDriver:
     calls: list[tuple[float, str, int, bool]] = field(default_factory=list)
     disabled: set[tuple[int, int]] = field(default_factory=set)
     timeslice: dict[int, int] = field(default_factory=dict)
+    timeslice_log: list[int] = field(default_factory=list)  # TSGs, one per SET_TIMESLICE
     borrowed: list[tuple[int, int]] = field(default_factory=list)
     fail_pid: int | None = None
     gpu_of_subdevice: dict[int, rmctl.PciAddress] = field(default_factory=dict)
@@ -91,6 +94,7 @@ class FakeDriver:
 
         def set_timeslice(fd: int, client: int, tsg: int, us: int) -> rmctl.ControlResult:
             self.timeslice[tsg] = us
+            self.timeslice_log.append(tsg)
             return rmctl.ControlResult(NvStatus.NV_OK, 1)
 
         def gpu_pci_address(fd: int, client: int, subdevice: int) -> rmctl.PciAddress | None:
@@ -179,6 +183,7 @@ def rig(
     pods: list[PodSpec],
     policy: GpuPolicy = GpuPolicy.FIXED_SHARE,
     min_turn_us: float | None = None,
+    strategy: OnlineStrategy = DEFAULT,
 ) -> Rig:
     """The daemon's wiring of one GPU: a 50 ms period, stepped as the daemon steps it."""
     loop = VirtualLoop()
@@ -192,7 +197,7 @@ def rig(
         worker=FakeWorker(loop),  # type: ignore[arg-type]
         files=FakeFiles(driver),  # type: ignore[arg-type]
     )
-    enforcer = RmEnforcer(shared, resolver)
+    enforcer = RmEnforcer(shared, resolver, strategy=strategy)
     control = ControlLoop(GpuConfig(0, policy), pods, enforcer, min_turn_us=min_turn_us)
     periodic = PeriodicControl(loop, control)
     enforcer.scheduler.on_wake = periodic.wake
@@ -533,6 +538,16 @@ def test_online_pods_are_not_capped_from_open_time(
     assert r.driver.timeslice == {0x10: 8192, 0x20: 128}
 
 
+def test_the_timeslices_sent_are_the_strategys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/online", 0, PodClass.ONLINE, share=20), PodSpec("/trainer", 0, share=80)]
+    strategy = OnlineStrategy(1, 1_000_000, "a doctor that found GPreempt's values best")
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=strategy)
+    r.loop.run_until(0.5e6)
+    assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 1}
+
+
 def test_a_process_that_starts_late_gets_its_timeslice_within_a_period(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -547,6 +562,32 @@ def test_a_process_that_starts_late_gets_its_timeslice_within_a_period(
     # It exits: nothing is kept about it.
     r.shared.forget(101)
     assert not any(key[0] == 101 for key in r.enforcer.control._timeslice_sent)
+
+
+def test_a_timeslice_the_tenant_sets_over_ours_is_set_again_and_its_value_is_what_is_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libcuda sets its compute TSG's timeslice itself some 110 ms after creating it (the shipped
+    H200 trace: 2048 us): sent once, the offline 128 us was overwritten and online work waited as
+    under native time-slicing (the H100 bench of 2026-11-24 at 7a5d904)."""
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+    r.loop.run_until(0.3e6)
+    assert r.driver.timeslice[0x20] == 128
+    # The tenant's own SET_TIMESLICE, as the probe's tracker counts it.
+    (train,) = r.resolver._groups["/train"]
+    r.driver.timeslice[0x20] = 4096
+    r.resolver._groups["/train"] = [dataclasses.replace(train, timeslice_sets=(1,))]
+    r.loop.run_until(0.3e6 + 50_000 + 3 * LATENCY)
+    assert r.driver.timeslice[0x20] == 128
+    # Once only: the tenant has not set it again since.
+    sets = len([k for k in r.driver.timeslice_log if k == 0x20])
+    r.loop.run_until(1e6)
+    assert len([k for k in r.driver.timeslice_log if k == 0x20]) == sets
+    # Letting go gives the tenant the value it chose, not the one it had before.
+    r.enforcer.release()
+    r.shared.close()
+    assert r.driver.timeslice[0x20] == 4096
 
 
 @pytest.mark.parametrize("how", ["removed", "moved to another GPU"])

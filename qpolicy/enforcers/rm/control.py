@@ -61,7 +61,10 @@ class RmChannelControl:
         self._original_timeslice: dict[TsgKey, int] = {}
         self._changed: dict[str, dict[TsgKey, int]] = {}  # TSG -> the fd it is reached on
         self._wanted_timeslice: dict[str, int] = {}
-        self._timeslice_sent: set[TsgKey] = set()
+        # Per TSG the wanted timeslice was sent to: how many times the tenant had set it itself
+        # by then. A later set of its own (libcuda's, some 110 ms after the TSG exists) undoes
+        # ours, and is answered by sending ours again.
+        self._timeslice_sent: dict[TsgKey, int] = {}
         self.errors = 0
         self._last_error_log: dict[str, float] = {}
 
@@ -198,7 +201,8 @@ class RmChannelControl:
             self._send_timeslices(pod, timeslice_us, only_new=False)
 
     def refresh_timeslices(self) -> None:
-        """Set the wanted timeslice on TSGs created since it was set: processes start late."""
+        """Set the wanted timeslice on TSGs created since it was set (processes start late), and
+        again on TSGs whose tenant has set its own since (libcuda does, after creating them)."""
         for pod, timeslice_us in list(self._wanted_timeslice.items()):
             self._send_timeslices(pod, timeslice_us, only_new=True)
 
@@ -207,7 +211,8 @@ class RmChannelControl:
         with self._lock:
             for key in [k for k in self._original_timeslice if k[0] == pid]:
                 del self._original_timeslice[key]
-            self._timeslice_sent = {k for k in self._timeslice_sent if k[0] != pid}
+            for key in [k for k in self._timeslice_sent if k[0] == pid]:
+                del self._timeslice_sent[key]
             for changed in self._changed.values():
                 for key in [k for k in changed if k[0] == pid]:
                     del changed[key]
@@ -217,15 +222,21 @@ class RmChannelControl:
 
     def _send_timeslices(self, pod: str, timeslice_us: int, *, only_new: bool) -> None:
         groups = [g for g in self.resolver.groups(pod) if g.pid and g.fd is not None]
+        todo: list[tuple[ClientChannels, int]] = []
         with self._lock:
-            todo = [
-                (group, tsg)
-                for group in groups
-                for tsg in group.tsgs
-                if not (only_new and (group.pid, group.client, tsg) in self._timeslice_sent)
-            ]
-            for group, tsg in todo:
-                self._timeslice_sent.add((group.pid or 0, group.client, tsg))
+            for group in groups:
+                for tsg in group.tsgs:
+                    key = (group.pid or 0, group.client, tsg)
+                    tenant_sets = group.tenant_sets(tsg)
+                    sent = self._timeslice_sent.get(key)
+                    if only_new and sent is not None and sent >= tenant_sets:
+                        continue
+                    if sent is not None and sent < tenant_sets:
+                        # The tenant chose a timeslice of its own after ours: that is the value
+                        # to give back when the pod lets go, so it is read again first.
+                        self._original_timeslice.pop(key, None)
+                    self._timeslice_sent[key] = tenant_sets
+                    todo.append((group, tsg))
         if not todo:
             return
 
@@ -277,7 +288,8 @@ class RmChannelControl:
                 for key, fd in changed.items()
                 if key in self._original_timeslice
             ]
-            self._timeslice_sent -= set(changed)
+            for key in changed:
+                self._timeslice_sent.pop(key, None)
         if not todo:
             return
 

@@ -32,6 +32,7 @@ from qpolicy.enforcers.rm.record import RECORD_NAME, RmRecord
 from qpolicy.enforcers.rm.resolver import GpuLocator, PodResolver
 from qpolicy.enforcers.rm.sensor import RmUsageSensor
 from qpolicy.enforcers.slicer import SliceScheduler
+from qpolicy.enforcers.strategy import DEFAULT, OnlineStrategy
 from qpolicy.engine import Plan
 from qpolicy.runtime.clock import Loop
 from qpolicy.runtime.worker import ControlWorker, Worker
@@ -92,8 +93,10 @@ class RmEnforcer:
         *,
         idle_grace_us: float = 50_000.0,
         poll_us: float = 25_000.0,
+        strategy: OnlineStrategy = DEFAULT,
     ) -> None:
         self.loop = shared.loop
+        self.strategy = strategy
         self.shared = shared
         self.control = RmChannelControl(
             shared.loop, resolver, shared.files, shared.record, shared.worker
@@ -132,7 +135,7 @@ class RmEnforcer:
                 "plan %s",
                 ", ".join(f"{s.pod} {s.allocation:.3f}" for s in plan.slices),
             )
-        self.scheduler.apply(plan)
+        self.scheduler.apply(self.strategy.adjust(plan))
         self.control.refresh_timeslices()
 
     def stand_down(self) -> None:

@@ -1,0 +1,129 @@
+"""How an enforcer keeps online work ahead of offline work on one GPU: the *online strategy*.
+
+The engine plans each class's TSG timeslice (qpolicy/engine.py: offline short, online long). Which
+values act on a given GPU and driver is not known in advance: on 2026-11-23 the same setting halved
+the online p50 on an H100 and did nothing on an H200 (docs/gpu-measurements.md §5). ``qpolicy
+doctor`` measures the levers on the node's own GPU and caches its result next to the desired
+state; the enforcers take their strategy from that cache, not from a constant:
+
+* a recommended *setting* that is a pair of timeslices (``timeslice``, ``timeslice+rebuild``,
+  ``timeslice-new``, ``cilp+timeslice``: 128 / 8192 µs; ``timeslice-1us``: GPreempt's 1 µs /
+  1 s) replaces the plan's class timeslices;
+* a recommended *per-request* lever, or none, leaves the engine's timeslices: a control at every
+  request costs a GSP round trip each (hundreds of µs, measured by the doctor), which no daemon can
+  afford per request; the doctor's table says what the GPU then does, and the README what qpolicy
+  promises there.
+
+The cache is a file the doctor writes; this module only reads it (the doctor is a layer above).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US, Plan
+from qpolicy.model import PodClass
+
+log = logging.getLogger(__name__)
+
+#: The doctor's cached result per GPU, in the state directory (written by qpolicy.doctor.report).
+DOCTOR_CACHE_NAME = "doctor-gpu{gpu}.json"
+DOCTOR_SCHEMA = 1
+
+# The doctor's setting levers that are a pair of timeslices (offline µs, online µs).
+_TIMESLICE_LEVERS = {
+    "timeslice": (128, 8192),
+    "timeslice+rebuild": (128, 8192),
+    "timeslice-new": (128, 8192),
+    "cilp+timeslice": (128, 8192),
+    "timeslice-1us": (1, 1_000_000),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineStrategy:
+    offline_timeslice_us: int = OFFLINE_TIMESLICE_US
+    online_timeslice_us: int = ONLINE_TIMESLICE_US
+    #: Where the choice came from, for the log and ``qpolicy status``.
+    source: str = "the engine's default (no doctor result for this GPU)"
+
+    @property
+    def is_default(self) -> bool:
+        return (self.offline_timeslice_us, self.online_timeslice_us) == (
+            OFFLINE_TIMESLICE_US,
+            ONLINE_TIMESLICE_US,
+        )
+
+    def adjust(self, plan: Plan) -> Plan:
+        """``plan`` with this strategy's timeslices where the engine set its class timeslices."""
+        if self.is_default:
+            return plan
+        values = {
+            PodClass.ONLINE: self.online_timeslice_us,
+            PodClass.OFFLINE: self.offline_timeslice_us,
+        }
+        slices = tuple(
+            s if s.timeslice_us is None else s._replace(timeslice_us=values[s.pod_class])
+            for s in plan.slices
+        )
+        return dataclasses.replace(plan, slices=slices)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "offline_timeslice_us": self.offline_timeslice_us,
+            "online_timeslice_us": self.online_timeslice_us,
+            "source": self.source,
+        }
+
+
+DEFAULT = OnlineStrategy()
+
+
+def from_doctor(report: Any) -> OnlineStrategy:
+    """The strategy a doctor result recommends; the default where it recommends nothing usable.
+
+    Never raises: the cache is read at run time, and a damaged one must not stop the daemon.
+    """
+    if not isinstance(report, dict):
+        return DEFAULT
+    recommendation = report.get("recommendation")
+    lever = recommendation.get("lever") if isinstance(recommendation, dict) else None
+    date = report.get("date", "an unknown date")
+    if lever in _TIMESLICE_LEVERS:
+        offline, online = _TIMESLICE_LEVERS[lever]
+        return OnlineStrategy(offline, online, f"qpolicy doctor of {date}: {lever}")
+    if lever is None:
+        why = recommendation.get("why") if isinstance(recommendation, dict) else None
+        return OnlineStrategy(
+            source=f"the engine's default: qpolicy doctor of {date} found no lever that helps "
+            f"({why or 'no reason given'})"
+        )
+    return OnlineStrategy(
+        source=f"the engine's default: qpolicy doctor of {date} recommends {lever}, a control "
+        "per request, which the daemon does not send"
+    )
+
+
+def doctor_cache_path(state_dir: Path, gpu: int) -> Path:
+    return state_dir / DOCTOR_CACHE_NAME.format(gpu=gpu)
+
+
+def read_doctor_cache(state_dir: Path, gpu: int) -> dict[str, Any] | None:
+    """The last doctor result for ``gpu``, or None (absent, unreadable or of another schema)."""
+    try:
+        report = json.loads(doctor_cache_path(state_dir, gpu).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or report.get("schema") != DOCTOR_SCHEMA:
+        return None
+    return report
+
+
+def strategy_for(state_dir: Path, gpu: int) -> OnlineStrategy:
+    """The online strategy for ``gpu`` from the doctor's cache in ``state_dir``."""
+    return from_doctor(read_doctor_cache(state_dir, gpu))
