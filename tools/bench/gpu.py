@@ -203,9 +203,18 @@ def mps_server() -> Iterator[dict[str, str]]:
 
 @contextlib.contextmanager
 def qpolicy_daemon(
-    scenario: Scenario, cgroups: Cgroups, keep_log: Path | None = None
+    scenario: Scenario,
+    cgroups: Cgroups,
+    keep_log: Path | None = None,
+    profile: Path | None = None,
+    enforcer: str = "rm",
 ) -> Iterator[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="qpolicy-bench-state-") as state_dir:
+        # The daemon chooses its online timeslices from the node's doctor result, as it would in
+        # production: the operator's state directory's cache goes along.
+        doctor = Path(os.environ.get("QPOLICY_STATE_DIR", "/var/lib/qpolicy")) / "doctor-gpu0.json"
+        if doctor.is_file():
+            shutil.copyfile(doctor, Path(state_dir) / doctor.name)
         pods = [PodSpec(cgroups.id(p.name), 0, p.pod_class, p.share) for p in scenario.pods]
         state = DesiredState().with_gpu(GpuConfig(0, scenario.policy))
         for pod in pods:
@@ -215,14 +224,18 @@ def qpolicy_daemon(
         # A file, not a pipe: a chatty daemon must never block on a pipe nobody reads.
         log_path = Path(state_dir) / "daemon.log"
         log_file = log_path.open("w")
+        # cProfile sees the daemon's main thread (the loop, the probe, the sensor), not the
+        # control worker's: where the daemon's CPU goes, at some cost to it.
+        profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
         daemon = subprocess.Popen(
             [
                 sys.executable,
+                *profiler,
                 "-m",
                 "qpolicy",
                 "daemon",
                 "--enforcer",
-                "rm",
+                enforcer,
                 "--metrics-addr",
                 f"127.0.0.1:{port}",
                 "--log-level",
@@ -252,6 +265,11 @@ def qpolicy_daemon(
         try:
             yield info
         finally:
+            try:
+                status = json.loads((Path(state_dir) / "daemon-status.json").read_text())
+                info["online_strategy"] = status["backend"]["gpus"]["0"]["online_strategy"]
+            except (OSError, ValueError, KeyError, TypeError):
+                info["online_strategy"] = None
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                     info["metrics"] = [
@@ -283,6 +301,7 @@ def run_once(
     seconds: float,
     cgroups: Cgroups,
     keep_log: Path | None = None,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     env = dict(os.environ)
     start_at = time.time() + INIT_S
@@ -290,8 +309,13 @@ def run_once(
         daemon_info: dict[str, Any] | None = None
         if mode == "mps":
             stack.enter_context(mps_server())
-        if mode == "qpolicy":
-            daemon_info = stack.enter_context(qpolicy_daemon(scenario, cgroups, keep_log))
+        if mode in ("qpolicy", "probe"):
+            # probe: the daemon watching with nothing enforced (--enforcer none), to tell what
+            # the probe alone costs the pods from what the enforcer does.
+            enforcer = "rm" if mode == "qpolicy" else "none"
+            daemon_info = stack.enter_context(
+                qpolicy_daemon(scenario, cgroups, keep_log, profile, enforcer)
+            )
             start_at = time.time() + INIT_S
         processes: dict[str, subprocess.Popen[str]] = {}
         for pod in scenario.pods:
@@ -498,10 +522,19 @@ def main() -> int:
         help=f"length of each online run ({ONLINE_HZ:g} requests/s)",
     )
     parser.add_argument("--sizes", default="2048,4096,8192")
-    parser.add_argument("--modes", default="native,mps,qpolicy")
+    parser.add_argument(
+        "--modes",
+        default="native,mps,qpolicy",
+        help="also 'probe' for online rows: the daemon's probe attached, nothing enforced",
+    )
     parser.add_argument("--only", action="append", default=None, help="scenario name prefix")
     parser.add_argument(
         "--daemon-logs", action="store_true", help="keep each daemon's debug log next to --out"
+    )
+    parser.add_argument(
+        "--profile-daemon",
+        action="store_true",
+        help="run each daemon under cProfile; its profile is kept next to --out",
     )
     parser.add_argument(
         "--table", metavar="JSON", help="print the table of an earlier run's JSON and exit"
@@ -562,17 +595,20 @@ def main() -> int:
             for n in scenario.sizes if scenario.sizes != (0,) else (0,):
                 if n and n not in sizes:
                     continue
-                for mode in scenario.modes:
+                extra = ["probe"] if scenario.name.startswith("online") else []
+                for mode in [*scenario.modes, *extra]:
                     if mode not in modes:
                         continue
-                    keep_log = None
+                    keep_log = profile = None
+                    slug = "".join(c if c.isalnum() else "-" for c in scenario.name)
                     if args.daemon_logs and mode == "qpolicy":
-                        slug = "".join(c if c.isalnum() else "-" for c in scenario.name)
                         keep_log = out.parent / f"daemon-{slug}-{n}.log"
+                    if args.profile_daemon and mode == "qpolicy":
+                        profile = out.parent / f"daemon-{slug}-{n}.prof"
                     seconds = (
                         args.online_seconds if scenario.name.startswith("online") else args.seconds
                     )
-                    run = run_once(scenario, n, mode, seconds, cgroups, keep_log)
+                    run = run_once(scenario, n, mode, seconds, cgroups, keep_log, profile)
                     run["summary"] = summarise(scenario, run, report["solo_it_per_s"], args.seconds)
                     rows.append(run)
                     print(
