@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import re
 from collections import Counter, defaultdict
@@ -101,8 +102,10 @@ class CgroupCounters:
     launches: int = 0
 
 
+@functools.lru_cache(maxsize=4096)
 def ioctl_name(node: Node, code: int, by_nr: bool) -> str:
-    """The name :func:`qpolicy.nvrm.decode.decode` gives, from the kernel's ioctl key."""
+    """The name :func:`qpolicy.nvrm.decode.decode` gives, from the kernel's ioctl key (kept: the
+    same few hundred keys are named again at every publish)."""
     if by_nr:
         try:
             return Escape(code).name
@@ -156,6 +159,11 @@ def build_counters(
             launches=launches,
         )
     return result
+
+
+def _number(key: Any) -> int:
+    """A scalar map key or value: an int from a batch lookup, a ctypes scalar from iteration."""
+    return key if isinstance(key, int) else int(key.value)
 
 
 def _tracefs() -> Path | None:
@@ -289,6 +297,7 @@ class NvProbe:
         self._bpf: Any = None
         self._pending: list[bytes] = []
         self.bad_events = 0
+        self._batch_lookup = True
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -443,22 +452,38 @@ class NvProbe:
         return records
 
     def counters(self) -> dict[int, CgroupCounters]:
-        bpf = self._loaded()
         return build_counters(
-            ((k.cgroup, k.node, k.code, bool(k.by_nr), v.value) for k, v in bpf[b"ioctls"].items()),
-            ((k.cgroup, k.value, v.value) for k, v in bpf[b"controls"].items()),
-            ((k.cgroup, k.value, v.value) for k, v in bpf[b"allocs"].items()),
-            ((k.cgroup, k.value, v.value) for k, v in bpf[b"latency"].items()),
             (
-                (k.value, v.ioctls, v.latency_ns, v.opens, v.mmaps, v.launches)
-                for k, v in bpf[b"stats"].items()
+                (k.cgroup, k.node, k.code, bool(k.by_nr), _number(v))
+                for k, v in self._items(b"ioctls")
+            ),
+            ((k.cgroup, k.value, _number(v)) for k, v in self._items(b"controls")),
+            ((k.cgroup, k.value, _number(v)) for k, v in self._items(b"allocs")),
+            ((k.cgroup, k.value, _number(v)) for k, v in self._items(b"latency")),
+            (
+                (_number(k), v.ioctls, v.latency_ns, v.opens, v.mmaps, v.launches)
+                for k, v in self._items(b"stats")
             ),
         )
 
     def launches(self) -> dict[int, int]:
-        """CUDA launches per cgroup id: one map, cheap enough to read every few milliseconds."""
-        bpf = self._loaded()
-        return {k.value: int(v.launches) for k, v in bpf[b"stats"].items()}
+        """CUDA launches per cgroup id: one map, read at every poll of the rm enforcer."""
+        return {_number(k): int(v.launches) for k, v in self._items(b"stats")}
+
+    def _items(self, name: bytes) -> list[tuple[Any, Any]]:
+        """A map's entries, in batches where the kernel has BPF_MAP_LOOKUP_BATCH (5.6).
+
+        bcc's item iteration costs two syscalls per entry, 7.5 us each in Python (bcc 0.26 on
+        6.18): 0.3 ms for the 40 cgroups of a GPU host at each of the rm enforcer's 40 polls a
+        second, and milliseconds for the ioctl counters at each publish; a batch costs a tenth.
+        """
+        table = self._loaded()[name]
+        if self._batch_lookup:
+            try:
+                return list(table.items_lookup_batch())
+            except Exception:  # bcc raises bare Exception where the kernel has no batch ops
+                self._batch_lookup = False
+        return list(table.items())
 
     def forget(self, cgroups: Iterable[int]) -> int:
         """Drop the counters of cgroups that are gone, so that pod churn does not fill the maps

@@ -416,6 +416,16 @@ def test_launches_are_counted_per_cgroup(
     assert counters[a.id].launches == 14
     assert counters[b.id].launches == 140
     assert counters[a.id].ioctls == 0
+    # The rm enforcer's per-poll read (in batches) agrees with the counters, and so does the
+    # one-by-one read it falls back to where the kernel has no batch lookup.
+    batched = probe.launches()
+    assert (batched[a.id], batched[b.id]) == (14, 140)
+    probe._batch_lookup = False
+    try:
+        assert probe.launches() == batched
+        assert probe.counters() == counters
+    finally:
+        probe._batch_lookup = True
 
 
 @pytest.mark.parametrize(

@@ -580,6 +580,10 @@ def test_a_timeslice_the_tenant_sets_over_ours_is_set_again_and_its_value_is_wha
     r.resolver._groups["/train"] = [dataclasses.replace(train, timeslice_sets=(1,))]
     r.loop.run_until(0.3e6 + 50_000 + 3 * LATENCY)
     assert r.driver.timeslice[0x20] == 128
+    # A SIGKILL now would leave the record restoring the tenant's value too.
+    record = json.loads((tmp_path / RECORD_NAME).read_text())
+    originals = {entry["tsg"]: entry["original_us"] for entry in record["timeslices"].values()}
+    assert originals[0x20] == 4096
     # Once only: the tenant has not set it again since.
     sets = len([k for k in r.driver.timeslice_log if k == 0x20])
     r.loop.run_until(1e6)

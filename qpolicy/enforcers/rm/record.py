@@ -61,12 +61,19 @@ class RmRecord:
     closed: dict[str, dict[str, Any]] = field(default_factory=dict)
     timeslices: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Per pid, its start time (read once from /proc: a turn switch writes the record each time).
+    _start_times: dict[int, int | None] = field(default_factory=dict)
+
+    def _start_time(self, pid: int) -> int | None:
+        if pid not in self._start_times:
+            self._start_times[pid] = process_start_time(pid)
+        return self._start_times[pid]
 
     def channels_closed(self, group: ClientChannels) -> None:
         with self._lock:
             self.closed[group_key(group)] = {
                 "pid": group.pid,
-                "start_time": process_start_time(group.pid) if group.pid else None,
+                "start_time": self._start_time(group.pid) if group.pid else None,
                 "fd": group.fd,
                 "client": group.client,
                 "subdevice": group.subdevice,
@@ -80,14 +87,16 @@ class RmRecord:
                 self._write()
 
     def timeslice_changed(self, pid: int, fd: int, client: int, tsg: int, original: int) -> None:
-        """Called before the first change of a TSG's timeslice, with the value to restore."""
+        """Called before a TSG's timeslice is first changed, and again when its tenant set its own
+        since, with the value to restore."""
         with self._lock:
             key = tsg_key(pid, client, tsg)
-            if key in self.timeslices:
+            # Written again only if the value to restore changed (the tenant set its own since).
+            if self.timeslices.get(key, {}).get("original_us") == original:
                 return
             self.timeslices[key] = {
                 "pid": pid,
-                "start_time": process_start_time(pid),
+                "start_time": self._start_time(pid),
                 "fd": fd,
                 "client": client,
                 "tsg": tsg,
@@ -103,6 +112,7 @@ class RmRecord:
     def forget(self, pid: int) -> None:
         """The process exited: what it held went with it."""
         with self._lock:
+            self._start_times.pop(pid, None)
             before = len(self.closed) + len(self.timeslices)
             for table in (self.closed, self.timeslices):
                 for key in [k for k, entry in table.items() if entry.get("pid") == pid]:
