@@ -148,6 +148,9 @@ struct nvos64_params {
 	__u32 pad;
 };
 
+/* NVOS64.flags: the allocation parameters are FINN-serialized (nvos.h). */
+#define NVOS64_FLAGS_FINN_SERIALIZED	0x00000001u
+
 /* NVOS54: RM_CONTROL (32). */
 struct nvos54_params {
 	__u32 hClient;
@@ -158,6 +161,11 @@ struct nvos54_params {
 	__u32 paramsSize;
 	__u32 status;
 };
+
+/* NVOS54.flags (nvos.h). */
+#define NVOS54_FLAGS_IRQL_RAISED	0x00000001u
+#define NVOS54_FLAGS_LOCK_BYPASS	0x00000002u
+#define NVOS54_FLAGS_FINN_SERIALIZED	0x00000004u
 
 /* NVOS33 with the fd to attach the mapping to: RM_MAP_MEMORY (56). */
 struct nvos33_params_with_fd {
