@@ -7,6 +7,11 @@
  * is not exactly its struct's answers NV_ERR_INVALID_ARGUMENT. What the H200 showed is what the
  * engine does: FIFO_DISABLE_CHANNELS stops channels and SET_TIMESLICE sets the TSG's slice;
  * GPFIFO_SCHEDULE(bEnable=0), PREEMPT and interleave levels are accepted and change nothing.
+ *
+ * The checks RM makes on the host before a control runs, as in 580.142's _rmapiRmControl
+ * (src/nvidia/src/kernel/rmapi/control.c): the NULL command answers NV_OK at once; the
+ * IRQL_RAISED and LOCK_BYPASS flags are refused for every command nvmock models (none is in
+ * rmapiRmControlCanBeRaisedIrql or rmapiRmControlCanBeBypassLock, rmapi_specific.c).
  */
 #include <linux/capability.h>
 #include <linux/slab.h>
@@ -212,6 +217,12 @@ u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *
 	/* Category 0, index 0 is the NULL command: nothing to do. */
 	if ((p->cmd & 0x3FFF) == 0)
 		return NV_OK;
+	/* No command nvmock models may run at raised IRQL or bypass RM's locks. */
+	if (p->flags & (NVOS54_FLAGS_IRQL_RAISED | NVOS54_FLAGS_LOCK_BYPASS))
+		return NV_ERR_INVALID_ARGUMENT;
+	/* FINN-serialized parameters (serverDeserializeCtrlDown): not modelled. */
+	if (p->flags & NVOS54_FLAGS_FINN_SERIALIZED)
+		return NV_ERR_NOT_SUPPORTED;
 	status = nvmock_caller_client(caller, p->hClient, &client);
 	if (status != NV_OK)
 		return status;

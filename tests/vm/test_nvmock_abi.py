@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import struct
@@ -11,6 +12,7 @@ import pytest
 from qpolicy.nvrm.abi import Escape, NvStatus
 from tests.vm.rmclient import (
     CARD,
+    NVOS54,
     VERSION,
     Rm,
     ioctl,
@@ -178,4 +180,25 @@ def test_controls_unknown_to_the_object_are_not_supported(rm: Rm) -> None:
     status, out = rm.control(client, tsg, 0xA06C0104, bytes(8))
     assert status == NvStatus.NV_OK and struct.unpack("<Q", out)[0] == 500
     assert rm.control(client, tsg, 0, b"")[0] == NvStatus.NV_OK  # the NULL command
+    rm.free(client, client, client)
+
+
+def test_controls_at_raised_irql_or_bypassing_locks_are_refused(rm: Rm) -> None:
+    """NVOS54 flags IRQL_RAISED (1) and LOCK_BYPASS (2) are for a short list of commands
+    (rmapi_specific.c in 580.142), none of them nvmock's; FINN-serialized (4) is not modelled."""
+    client = rm.new(0, 0, 0x41)
+    device = rm.new(client, client, 0x80)
+    tsg = rm.new(client, device, 0xA06C, tsg_params())
+    params = ctypes.create_string_buffer(struct.pack("<Q", 500), 8)
+    answers = {}
+    for flags in (0, 1, 2, 4):
+        arg = bytearray(NVOS54.pack(client, tsg, 0xA06C0103, flags, ctypes.addressof(params), 8, 0))
+        ioctl(rm.ctl, Escape.RM_CONTROL, arg)
+        answers[flags] = NVOS54.unpack(arg)[6]
+    assert answers == {
+        0: NvStatus.NV_OK,
+        1: NvStatus.NV_ERR_INVALID_ARGUMENT,
+        2: NvStatus.NV_ERR_INVALID_ARGUMENT,
+        4: NvStatus.NV_ERR_NOT_SUPPORTED,
+    }
     rm.free(client, client, client)
