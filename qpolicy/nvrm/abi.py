@@ -742,15 +742,22 @@ CONTROLS: dict[int, Control] = {
 }
 
 # Controls a tenant may use to change how its own work is scheduled; qpolicy owns these on a
-# gated GPU (the kernel module refuses them from tenants).
+# gated GPU (the kernel module refuses them from tenants: kmod/qgpu/track.c,
+# qgpu_scheduling_control, and the verdicts in kmod/qgpu/ioctl.c).
 SCHEDULING_CONTROLS = frozenset(
     {
         NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
         NVA06C_CTRL_CMD_SET_TIMESLICE,
         NVA06C_CTRL_CMD_PREEMPT,
         NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL,
+        NVA06C_CTRL_CMD_MAKE_REALTIME,
         NVA06F_CTRL_CMD_GPFIFO_SCHEDULE,
+        NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL,
+        NVA06F_CTRL_CMD_RESTART_RUNLIST,
+        NVA06F_CTRL_CMD_STOP_CHANNEL,
         NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+        NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY,
+        NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE,
     }
 )
 

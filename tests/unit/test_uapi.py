@@ -166,3 +166,15 @@ def test_every_header_struct_is_compared() -> None:
     left_out = structs - set(STRUCTS) - SIZE_EXCEPTIONS - {"nv_memory_desc_params"}
     assert not left_out
 
+
+def test_the_tenant_guard_covers_the_scheduling_controls() -> None:
+    """qgpu's list of controls a gated tenant may not steer with (its case labels) is
+    abi.SCHEDULING_CONTROLS."""
+    track = HEADER.parents[1] / "qgpu" / "track.c"
+    body = re.search(
+        r"bool qgpu_scheduling_control\(u32 cmd\)\n\{(.*?)\n\}", track.read_text(), re.DOTALL
+    )
+    assert body
+    defines = _defines()
+    guarded = {defines[name] for name in re.findall(r"case (\w+):", body.group(1))}
+    assert guarded == abi.SCHEDULING_CONTROLS
