@@ -64,8 +64,6 @@ static const struct nvmock_caller kernel = { .kernel = true };
  */
 static void op_alloc(struct nvos64_params *p)
 {
-	bool client = p->hClass == NV01_ROOT || p->hClass == NV01_ROOT_NON_PRIV ||
-		      p->hClass == NV01_ROOT_CLIENT;
 	u32 hnew = p->hObjectNew;
 	nvmock_rs_access_mask rights;
 	u32 status;
@@ -103,28 +101,19 @@ static void op_alloc(struct nvos64_params *p)
 		goto out;
 	}
 	/*
-	 * A client: serverAllocClient (rs_server.c) takes the handle from hRoot (the driver is
-	 * built with RS_COMPATABILITY_MODE, src/nvidia/Makefile), 0 for one of RM's choosing, and
-	 * _rmAlloc (alloc_free.c) hands it back in hObjectNew.
-	 */
-	if (client)
-		hnew = p->hRoot;
-	/*
+	 * A client's handle is taken from hRoot (serverAllocClient, rs_server.c; the driver is
+	 * built with RS_COMPATABILITY_MODE, src/nvidia/Makefile) and handed back in hObjectNew
+	 * (_rmAlloc, alloc_free.c), and written into its optional NvHandle parameter:
+	 * nvmock_rm_alloc does it all.
+	 *
 	 * pAllocParms is a kernel address, read in place for as many bytes as the class takes
 	 * (rmapiGetClassAllocParamSize, src/nvidia/src/kernel/rmapi/resource_desc.c):
 	 * paramsSize is not read.
 	 */
 	status = nvmock_rm_alloc(&kernel, p->hRoot, p->hObjectParent, &hnew, p->hClass, NULL,
 				 (void *)(uintptr_t)p->pAllocParms);
-	if (status == NV_OK) {
+	if (status == NV_OK)
 		p->hObjectNew = hnew;
-		/*
-		 * A client's optional parameter is an NvHandle, where RM writes the new handle
-		 * (rmclientConstruct, src/nvidia/src/kernel/rmapi/client.c).
-		 */
-		if (client && p->pAllocParms)
-			*(u32 *)(uintptr_t)p->pAllocParms = hnew;
-	}
 out:
 	p->status = status;
 	record(NVRM_KERNEL_OP_ALLOC, p->hClass, p->pRightsRequested, p->paramsSize, p->flags,

@@ -57,6 +57,7 @@
 
 /* RM status codes (nvstatuscodes.h). */
 #define NV_OK					0x00
+#define NV_ERR_INSERT_DUPLICATE_NAME		0x19
 #define NV_ERR_INSUFFICIENT_RESOURCES		0x1A
 #define NV_ERR_INSUFFICIENT_PERMISSIONS		0x1B
 #define NV_ERR_INVALID_ARGUMENT			0x1F

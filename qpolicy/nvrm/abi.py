@@ -773,6 +773,7 @@ def control_name(cmd: int) -> str:
 
 class NvStatus(IntEnum):
     NV_OK = 0x00
+    NV_ERR_INSERT_DUPLICATE_NAME = 0x19
     NV_ERR_INSUFFICIENT_RESOURCES = 0x1A
     NV_ERR_INSUFFICIENT_PERMISSIONS = 0x1B
     NV_ERR_INVALID_ARGUMENT = 0x1F
