@@ -7,6 +7,18 @@
  * is not exactly its struct's answers NV_ERR_INVALID_ARGUMENT. What the H200 showed is what the
  * engine does: FIFO_DISABLE_CHANNELS stops channels and SET_TIMESLICE sets the TSG's slice;
  * GPFIFO_SCHEDULE(bEnable=0), PREEMPT and interleave levels are accepted and change nothing.
+ *
+ * The checks RM makes on the host before a control runs, as in 580.142's _rmapiRmControl
+ * (src/nvidia/src/kernel/rmapi/control.c): the NULL command answers NV_OK at once; the
+ * IRQL_RAISED and LOCK_BYPASS flags are refused for every command nvmock models (none is in
+ * rmapiRmControlCanBeRaisedIrql or rmapiRmControlCanBeBypassLock, rmapi_specific.c). The access
+ * right RS_ACCESS_NICE (the export tables' accessRight 0x2, src/nvidia/generated/g_*_nvoc.c) is
+ * granted to privileged clients and to CAP_SYS_NICE (rs_access_rights.c, cliresAccessCallback
+ * in client_resource.c, osCheckAccess in kernel-open/nvidia/os-interface.c).
+ *
+ * Controls flagged ROUTE_TO_PHYSICAL in those tables run inside GSP firmware on a GSP GPU, whose
+ * code is not published: nvmock checks what the host checks first and answers
+ * NV_ERR_NOT_SUPPORTED, unless a measurement on the H200 says what GSP answered.
  */
 #include <linux/capability.h>
 #include <linux/slab.h>
@@ -98,17 +110,107 @@ static u32 tsg_preempt(const struct nvmock_caller *caller, struct nvmock_object 
 	return NV_OK;
 }
 
+/* RS_ACCESS_NICE: the kernel is privileged; a process needs CAP_SYS_NICE. */
+static bool nice_allowed(const struct nvmock_caller *caller)
+{
+	return caller->kernel || capable(CAP_SYS_NICE);
+}
+
+/*
+ * kchangrpSetInterleaveLevel (src/nvidia/src/kernel/gpu/fifo/kernel_channel_group.c): LOW,
+ * MEDIUM or HIGH, else NV_ERR_INVALID_ARGUMENT. On a GSP GPU the value goes to GSP first
+ * (kchangrpapiCtrlCmdSetInterleaveLevel, kchannelCtrlCmdSetInterleaveLevel), and the H200 did
+ * not change its 1:1 split for it (docs/gpu-measurements.md section 2): the engine ignores it.
+ */
+static u32 set_interleave(const struct nvmock_caller *caller, struct nvmock_tsg *tsg, u32 level)
+{
+	if (!nice_allowed(caller))
+		return NV_ERR_INSUFFICIENT_PERMISSIONS;
+	if (level > NVA06C_INTERLEAVE_LEVEL_HIGH)
+		return NV_ERR_INVALID_ARGUMENT;
+	WRITE_ONCE(tsg->interleave, level);
+	return NV_OK;
+}
+
 static u32 tsg_set_interleave(const struct nvmock_caller *caller, struct nvmock_object *obj,
 			      void *params)
 {
 	const struct nva06c_interleave_level_params *p = params;
 
-	/* RS_ACCESS_NICE: granted to CAP_SYS_NICE. */
-	if (!caller->kernel && !capable(CAP_SYS_NICE))
+	return set_interleave(caller, obj->tsg, p->tsgInterleaveLevel);
+}
+
+/* A channel's level is its TSG's: set on one channel, it is every channel's of the TSG. */
+static u32 channel_set_interleave(const struct nvmock_caller *caller,
+				  struct nvmock_object *obj, void *params)
+{
+	const struct nva06f_interleave_level_params *p = params;
+
+	return set_interleave(caller, obj->channel->tsg, p->channelInterleaveLevel);
+}
+
+static u32 channel_get_interleave(const struct nvmock_caller *caller,
+				  struct nvmock_object *obj, void *params)
+{
+	struct nva06f_interleave_level_params *p = params;
+
+	p->channelInterleaveLevel = READ_ONCE(obj->channel->tsg->interleave);
+	return NV_OK;
+}
+
+/*
+ * MAKE_REALTIME (TSG), RESTART_RUNLIST (channel) and FIFO_RUNLIST_SET_SCHED_POLICY (subdevice):
+ * ROUTE_TO_PHYSICAL with RS_ACCESS_NICE. Past the host's checks they are GSP's, which nvmock
+ * cannot model: NV_ERR_NOT_SUPPORTED.
+ */
+static u32 nice_then_gsp(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			 void *params)
+{
+	if (!nice_allowed(caller))
 		return NV_ERR_INSUFFICIENT_PERMISSIONS;
-	if (p->tsgInterleaveLevel > NVA06C_INTERLEAVE_LEVEL_HIGH)
+	return NV_ERR_NOT_SUPPORTED;
+}
+
+/*
+ * STOP_CHANNEL: no access right. kchannelCtrlCmdStopChannel (src/nvidia/src/kernel/gpu/fifo/
+ * kernel_channel.c) sends it to GSP, then raises the channel's error notifier (not modelled).
+ * What GSP does is modelled on ctrla06fgpfifo.h's description: the channel is disabled and off
+ * the runlist, and runs again only once enabled and scheduled again.
+ */
+static u32 channel_stop(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			void *params)
+{
+	struct nvmock_engine *engine = &obj->gpu->engine;
+
+	spin_lock(&engine->lock);
+	obj->channel->enabled = false;
+	obj->channel->scheduled = false;
+	spin_unlock(&engine->lock);
+	return NV_OK;
+}
+
+/*
+ * GR_SET_CTXSW_PREEMPTION_MODE: ROUTE_TO_PHYSICAL, no access right. What is known of GSP's
+ * answer: CUDA sends it once while it sets up a context, CILP for compute on its TSG's handle,
+ * and the H200 answered NV_OK (qpolicy/nvrm/data/h200-pytorch-matmul.jsonl.gz). nvmock takes a
+ * channel or TSG of the client on this GPU and modes in the ranges of ctrl2080gr.h; the rest of
+ * GSP's checks are unknown. Preemption is not simulated: the engine runs a slice to its end.
+ */
+static u32 subdevice_set_ctxsw_preemption(const struct nvmock_caller *caller,
+					  struct nvmock_object *obj, void *params)
+{
+	const struct nv2080_ctxsw_preemption_mode_params *p = params;
+	struct nvmock_object *target = nvmock_object_get(obj->client, p->hChannel);
+
+	if (!target || (target->kind != NVMOCK_CHANNEL && target->kind != NVMOCK_TSG) ||
+	    target->gpu != obj->gpu)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	if ((p->flags & NV2080_CTXSW_PREEMPTION_FLAG_CILP) &&
+	    p->cilpPreemptMode > NV2080_CTXSW_PREEMPTION_COMPUTE_CILP)
 		return NV_ERR_INVALID_ARGUMENT;
-	WRITE_ONCE(obj->tsg->interleave, p->tsgInterleaveLevel);
+	if ((p->flags & NV2080_CTXSW_PREEMPTION_FLAG_GFXP) &&
+	    p->gfxpPreemptMode > NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL)
+		return NV_ERR_INVALID_ARGUMENT;
 	return NV_OK;
 }
 
@@ -184,6 +286,20 @@ static const struct control_desc control_table[] = {
 	  sizeof(struct nvc36f_work_submit_token_params), channel_work_submit_token },
 	{ NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, NVMOCK_SUBDEVICE,
 	  sizeof(struct nv2080_fifo_disable_channels_params), subdevice_disable_channels },
+	{ NVA06C_CTRL_CMD_MAKE_REALTIME, NVMOCK_TSG,
+	  sizeof(struct nva06c_make_realtime_params), nice_then_gsp },
+	{ NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL, NVMOCK_CHANNEL,
+	  sizeof(struct nva06f_interleave_level_params), channel_set_interleave },
+	{ NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL, NVMOCK_CHANNEL,
+	  sizeof(struct nva06f_interleave_level_params), channel_get_interleave },
+	{ NVA06F_CTRL_CMD_RESTART_RUNLIST, NVMOCK_CHANNEL,
+	  sizeof(struct nva06f_restart_runlist_params), nice_then_gsp },
+	{ NVA06F_CTRL_CMD_STOP_CHANNEL, NVMOCK_CHANNEL,
+	  sizeof(struct nva06f_stop_channel_params), channel_stop },
+	{ NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY, NVMOCK_SUBDEVICE,
+	  sizeof(struct nv2080_runlist_sched_policy_params), nice_then_gsp },
+	{ NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE, NVMOCK_SUBDEVICE,
+	  sizeof(struct nv2080_ctxsw_preemption_mode_params), subdevice_set_ctxsw_preemption },
 };
 
 static const struct control_desc *control_of(u32 cmd, enum nvmock_kind kind)
@@ -212,6 +328,12 @@ u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *
 	/* Category 0, index 0 is the NULL command: nothing to do. */
 	if ((p->cmd & 0x3FFF) == 0)
 		return NV_OK;
+	/* No command nvmock models may run at raised IRQL or bypass RM's locks. */
+	if (p->flags & (NVOS54_FLAGS_IRQL_RAISED | NVOS54_FLAGS_LOCK_BYPASS))
+		return NV_ERR_INVALID_ARGUMENT;
+	/* FINN-serialized parameters (serverDeserializeCtrlDown): not modelled. */
+	if (p->flags & NVOS54_FLAGS_FINN_SERIALIZED)
+		return NV_ERR_NOT_SUPPORTED;
 	status = nvmock_caller_client(caller, p->hClient, &client);
 	if (status != NV_OK)
 		return status;

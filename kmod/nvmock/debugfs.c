@@ -3,6 +3,11 @@
  * nvmock: ground truth in debugfs, under /sys/kernel/debug/nvmock/.
  *
  *   objects		live objects by kind, backing buffers and mappings (zero when all is freed)
+ *   kapi		what the in-kernel RM entry served: counts, then its latest ops (allocs
+ *			and frees, then controls), one a line: op, class/handle/command,
+ *			pRightsRequested, paramsSize and flags as read, the status written back
+ *   kapi_fail		write a class number: the next kernel ALLOC of it fails with
+ *			NV_ERR_INSUFFICIENT_RESOURCES (a test's fault, not the driver's behaviour)
  *   gpuN/engine	context switches, time spent switching and running
  *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
  *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels
@@ -28,6 +33,33 @@ static int objects_show(struct seq_file *m, void *unused)
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(objects);
+
+static void kapi_ring_show(struct seq_file *m, const struct nvmock_kapi_ring *ring)
+{
+	u32 i, n = min_t(u32, ring->next, NVMOCK_KAPI_LOG);
+
+	for (i = ring->next - n; i != ring->next; i++) {
+		const struct nvmock_kapi_record *r = &ring->r[i % NVMOCK_KAPI_LOG];
+
+		seq_printf(m, "op 0x%x 0x%x rights 0x%llx params_size %u flags 0x%x status 0x%x\n",
+			   r->op, r->what, r->rights, r->params_size, r->flags, r->status);
+	}
+}
+
+static int kapi_show(struct seq_file *m, void *unused)
+{
+	const struct nvmock_kapi_stats *k = &nvmock_kapi;
+
+	mutex_lock(&nvmock_lock);
+	seq_printf(m, "allocs %llu\nfrees %llu\ncontrols %llu\nfailed %llu\nbad_rights %llu\n",
+		   k->allocs, k->frees, k->controls, k->failed, k->bad_rights);
+	seq_printf(m, "not_modelled %llu\nunknown %llu\n", k->not_modelled, k->unknown);
+	kapi_ring_show(m, &k->objects);
+	kapi_ring_show(m, &k->controls_log);
+	mutex_unlock(&nvmock_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(kapi);
 
 static int engine_show(struct seq_file *m, void *unused)
 {
@@ -109,6 +141,28 @@ static int memory_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(memory);
 
+static ssize_t kapi_fail_write(struct file *file, const char __user *buf, size_t count,
+			       loff_t *ppos)
+{
+	u32 hclass;
+	int err = kstrtou32_from_user(buf, count, 0, &hclass);
+
+	if (err)
+		return err;
+	mutex_lock(&nvmock_lock);
+	nvmock_kapi.fail_class = hclass;
+	nvmock_kapi.fail_armed = true;
+	mutex_unlock(&nvmock_lock);
+	return count;
+}
+
+static const struct file_operations kapi_fail_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = kapi_fail_write,
+	.llseek = noop_llseek,
+};
+
 static ssize_t reset_write(struct file *file, const char __user *buf, size_t count,
 			   loff_t *ppos)
 {
@@ -130,6 +184,8 @@ void nvmock_debugfs_init(void)
 	/* debugfs is for people and tests: the driver works the same without it. */
 	root = debugfs_create_dir("nvmock", NULL);
 	debugfs_create_file("objects", 0444, root, NULL, &objects_fops);
+	debugfs_create_file("kapi", 0444, root, NULL, &kapi_fops);
+	debugfs_create_file("kapi_fail", 0200, root, NULL, &kapi_fail_fops);
 	for (i = 0; i < nvmock_num_gpus; i++) {
 		struct nvmock_gpu *gpu = &nvmock_gpus[i];
 		char name[16];

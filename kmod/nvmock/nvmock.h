@@ -231,6 +231,38 @@ bool nvmock_engine_add_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem);
 void nvmock_engine_remove_mem(struct nvmock_gpu *gpu, struct nvmock_mem *mem);
 void nvmock_engine_reset_stats(struct nvmock_gpu *gpu);
 
+/* kapi.c: what the in-kernel RM entry served (debugfs "kapi"), under nvmock_lock. */
+#define NVMOCK_KAPI_LOG		16
+
+struct nvmock_kapi_record {
+	u32 op;
+	u32 what;		/* ALLOC: the class; CONTROL: the command; FREE: the handle */
+	u64 rights;		/* ALLOC: pRightsRequested as read */
+	u32 params_size;	/* ALLOC, CONTROL: paramsSize as read */
+	u32 flags;		/* ALLOC, CONTROL: flags as read */
+	u32 status;		/* what was written back */
+};
+
+struct nvmock_kapi_ring {
+	u32 next;
+	struct nvmock_kapi_record r[NVMOCK_KAPI_LOG];
+};
+
+struct nvmock_kapi_stats {
+	u64 allocs, frees, controls;
+	u64 failed;		/* of all ops, answered with another status than NV_OK */
+	u64 bad_rights;		/* ALLOCs whose pRightsRequested was no kernel address */
+	u64 not_modelled;	/* ops the driver runs and nvmock answers NV_ERR_NOT_SUPPORTED */
+	u64 unknown;		/* ops the driver does not know: left alone */
+	struct nvmock_kapi_ring objects;	/* the latest ops but controls, oldest first */
+	struct nvmock_kapi_ring controls_log;	/* the latest controls */
+	/* A test's fault: the next kernel ALLOC of this class fails (debugfs "kapi_fail"). */
+	bool fail_armed;
+	u32 fail_class;
+};
+
+extern struct nvmock_kapi_stats nvmock_kapi;
+
 /* debugfs.c */
 void nvmock_debugfs_init(void);
 void nvmock_debugfs_exit(void);

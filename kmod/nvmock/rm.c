@@ -122,8 +122,9 @@ static u32 device_construct(const struct nvmock_caller *caller, struct nvmock_ob
 	const struct nv0080_alloc_params *p = params;
 	u32 index = p ? p->deviceId : 0;
 
+	/* deviceConstruct (gpu/device.c): gpumgrIsDeviceInstanceValid fails. */
 	if (index >= nvmock_num_gpus)
-		return NV_ERR_INVALID_ARGUMENT;
+		return NV_ERR_INVALID_CLASS;
 	if (!caller->kernel && !nvmock_process_has_gpu_open(index))
 		return NV_ERR_INSUFFICIENT_PERMISSIONS;
 	obj->gpu = &nvmock_gpus[index];
@@ -395,7 +396,7 @@ static u32 client_alloc(const struct nvmock_caller *caller, u32 *hnew)
 	int err;
 
 	if (handle && xa_load(&clients, handle))
-		return NV_ERR_INVALID_OBJECT_NEW;
+		return NV_ERR_INSERT_DUPLICATE_NAME;
 	client = kzalloc(sizeof(*client), GFP_KERNEL);
 	if (!client)
 		return NV_ERR_NO_MEMORY;
@@ -408,7 +409,7 @@ static u32 client_alloc(const struct nvmock_caller *caller, u32 *hnew)
 	err = xa_insert(&clients, handle, client, GFP_KERNEL);
 	if (err) {
 		kfree(client);
-		return err == -EBUSY ? NV_ERR_INVALID_OBJECT_NEW : NV_ERR_NO_MEMORY;
+		return err == -EBUSY ? NV_ERR_INSERT_DUPLICATE_NAME : NV_ERR_NO_MEMORY;
 	}
 	client->handle = handle;
 	client->owner = caller->file;
@@ -425,13 +426,19 @@ static u32 client_alloc(const struct nvmock_caller *caller, u32 *hnew)
 	return NV_OK;
 }
 
+/*
+ * The new object's handle, as clientAssignResourceHandle (580.142, resserv's rs_client.c): 0
+ * asks for one; the client's own handle is NV_ERR_INVALID_OBJECT_HANDLE, one in use
+ * NV_ERR_INSERT_DUPLICATE_NAME (clientValidateNewResourceHandle).
+ */
 static u32 pick_handle(struct nvmock_client *client, u32 *hnew)
 {
 	u32 handle = *hnew;
 
+	if (handle == client->handle)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
 	if (handle)
-		return handle == client->handle || xa_load(&client->objects, handle) ?
-		       NV_ERR_INVALID_OBJECT_NEW : NV_OK;
+		return xa_load(&client->objects, handle) ? NV_ERR_INSERT_DUPLICATE_NAME : NV_OK;
 	do {
 		handle = NVRM_OBJECT_HANDLE_BASE + (client->next_handle++ & 0xFFFFF);
 	} while (xa_load(&client->objects, handle));
@@ -474,8 +481,27 @@ u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, 
 
 	if (!desc)
 		return NV_ERR_INVALID_CLASS;
-	if (desc->kind == NVMOCK_CLIENT)
-		return client_alloc(caller, hnew);
+	/*
+	 * A client's handle is asked for in hRoot, 0 for one of RM's choosing (serverAllocClient,
+	 * rs_server.c, built with RS_COMPATABILITY_MODE), and comes back in hObjectNew.
+	 */
+	if (desc->kind == NVMOCK_CLIENT) {
+		u32 handle = hroot;
+
+		status = client_alloc(caller, &handle);
+		if (status != NV_OK)
+			return status;
+		*hnew = handle;
+		/*
+		 * The optional parameter is an NvHandle, where RM writes the new handle
+		 * (rmclientConstruct, src/nvidia/src/kernel/rmapi/client.c).
+		 */
+		if (kparams)
+			memcpy((void *)kparams, &handle, sizeof(handle));
+		else if (uparams && copy_to_user((void __user *)uparams, &handle, sizeof(handle)))
+			pr_debug("client 0x%x: its parameter is not writable\n", handle);
+		return NV_OK;
+	}
 
 	status = nvmock_caller_client(caller, hroot, &client);
 	if (status != NV_OK)

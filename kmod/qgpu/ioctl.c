@@ -152,8 +152,28 @@ static long rm_free(long (*orig)(struct file *, unsigned int, unsigned long), st
  * (answered NV_OK, not carried out) or refuse it. CUDA sends GPFIFO_SCHEDULE(enable) and one
  * SET_TIMESLICE while it sets up a context and treats a failure as fatal; enabling does not
  * undo qgpu's FIFO_DISABLE_CHANNELS, and the timeslice stays qgpu's.
+ *
+ * CUDA also sends one GR_SET_CTXSW_PREEMPTION_MODE then: CILP for compute, on its TSG (the H200
+ * trace, qpolicy/nvrm/data/h200-pytorch-matmul.jsonl.gz). CILP is the finest preemption there
+ * is, so that request passes; any other mode (WFI or CTA, or a graphics mode) would let the
+ * context run on longer once qgpu's slice is over, and is refused. Everything else in
+ * qgpu_scheduling_control() is refused: interleave levels, realtime TSGs, runlist restarts and
+ * policies, stopping channels, preempting and disabling.
  */
 enum verdict { PASS, SWALLOW, REFUSE };
+
+static enum verdict preemption_verdict(const struct nvos54_params *p)
+{
+	struct nv2080_ctxsw_preemption_mode_params mode;
+
+	if (p->paramsSize != sizeof(mode) ||
+	    copy_from_user(&mode, u64_to_user_ptr(p->params), sizeof(mode)))
+		return REFUSE;
+	if (mode.flags == NV2080_CTXSW_PREEMPTION_FLAG_CILP &&
+	    mode.cilpPreemptMode == NV2080_CTXSW_PREEMPTION_COMPUTE_CILP)
+		return PASS;
+	return REFUSE;
+}
 
 static enum verdict tenant_verdict(const struct nvos54_params *p)
 {
@@ -167,6 +187,8 @@ static enum verdict tenant_verdict(const struct nvos54_params *p)
 		return enable ? PASS : REFUSE;
 	case NVA06C_CTRL_CMD_SET_TIMESLICE:
 		return SWALLOW;
+	case NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE:
+		return preemption_verdict(p);
 	default:
 		return REFUSE;
 	}

@@ -27,7 +27,11 @@ module_param(rm_version, charp, 0444);
 MODULE_PARM_DESC(rm_version, "target=nvidia: the driver's exact version, for its kernel RM entry");
 
 static struct nvrm_kernel_ops rm_ops;
-/* The driver's stack may be used by one thread at a time: the GPUs' threads share it. */
+/*
+ * The driver's stack may be used by one thread at a time: the GPUs' threads share it. It may
+ * be NULL after a successful alloc_stack (nvidia.ko built without an alternate stack, as the
+ * open modules are), and is passed back as it came.
+ */
 static DEFINE_MUTEX(rm_stack_lock);
 static void *rm_stack;
 static bool bound;
@@ -57,9 +61,16 @@ int qgpu_rmapi_init(void)
 	}
 	rm_ops.version_string = version;
 	status = get_ops(&rm_ops);
-	if (status != NV_OK || !rm_ops.op || !rm_ops.alloc_stack || !rm_ops.free_stack) {
-		pr_warn("%s refused RM ops for version %s (status 0x%x): time slicing is off\n",
-			qgpu_target, version, status);
+	if (status != NV_OK) {
+		/* The driver answers a mismatch with its own version in version_string. */
+		pr_warn("%s refused RM ops for version %s (status 0x%x, driver %.64s): %s\n",
+			qgpu_target, version, status,
+			rm_ops.version_string ? rm_ops.version_string : "?",
+			"time slicing is off");
+		goto err_put;
+	}
+	if (!rm_ops.op || !rm_ops.alloc_stack || !rm_ops.free_stack) {
+		pr_warn("%s's RM ops lack op or stack calls: time slicing is off\n", qgpu_target);
 		goto err_put;
 	}
 	if (rm_ops.alloc_stack(&rm_stack)) {
@@ -89,62 +100,62 @@ bool qgpu_rmapi_available(void)
 	return bound;
 }
 
-/* One RM call as a kernel client: FREE takes NVOS00, ALLOC NVOS21, CONTROL NVOS54. */
-static u32 rm_call(u32 op, void *params)
+/*
+ * One RM call as a kernel client. The op reads the parameters from the union member of its op
+ * and writes its answer back into the same member (rm_kernel_rmapi_op in osapi.c); each caller
+ * presets status to NV_ERR_GENERIC, so an op the driver did not run does not read as NV_OK.
+ */
+static void rm_op(struct nvrm_kernel_op *call)
 {
-	struct nvrm_kernel_op call = { .op = op };
-	struct nvos21_params *alloc = params;
-
-	switch (op) {
-	case NVRM_KERNEL_OP_FREE:
-		call.params.free = *(struct nvos00_params *)params;
-		break;
-	case NVRM_KERNEL_OP_ALLOC:
-		call.params.alloc = *alloc;
-		break;
-	default:
-		call.params.control = *(struct nvos54_params *)params;
-		break;
-	}
 	mutex_lock(&rm_stack_lock);
-	rm_ops.op(rm_stack, &call);
+	rm_ops.op(rm_stack, call);
 	mutex_unlock(&rm_stack_lock);
-	switch (op) {
-	case NVRM_KERNEL_OP_FREE:
-		return call.params.free.status;
-	case NVRM_KERNEL_OP_ALLOC:
-		alloc->hObjectNew = call.params.alloc.hObjectNew;
-		return call.params.alloc.status;
-	default:
-		return call.params.control.status;
-	}
 }
 
+/*
+ * NV04_ALLOC takes NVOS64 (nv-kernel-rmapi-ops.h; _nv04AllocWithAccess in entry_points.c). The
+ * driver reads pRightsRequested as a kernel pointer when it is not NULL (serverAllocApiCopyIn,
+ * src/nvidia/src/kernel/rmapi/alloc_free.c): NULL asks for the default rights. paramsSize is
+ * set for the record; the driver copies the size its class table gives (rmapiParamsCopyInit and
+ * rmapiGetClassAllocParamSize). The status comes back at NVOS64's status (offset 40).
+ */
 static u32 rm_alloc(u32 hroot, u32 hparent, u32 *hnew, u32 hclass, void *params, u32 size)
 {
-	struct nvos21_params p = {
-		.hRoot = hroot,
-		.hObjectParent = hparent,
-		.hObjectNew = *hnew,
-		.hClass = hclass,
-		.pAllocParms = (u64)(uintptr_t)params,
-		.paramsSize = size,
+	struct nvrm_kernel_op call = {
+		.op = NVRM_KERNEL_OP_ALLOC,
+		.params.alloc = {
+			.hRoot = hroot,
+			.hObjectParent = hparent,
+			.hObjectNew = *hnew,
+			.hClass = hclass,
+			.pAllocParms = (u64)(uintptr_t)params,
+			.pRightsRequested = 0,
+			.paramsSize = size,
+			.flags = 0,
+			.status = NV_ERR_GENERIC,
+		},
 	};
-	u32 status = rm_call(NVRM_KERNEL_OP_ALLOC, &p);
 
-	*hnew = p.hObjectNew;
-	return status;
+	rm_op(&call);
+	*hnew = call.params.alloc.hObjectNew;
+	return call.params.alloc.status;
 }
 
+/* NV01_FREE takes NVOS00; the driver uses hRoot and hObjectOld (_nv01Free in entry_points.c). */
 u32 qgpu_rmapi_free(u32 hclient, u32 hobject)
 {
-	struct nvos00_params p = {
-		.hRoot = hclient,
-		.hObjectParent = hclient,
-		.hObjectOld = hobject,
+	struct nvrm_kernel_op call = {
+		.op = NVRM_KERNEL_OP_FREE,
+		.params.free = {
+			.hRoot = hclient,
+			.hObjectParent = hclient,
+			.hObjectOld = hobject,
+			.status = NV_ERR_GENERIC,
+		},
 	};
 
-	return rm_call(NVRM_KERNEL_OP_FREE, &p);
+	rm_op(&call);
+	return call.params.free.status;
 }
 
 /* A kernel client with the GPU's device and subdevice, to send controls from. */
@@ -188,12 +199,17 @@ u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
 			    const u32 *clients, const u32 *channels, u32 n)
 {
 	struct nv2080_fifo_disable_channels_params *p;
-	struct nvos54_params control = {
-		.hClient = hclient,
-		.hObject = hsubdevice,
-		.cmd = NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+	/* NV04_CONTROL takes NVOS54; params is a kernel pointer, used in place. */
+	struct nvrm_kernel_op call = {
+		.op = NVRM_KERNEL_OP_CONTROL,
+		.params.control = {
+			.hClient = hclient,
+			.hObject = hsubdevice,
+			.cmd = NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+			.flags = 0,
+			.status = NV_ERR_GENERIC,
+		},
 	};
-	u32 status;
 
 	if (!bound)
 		return NV_ERR_NOT_SUPPORTED;
@@ -206,9 +222,9 @@ u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
 	p->numChannels = n;
 	memcpy(p->hClientList, clients, n * sizeof(*clients));
 	memcpy(p->hChannelList, channels, n * sizeof(*channels));
-	control.params = (u64)(uintptr_t)p;
-	control.paramsSize = sizeof(*p);
-	status = rm_call(NVRM_KERNEL_OP_CONTROL, &control);
+	call.params.control.params = (u64)(uintptr_t)p;
+	call.params.control.paramsSize = sizeof(*p);
+	rm_op(&call);
 	kfree(p);
-	return status;
+	return call.params.control.status;
 }

@@ -285,6 +285,12 @@ bool qgpu_channel_pending(const struct qgpu_obj *channel)
 	return get != put;
 }
 
+/*
+ * The controls by which a tenant could steer how its own work is scheduled, and so undo or
+ * outrun qgpu's slices (numbers: 580.142's src/common/sdk/nvidia/inc/ctrl/ctrla06c.h,
+ * ctrla06f/ctrla06fgpfifo.h, ctrl2080/ctrl2080fifo.h, ctrl2080/ctrl2080gr.h). The tenant guard
+ * decides what becomes of them (tenant_verdict() in ioctl.c).
+ */
 bool qgpu_scheduling_control(u32 cmd)
 {
 	switch (cmd) {
@@ -292,8 +298,14 @@ bool qgpu_scheduling_control(u32 cmd)
 	case NVA06C_CTRL_CMD_SET_TIMESLICE:
 	case NVA06C_CTRL_CMD_PREEMPT:
 	case NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL:
+	case NVA06C_CTRL_CMD_MAKE_REALTIME:		/* first on the runlist, others CTA */
 	case NVA06F_CTRL_CMD_GPFIFO_SCHEDULE:
+	case NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL:	/* the TSG's level, through a channel */
+	case NVA06F_CTRL_CMD_RESTART_RUNLIST:		/* ends the running timeslice */
+	case NVA06F_CTRL_CMD_STOP_CHANNEL:		/* off the runlist, behind qgpu's back */
 	case NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS:
+	case NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY:	/* the whole runlist's policy */
+	case NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE:	/* how far a context runs on */
 		return true;
 	}
 	return false;

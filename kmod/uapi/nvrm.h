@@ -57,6 +57,7 @@
 
 /* RM status codes (nvstatuscodes.h). */
 #define NV_OK					0x00
+#define NV_ERR_INSERT_DUPLICATE_NAME		0x19
 #define NV_ERR_INSUFFICIENT_RESOURCES		0x1A
 #define NV_ERR_INSUFFICIENT_PERMISSIONS		0x1B
 #define NV_ERR_INVALID_ARGUMENT			0x1F
@@ -109,6 +110,17 @@
 #define NVA06F_CTRL_CMD_GPFIFO_SCHEDULE		0xA06F0103u
 #define NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN	0xC36F0108u
 #define NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS	0x2080110Bu
+/*
+ * Scheduling levers beyond the timeslice (580.142: ctrla06c.h, ctrla06f/ctrla06fgpfifo.h,
+ * ctrl2080/ctrl2080fifo.h, ctrl2080/ctrl2080gr.h under src/common/sdk/nvidia/inc/ctrl/).
+ */
+#define NVA06C_CTRL_CMD_MAKE_REALTIME		0xA06C0110u
+#define NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL	0xA06F0109u
+#define NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL	0xA06F0110u
+#define NVA06F_CTRL_CMD_RESTART_RUNLIST		0xA06F0111u
+#define NVA06F_CTRL_CMD_STOP_CHANNEL		0xA06F0112u
+#define NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY	0x20801115u
+#define NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE	0x20801210u
 
 #define NVA06C_INTERLEAVE_LEVEL_HIGH		2
 #define NV2080_DISABLE_CHANNELS_MAX		64
@@ -148,6 +160,9 @@ struct nvos64_params {
 	__u32 pad;
 };
 
+/* NVOS64.flags: the allocation parameters are FINN-serialized (nvos.h). */
+#define NVOS64_FLAGS_FINN_SERIALIZED	0x00000001u
+
 /* NVOS54: RM_CONTROL (32). */
 struct nvos54_params {
 	__u32 hClient;
@@ -158,6 +173,11 @@ struct nvos54_params {
 	__u32 paramsSize;
 	__u32 status;
 };
+
+/* NVOS54.flags (nvos.h). */
+#define NVOS54_FLAGS_IRQL_RAISED	0x00000001u
+#define NVOS54_FLAGS_LOCK_BYPASS	0x00000002u
+#define NVOS54_FLAGS_FINN_SERIALIZED	0x00000004u
 
 /* NVOS33 with the fd to attach the mapping to: RM_MAP_MEMORY (56). */
 struct nvos33_params_with_fd {
@@ -359,6 +379,57 @@ struct nva06c_preempt_params {
 struct nva06c_interleave_level_params {
 	__u32 tsgInterleaveLevel;
 };
+
+/* NVA06C_CTRL_MAKE_REALTIME_PARAMS */
+struct nva06c_make_realtime_params {
+	__u8 bRealtime;
+};
+
+/* NVA06F_CTRL_INTERLEAVE_LEVEL_PARAMS */
+struct nva06f_interleave_level_params {
+	__u32 channelInterleaveLevel;
+};
+
+/* NVA06F_CTRL_RESTART_RUNLIST_PARAMS */
+struct nva06f_restart_runlist_params {
+	__u8 bForceRestart;
+	__u8 bBypassWait;
+};
+
+/* NVA06F_CTRL_STOP_CHANNEL_PARAMS */
+struct nva06f_stop_channel_params {
+	__u8 bImmediate;
+};
+
+/* NV2080_CTRL_FIFO_RUNLIST_SET_SCHED_POLICY_PARAMS */
+struct nv2080_runlist_sched_policy_params {
+	__u32 flags;
+	__u32 schedPolicy;
+};
+
+#define NV2080_RUNLIST_SCHED_POLICY_FLAG_RESTORE		0x1
+#define NV2080_RUNLIST_SCHED_POLICY_DEFAULT			0
+#define NV2080_RUNLIST_SCHED_POLICY_CHANNEL_INTERLEAVED_WDDM	2
+
+/*
+ * NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_PARAMS; grRouteInfo (NV2080_CTRL_GR_ROUTE_INFO:
+ * flags, then an 8-byte-aligned route) is spelled out as its two fields.
+ */
+struct nv2080_ctxsw_preemption_mode_params {
+	__u32 flags;
+	__u32 hChannel;
+	__u32 gfxpPreemptMode;
+	__u32 cilpPreemptMode;
+	__u32 grRouteFlags;
+	__u32 pad;
+	__u64 grRoute;
+};
+
+/* Its flags say which of the two modes the call sets; compute modes WFI, CTA, CILP. */
+#define NV2080_CTXSW_PREEMPTION_FLAG_CILP	0x1
+#define NV2080_CTXSW_PREEMPTION_FLAG_GFXP	0x2
+#define NV2080_CTXSW_PREEMPTION_COMPUTE_CILP	2
+#define NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL	2
 
 struct nvc36f_work_submit_token_params {
 	__u32 workSubmitToken;

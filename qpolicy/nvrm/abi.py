@@ -578,6 +578,7 @@ NVA06C_CTRL_CMD_MAKE_REALTIME = 0xA06C0110
 NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL = 0xA06F0109
 NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL = 0xA06F0110
 NVA06F_CTRL_CMD_RESTART_RUNLIST = 0xA06F0111
+NVA06F_CTRL_CMD_STOP_CHANNEL = 0xA06F0112
 # NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_COMPUTE_*; the flags field says which mode is meant.
 PREEMPTION_MODE_COMPUTE = {0: "WFI", 1: "CTA", 2: "CILP"}
 PREEMPTION_MODE_FLAG_CILP = 0x1
@@ -726,6 +727,10 @@ CONTROLS: dict[int, Control] = {
             (("bForceRestart", 0, "B"), ("bBypassWait", 1, "B")),
         ),
     ),
+    NVA06F_CTRL_CMD_STOP_CHANNEL: Control(
+        "NVA06F_CTRL_CMD_STOP_CHANNEL",
+        Layout("NVA06F_CTRL_STOP_CHANNEL_PARAMS", 1, (("bImmediate", 0, "B"),)),
+    ),
     NV0000_CTRL_CMD_GPU_GET_PCI_INFO: Control(
         "NV0000_CTRL_CMD_GPU_GET_PCI_INFO",
         Layout(
@@ -737,15 +742,22 @@ CONTROLS: dict[int, Control] = {
 }
 
 # Controls a tenant may use to change how its own work is scheduled; qpolicy owns these on a
-# gated GPU (the kernel module refuses them from tenants).
+# gated GPU (the kernel module refuses them from tenants: kmod/qgpu/track.c,
+# qgpu_scheduling_control, and the verdicts in kmod/qgpu/ioctl.c).
 SCHEDULING_CONTROLS = frozenset(
     {
         NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
         NVA06C_CTRL_CMD_SET_TIMESLICE,
         NVA06C_CTRL_CMD_PREEMPT,
         NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL,
+        NVA06C_CTRL_CMD_MAKE_REALTIME,
         NVA06F_CTRL_CMD_GPFIFO_SCHEDULE,
+        NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL,
+        NVA06F_CTRL_CMD_RESTART_RUNLIST,
+        NVA06F_CTRL_CMD_STOP_CHANNEL,
         NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+        NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY,
+        NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE,
     }
 )
 
@@ -761,6 +773,7 @@ def control_name(cmd: int) -> str:
 
 class NvStatus(IntEnum):
     NV_OK = 0x00
+    NV_ERR_INSERT_DUPLICATE_NAME = 0x19
     NV_ERR_INSUFFICIENT_RESOURCES = 0x1A
     NV_ERR_INSUFFICIENT_PERMISSIONS = 0x1B
     NV_ERR_INVALID_ARGUMENT = 0x1F

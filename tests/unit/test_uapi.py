@@ -45,6 +45,16 @@ STRUCTS: dict[str, abi.Layout] = {
         abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN
     ].params,
     "nv2080_fifo_disable_channels_params": abi.NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS,
+    "nva06c_make_realtime_params": abi.CONTROLS[abi.NVA06C_CTRL_CMD_MAKE_REALTIME].params,
+    "nva06f_interleave_level_params": abi.CONTROLS[abi.NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL].params,
+    "nva06f_restart_runlist_params": abi.CONTROLS[abi.NVA06F_CTRL_CMD_RESTART_RUNLIST].params,
+    "nva06f_stop_channel_params": abi.CONTROLS[abi.NVA06F_CTRL_CMD_STOP_CHANNEL].params,
+    "nv2080_runlist_sched_policy_params": abi.CONTROLS[
+        abi.NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY
+    ].params,
+    "nv2080_ctxsw_preemption_mode_params": abi.CONTROLS[
+        abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE
+    ].params,
 }
 
 # The TSG alloc params: the header spells out the trailing byte and its padding (24 bytes as
@@ -155,3 +165,16 @@ def test_every_header_struct_is_compared() -> None:
     structs = set(re.findall(r"^struct (\w+) \{", HEADER.read_text(), re.MULTILINE))
     left_out = structs - set(STRUCTS) - SIZE_EXCEPTIONS - {"nv_memory_desc_params"}
     assert not left_out
+
+
+def test_the_tenant_guard_covers_the_scheduling_controls() -> None:
+    """qgpu's list of controls a gated tenant may not steer with (its case labels) is
+    abi.SCHEDULING_CONTROLS."""
+    track = HEADER.parents[1] / "qgpu" / "track.c"
+    body = re.search(
+        r"bool qgpu_scheduling_control\(u32 cmd\)\n\{(.*?)\n\}", track.read_text(), re.DOTALL
+    )
+    assert body
+    defines = _defines()
+    guarded = {defines[name] for name in re.findall(r"case (\w+):", body.group(1))}
+    assert guarded == abi.SCHEDULING_CONTROLS

@@ -20,7 +20,7 @@ GPULOAD = ROOT / "tools" / "gpuload" / "gpuload"
 DEBUGFS = Path("/sys/kernel/debug/nvmock")
 GPUS = 2
 BAD_KERNEL_LOG = re.compile(
-    r"WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|used by two threads"
+    r"WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|nvidia.ko would fault"
 )
 
 

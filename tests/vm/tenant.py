@@ -4,6 +4,8 @@ their statuses as one JSON object.
     python -m tests.vm.tenant vidmem MIB [MIB...]   allocate device memory, in order
     python -m tests.vm.tenant xfer MIB [MIB...]     the same, each RM_ALLOC wrapped in IOCTL_XFER
     python -m tests.vm.tenant guard                 its own scheduling controls on its own TSG
+    python -m tests.vm.tenant levers                the other preemption levers, on its own
+                                                    TSG, channel and subdevice
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import struct
 import sys
 
 from qpolicy.nvrm import abi
-from tests.vm.rmclient import Rm, ioctl, memory_params, tsg_params
+from tests.vm.conftest import DEBUGFS
+from tests.vm.rmclient import Rm, channel_params, ioctl, memory_params, tsg_params
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
@@ -31,6 +34,48 @@ def xfer_alloc(rm: Rm, client: int, device: int, size: int) -> int:
     xfer = bytearray(struct.pack("<IIQ", abi.Escape.RM_ALLOC, 48, ctypes.addressof(inner)))
     ioctl(rm.ctl, abi.Escape.IOCTL_XFER_CMD, xfer)
     return int(struct.unpack_from("<I", inner.raw, 40)[0])
+
+
+def channel_state(chid: int) -> tuple[int, int]:
+    """(enabled, scheduled) of the channel, from nvmock's ground truth."""
+    for line in (DEBUGFS / "gpu0" / "channels").read_text().splitlines():
+        f = line.split()
+        if int(f[0]) == chid:
+            return int(f[f.index("enabled") + 1]), int(f[f.index("scheduled") + 1])
+    raise LookupError(chid)
+
+
+def preemption_mode(tsg: int, cilp_mode: int) -> bytes:
+    """GR_SET_CTXSW_PREEMPTION_MODE's parameters: the compute mode only (the CILP flag)."""
+    return struct.pack("<IIIIIIQ", abi.PREEMPTION_MODE_FLAG_CILP, tsg, 0, cilp_mode, 0, 0, 0)
+
+
+def levers(rm: Rm, client: int, device: int, subdevice: int) -> dict[str, object]:
+    out: dict[str, object] = {}
+    tsg = rm.new(client, device, 0xA06C, tsg_params())
+    channel = rm.new(client, tsg, 0xC86F, channel_params(0x100000000))
+    status, token = rm.control(
+        client, channel, abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, bytes(4)
+    )
+    assert status == 0
+    chid = struct.unpack("<I", token)[0] & 0xFFFF
+    preemption = abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE
+    interleaved = struct.pack("<II", 0, abi.RUNLIST_SCHED_POLICY_CHANNEL_INTERLEAVED)
+    high = struct.pack("<I", 2)
+    calls = {
+        "channel_interleave": (channel, abi.NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL, high),
+        "make_realtime": (tsg, abi.NVA06C_CTRL_CMD_MAKE_REALTIME, bytes([1])),
+        "restart_runlist": (channel, abi.NVA06F_CTRL_CMD_RESTART_RUNLIST, bytes([1, 0])),
+        "sched_policy": (subdevice, abi.NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY, interleaved),
+        # What CUDA sends while it sets up a context (CILP), and a coarser mode (CTA).
+        "preempt_cilp": (subdevice, preemption, preemption_mode(tsg, 2)),
+        "preempt_cta": (subdevice, preemption, preemption_mode(tsg, 1)),
+        "stop_channel": (channel, abi.NVA06F_CTRL_CMD_STOP_CHANNEL, bytes([1])),
+    }  # fmt: skip
+    for name, (obj, cmd, params) in calls.items():
+        out[name] = rm.control(client, obj, cmd, params)[0]
+    out["channel_after_stop"] = list(channel_state(chid))
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -64,6 +109,8 @@ def main(argv: list[str]) -> int:
         out["disable_channels"] = rm.control(
             client, subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, bytes(params)
         )[0]
+    elif argv[0] == "levers":
+        out = levers(rm, client, device, subdevice)
     rm.free(client, client, client)
     rm.close()
     print(json.dumps(out))

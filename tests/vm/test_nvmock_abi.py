@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import struct
@@ -11,6 +12,7 @@ import pytest
 from qpolicy.nvrm.abi import Escape, NvStatus
 from tests.vm.rmclient import (
     CARD,
+    NVOS54,
     VERSION,
     Rm,
     ioctl,
@@ -84,9 +86,19 @@ def test_the_object_tree_of_a_cuda_process_and_its_statuses(rm: Rm) -> None:
         rm.alloc(client, client, 0xA06C, tsg_params()).status
         == NvStatus.NV_ERR_INVALID_OBJECT_PARENT
     )
+    # A handle in use, and the client's own (resserv's clientValidateNewResourceHandle).
     assert (
         rm.alloc(client, device, 0xA06C, tsg_params(), handle=tsg).status
-        == NvStatus.NV_ERR_INVALID_OBJECT_NEW
+        == NvStatus.NV_ERR_INSERT_DUPLICATE_NAME
+    )
+    assert (
+        rm.alloc(client, device, 0xA06C, tsg_params(), handle=client).status
+        == NvStatus.NV_ERR_INVALID_OBJECT_HANDLE
+    )
+    # A device instance that does not exist (deviceConstruct).
+    assert (
+        rm.alloc(client, client, 0x80, struct.pack("<I", 7).ljust(56, b"\0")).status
+        == NvStatus.NV_ERR_INVALID_CLASS
     )
     assert rm.alloc(client, device, 0xA06C, None).status == NvStatus.NV_ERR_INVALID_ARGUMENT
     assert rm.alloc(client, device, 0xCB33, None).status == NvStatus.NV_ERR_INVALID_CLASS
@@ -179,3 +191,37 @@ def test_controls_unknown_to_the_object_are_not_supported(rm: Rm) -> None:
     assert status == NvStatus.NV_OK and struct.unpack("<Q", out)[0] == 500
     assert rm.control(client, tsg, 0, b"")[0] == NvStatus.NV_OK  # the NULL command
     rm.free(client, client, client)
+
+
+def test_controls_at_raised_irql_or_bypassing_locks_are_refused(rm: Rm) -> None:
+    """NVOS54 flags IRQL_RAISED (1) and LOCK_BYPASS (2) are for a short list of commands
+    (rmapi_specific.c in 580.142), none of them nvmock's; FINN-serialized (4) is not modelled."""
+    client = rm.new(0, 0, 0x41)
+    device = rm.new(client, client, 0x80)
+    tsg = rm.new(client, device, 0xA06C, tsg_params())
+    params = ctypes.create_string_buffer(struct.pack("<Q", 500), 8)
+    answers = {}
+    for flags in (0, 1, 2, 4):
+        arg = bytearray(NVOS54.pack(client, tsg, 0xA06C0103, flags, ctypes.addressof(params), 8, 0))
+        ioctl(rm.ctl, Escape.RM_CONTROL, arg)
+        answers[flags] = NVOS54.unpack(arg)[6]
+    assert answers == {
+        0: NvStatus.NV_OK,
+        1: NvStatus.NV_ERR_INVALID_ARGUMENT,
+        2: NvStatus.NV_ERR_INVALID_ARGUMENT,
+        4: NvStatus.NV_ERR_NOT_SUPPORTED,
+    }
+    rm.free(client, client, client)
+
+
+def test_a_client_is_named_by_hroot(rm: Rm) -> None:
+    """RM takes a new client's handle from hRoot (serverAllocClient), hands it back in
+    hObjectNew and in the optional NvHandle parameter; hObjectNew going in is not read."""
+    first = rm.alloc(0xC1D0BEEF, 0, 0x41, bytes(4), handle=0x1234)
+    assert first.status == NvStatus.NV_OK and first.handle == 0xC1D0BEEF
+    assert struct.unpack("<I", first.params)[0] == 0xC1D0BEEF
+    assert rm.alloc(0xC1D0BEEF, 0, 0x41).status == NvStatus.NV_ERR_INSERT_DUPLICATE_NAME
+    picked = rm.alloc(0, 0, 0x41, handle=0x1234)
+    assert picked.status == NvStatus.NV_OK and picked.handle >> 20 == 0xC1D
+    for handle in (first.handle, picked.handle):
+        assert rm.free(handle, handle, handle) == NvStatus.NV_OK

@@ -73,6 +73,42 @@ def test_a_gated_tenants_own_scheduling_controls_are_refused() -> None:
         assert out["disable_channels"] == NvStatus.NV_OK
 
 
+def test_a_gated_tenants_other_preemption_levers_are_refused() -> None:
+    """Interleave levels through a channel, realtime TSGs, runlist restarts and policies,
+    stopping its own channel and a preemption mode coarser than CILP: refused by qgpu from a
+    gated tenant. CUDA's own request (CILP) goes through."""
+    with qgpu_loaded() as client, cgroups(2) as (gated, free):
+        client.set_cgroup(gated.id, 0, "offline", 50)
+        out = tenant(gated, "levers")
+        denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+        refused = [
+            "channel_interleave",
+            "make_realtime",
+            "restart_runlist",
+            "sched_policy",
+            "preempt_cta",
+            "stop_channel",
+        ]
+        assert {name: out[name] for name in refused} == dict.fromkeys(refused, denied)
+        assert out["preempt_cilp"] == NvStatus.NV_OK
+        assert out["channel_after_stop"] == [1, 1]  # still enabled and scheduled
+        assert {s.cgroup_id: s.denied for s in client.cgroups()}[gated.id] == len(refused)
+        # Ungated, each reaches nvmock, which answers as the driver's host side would: the
+        # controls only GSP carries out are not supported (GSP is not modelled).
+        out = tenant(free, "levers")
+        unsupported = NvStatus.NV_ERR_NOT_SUPPORTED
+        assert out == {
+            "channel_interleave": NvStatus.NV_OK,
+            "make_realtime": unsupported,
+            "restart_runlist": unsupported,
+            "sched_policy": unsupported,
+            "preempt_cilp": NvStatus.NV_OK,
+            "preempt_cta": NvStatus.NV_OK,
+            "stop_channel": NvStatus.NV_OK,
+            "channel_after_stop": [0, 0],
+        }
+
+
 def test_without_the_drivers_rm_entry_gates_hold_and_time_slicing_is_refused() -> None:
     """A driver that refuses qgpu's version for its kernel RM entry (as nvidia.ko does when
     rm_version= is wrong) costs the time slices, not the gates."""
