@@ -30,8 +30,9 @@ from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec, check_pods_fi
 # online request, once on the GPU, is not preempted by offline work; a short offline one means an
 # online request waits at most that long for the running offline context to yield
 # (docs/gpu-measurements.md §2: offline 128 µs / online 8192 µs cut the online p99 from 2.46 to
-# 0.67 ms on the H200 in 2026-11-20). 128 µs is the value measured to act there; on 2026-11-23 the
-# same setting left the H200's online latency at native's while it halved the H100's p50 (§5).
+# 0.67 ms on the H200 in 2026-11-20; docs/levers.md: on 2026-11-24 they cut the online p50 from
+# 1.7 to 0.7 ms on an H100 and an H200). These are defaults: the enforcers take the values
+# `qpolicy doctor` found best on the GPU where it ran (qpolicy/enforcers/strategy.py).
 ONLINE_TIMESLICE_US = 8192
 OFFLINE_TIMESLICE_US = 128
 
