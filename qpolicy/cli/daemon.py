@@ -193,12 +193,13 @@ def daemon(
     if as_json:
         for handler in logging.getLogger().handlers:
             handler.setFormatter(_JsonLines())
-    if chosen.reason is not None:
-        _say(f"--enforcer auto: {chosen.reason}")
-    # A SIGTERM while the daemon starts (recovery, the probe) must stop it cleanly too.
+    # A SIGTERM while the daemon starts (recovery, the probe) must stop it cleanly too, also one
+    # sent as soon as the first line below is read (a supervisor, or a test, may do just that).
     early: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: early.append(number))
+    if chosen.reason is not None:
+        _say(f"--enforcer auto: {chosen.reason}")
     agent = Daemon(config, factory)
     install_signal_handlers(agent)
     if early:
