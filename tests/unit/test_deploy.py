@@ -292,11 +292,6 @@ def test_daemonset_command_and_metrics_port_agree() -> None:
     assert the("Service", AGENT)["spec"]["clusterIP"] == "None"
 
 
-@pytest.mark.xfail(
-    reason="`qpolicy daemon` has no --kubernetes and --policy-configmap yet (the Kubernetes "
-    "source of the issue): the DaemonSet names them ahead of the daemon",
-    strict=True,
-)
 def test_daemonset_command_uses_only_daemon_options() -> None:
     daemon = typer.main.get_command(app).commands["daemon"]  # type: ignore[attr-defined]
     known = {opt for param in daemon.params for opt in param.opts}
