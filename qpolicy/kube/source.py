@@ -64,6 +64,9 @@ NODE_EVERY_S = 60
 DEVICES_EVERY_S = 30.0
 # At most this often while a GPU pod's devices are unknown.
 DEVICES_MIN_S = 1.0
+# With a policy ConfigMap, pods are handed to admission once the policy is known, or after this
+# long without it: admitted under the default policy first, some would be dropped a moment later.
+POLICY_WAIT_S = 10.0
 # Pods waiting for their cgroup or GPU are looked at again at most this often.
 PENDING_EVERY_S = 0.25
 MAX_EVENT_MESSAGE = 1024
@@ -189,6 +192,8 @@ class KubernetesSource:
         self._node_gpus: list[GpuInfo] = []
         self._pods_up = False
         self._policy_up = policy_configmap is None
+        self._policy_known = policy_configmap is None
+        self._started_at: float | None = None
         self._devices_wanted = threading.Event()
         self.relists = 0
         self.events_posted = 0
@@ -209,6 +214,7 @@ class KubernetesSource:
     # -- threads ------------------------------------------------------------------------------
 
     def start(self) -> KubernetesSource:
+        self._started_at = self._clock()
         targets: list[tuple[str, Callable[[], None]]] = [
             ("pods", self._pods_loop),
             ("worker", self._worker_loop),
@@ -387,7 +393,7 @@ class KubernetesSource:
                 items = [i for i in listed.get("items") or [] if isinstance(i, dict)]
                 self._apply_configmap(items[0] if items else None, labels)
                 with self._lock:
-                    self._policy_up = True
+                    self._policy_up = self._policy_known = True
                 delay, last_error = 0.0, None
                 rv = str(listed.get("metadata", {}).get("resourceVersion", ""))
                 for event in self._watch(
@@ -559,7 +565,11 @@ class KubernetesSource:
             policy = dict(self._policy)
             devices = None if self._devices is None else dict(self._devices)
             gpus = list(self._node_gpus)
+            policy_known = self._policy_known
         now = self._clock()
+        started = self._started_at if self._started_at is not None else now
+        if not policy_known and now - started < POLICY_WAIT_S:
+            return False
         if versions == self._seen and (
             self._pending_at is None or now - self._pending_at < PENDING_EVERY_S
         ):
@@ -702,21 +712,34 @@ class KubernetesSource:
         return self._gpus
 
     def refused(self, refusals: Mapping[str, Refusal]) -> None:
+        """An Event on each pod admission refused, once per pod and reason (the reason's code:
+        a refusal whose numbers change as neighbours come and go is not news)."""
+        refused_now: set[str] = set()
         for pod_id, refusal in refusals.items():
             owner = self._owners.get(pod_id)
             if owner is None:
                 continue
             uid, namespace, name = owner
-            key = (uid, REFUSED, refusal.message)
+            refused_now.add(uid)
+            key = (uid, REFUSED, f"admission:{refusal.reason}:{refusal.kept}")
             if key in self._told:
                 continue
             self._told.add(key)
-            self._outbox.put(
-                (
-                    0.0,
-                    _Event(namespace, name, uid, REFUSED, "Warning", f"qpolicy: {refusal.message}"),
-                )
-            )
+            message = f"qpolicy: {self._readable(refusal.message)}"
+            self._outbox.put((0.0, _Event(namespace, name, uid, REFUSED, "Warning", message)))
+        # A pod admitted since is told again if it is refused again later.
+        self._told = {
+            t for t in self._told if not t[2].startswith("admission:") or t[0] in refused_now
+        }
+
+    def _readable(self, message: str) -> str:
+        """Admission's message with pods named namespace/name rather than by cgroup."""
+        for pod_id, (_, namespace, name) in sorted(
+            self._owners.items(), key=lambda item: len(item[0]), reverse=True
+        ):
+            if pod_id.startswith("/"):
+                message = message.replace(pod_id, f"{namespace}/{name}")
+        return message
 
     def names(self) -> Mapping[str, tuple[str, str]]:
         """Pod id -> (namespace, name) of the Kubernetes pods this source knows."""
