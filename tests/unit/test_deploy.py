@@ -483,9 +483,16 @@ def rule_tests() -> list[dict[str, Any]]:
         "alert_rule_test": [alert("QpolicyPodBelowShare", "30m", [])],
     }
     refused_labels = f'{LABELS}, source="annotations", reason="oversubscribed"'
+    kube_labels = (
+        'instance="gpu-node-1", gpu="0", namespace="ml", pod="infer-0", container="", '
+        'class="online", source="kubernetes", reason="no-share"'
+    )
     refused = {
         "interval": "1m",
-        "input_series": [{"series": f"qpolicy_pod_refused{{{refused_labels}}}", "values": "1x20"}],
+        "input_series": [
+            {"series": f"qpolicy_pod_refused{{{refused_labels}}}", "values": "1x20"},
+            {"series": f"qpolicy_pod_refused{{{kube_labels}}}", "values": "1x20"},
+        ],
         "alert_rule_test": [
             alert("QpolicyPodRefused", "3m", []),
             alert(
@@ -503,11 +510,30 @@ def rule_tests() -> list[dict[str, Any]]:
                         "exp_annotations": {
                             "summary": "qpolicy refused a GPU pod",
                             "description": "qpolicy on gpu-node-1 refused pod "
-                            "/kubepods.slice/train on GPU 0 (oversubscribed, from its "
+                            "/kubepods.slice/train on GPU 0 (oversubscribed, from "
                             "annotations): `kubectl describe pod` and `qpolicy status` on the "
                             "node say why.",
                         },
-                    }
+                    },
+                    {
+                        # A Kubernetes pod: named namespace/name, as kubectl names it.
+                        "exp_labels": {
+                            "instance": "gpu-node-1",
+                            "gpu": "0",
+                            "namespace": "ml",
+                            "pod": "infer-0",
+                            "class": "online",
+                            "source": "kubernetes",
+                            "reason": "no-share",
+                            "severity": "warning",
+                        },
+                        "exp_annotations": {
+                            "summary": "qpolicy refused a GPU pod",
+                            "description": "qpolicy on gpu-node-1 refused pod ml/infer-0 on GPU "
+                            "0 (no-share, from kubernetes): `kubectl describe pod` and "
+                            "`qpolicy status` on the node say why.",
+                        },
+                    },
                 ],
             ),
         ],
