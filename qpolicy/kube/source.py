@@ -588,6 +588,8 @@ class KubernetesSource:
         now: float,
     ) -> None:
         root = self._cgroup_root()
+        if root is None:
+            self._log_once("cgroup", "no cgroup v2 hierarchy found: pods cannot be governed")
         candidates: dict[str, Candidate] = {}
         names: dict[str, tuple[str, str]] = {}
         owners: dict[str, tuple[str, str, str]] = {}
