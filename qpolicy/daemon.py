@@ -166,6 +166,8 @@ class Daemon:
         """Build the view the exporter serves and write what ``qpolicy status`` reads."""
         self.backend.publish()
         sources = {"state": self.desired.file.up}
+        for source in self.desired.sources:
+            sources[source.name] = source.up
         if self.config.probe is not ProbeMode.OFF:
             sources["probe"] = self.probe is not None and self.probe.up
         up = self.backend.up
@@ -198,6 +200,7 @@ class Daemon:
                 {
                     "gpu": pod.gpu,
                     "id": pod.pod,
+                    **({"namespace": pod.namespace, "name": pod.name} if pod.name else {}),
                     "class": pod.pod_class,
                     "share": pod.share_target,
                     "gpu_time_s": round(pod.enforcement.gpu_time_s, 3),
@@ -248,6 +251,11 @@ class Daemon:
         try:
             self.backend.close()
         finally:
+            for source in self.desired.sources:
+                try:
+                    source.close()
+                except Exception as error:  # one source must not keep the rest from closing
+                    log.warning("closing the %s source: %s", source.name, error)
             if self.server is not None:
                 self.server.close()
                 self.server = None

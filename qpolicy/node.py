@@ -52,6 +52,7 @@ def node_view(
     sources: Mapping[str, bool],
 ) -> NodeView:
     state = desired.state
+    names = desired.names()
     owned, unmanaged = attribute(state, probe)
     pods: list[PodView] = []
     gpus: list[GpuView] = []
@@ -68,6 +69,8 @@ def node_view(
                     memory_limit=pod.memory_limit,
                     activity=owned.get(pod.id, DriverActivity()),
                     enforcement=backend.enforcement(index, pod.id),
+                    namespace=names.get(pod.id, ("", ""))[0],
+                    name=names.get(pod.id, ("", ""))[1],
                 )
             )
     for cgroup in unmanaged:
@@ -93,12 +96,28 @@ def node_view(
 
 def refused_pods(desired: DesiredSource) -> tuple[RefusedPod, ...]:
     """What the node did not take on, and annotations it could not read, whatever enforces."""
+    names = desired.names()
     refused = [
-        RefusedPod(str(r.gpu), r.pod, r.pod_class.value, r.origin.label, r.reason, r.message)
+        RefusedPod(
+            str(r.gpu),
+            r.pod,
+            r.pod_class.value,
+            r.origin.label,
+            r.reason,
+            r.message,
+            *names.get(r.pod, ("", "")),
+        )
         for r in desired.refused.values()
     ]
     refused += [
         RefusedPod("none", path, "unknown", "annotations", "unreadable", message)
         for path, message in desired.annotations.errors.items()
+    ]
+    refused += [
+        RefusedPod(
+            "none", pod, "unknown", source.name, "unreadable", message, *names.get(pod, ("", ""))
+        )
+        for source in desired.sources
+        for pod, message in source.problems().items()
     ]
     return tuple(sorted(refused, key=lambda r: (r.gpu, r.pod)))

@@ -13,6 +13,7 @@ import typer
 
 from qpolicy import __version__
 from qpolicy.cli import daemon, doctor, errors, policy, simulate, status, trace
+from qpolicy.cli.kube import kube_app
 from qpolicy.cli.pod import pod_app
 
 app = typer.Typer(
@@ -55,6 +56,7 @@ app.command("status")(status.status)
 app.command("trace")(trace.trace)
 app.command("daemon")(daemon.daemon)
 app.command("doctor")(doctor.doctor)
+app.add_typer(kube_app, name="kube")
 
 # Simulation.
 app.command("sim")(simulate.sim)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import signal
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,8 +23,13 @@ from qpolicy.backends.choice import (
 )
 from qpolicy.cli.simulate import load_scenario_argument, sim_backend
 from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode, install_signal_handlers
-from qpolicy.errors import ValidationError
+from qpolicy.desired.source import PodSource
+from qpolicy.errors import QPolicyError, ValidationError
+from qpolicy.kube.podresources import DEFAULT_SOCKET, PodResourcesClient
+from qpolicy.kube.policy import parse_configmap_ref
+from qpolicy.kube.source import KubernetesSource, api_client
 from qpolicy.state import default_state_dir
+from qpolicy.telemetry.cgroups import cgroup2_mount
 from qpolicy.telemetry.exporter import DEFAULT_METRICS_ADDR, parse_metrics_addr
 
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
@@ -60,6 +68,21 @@ class _JsonLines(logging.Formatter):
         if record.exc_info:
             line["traceback"] = self.formatException(record.exc_info)
         return json.dumps(line)
+
+
+def _mount(explicit: Path | None) -> Callable[[], Path | None]:
+    """The cgroup v2 mount, looked up once it is first asked for."""
+    found: list[Path] = []
+
+    def root() -> Path | None:
+        if explicit is not None:
+            return explicit
+        if not found:
+            with contextlib.suppress(QPolicyError):
+                found.append(cgroup2_mount())
+        return found[0] if found else None
+
+    return root
 
 
 def _say(message: str, level: int = logging.WARNING) -> None:
@@ -128,6 +151,58 @@ def daemon(
         bool,
         typer.Option("--json", help="Log one JSON object per line instead of text (stderr)."),
     ] = False,
+    kubernetes: Annotated[
+        bool,
+        typer.Option(
+            "--kubernetes",
+            help="Govern the pods of this node from the API server: their qpolicy.io/* "
+            "annotations (and TKE, HAMi and Koordinator keys), cgroups found on disk, GPUs from "
+            "the kubelet's pod-resources socket. `qpolicy kube explain` shows what a pod gets.",
+        ),
+    ] = False,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig",
+            metavar="FILE",
+            help="With --kubernetes: reach the API server through this kubeconfig (development); "
+            "default: the pod's service account.",
+        ),
+    ] = None,
+    node_name: Annotated[
+        str | None,
+        typer.Option(
+            "--node-name",
+            metavar="NODE",
+            envvar="NODE_NAME",
+            help="With --kubernetes: this node's name (the DaemonSet sets NODE_NAME).",
+        ),
+    ] = None,
+    policy_configmap: Annotated[
+        str | None,
+        typer.Option(
+            "--policy-configmap",
+            metavar="NAMESPACE/NAME",
+            help="With --kubernetes: per-GPU policies from this ConfigMap, the key named by the "
+            "node's label qpolicy.io/config, else `default` (watched: an edit applies at once).",
+        ),
+    ] = None,
+    pod_resources: Annotated[
+        Path,
+        typer.Option(
+            "--pod-resources",
+            metavar="SOCKET",
+            help="With --kubernetes: the kubelet's pod-resources socket.",
+        ),
+    ] = DEFAULT_SOCKET,
+    cgroup_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--cgroup-root",
+            metavar="DIR",
+            help="Where the cgroup v2 hierarchy is (default: its mount in /proc/self/mounts).",
+        ),
+    ] = None,
     probe: Annotated[
         str | None,
         typer.Option(
@@ -156,6 +231,19 @@ def daemon(
     speed_x = _parse_positive(speed, "speed")
     turn_ms = _parse_number(min_turn_ms, "minimum turn", 0, 10_000)
     probe_mode = None if probe is None else ProbeMode.parse(probe)
+    if not kubernetes:
+        for name, value in (
+            ("--kubeconfig", kubeconfig),
+            ("--policy-configmap", policy_configmap),
+        ):
+            if value is not None:
+                raise ValidationError(f"{name} is for --kubernetes")
+    configmap = None if policy_configmap is None else parse_configmap_ref(policy_configmap)
+    if kubernetes and not (node_name or "").strip():
+        raise ValidationError(
+            "--kubernetes needs this node's name: --node-name NODE or the NODE_NAME environment "
+            "variable (the DaemonSet sets it from spec.nodeName)"
+        )
     if scenario is not None and kind not in (EnforcerKind.SIM, EnforcerKind.AUTO):
         raise ValidationError(f"--scenario is for --enforcer sim, not {kind.value}")
     chosen = choose_enforcer(kind, kubernetes=in_kubernetes())
@@ -178,12 +266,26 @@ def daemon(
             f"--probe {probe_mode.value}: the rm enforcer learns tenants' RM handles from the "
             "probe; it needs --probe on"
         )
+    if cgroup_root is not None and not cgroup_root.is_dir():
+        raise ValidationError(f"invalid --cgroup-root {str(cgroup_root)!r}: not a directory")
     config = DaemonConfig(
         state_dir=default_state_dir(),
         metrics_addr=None if no_metrics else metrics_addr,
         tick_s=tick_s,
         probe=probe_mode,
+        cgroup_root=cgroup_root,
     )
+    sources: tuple[PodSource, ...] = ()
+    kube: KubernetesSource | None = None
+    if kubernetes:
+        kube = KubernetesSource(
+            api_client(kubeconfig),
+            (node_name or "").strip(),
+            cgroup_root=_mount(cgroup_root),
+            policy_configmap=configmap,
+            pod_resources=PodResourcesClient(pod_resources),
+        )
+        sources = (kube,)
     # The enforcers report what they could not do (a process gone, a control refused) through
     # logging; a daemon's stderr is its journal.
     stamp = "%(relativeCreated)10.1f ms " if level == logging.DEBUG else ""
@@ -200,8 +302,15 @@ def daemon(
         signal.signal(signum, lambda number, frame: early.append(number))
     if chosen.reason is not None:
         _say(f"--enforcer auto: {chosen.reason}")
-    agent = Daemon(config, factory)
+    agent = Daemon(config, factory, sources=sources)
     install_signal_handlers(agent)
+    if kube is not None:
+        kube.start()
+        _say(
+            f"watching the pods of node {kube.node}"
+            + (f", policy from ConfigMap {'/'.join(configmap)}" if configmap else ""),
+            logging.INFO,
+        )
     if early:
         agent.stop()
     if agent.probe_error is not None:

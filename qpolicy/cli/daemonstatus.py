@@ -58,8 +58,11 @@ def render(doc: dict[str, Any]) -> None:
         table.columns[0].overflow = "fold"
         for pod in pods:
             planned = pod.get("planned_share")
+            name = str(pod.get("id"))
+            if pod.get("name"):  # a Kubernetes pod: as kubectl names it, then its cgroup
+                name = f"{pod.get('namespace')}/{pod['name']} ({name})"
             table.add_row(
-                escape(str(pod.get("id"))),
+                escape(name),
                 str(pod.get("gpu")),
                 str(pod.get("class")),
                 f"{pod.get('gpu_time_s', 0):.1f} s",

@@ -32,6 +32,11 @@ class PodSource(Protocol):
     """Pods from elsewhere (Kubernetes): polled from the daemon's loop thread, never blocking."""
 
     @property
+    def name(self) -> str:
+        """The source's name in metrics (``qpolicy_<name>_up``) and ``qpolicy status``."""
+        ...
+
+    @property
     def up(self) -> bool: ...
 
     def refresh(self) -> bool:
@@ -46,6 +51,18 @@ class PodSource(Protocol):
 
     def refused(self, refusals: Mapping[str, Refusal]) -> None:
         """Told which of its pods admission refused, after each admission."""
+        ...
+
+    def names(self) -> Mapping[str, tuple[str, str]]:
+        """Pod id -> (namespace, name) where the pod is a Kubernetes pod (for metrics)."""
+        ...
+
+    def problems(self) -> Mapping[str, str]:
+        """Pod id -> why the pod's own settings could not be taken (a bad value)."""
+        ...
+
+    def close(self) -> None:
+        """Stop whatever runs in the background."""
         ...
 
 
@@ -120,6 +137,13 @@ class DesiredSource:
         self.state, self.refused = admitted.state, admitted.refused
         for source, own_ids in zip(self.sources, asked, strict=True):
             source.refused({p: r for p, r in self.refused.items() if p in own_ids})
+
+    def names(self) -> dict[str, tuple[str, str]]:
+        """Pod id -> (namespace, name) of the Kubernetes pods among the sources' pods."""
+        merged: dict[str, tuple[str, str]] = {}
+        for source in reversed(self.sources):
+            merged.update(source.names())
+        return merged
 
     def _seen(self, pod: str, now: float) -> float:
         return self._first_seen.setdefault(pod, now)

@@ -3,8 +3,13 @@
 A custom collector, as the Prometheus guidelines ask of exporters that mirror another system's
 state: nothing is cached between scrapes, so a pod that is gone has no series left. Names follow
 the conventions: ``qpolicy_`` prefix, base units (seconds, bytes, ratios), ``_total`` counters.
-Labels: ``gpu``, ``pod`` (cgroup path or pod name) and ``class`` (online, offline, or unmanaged for
-cgroups no pod spec covers).
+Labels: ``gpu``, ``namespace``, ``pod``, ``container`` and ``class`` (online, offline, or unmanaged
+for cgroups no pod spec covers). Where a pod came from Kubernetes, ``namespace`` and ``pod`` are its
+namespace and name, as kube-state-metrics and the kubelet's cAdvisor write them, so that qpolicy's
+series join the cluster's; elsewhere ``namespace`` is empty and ``pod`` is qpolicy's pod id (a
+cgroup path, or a simulated pod's name). ``container`` is empty: every series is per pod. The empty
+labels are written on purpose: under ``honor_labels`` (the ServiceMonitor's), Prometheus then
+leaves them off rather than filling in the scraped agent's own namespace, pod and container.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from qpolicy.errors import QPolicyError, ValidationError
 from qpolicy.telemetry.view import Histogram, NodeView, PodView
 
-POD_LABELS = ("gpu", "pod", "class")
-SOURCES = ("state", "probe", "enforcer", "nvml")
+POD_LABELS = ("gpu", "namespace", "pod", "container", "class")
+SOURCES = ("state", "kubernetes", "probe", "enforcer", "nvml")
 # Not dcgm-exporter's 9400, which runs on most GPU nodes; nor node_exporter's 9100, HAMi's
 # 31992/31993 or the kubelet's and kube-proxy's 10249-10256.
 DEFAULT_METRICS_PORT = 9402
@@ -40,7 +45,7 @@ DEFAULT_METRICS_ADDR = f"127.0.0.1:{DEFAULT_METRICS_PORT}"
 
 
 def _labels(pod: PodView) -> list[str]:
-    return [pod.gpu, pod.pod, pod.pod_class]
+    return [pod.gpu, pod.namespace, pod.name or pod.pod, "", pod.pod_class]
 
 
 def _histogram(name: str, doc: str, labels: tuple[str, ...]) -> HistogramMetricFamily:
@@ -71,10 +76,11 @@ class NodeCollector(Collector):
             "A pod the node did not take on, or whose change it refused (1); the reason says why "
             "(oversubscribed, no-share, unenforceable, nested, unreadable) and the daemon's log "
             "and `qpolicy status` give the whole message.",
-            labels=["gpu", "pod", "class", "source", "reason"],
+            labels=[*POD_LABELS, "source", "reason"],
         )
         for pod in view.refused:
-            refused.add_metric([pod.gpu, pod.pod, pod.pod_class, pod.source, pod.reason], 1.0)
+            labels = [pod.gpu, pod.namespace, pod.name or pod.pod, "", pod.pod_class]
+            refused.add_metric([*labels, pod.source, pod.reason], 1.0)
         yield refused
         if view.probe_lost_events is not None:
             lost = CounterMetricFamily(

@@ -119,6 +119,9 @@ class PodView:
     memory_limit: int | None
     activity: DriverActivity
     enforcement: Enforcement
+    #: Where the pod is a Kubernetes pod: its namespace and name (empty otherwise).
+    namespace: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,8 @@ class RefusedPod:
     source: str  # state file, kubernetes, annotations
     reason: str  # a short code: oversubscribed, no-share, unenforceable, nested, unreadable
     message: str
+    namespace: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -356,6 +356,10 @@ def exporter(tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return addr
 
 
+# The labels the Prometheus Operator gives an agent's target (tools/deploy/kubernetes).
+AGENT_TARGET = {"namespace": "qpolicy-system", "pod": "qpolicy-agent-x7k2p", "container": "agent"}
+
+
 @pytest.fixture
 def prometheus_binary() -> str:
     if not Path(PROMETHEUS).exists():
@@ -384,7 +388,10 @@ def prometheus(
                         "job_name": "qpolicy",
                         "scrape_interval": "1s",
                         "scrape_timeout": "1s",
-                        "static_configs": [{"targets": [exporter]}],
+                        # As the ServiceMonitor scrapes it: the target carries the agent's own
+                        # namespace, pod and container, and qpolicy's labels are honored.
+                        "honor_labels": True,
+                        "static_configs": [{"targets": [exporter], "labels": AGENT_TARGET}],
                     }
                 ],
             }
@@ -503,3 +510,20 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(prometheus: s
         pending = still
         time.sleep(1)
     assert not failures, "\n".join(f"{key}\n    -> {why}" for key, why in failures.items())
+
+
+@pytest.mark.prometheus
+def test_pod_labels_survive_the_scrape_as_the_service_monitor_scrapes(prometheus: str) -> None:
+    """qpolicy's namespace, pod and container labels win over the target's (honor_labels), and
+    the empty ones it writes for pods that are not Kubernetes pods stay empty: Prometheus does not
+    fill in the scraped agent's own namespace, pod and container."""
+    query = {"query": 'qpolicy_share_target_ratio{job="qpolicy"}'}
+    rows = get_json(f"{prometheus}/api/v1/query", query)["data"]["result"]
+    assert rows
+    for row in rows:
+        labels = row["metric"]
+        assert labels["pod"] in ("train-a", "train-b", "infer"), labels
+        assert "namespace" not in labels and "container" not in labels, labels
+    # The target's labels are still on the scrape's own series.
+    up = get_json(f"{prometheus}/api/v1/query", {"query": 'up{job="qpolicy"}'})["data"]["result"]
+    assert up and up[0]["metric"]["namespace"] == "qpolicy-system"

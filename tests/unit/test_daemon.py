@@ -234,7 +234,10 @@ def test_daemon_serves_metrics_and_stops_cleanly_on_sigterm(tmp_path: Path) -> N
                 break
             except OSError:
                 time.sleep(0.2)
-        assert 'qpolicy_share_target_ratio{class="offline",gpu="0",pod="train-a"} 0.5' in body
+        assert (
+            'qpolicy_share_target_ratio{class="offline",container="",gpu="0",namespace="",'
+            'pod="train-a"} 0.5' in body
+        )
         assert "qpolicy_enforcer_up 1.0" in body
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)

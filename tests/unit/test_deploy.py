@@ -292,11 +292,6 @@ def test_daemonset_command_and_metrics_port_agree() -> None:
     assert the("Service", AGENT)["spec"]["clusterIP"] == "None"
 
 
-@pytest.mark.xfail(
-    reason="`qpolicy daemon` has no --kubernetes and --policy-configmap yet (the Kubernetes "
-    "source of the issue): the DaemonSet names them ahead of the daemon",
-    strict=True,
-)
 def test_daemonset_command_uses_only_daemon_options() -> None:
     daemon = typer.main.get_command(app).commands["daemon"]  # type: ignore[attr-defined]
     known = {opt for param in daemon.params for opt in param.opts}
@@ -488,9 +483,16 @@ def rule_tests() -> list[dict[str, Any]]:
         "alert_rule_test": [alert("QpolicyPodBelowShare", "30m", [])],
     }
     refused_labels = f'{LABELS}, source="annotations", reason="oversubscribed"'
+    kube_labels = (
+        'instance="gpu-node-1", gpu="0", namespace="ml", pod="infer-0", container="", '
+        'class="online", source="kubernetes", reason="no-share"'
+    )
     refused = {
         "interval": "1m",
-        "input_series": [{"series": f"qpolicy_pod_refused{{{refused_labels}}}", "values": "1x20"}],
+        "input_series": [
+            {"series": f"qpolicy_pod_refused{{{refused_labels}}}", "values": "1x20"},
+            {"series": f"qpolicy_pod_refused{{{kube_labels}}}", "values": "1x20"},
+        ],
         "alert_rule_test": [
             alert("QpolicyPodRefused", "3m", []),
             alert(
@@ -508,11 +510,30 @@ def rule_tests() -> list[dict[str, Any]]:
                         "exp_annotations": {
                             "summary": "qpolicy refused a GPU pod",
                             "description": "qpolicy on gpu-node-1 refused pod "
-                            "/kubepods.slice/train on GPU 0 (oversubscribed, from its "
+                            "/kubepods.slice/train on GPU 0 (oversubscribed, from "
                             "annotations): `kubectl describe pod` and `qpolicy status` on the "
                             "node say why.",
                         },
-                    }
+                    },
+                    {
+                        # A Kubernetes pod: named namespace/name, as kubectl names it.
+                        "exp_labels": {
+                            "instance": "gpu-node-1",
+                            "gpu": "0",
+                            "namespace": "ml",
+                            "pod": "infer-0",
+                            "class": "online",
+                            "source": "kubernetes",
+                            "reason": "no-share",
+                            "severity": "warning",
+                        },
+                        "exp_annotations": {
+                            "summary": "qpolicy refused a GPU pod",
+                            "description": "qpolicy on gpu-node-1 refused pod ml/infer-0 on GPU "
+                            "0 (no-share, from kubernetes): `kubectl describe pod` and "
+                            "`qpolicy status` on the node say why.",
+                        },
+                    },
                 ],
             ),
         ],

@@ -128,6 +128,8 @@ def test_a_corrupt_state_file_is_logged_once_and_the_last_good_state_kept(
 class FakeKube:
     """A pod source the way Kubernetes feeds one."""
 
+    name = "kubernetes"
+
     def __init__(self, pods: list[Candidate]) -> None:
         self.pods = pods
         self.told: list[Mapping[str, Refusal]] = []
@@ -149,6 +151,15 @@ class FakeKube:
 
     def refused(self, refusals: Mapping[str, Refusal]) -> None:
         self.told.append(refusals)
+
+    def names(self) -> Mapping[str, tuple[str, str]]:
+        return {c.spec.id: ("ml", c.spec.id.rsplit("/", 1)[-1]) for c in self.pods}
+
+    def problems(self) -> Mapping[str, str]:
+        return {}
+
+    def close(self) -> None:
+        pass
 
 
 def test_another_source_is_admitted_with_its_gpu_policies_and_told_what_was_refused(

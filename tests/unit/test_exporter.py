@@ -48,6 +48,10 @@ def pod(name: str, pod_class: str = "offline", *, limit: int | None = None) -> P
     )
 
 
+GPU_TIME_LINE = (
+    'qpolicy_gpu_time_seconds_total{class="offline",container="",gpu="0",namespace="",'
+    'pod="train"} 12.5'
+)
 VIEW = NodeView(
     pods=(pod("/kubepods/web", "online", limit=8 << 30), pod("train")),
     gpus=(GpuView("0", "burst-share", 0.05, 0.97),),
@@ -81,13 +85,20 @@ def test_counters_gauges_and_their_labels() -> None:
     gpu_time = samples(families, "qpolicy_gpu_time_seconds")
     assert (
         "qpolicy_gpu_time_seconds_total",
-        {"gpu": "0", "pod": "train", "class": "offline"},
+        {"gpu": "0", "namespace": "", "pod": "train", "container": "", "class": "offline"},
         12.5,
     ) in gpu_time
     ioctls = samples(families, "qpolicy_ioctls")
     assert (
         "qpolicy_ioctls_total",
-        {"gpu": "0", "pod": "train", "class": "offline", "escape": "RM_ALLOC"},
+        {
+            "gpu": "0",
+            "namespace": "",
+            "pod": "train",
+            "container": "",
+            "class": "offline",
+            "escape": "RM_ALLOC",
+        },
         7.0,
     ) in ioctls
 
@@ -158,7 +169,7 @@ def test_serving_over_http() -> None:
         url = f"http://127.0.0.1:{server.port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             body = response.read().decode()
-        assert 'qpolicy_gpu_time_seconds_total{class="offline",gpu="0",pod="train"} 12.5' in body
+        assert GPU_TIME_LINE in body
         current["view"] = NodeView()
         with urllib.request.urlopen(url, timeout=5) as response:
             assert "qpolicy_gpu_time_seconds_total{" not in response.read().decode()
@@ -192,9 +203,7 @@ def test_gzip_and_openmetrics_as_prometheus_asks() -> None:
                 assert response.headers["Content-Type"].startswith("application/openmetrics-text")
                 text = gzip.decompress(response.read()).decode()
             assert text.rstrip().endswith("# EOF")
-            assert (
-                'qpolicy_gpu_time_seconds_total{class="offline",gpu="0",pod="train"} 12.5' in text
-            )
+            assert GPU_TIME_LINE in text
         with pytest.raises(urllib.error.HTTPError, match="404"):
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/other", timeout=5)
     finally:
@@ -222,7 +231,9 @@ def test_refused_pods_lost_events_and_ungoverned_processes_are_exported() -> Non
             "qpolicy_pod_refused",
             {
                 "gpu": "0",
+                "namespace": "",
                 "pod": "/kubepods/b",
+                "container": "",
                 "class": "online",
                 "source": "annotations",
                 "reason": "oversubscribed",
@@ -234,3 +245,31 @@ def test_refused_pods_lost_events_and_ungoverned_processes_are_exported() -> Non
     assert samples(families, "qpolicy_unenforced_processes")[0][2] == 2
     # No probe: no lost-events series at all (not a zero that reads as "nothing lost").
     assert "qpolicy_probe_lost_events" not in scrape(NodeView())
+
+
+def test_kubernetes_pods_carry_their_namespace_and_name_to_join_the_clusters_series() -> None:
+    from dataclasses import replace
+
+    from qpolicy.telemetry.view import RefusedPod
+
+    cgroup = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice"
+    kube = replace(pod(cgroup, "online"), namespace="ml", name="infer-0")
+    view = NodeView(
+        pods=(kube, pod("/kubepods/other")),
+        refused=(
+            RefusedPod("0", "/kubepods/x", "offline", "kubernetes", "no-share", "...", "ml", "x"),
+        ),
+    )
+    families = scrape(view)
+    rows = {labels["pod"]: labels for _, labels, _ in samples(families, "qpolicy_gpu_time_seconds")}
+    assert rows["infer-0"] == {
+        "gpu": "0",
+        "namespace": "ml",
+        "pod": "infer-0",
+        "container": "",
+        "class": "online",
+    }
+    # Not from Kubernetes: empty namespace and container, the pod id as the pod.
+    assert rows["/kubepods/other"]["namespace"] == "" and rows["/kubepods/other"]["container"] == ""
+    ((_, refused, _),) = samples(families, "qpolicy_pod_refused")
+    assert (refused["namespace"], refused["pod"], refused["source"]) == ("ml", "x", "kubernetes")

@@ -33,6 +33,10 @@ LAYERS = {
     "qpolicy.control": 5,
     "qpolicy.enforcers": 6,
     "qpolicy.desired": 7,
+    # Kubernetes pods: derivation, cgroups, pod-resources, policy. Its pod source hands
+    # candidates to admission (qpolicy.desired), so it sits a layer above it.
+    "qpolicy.kube": 7,
+    "qpolicy.kube.source": 8,
     "qpolicy.backends": 8,
     "qpolicy.doctor": 8,
     "qpolicy.node": 9,
