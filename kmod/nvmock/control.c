@@ -77,6 +77,18 @@ static u32 channel_gpfifo_schedule(const struct nvmock_caller *caller,
 	return status;
 }
 
+/*
+ * SET_TIMESLICE and GET_TIMESLICE (580.142, src/nvidia/src/kernel/gpu/fifo/
+ * kernel_channel_group_api.c). On a GSP GPU kchangrpapiCtrlCmdSetTimeslice sends the control to
+ * GSP first and, only if GSP answers NV_OK, keeps the value in the TSG's KernelChannelGroup
+ * (timesliceUs); kchangrpapiCtrlCmdGetTimeslice answers that kept value without asking GSP: the
+ * default given at construction (kchangrpConstruct in kernel_channel_group.c:
+ * kfifoChannelGroupGetDefaultTimeslice, 1024 us from Volta on) or the last value set. nvmock
+ * keeps the value per TSG the same way and its engine runs the TSG for that long. What GSP
+ * checks and programs into the runlist is in its firmware, not published: the range nvmock
+ * refuses (0, more than 10^9 us) is its own guess, and the engine acts as the H100 measured
+ * (docs/gpu-measurements.md), not as GSP is known to.
+ */
 static u32 tsg_set_timeslice(const struct nvmock_caller *caller, struct nvmock_object *obj,
 			     void *params)
 {

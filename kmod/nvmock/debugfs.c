@@ -8,6 +8,9 @@
  *			pRightsRequested, paramsSize and flags as read, the status written back
  *   kapi_fail		write a class number: the next kernel ALLOC of it fails with
  *			NV_ERR_INSUFFICIENT_RESOURCES (a test's fault, not the driver's behaviour)
+ *   kapi_fail_control	write a control command and a count ("0xa06c0103 2"): the next
+ *			that many kernel CONTROLs of it fail with NV_ERR_INVALID_STATE (a test's
+ *			fault); a count of 0 disarms it
  *   gpuN/engine	context switches, time spent switching and running
  *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
  *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels
@@ -163,6 +166,33 @@ static const struct file_operations kapi_fail_fops = {
 	.llseek = noop_llseek,
 };
 
+static ssize_t kapi_fail_control_write(struct file *file, const char __user *buf, size_t count,
+				       loff_t *ppos)
+{
+	char text[32];
+	u32 cmd, n;
+
+	if (!count || count >= sizeof(text))
+		return -EINVAL;
+	if (copy_from_user(text, buf, count))
+		return -EFAULT;
+	text[count] = '\0';
+	if (sscanf(text, "%i %u", &cmd, &n) != 2)
+		return -EINVAL;
+	mutex_lock(&nvmock_lock);
+	nvmock_kapi.fail_cmd = cmd;
+	nvmock_kapi.fail_controls = n;
+	mutex_unlock(&nvmock_lock);
+	return count;
+}
+
+static const struct file_operations kapi_fail_control_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = kapi_fail_control_write,
+	.llseek = noop_llseek,
+};
+
 static ssize_t reset_write(struct file *file, const char __user *buf, size_t count,
 			   loff_t *ppos)
 {
@@ -186,6 +216,7 @@ void nvmock_debugfs_init(void)
 	debugfs_create_file("objects", 0444, root, NULL, &objects_fops);
 	debugfs_create_file("kapi", 0444, root, NULL, &kapi_fops);
 	debugfs_create_file("kapi_fail", 0200, root, NULL, &kapi_fail_fops);
+	debugfs_create_file("kapi_fail_control", 0200, root, NULL, &kapi_fail_control_fops);
 	for (i = 0; i < nvmock_num_gpus; i++) {
 		struct nvmock_gpu *gpu = &nvmock_gpus[i];
 		char name[16];

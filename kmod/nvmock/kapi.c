@@ -132,7 +132,16 @@ static void op_free(struct nvos00_params *p)
 static void op_control(struct nvos54_params *p)
 {
 	nvmock_kapi.controls++;
-	p->status = nvmock_rm_control(&kernel, p, true);
+	/*
+	 * Not the driver's: a test asked for this control to fail, as one that goes to GSP can
+	 * (NV_ERR_INVALID_STATE is among SET_TIMESLICE's documented answers, ctrla06c.h).
+	 */
+	if (nvmock_kapi.fail_controls && p->cmd == nvmock_kapi.fail_cmd) {
+		nvmock_kapi.fail_controls--;
+		p->status = NV_ERR_INVALID_STATE;
+	} else {
+		p->status = nvmock_rm_control(&kernel, p, true);
+	}
 	record(NVRM_KERNEL_OP_CONTROL, p->cmd, 0, p->paramsSize, p->flags, p->status);
 }
 

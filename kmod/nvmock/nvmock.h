@@ -259,6 +259,9 @@ struct nvmock_kapi_stats {
 	/* A test's fault: the next kernel ALLOC of this class fails (debugfs "kapi_fail"). */
 	bool fail_armed;
 	u32 fail_class;
+	/* A test's fault: the next fail_controls kernel CONTROLs of this command fail. */
+	u32 fail_controls;
+	u32 fail_cmd;
 };
 
 extern struct nvmock_kapi_stats nvmock_kapi;

@@ -76,7 +76,8 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 	struct qgpu_cg *cg;
 	struct rm_alloc a;
 	u64 bytes = 0, cg_id;
-	bool refused = false, ok;
+	bool refused = false, ok, kick = false;
+	struct qgpu_obj *obj;
 	long ret;
 
 	if (read_alloc(uarg, size, &a))
@@ -122,13 +123,17 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 	mutex_lock(&qgpu_lock);
 	cg = qgpu_cg_get(cg_id, true);
 	if (ok && cg) {
-		qgpu_track_alloc(cg, file, a.hroot, a.hparent, a.hnew, a.hclass, device_index,
-				 bytes);
+		obj = qgpu_track_alloc(cg, file, a.hroot, a.hparent, a.hnew, a.hclass,
+				       device_index, bytes);
+		/* A gated cgroup's new TSG: its timeslice may be qgpu's (timeslice.c). */
+		kick = obj && obj->kind == QGPU_OBJ_TSG && cg->configured;
 	} else if (cg) {
 		cg->mem_used -= bytes;
 		qgpu_cg_put_if_unused(cg);
 	}
 	mutex_unlock(&qgpu_lock);
+	if (kick)
+		qgpu_timeslice_kick();
 	return ret;
 }
 
@@ -151,7 +156,8 @@ static long rm_free(long (*orig)(struct file *, unsigned int, unsigned long), st
  * What the tenant guard does with a gated cgroup's own scheduling control: pass it, swallow it
  * (answered NV_OK, not carried out) or refuse it. CUDA sends GPFIFO_SCHEDULE(enable) and one
  * SET_TIMESLICE while it sets up a context and treats a failure as fatal; enabling does not
- * undo qgpu's FIFO_DISABLE_CHANNELS, and the timeslice stays qgpu's.
+ * undo qgpu's FIFO_DISABLE_CHANNELS, and the timeslice stays qgpu's: the value asked for becomes
+ * the TSG's own, which qgpu restores when it lets go of the TSG (timeslice.c).
  *
  * CUDA also sends one GR_SET_CTXSW_PREEMPTION_MODE then: CILP for compute, on its TSG (the H200
  * trace, qpolicy/nvrm/data/h200-pytorch-matmul.jsonl.gz). CILP is the finest preemption there
@@ -194,6 +200,27 @@ static enum verdict tenant_verdict(const struct nvos54_params *p)
 	}
 }
 
+/*
+ * A tenant's SET_TIMESLICE that RM carried out: the TSG's own from now on, and whatever qgpu had
+ * set there is gone (a request sent just before its cgroup was configured can land after qgpu's).
+ */
+static void timeslice_carried_out(struct file *file, void __user *uarg,
+				  const struct nvos54_params *p, u64 us)
+{
+	u32 __user *ustatus = (u32 __user *)((u8 __user *)uarg +
+					     offsetof(struct nvos54_params, status));
+	bool tracked;
+	u32 status;
+
+	if (get_user(status, ustatus) || status != NV_OK)
+		return;
+	mutex_lock(&qgpu_lock);
+	tracked = qgpu_timeslice_tenant(file, p->hClient, p->hObject, us, true);
+	mutex_unlock(&qgpu_lock);
+	if (tracked)
+		qgpu_timeslice_kick();
+}
+
 static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 		       struct file *file, unsigned int cmd, unsigned long arg, void __user *uarg,
 		       u32 size)
@@ -201,24 +228,35 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 	struct nvos54_params p;
 	enum verdict verdict;
 	struct qgpu_cg *cg;
-	bool gated;
-	u64 id;
+	bool gated, timeslice;
+	u64 id, us = 0;
+	long ret;
 
 	if (size != sizeof(p) || copy_from_user(&p, uarg, sizeof(p)) ||
 	    !qgpu_scheduling_control(p.cmd))
 		return orig(file, cmd, arg);
+	/* A timeslice request's value, read once: the TSG's own from now on (timeslice.c). */
+	timeslice = p.cmd == NVA06C_CTRL_CMD_SET_TIMESLICE &&
+		    p.paramsSize == sizeof(struct nva06c_timeslice_params) &&
+		    !copy_from_user(&us, u64_to_user_ptr(p.params), sizeof(us));
 	id = qgpu_current_cgroup_id();
 	mutex_lock(&qgpu_lock);
 	cg = qgpu_cg_get(id, false);
 	gated = cg && cg->configured;
 	mutex_unlock(&qgpu_lock);
 	verdict = gated ? tenant_verdict(&p) : PASS;
-	if (verdict == PASS)
-		return orig(file, cmd, arg);
+	if (verdict == PASS) {
+		ret = orig(file, cmd, arg);
+		if (timeslice && !ret)
+			timeslice_carried_out(file, uarg, &p, us);
+		return ret;
+	}
 	mutex_lock(&qgpu_lock);
 	cg = qgpu_cg_get(id, false);
 	if (cg)
 		cg->denied++;
+	if (verdict == SWALLOW && timeslice)
+		qgpu_timeslice_tenant(file, p.hClient, p.hObject, us, false);
 	mutex_unlock(&qgpu_lock);
 	answer(uarg, offsetof(struct nvos54_params, status),
 	       verdict == SWALLOW ? NV_OK : NV_ERR_INSUFFICIENT_PERMISSIONS);

@@ -32,6 +32,7 @@ static int __init qgpu_init(void)
 	err = qgpu_sched_init();
 	if (err)
 		goto err_rmapi;
+	qgpu_timeslice_init();
 	err = qgpu_genl_init();
 	if (err)
 		goto err_sched;
@@ -51,6 +52,7 @@ err_genl:
 	qgpu_genl_exit();
 err_sched:
 	qgpu_sched_exit();
+	qgpu_timeslice_exit();
 err_rmapi:
 	qgpu_rmapi_exit();
 	qgpu_track_exit();
@@ -62,8 +64,13 @@ static void __exit qgpu_exit(void)
 	qgpu_hook_exit();
 	qgpu_sysfs_exit();
 	qgpu_genl_exit();
-	/* Schedulers reopen every channel they closed before the RM entry goes. */
+	/*
+	 * Schedulers reopen every channel they closed, and every TSG gets its own timeslice back,
+	 * before the RM entry goes. The schedulers first: they drop removed cgroups, which would
+	 * look at the timeslices again.
+	 */
 	qgpu_sched_exit();
+	qgpu_timeslice_exit();
 	qgpu_rmapi_exit();
 	qgpu_track_exit();
 }

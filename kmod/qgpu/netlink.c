@@ -10,6 +10,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/cgroup.h>
+#include <linux/lockdep.h>
 #include <linux/rwsem.h>
 #include <net/genetlink.h>
 
@@ -18,6 +19,12 @@
 static struct netlink_range_validation period_range = {
 	.min = QGPU_PERIOD_MIN_US,
 	.max = QGPU_PERIOD_MAX_US,
+};
+
+/* Past an s16: NLA_POLICY_MAX cannot carry it. */
+static struct netlink_range_validation timeslice_range = {
+	.min = 0,
+	.max = QGPU_TIMESLICE_MAX_US,
 };
 
 static const struct nla_policy qgpu_policy[QGPU_A_MAX + 1] = {
@@ -29,7 +36,9 @@ static const struct nla_policy qgpu_policy[QGPU_A_MAX + 1] = {
 	[QGPU_A_SHARE] = NLA_POLICY_RANGE(NLA_U32, 1, QGPU_SHARE_MAX),
 	[QGPU_A_MEM_LIMIT] = { .type = NLA_U64 },
 	[QGPU_A_PAD] = { .type = NLA_REJECT },
-	[QGPU_A_MEM_USED ... QGPU_A_MAX] = { .type = NLA_REJECT },
+	[QGPU_A_MEM_USED ... QGPU_A_SWITCHES] = { .type = NLA_REJECT },
+	[QGPU_A_OFFLINE_TIMESLICE_US] = NLA_POLICY_FULL_RANGE(NLA_U32, &timeslice_range),
+	[QGPU_A_ONLINE_TIMESLICE_US] = NLA_POLICY_FULL_RANGE(NLA_U32, &timeslice_range),
 };
 
 static struct genl_family qgpu_family;
@@ -48,14 +57,17 @@ static int gpu_set(struct sk_buff *skb, struct genl_info *info)
 {
 	struct nlattr **a = info->attrs;
 	int policy = -1, period = -1;
+	s64 offline_us = -1, online_us = -1;
 	u32 gpu;
 	int err;
 
 	err = need(info, QGPU_A_GPU);
 	if (err)
 		return err;
-	if (!a[QGPU_A_POLICY] && !a[QGPU_A_PERIOD_US]) {
-		NL_SET_ERR_MSG_MOD(info->extack, "nothing to set: give a policy or a period");
+	if (!a[QGPU_A_POLICY] && !a[QGPU_A_PERIOD_US] && !a[QGPU_A_OFFLINE_TIMESLICE_US] &&
+	    !a[QGPU_A_ONLINE_TIMESLICE_US]) {
+		NL_SET_ERR_MSG_MOD(info->extack,
+				   "nothing to set: give a policy, a period or timeslices");
 		return -EINVAL;
 	}
 	if (!qgpu_rmapi_available()) {
@@ -67,8 +79,16 @@ static int gpu_set(struct sk_buff *skb, struct genl_info *info)
 		policy = nla_get_u8(a[QGPU_A_POLICY]);
 	if (a[QGPU_A_PERIOD_US])
 		period = nla_get_u32(a[QGPU_A_PERIOD_US]);
+	if (a[QGPU_A_OFFLINE_TIMESLICE_US])
+		offline_us = nla_get_u32(a[QGPU_A_OFFLINE_TIMESLICE_US]);
+	if (a[QGPU_A_ONLINE_TIMESLICE_US])
+		online_us = nla_get_u32(a[QGPU_A_ONLINE_TIMESLICE_US]);
 	mutex_lock(&qgpu_lock);
-	err = qgpu_sched_set_gpu(gpu, policy, period);
+	/* The policy alone can be refused here; the timeslices were checked by the policy. */
+	if (policy >= 0 || period >= 0)
+		err = qgpu_sched_set_gpu(gpu, policy, period);
+	if (!err)
+		err = qgpu_timeslice_set(gpu, offline_us, online_us);
 	mutex_unlock(&qgpu_lock);
 	if (err) {
 		NL_SET_ERR_MSG_MOD(info->extack,
@@ -76,6 +96,8 @@ static int gpu_set(struct sk_buff *skb, struct genl_info *info)
 		return err;
 	}
 	qgpu_sched_kick(gpu);
+	if (offline_us >= 0 || online_us >= 0)
+		qgpu_timeslice_kick();
 	return 0;
 }
 
@@ -150,14 +172,19 @@ out:
 	qgpu_sched_kick(gpu);
 	if (old_gpu != gpu)
 		qgpu_sched_kick(old_gpu);
+	qgpu_timeslice_kick();
 	return 0;
 }
 
-/* Under qgpu_lock: the cgroup goes back to ungated; what it holds stays tracked. */
+/*
+ * Under qgpu_lock: the cgroup goes back to ungated; what it holds stays tracked. The caller
+ * kicks the scheduler and the timeslices once the lock is dropped.
+ */
 static u32 unconfigure(struct qgpu_cg *cg)
 {
 	u32 gpu = cg->gpu;
 
+	lockdep_assert_held(&qgpu_lock);
 	cg->configured = false;
 	cg->mem_limit = 0;
 	cg->open = true;
@@ -188,6 +215,7 @@ static int cgroup_del(struct sk_buff *skb, struct genl_info *info)
 		return err;
 	}
 	qgpu_sched_kick(gpu);
+	qgpu_timeslice_kick();
 	return 0;
 }
 
@@ -218,8 +246,10 @@ void qgpu_reap_cgroups(void)
 			}
 		}
 		mutex_unlock(&qgpu_lock);
-		if (gone)
+		if (gone) {
+			qgpu_timeslice_kick();
 			qgpu_event(QGPU_EVENT_CGROUP_GONE, ids[i], gpu);
+		}
 	}
 }
 
@@ -291,7 +321,11 @@ static int gpu_dump(struct sk_buff *skb, struct netlink_callback *cb)
 		    nla_put_u32(skb, QGPU_A_PERIOD_US, view.period_us) ||
 		    nla_put_u64_64bit(skb, QGPU_A_NR_PERIODS, view.nr_periods, QGPU_A_PAD) ||
 		    nla_put_u64_64bit(skb, QGPU_A_SWITCHES, view.switches, QGPU_A_PAD) ||
-		    nla_put_u8(skb, QGPU_A_ONLINE_BUSY, view.online_busy)) {
+		    nla_put_u8(skb, QGPU_A_ONLINE_BUSY, view.online_busy) ||
+		    nla_put_u32(skb, QGPU_A_OFFLINE_TIMESLICE_US,
+				view.timeslice_us[QGPU_CLASS_OFFLINE]) ||
+		    nla_put_u32(skb, QGPU_A_ONLINE_TIMESLICE_US,
+				view.timeslice_us[QGPU_CLASS_ONLINE])) {
 			genlmsg_cancel(skb, hdr);
 			break;
 		}

@@ -18,6 +18,7 @@
 #include "../uapi/qgpu.h"
 
 struct file;
+struct inode;
 struct page;
 
 extern struct mutex qgpu_lock;
@@ -71,6 +72,14 @@ struct qgpu_obj {
 	u64 bytes;			/* device memory */
 	bool enabled;			/* channel: as qgpu last left it (RM's default: on) */
 	struct page *userd;		/* channel: its mapped USERD page, referenced */
+
+	/* TSG: its timeslice (timeslice.c), in us */
+	u64 ts_own;			/* to restore; 0: not known yet */
+	u64 ts_set;			/* what qgpu set and has not restored; 0: none */
+	bool ts_owed;			/* ts_own was asked for while gated, not carried out */
+	u32 ts_gen;			/* bumped when a tenant's request changed RM's value */
+	u8 ts_failures;			/* RM errors in a row */
+	unsigned long ts_retry;		/* jiffies: not before, after an error */
 };
 
 struct qgpu_client {
@@ -112,8 +121,8 @@ void qgpu_cg_put_if_unused(struct qgpu_cg *cg);
 u64 qgpu_current_cgroup_id(void);
 struct qgpu_client *qgpu_client_find(u32 handle);
 struct qgpu_obj *qgpu_obj_find(struct qgpu_client *client, u32 handle);
-void qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient, u32 hparent,
-		      u32 hnew, u32 hclass, u32 device_index, u64 bytes);
+struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient,
+				  u32 hparent, u32 hnew, u32 hclass, u32 device_index, u64 bytes);
 void qgpu_track_free(u32 hclient, u32 hobject);
 void qgpu_track_file_released(struct file *file);
 void qgpu_track_mapping(struct file *file, u32 hclient, u32 hobject);
@@ -131,6 +140,8 @@ void qgpu_rmapi_gpu_close(u32 hclient);
 u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
 			    const u32 *clients, const u32 *channels, u32 n);
 u32 qgpu_rmapi_free(u32 hclient, u32 hobject);
+u32 qgpu_rmapi_get_timeslice(u32 hclient, u32 htsg, u64 *us);
+u32 qgpu_rmapi_set_timeslice(u32 hclient, u32 htsg, u64 us);
 
 /* sched.c */
 struct qgpu_gpu_view {
@@ -140,6 +151,7 @@ struct qgpu_gpu_view {
 	u64 switches;
 	bool online_busy;
 	bool running;
+	u32 timeslice_us[2];		/* by enum qgpu_class */
 };
 
 int qgpu_sched_init(void);
@@ -148,6 +160,15 @@ int qgpu_sched_set_gpu(u32 gpu, int policy, int period_us);
 void qgpu_sched_kick(u32 gpu);
 void qgpu_sched_view(u32 gpu, struct qgpu_gpu_view *view);
 int qgpu_sched_check_shares(u32 gpu, u8 policy, u64 skip_cg, u32 extra_share);
+
+/* timeslice.c */
+void qgpu_timeslice_init(void);
+void qgpu_timeslice_exit(void);
+void qgpu_timeslice_kick(void);
+u32 qgpu_timeslice_get(u32 gpu, u8 class);
+int qgpu_timeslice_set(u32 gpu, s64 offline_us, s64 online_us);
+bool qgpu_timeslice_tenant(struct file *file, u32 hclient, u32 hobject, u64 us,
+			   bool carried_out);
 
 /* netlink.c */
 int qgpu_genl_init(void);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * qgpu: the target driver's in-kernel RM entry, through which the schedulers open and close
- * channels as a kernel client (FIFO_DISABLE_CHANNELS, the lever that acts on GSP GPUs).
+ * channels as a kernel client (FIFO_DISABLE_CHANNELS, the lever that acts on GSP GPUs) and
+ * timeslice.c reads and sets the tenants' TSG timeslices (GET_TIMESLICE, SET_TIMESLICE).
  *
  * The entry is nvidia.ko's kernel-client interface, the one nvidia-modeset uses
  * (nvidia_get_rm_ops, declared in ../uapi/nvrm_kapi.h); nvmock exports the same. It is taken at run
@@ -195,21 +196,34 @@ void qgpu_rmapi_gpu_close(u32 hclient)
 		qgpu_rmapi_free(hclient, hclient);
 }
 
-u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
-			    const u32 *clients, const u32 *channels, u32 n)
+/*
+ * NV04_CONTROL takes NVOS54; params is a kernel pointer, used in place, and the answer is
+ * written back into it.
+ */
+static u32 rm_control(u32 hclient, u32 hobject, u32 cmd, void *params, u32 size)
 {
-	struct nv2080_fifo_disable_channels_params *p;
-	/* NV04_CONTROL takes NVOS54; params is a kernel pointer, used in place. */
 	struct nvrm_kernel_op call = {
 		.op = NVRM_KERNEL_OP_CONTROL,
 		.params.control = {
 			.hClient = hclient,
-			.hObject = hsubdevice,
-			.cmd = NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+			.hObject = hobject,
+			.cmd = cmd,
 			.flags = 0,
+			.params = (u64)(uintptr_t)params,
+			.paramsSize = size,
 			.status = NV_ERR_GENERIC,
 		},
 	};
+
+	rm_op(&call);
+	return call.params.control.status;
+}
+
+u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
+			    const u32 *clients, const u32 *channels, u32 n)
+{
+	struct nv2080_fifo_disable_channels_params *p;
+	u32 status;
 
 	if (!bound)
 		return NV_ERR_NOT_SUPPORTED;
@@ -222,9 +236,62 @@ u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
 	p->numChannels = n;
 	memcpy(p->hClientList, clients, n * sizeof(*clients));
 	memcpy(p->hChannelList, channels, n * sizeof(*channels));
-	call.params.control.params = (u64)(uintptr_t)p;
-	call.params.control.paramsSize = sizeof(*p);
-	rm_op(&call);
+	status = rm_control(hclient, hsubdevice, NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, p,
+			    sizeof(*p));
 	kfree(p);
-	return call.params.control.status;
+	return status;
+}
+
+/*
+ * The timeslice controls go to a tenant's own TSG, named by the tenant's client handle: a kernel
+ * caller is RS_PRIV_LEVEL_KERNEL with no client OS info (XlateUserModeArgsToSecInfo in
+ * src/nvidia/src/kernel/rmapi/entry_points.c), which rmclientValidate (src/nvidia/src/kernel/
+ * rmapi/client.c) lets reach any client. Numbers and the one-u64 parameter: 580.142's
+ * src/common/sdk/nvidia/inc/ctrl/ctrla06c.h (NVA06C_CTRL_TIMESLICE_PARAMS for both).
+ */
+
+/**
+ * qgpu_rmapi_get_timeslice() - read a TSG's timeslice (NVA06C_CTRL_CMD_GET_TIMESLICE)
+ * @hclient: the client the TSG belongs to (a tenant's)
+ * @htsg: the TSG (class KEPLER_CHANNEL_GROUP_A)
+ * @us: set to the timeslice in microseconds when RM answers NV_OK
+ *
+ * RM answers what it keeps for the TSG: its default or the value of the last SET_TIMESLICE it
+ * carried out (kchangrpapiCtrlCmdGetTimeslice in src/nvidia/src/kernel/gpu/fifo/
+ * kernel_channel_group_api.c). Process context: RM may sleep.
+ *
+ * Return: RM's status (NV_OK on success).
+ */
+u32 qgpu_rmapi_get_timeslice(u32 hclient, u32 htsg, u64 *us)
+{
+	struct nva06c_timeslice_params p = { 0 };
+	u32 status;
+
+	if (!bound)
+		return NV_ERR_NOT_SUPPORTED;
+	status = rm_control(hclient, htsg, NVA06C_CTRL_CMD_GET_TIMESLICE, &p, sizeof(p));
+	if (status == NV_OK)
+		*us = p.timesliceUs;
+	return status;
+}
+
+/**
+ * qgpu_rmapi_set_timeslice() - set a TSG's timeslice (NVA06C_CTRL_CMD_SET_TIMESLICE)
+ * @hclient: the client the TSG belongs to (a tenant's)
+ * @htsg: the TSG (class KEPLER_CHANNEL_GROUP_A)
+ * @us: the timeslice in microseconds
+ *
+ * On a GSP GPU RM sends the value to GSP first and keeps it only if GSP answers NV_OK
+ * (kchangrpapiCtrlCmdSetTimeslice in kernel_channel_group_api.c); what GSP programs is not
+ * published. Process context: RM may sleep.
+ *
+ * Return: RM's status (NV_OK on success).
+ */
+u32 qgpu_rmapi_set_timeslice(u32 hclient, u32 htsg, u64 us)
+{
+	struct nva06c_timeslice_params p = { .timesliceUs = us };
+
+	if (!bound)
+		return NV_ERR_NOT_SUPPORTED;
+	return rm_control(hclient, htsg, NVA06C_CTRL_CMD_SET_TIMESLICE, &p, sizeof(p));
 }

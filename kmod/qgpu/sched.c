@@ -520,4 +520,6 @@ void qgpu_sched_view(u32 gpu, struct qgpu_gpu_view *view)
 	view->switches = s->switches;
 	view->online_busy = s->online_busy;
 	view->running = !!s->thread;
+	view->timeslice_us[QGPU_CLASS_OFFLINE] = qgpu_timeslice_get(gpu, QGPU_CLASS_OFFLINE);
+	view->timeslice_us[QGPU_CLASS_ONLINE] = qgpu_timeslice_get(gpu, QGPU_CLASS_ONLINE);
 }

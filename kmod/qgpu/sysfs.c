@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * qgpu: /sys/kernel/qgpu, one value per file (see uapi/qgpu.h). A GPU's policy and period may
- * be written by root as well; anything else in a write is refused with -EINVAL.
+ * qgpu: /sys/kernel/qgpu, one value per file (see uapi/qgpu.h). A GPU's policy, period and
+ * timeslices may be written by root as well; anything else in a write is refused with -EINVAL.
  */
 #include <linux/capability.h>
 #include <linux/kobject.h>
@@ -168,16 +168,77 @@ static ssize_t online_busy_show(struct kobject *kobj, struct kobj_attribute *att
 	return err ? err : sysfs_emit(buf, "%d\n", view.online_busy);
 }
 
+static ssize_t timeslice_show(struct kobject *kobj, char *buf, u8 class)
+{
+	struct qgpu_gpu_view view;
+	int err = view_of(kobj, &view);
+
+	return err ? err : sysfs_emit(buf, "%u\n", view.timeslice_us[class]);
+}
+
+static ssize_t timeslice_store(struct kobject *kobj, const char *buf, size_t count, u8 class)
+{
+	int gpu = gpu_of(kobj);
+	unsigned int us;
+	int err;
+
+	if (kstrtouint(buf, 10, &us) || us > QGPU_TIMESLICE_MAX_US)
+		return -EINVAL;
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	if (gpu < 0)
+		return -ENODEV;
+	if (!qgpu_rmapi_available())
+		return -EOPNOTSUPP;
+	mutex_lock(&qgpu_lock);
+	/* s64: an unsigned us would turn the -1 (unchanged) into 2^32 - 1. */
+	err = qgpu_timeslice_set(gpu, class == QGPU_CLASS_OFFLINE ? (s64)us : -1,
+				 class == QGPU_CLASS_ONLINE ? (s64)us : -1);
+	mutex_unlock(&qgpu_lock);
+	if (err)
+		return err;
+	qgpu_timeslice_kick();
+	return count;
+}
+
+static ssize_t offline_timeslice_us_show(struct kobject *kobj, struct kobj_attribute *attr,
+					 char *buf)
+{
+	return timeslice_show(kobj, buf, QGPU_CLASS_OFFLINE);
+}
+
+static ssize_t offline_timeslice_us_store(struct kobject *kobj, struct kobj_attribute *attr,
+					  const char *buf, size_t count)
+{
+	return timeslice_store(kobj, buf, count, QGPU_CLASS_OFFLINE);
+}
+
+static ssize_t online_timeslice_us_show(struct kobject *kobj, struct kobj_attribute *attr,
+					char *buf)
+{
+	return timeslice_show(kobj, buf, QGPU_CLASS_ONLINE);
+}
+
+static ssize_t online_timeslice_us_store(struct kobject *kobj, struct kobj_attribute *attr,
+					 const char *buf, size_t count)
+{
+	return timeslice_store(kobj, buf, count, QGPU_CLASS_ONLINE);
+}
+
 static struct kobj_attribute policy_attr = __ATTR_RW(policy);
 static struct kobj_attribute period_us_attr = __ATTR_RW(period_us);
 static struct kobj_attribute nr_periods_attr = __ATTR_RO(nr_periods);
 static struct kobj_attribute online_busy_attr = __ATTR_RO(online_busy);
+static struct kobj_attribute offline_timeslice_us_attr = __ATTR_RW(offline_timeslice_us);
+static struct kobj_attribute online_timeslice_us_attr = __ATTR_RW(online_timeslice_us);
 
 static struct attribute *gpu_attrs[] = {
 	&policy_attr.attr,
 	&period_us_attr.attr,
 	&nr_periods_attr.attr,
 	&online_busy_attr.attr,
+	&offline_timeslice_us_attr.attr,
+	&online_timeslice_us_attr.attr,
 	NULL,
 };
 

@@ -9,6 +9,7 @@
  */
 #include <linux/cgroup.h>
 #include <linux/highmem.h>
+#include <linux/lockdep.h>
 #include <linux/mm.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
@@ -111,17 +112,33 @@ static struct qgpu_client *client_new(struct qgpu_cg *cg, struct file *file, u32
 	return client;
 }
 
-void qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient, u32 hparent,
-		      u32 hnew, u32 hclass, u32 device_index, u64 bytes)
+/**
+ * qgpu_track_alloc() - record what a successful RM_ALLOC made
+ * @cg: the cgroup that reserved @bytes for it (the owner of @hclient's client, if tracked)
+ * @file: the file it was allocated through
+ * @hclient: the client (hRoot)
+ * @hparent: its parent
+ * @hnew: its handle, as RM answered it
+ * @hclass: its class
+ * @device_index: for a device, the GPU it names
+ * @bytes: device memory reserved for it on @cg, given back if it is not kept
+ *
+ * Context: qgpu_lock held.
+ * Return: the object recorded, valid while qgpu_lock is held; NULL for a client or when there
+ * was no memory for the record.
+ */
+struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient,
+				  u32 hparent, u32 hnew, u32 hclass, u32 device_index, u64 bytes)
 {
 	struct qgpu_client *client;
 	struct qgpu_obj *obj, *parent;
 
+	lockdep_assert_held(&qgpu_lock);
 	if (is_client_class(hclass)) {
 		if (!qgpu_client_find(hnew) && client_new(cg, file, hnew))
-			return;
+			return NULL;
 		cg->mem_used -= bytes;
-		return;
+		return NULL;
 	}
 	client = qgpu_client_find(hclient);
 	/* A client from before qgpu was loaded: adopted by the cgroup that uses it now. */
@@ -130,7 +147,7 @@ void qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient, u32 hp
 	obj = client ? kzalloc(sizeof(*obj), GFP_KERNEL) : NULL;
 	if (!obj) {
 		cg->mem_used -= bytes;
-		return;
+		return NULL;
 	}
 	/* Charged to the client's cgroup; the caller reserved on the same one (owner_cg). */
 	obj->handle = hnew;
@@ -145,6 +162,7 @@ void qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient, u32 hp
 		client->cg->tsgs++;
 	else if (obj->kind == QGPU_OBJ_CHANNEL)
 		client->cg->channels++;
+	return obj;
 }
 
 static void obj_drop(struct qgpu_client *client, struct qgpu_obj *obj)

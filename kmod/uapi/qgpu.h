@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
 /*
- * qgpu.ko's user interface: the spec. qpolicy/enforcers/qgpu_uapi.py is the Python mirror and
+ * qgpu.ko's user interface: the spec. qpolicy/enforcers/kmod/uapi.py is the Python mirror and
  * tests/unit/test_qgpu_uapi.py keeps the two in agreement.
  *
  * Control is the generic netlink family "qgpu" (every command needs CAP_NET_ADMIN in the initial
@@ -14,10 +14,19 @@
  *   /sys/kernel/qgpu/cgroups          number of configured cgroups
  *   /sys/kernel/qgpu/gpuN/policy      best-effort | fixed-share | burst-share (root may write)
  *   /sys/kernel/qgpu/gpuN/period_us   scheduling period (root may write)
+ *   /sys/kernel/qgpu/gpuN/offline_timeslice_us, online_timeslice_us
+ *                                     each class's TSG timeslice (root may write; see below)
  *   /sys/kernel/qgpu/gpuN/nr_periods  periods run
  *   /sys/kernel/qgpu/gpuN/online_busy 1 while an online cgroup on the GPU has work
  *
  * Every command is all or nothing: a message that fails validation changes nothing.
+ *
+ * TSG timeslices: while a GPU has at least one configured online cgroup, qgpu sets the timeslice
+ * of every TSG (channel group) of the cgroups configured for that GPU with RM's SET_TIMESLICE,
+ * offline ones to OFFLINE_TIMESLICE_US and online ones to ONLINE_TIMESLICE_US (0: the TSG keeps
+ * its own). A TSG gets its own timeslice back (the one RM held before qgpu's first, or the last
+ * its tenant asked for) once qgpu no longer sets one: its cgroup unconfigured or moved, the last
+ * online cgroup of the GPU gone, the value set to 0, qgpu unloaded.
  */
 #ifndef _UAPI_QPOLICY_QGPU_H
 #define _UAPI_QPOLICY_QGPU_H
@@ -32,10 +41,13 @@
 #define QGPU_PERIOD_MAX_US	1000000
 #define QGPU_PERIOD_DEFAULT_US	50000
 #define QGPU_SHARE_MAX		100
+#define QGPU_TIMESLICE_MAX_US	1000000
+#define QGPU_OFFLINE_TIMESLICE_DEFAULT_US	128
+#define QGPU_ONLINE_TIMESLICE_DEFAULT_US	8192
 
 enum qgpu_cmd {
 	QGPU_CMD_UNSPEC = 0,
-	QGPU_CMD_GPU_SET = 1,		/* GPU, POLICY and/or PERIOD_US */
+	QGPU_CMD_GPU_SET = 1,		/* GPU; POLICY, PERIOD_US, *_TIMESLICE_US: any */
 	QGPU_CMD_GPU_GET = 2,		/* dump: one message per GPU */
 	QGPU_CMD_CGROUP_SET = 3,	/* CGROUP_ID, GPU, CLASS, SHARE; MEM_LIMIT optional */
 	QGPU_CMD_CGROUP_DEL = 4,	/* CGROUP_ID */
@@ -71,6 +83,9 @@ enum qgpu_attr {
 	QGPU_A_EVENT = 20,		/* u8, enum qgpu_event */
 	QGPU_A_ONLINE_BUSY = 21,	/* u8, GPU_GET: an online cgroup has work */
 	QGPU_A_SWITCHES = 22,		/* u64, GPU_GET: slice changes */
+	/* GPU_SET and GPU_GET */
+	QGPU_A_OFFLINE_TIMESLICE_US = 23,	/* u32, us, <= QGPU_TIMESLICE_MAX_US; 0: own */
+	QGPU_A_ONLINE_TIMESLICE_US = 24,	/* u32, us, <= QGPU_TIMESLICE_MAX_US; 0: own */
 	__QGPU_A_MAX,
 };
 

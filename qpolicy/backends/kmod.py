@@ -12,6 +12,7 @@ from typing import Any
 from qpolicy.backends.base import BackendContext
 from qpolicy.enforcers.kmod.client import QgpuClient, policy_name
 from qpolicy.enforcers.kmod.enforcer import KmodEnforcer, unenforceable
+from qpolicy.enforcers.strategy import strategy_for
 from qpolicy.errors import QPolicyError
 from qpolicy.model import PodSpec
 from qpolicy.state import DesiredState
@@ -29,7 +30,11 @@ class KmodBackend:
                 "the kmod enforcer knows pods by cgroup id, and no cgroup v2 hierarchy is mounted"
             )
         self.client = client
-        self.enforcer = KmodEnforcer(client, cgroup_root=root)
+        # Which timeslices keep online work ahead on a GPU is what its doctor measured.
+        state_dir = context.state_dir
+        self.enforcer = KmodEnforcer(
+            client, cgroup_root=root, strategy=lambda gpu: strategy_for(state_dir, gpu)
+        )
 
     def unenforceable(self, pod: PodSpec) -> str | None:
         return unenforceable(pod)
@@ -58,6 +63,7 @@ class KmodBackend:
         return self.enforcer.up
 
     def status(self) -> dict[str, Any]:
+        strategies = self.enforcer.strategies
         return {
             "gpus": {
                 str(index): {
@@ -66,7 +72,10 @@ class KmodBackend:
                     "periods": gpu.nr_periods,
                     "switches": gpu.switches,
                     "online_busy": gpu.online_busy,
+                    "offline_timeslice_us": gpu.offline_timeslice_us,
+                    "online_timeslice_us": gpu.online_timeslice_us,
                 }
+                | ({"online_strategy": strategies[index].describe()} if index in strategies else {})
                 for index, gpu in sorted(self.enforcer.gpu_stats.items())
             },
             "configured": sorted(self.enforcer.configured),

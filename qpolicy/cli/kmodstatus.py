@@ -78,6 +78,8 @@ def report() -> dict[str, Any] | None:
                 "period_us": gpu.period_us,
                 "periods": gpu.nr_periods,
                 "online_busy": gpu.online_busy,
+                "offline_timeslice_us": gpu.offline_timeslice_us,
+                "online_timeslice_us": gpu.online_timeslice_us,
             }
             for gpu in info.gpus
         ],
@@ -129,6 +131,7 @@ def _render_gpu(
 ) -> None:
     """One GPU's line, and the table of its cgroups (None: they could not be read)."""
     title = f"qgpu.ko GPU {index}"
+    slices = None
     if gpu is not None:
         period = "?" if gpu["period_us"] is None else f"{gpu['period_us'] / 1000:g} ms"
         title += f" · {escape(gpu['policy'] or '?')} · period {period}"
@@ -136,10 +139,16 @@ def _render_gpu(
             title += f" · {gpu['periods']} periods"
         if gpu["online_busy"]:
             title += " · online work pending"
+        offline, online = gpu.get("offline_timeslice_us"), gpu.get("online_timeslice_us")
+        if offline is not None and online is not None:
+            # Set on the TSGs while the GPU has an online cgroup; 0: the TSG keeps its own.
+            slices = f"timeslices {offline or 'own'} / {online or 'own'} µs (offline / online)"
     if not cgroups:
+        if slices is not None:
+            title += f" · {slices}"
         console.print(title if cgroups is None else f"{title}: no cgroups", soft_wrap=True)
         return
-    table = Table(title=title)
+    table = Table(title=title, caption=slices)
     table.add_column("cgroup", overflow="fold")
     # The numbers stay whole on a narrow terminal; long cgroup paths fold instead.
     for header in ("class", "share", "memory", "GPU time", "throttled"):

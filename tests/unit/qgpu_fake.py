@@ -17,10 +17,13 @@ from pyroute2.netlink.exceptions import NetlinkError
 from qpolicy.enforcers.kmod.uapi import (
     MAX_CGROUPS,
     MAX_GPUS,
+    OFFLINE_TIMESLICE_DEFAULT_US,
+    ONLINE_TIMESLICE_DEFAULT_US,
     PERIOD_DEFAULT_US,
     PERIOD_MAX_US,
     PERIOD_MIN_US,
     SHARE_MAX,
+    TIMESLICE_MAX_US,
     Attr,
     CgroupClass,
     Cmd,
@@ -29,6 +32,13 @@ from qpolicy.enforcers.kmod.uapi import (
 )
 
 CONFIG = (Attr.GPU, Attr.CLASS, Attr.SHARE, Attr.MEM_LIMIT)
+GPU_SETTINGS = (
+    Attr.POLICY,
+    Attr.PERIOD_US,
+    Attr.OFFLINE_TIMESLICE_US,
+    Attr.ONLINE_TIMESLICE_US,
+)
+TIMESLICES = (Attr.OFFLINE_TIMESLICE_US, Attr.ONLINE_TIMESLICE_US)
 COUNTERS = (
     Attr.MEM_USED,
     Attr.NR_PERIODS,
@@ -80,7 +90,12 @@ class FakeQgpu:
 
     gpus: dict[int, dict[Attr, int]] = field(
         default_factory=lambda: {
-            g: {Attr.POLICY: Policy.BEST_EFFORT, Attr.PERIOD_US: PERIOD_DEFAULT_US}
+            g: {
+                Attr.POLICY: Policy.BEST_EFFORT,
+                Attr.PERIOD_US: PERIOD_DEFAULT_US,
+                Attr.OFFLINE_TIMESLICE_US: OFFLINE_TIMESLICE_DEFAULT_US,
+                Attr.ONLINE_TIMESLICE_US: ONLINE_TIMESLICE_DEFAULT_US,
+            }
             for g in range(2)
         }
     )
@@ -170,18 +185,20 @@ class FakeQgpu:
 
     def _gpu_set(self, values: dict[Attr, int]) -> None:
         gpu = self._need(values, Attr.GPU)
-        if gpu >= MAX_GPUS or not {Attr.POLICY, Attr.PERIOD_US} & values.keys():
+        if gpu >= MAX_GPUS or not set(GPU_SETTINGS) & values.keys():
             raise NetlinkError(errno.EINVAL)
         if values.get(Attr.POLICY, 0) not in set(Policy):
             raise NetlinkError(errno.EINVAL)
         if not PERIOD_MIN_US <= values.get(Attr.PERIOD_US, PERIOD_MIN_US) <= PERIOD_MAX_US:
+            raise NetlinkError(errno.ERANGE)
+        if any(values.get(attr, 0) > TIMESLICE_MAX_US for attr in TIMESLICES):
             raise NetlinkError(errno.ERANGE)
         if gpu not in self.gpus:
             raise NetlinkError(errno.EINVAL)  # no such GPU behind the driver
         if Attr.POLICY in values:
             self._shares_fit(gpu, values[Attr.POLICY])
         state = self.gpus[gpu]
-        for attr in (Attr.POLICY, Attr.PERIOD_US):
+        for attr in GPU_SETTINGS:
             if attr in values:
                 state[attr] = values[attr]
 

@@ -322,7 +322,13 @@ def qgpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeQgpu, Pat
     (sysfs / "gpu0").mkdir(parents=True)
     for name, value in {"version": "1", "target": "nvmock", "hooked": "1", "cgroups": "2"}.items():
         (sysfs / name).write_text(value + "\n")
-    for name, value in {"policy": "fixed-share", "period_us": "20000", "nr_periods": "77"}.items():
+    for name, value in {
+        "policy": "fixed-share",
+        "period_us": "20000",
+        "nr_periods": "77",
+        "offline_timeslice_us": "128",
+        "online_timeslice_us": "8192",
+    }.items():
         (sysfs / "gpu0" / name).write_text(value + "\n")
     cgroups = tmp_path / "cgroup"
     (cgroups / "a").mkdir(parents=True)
@@ -356,7 +362,7 @@ def test_status_shows_the_modules_view_where_it_is_loaded(
     }
     assert kmod["gpus"] == [
         {"index": 0, "policy": "fixed-share", "period_us": 20000, "periods": 77,
-         "online_busy": None}
+         "online_busy": None, "offline_timeslice_us": 128, "online_timeslice_us": 8192}
     ]  # fmt: skip
     mine, other = sorted(kmod["cgroups"], key=lambda c: c["path"] is None)
     assert mine == {
@@ -371,6 +377,7 @@ def test_status_shows_the_modules_view_where_it_is_loaded(
     out = qpolicy_cli.ok("status").out
     assert "qgpu.ko · interface 1 · driver nvmock · hooked · 2 cgroup(s) configured" in out
     assert "qgpu.ko GPU 0 · fixed-share · period 20 ms · 77 periods" in out
+    assert "timeslices 128 / 8192 µs (offline / online)" in out
     row_a = next(line for line in out.splitlines() if "│ /a " in line)
     assert [cell.strip() for cell in row_a.strip("│").split("│")] == [
         "/a", "online", "50 %", "512MiB / 1GiB", "3.5 s", "1.2 s, 20/70"
@@ -389,7 +396,10 @@ def test_status_without_cap_net_admin_shows_sysfs_and_says_why_the_rest_is_missi
     out = qpolicy_cli.ok("status").out
     assert "Nothing configured yet" in out  # the state file's part, as without the module
     assert "per-cgroup counters unavailable: qgpu.ko refused CGROUP_GET" in out
-    assert out.endswith("\nqgpu.ko GPU 0 · fixed-share · period 20 ms · 77 periods\n")
+    assert out.endswith(
+        "\nqgpu.ko GPU 0 · fixed-share · period 20 ms · 77 periods"
+        " · timeslices 128 / 8192 µs (offline / online)\n"
+    )
 
 
 # --- errors ---------------------------------------------------------------------------------------

@@ -367,9 +367,12 @@ def test_kmod_daemon_configures_the_module_and_unconfigures_it_when_stopped(
 ) -> None:
     """The daemon's kmod wiring, the module replaced by the in-process one: pods of the state
     file are configured, follow its changes, show the module's counters, and are deleted (every
-    GPU left best-effort) on shutdown."""
+    GPU left best-effort) on shutdown. The GPU's timeslices are its doctor's."""
+    import json
+
     from qpolicy.enforcers.kmod.client import QgpuClient
     from qpolicy.enforcers.kmod.uapi import Attr, Cmd, Policy
+    from qpolicy.enforcers.strategy import doctor_cache_path
     from tests.unit.qgpu_fake import FakeQgpu
 
     root = tmp_path / "cgroup"
@@ -384,11 +387,18 @@ def test_kmod_daemon_configures_the_module_and_unconfigures_it_when_stopped(
             .with_pod(PodSpec("/b", 1, share=30))
         )
     )
+    doctor = {"schema": 1, "date": "2026-11-24", "recommendation": {"lever": "timeslice-1us"}}
+    doctor_cache_path(store.directory, 1).write_text(json.dumps(doctor))
     fake = FakeQgpu()
     factory = backend_factory(EnforcerKind.KMOD, kmod_connect=lambda: QgpuClient(fake))
     agent = daemon(store.directory, factory, cgroup_root=root)
     agent.tick()
-    assert fake.gpus[1] == {Attr.POLICY: Policy.FIXED_SHARE, Attr.PERIOD_US: 20_000}
+    assert fake.gpus[1] == {
+        Attr.POLICY: Policy.FIXED_SHARE,
+        Attr.PERIOD_US: 20_000,
+        Attr.OFFLINE_TIMESLICE_US: 1,
+        Attr.ONLINE_TIMESLICE_US: 1_000_000,
+    }
     assert {
         c: (v[Attr.GPU], v[Attr.SHARE], v[Attr.MEM_LIMIT]) for c, v in fake.cgroups.items()
     } == {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 from pathlib import Path
@@ -16,7 +17,10 @@ from qpolicy.enforcers.kmod.sysfs import read_sysfs
 from qpolicy.enforcers.kmod.transport import NetlinkTransport
 from qpolicy.enforcers.kmod.uapi import (
     GENL_VERSION,
+    OFFLINE_TIMESLICE_DEFAULT_US,
+    ONLINE_TIMESLICE_DEFAULT_US,
     PERIOD_DEFAULT_US,
+    TIMESLICE_MAX_US,
     Attr,
     CgroupClass,
     Cmd,
@@ -24,6 +28,8 @@ from qpolicy.enforcers.kmod.uapi import (
     Policy,
     QgpuMsg,
 )
+from qpolicy.enforcers.strategy import DEFAULT, OnlineStrategy, doctor_cache_path
+from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US
 from qpolicy.errors import QPolicyError
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.state import DesiredState
@@ -65,6 +71,10 @@ def fixed(*pods: PodSpec, period_ms: int = 50, gpu: int = 0) -> DesiredState:
 
 def summary(sent: list[Sent]) -> list[tuple[Cmd, dict[Attr, int]]]:
     return [(s.cmd, s.values) for s in sent]
+
+
+# The engine's timeslices (the default strategy), as every GPU_SET of the enforcer carries them.
+SLICES = {Attr.OFFLINE_TIMESLICE_US: 128, Attr.ONLINE_TIMESLICE_US: 8192}
 
 
 # -- the messages -------------------------------------------------------------------------------
@@ -118,7 +128,7 @@ def test_set_gpu_and_set_cgroup_take_qpolicys_spellings_too(
         CgroupClass.ONLINE,
         CgroupClass.OFFLINE,
     ]
-    with pytest.raises(ValueError, match="policy, a period or both"):
+    with pytest.raises(ValueError, match="policy, a period or a timeslice"):
         client.set_gpu(0)
 
 
@@ -140,6 +150,42 @@ def test_answers_are_read_into_stats(client: QgpuClient, fake: FakeQgpu) -> None
         4,
     )
     assert gpu1.online_busy and not gpu0.online_busy
+
+
+def test_timeslices_are_sent_as_u32s_and_read_back(client: QgpuClient, fake: FakeQgpu) -> None:
+    client.set_gpu(1, offline_timeslice_us=1, online_timeslice_us=TIMESLICE_MAX_US)
+    (sent,) = fake.sent
+    assert sent.raw == [(1, U32), (23, U32), (24, U32)]
+    assert sent.values == {
+        Attr.GPU: 1,
+        Attr.OFFLINE_TIMESLICE_US: 1,
+        Attr.ONLINE_TIMESLICE_US: TIMESLICE_MAX_US,
+    }
+    # One class alone leaves the other, and the policy and period, as they are.
+    client.set_gpu(1, online_timeslice_us=0)
+    gpu0, gpu1 = client.gpus()
+    assert (gpu1.policy, gpu1.period_us) == (Policy.BEST_EFFORT, PERIOD_DEFAULT_US)
+    assert (gpu1.offline_timeslice_us, gpu1.online_timeslice_us) == (1, 0)
+    assert (gpu0.offline_timeslice_us, gpu0.online_timeslice_us) == (
+        OFFLINE_TIMESLICE_DEFAULT_US,
+        ONLINE_TIMESLICE_DEFAULT_US,
+    )
+    with pytest.raises(KmodError, match=r"offline_timeslice_us=1000001: .*\(ERANGE\)"):
+        client.set_gpu(0, offline_timeslice_us=TIMESLICE_MAX_US + 1)
+    with pytest.raises(KmodError, match=r"online_timeslice_us 4294967296 is not a u32"):
+        client.set_gpu(0, online_timeslice_us=2**32)
+
+
+def test_the_modules_defaults_are_the_engines() -> None:
+    """qgpu.ko's timeslices before the daemon sets any are the ones the engine plans."""
+    assert (OFFLINE_TIMESLICE_DEFAULT_US, ONLINE_TIMESLICE_DEFAULT_US) == (
+        OFFLINE_TIMESLICE_US,
+        ONLINE_TIMESLICE_US,
+    )
+    assert (DEFAULT.offline_timeslice_us, DEFAULT.online_timeslice_us) == (
+        OFFLINE_TIMESLICE_US,
+        ONLINE_TIMESLICE_US,
+    )
 
 
 def test_an_answer_this_qpolicy_cannot_read_is_an_error(client: QgpuClient, fake: FakeQgpu) -> None:
@@ -283,7 +329,8 @@ def test_sync_pushes_the_gpu_and_every_pod_then_only_what_changed(
     a, b = ino(root / "a"), ino(root / "b")
     enforcer.sync(fixed(*specs, period_ms=20))
     assert summary(fake.changes()) == [
-        (Cmd.GPU_SET, {Attr.GPU: 0, Attr.POLICY: Policy.FIXED_SHARE, Attr.PERIOD_US: 20_000}),
+        (Cmd.GPU_SET, {Attr.GPU: 0, Attr.POLICY: Policy.FIXED_SHARE, Attr.PERIOD_US: 20_000,
+                       **SLICES}),
         (Cmd.CGROUP_SET, {Attr.CGROUP_ID: a, Attr.GPU: 0, Attr.CLASS: 1, Attr.SHARE: 60,
                           Attr.MEM_LIMIT: 4 * GiB}),
         (Cmd.CGROUP_SET, {Attr.CGROUP_ID: b, Attr.GPU: 0, Attr.CLASS: 0, Attr.SHARE: 30,
@@ -303,8 +350,9 @@ def test_sync_pushes_the_gpu_and_every_pod_then_only_what_changed(
     # A new period: the GPU only.
     enforcer.sync(fixed(*specs, period_ms=100))
     assert summary(fake.changes()) == [
-        (Cmd.GPU_SET, {Attr.GPU: 0, Attr.POLICY: Policy.FIXED_SHARE, Attr.PERIOD_US: 100_000}),
-    ]
+        (Cmd.GPU_SET, {Attr.GPU: 0, Attr.POLICY: Policy.FIXED_SHARE, Attr.PERIOD_US: 100_000,
+                       **SLICES}),
+    ]  # fmt: skip
     assert enforcer.configured["/b"].mem_limit == GiB
     assert fake.cgroups[b][Attr.MEM_LIMIT] == GiB
     assert enforcer.up is True
@@ -341,6 +389,121 @@ def test_a_gpu_turned_fixed_share_gets_its_shares_lowered_first(
     enforcer.sync(fixed(PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)))
     assert [s.cmd for s in fake.changes()] == [Cmd.CGROUP_SET, Cmd.CGROUP_SET, Cmd.GPU_SET]
     assert fake.gpus[0][Attr.POLICY] == Policy.FIXED_SHARE
+
+
+def test_each_gpu_gets_its_own_strategys_timeslices(
+    client: QgpuClient, fake: FakeQgpu, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The timeslices of a GPU are its online strategy's (the doctor's result for it), read
+    once per GPU, pushed with the GPU's policy and period, and not again while they hold."""
+    asked: list[int] = []
+
+    def strategy(gpu: int) -> OnlineStrategy:
+        asked.append(gpu)
+        return OnlineStrategy(1, 1_000_000, "a test") if gpu == 1 else DEFAULT
+
+    enforcer = KmodEnforcer(client, cgroup_root=root, strategy=strategy)
+    state = DesiredState(
+        gpus={g: GpuConfig(g, GpuPolicy.BURST_SHARE, 20) for g in (0, 1)},
+        pods={
+            "/a": PodSpec("/a", 0, PodClass.ONLINE, 50),
+            "/b": PodSpec("/b", 1, PodClass.ONLINE, 50),
+            "/c": PodSpec("/c", 1, PodClass.OFFLINE, 50),
+        },
+    )
+    with caplog.at_level(logging.INFO, "qpolicy.enforcers.kmod"):
+        enforcer.sync(state)
+    gpu_sets = {s.values[Attr.GPU]: s.values for s in fake.changes() if s.cmd is Cmd.GPU_SET}
+    assert gpu_sets[0] == {
+        Attr.GPU: 0,
+        Attr.POLICY: Policy.BURST_SHARE,
+        Attr.PERIOD_US: 20_000,
+        **SLICES,
+    }
+    assert (gpu_sets[1][Attr.OFFLINE_TIMESLICE_US], gpu_sets[1][Attr.ONLINE_TIMESLICE_US]) == (
+        1,
+        1_000_000,
+    )
+    assert fake.gpus[1][Attr.ONLINE_TIMESLICE_US] == 1_000_000
+    assert "GPU 1: offline timeslice 1 us, online 1000000 us, from a test" in caplog.messages
+    # The same state again: nothing sent, the strategy not read again.
+    enforcer.sync(state)
+    enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 50), period_ms=20))
+    assert sorted(asked) == [0, 1]
+    assert enforcer.strategies[1].source == "a test"
+
+
+def test_a_refused_timeslice_is_pushed_again(
+    client: QgpuClient, fake: FakeQgpu, root: Path
+) -> None:
+    enforcer = KmodEnforcer(
+        client, cgroup_root=root, strategy=lambda gpu: OnlineStrategy(64, 4096, "a test")
+    )
+    fake.refuse[Cmd.GPU_SET] = errno.EINVAL
+    enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 50)))
+    assert fake.gpus[0][Attr.ONLINE_TIMESLICE_US] == 8192  # the module's default, still
+    fake.changes()
+    enforcer.retry()
+    assert [s.cmd for s in fake.changes()] == [Cmd.GPU_SET]
+    assert (fake.gpus[0][Attr.OFFLINE_TIMESLICE_US], fake.gpus[0][Attr.ONLINE_TIMESLICE_US]) == (
+        64,
+        4096,
+    )
+
+
+def test_the_kmod_backend_reads_the_doctors_result_for_each_gpu(tmp_path: Path) -> None:
+    """What `qpolicy doctor` cached for a GPU is what the module is told to set there, and
+    `qpolicy status` shows it next to what the module reports."""
+    from qpolicy.backends.base import BackendContext
+    from qpolicy.backends.kmod import KmodBackend
+    from qpolicy.runtime.realtime import RealtimeLoop
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    doctor = {"schema": 1, "date": "2026-11-24", "recommendation": {"lever": "timeslice-1us"}}
+    doctor_cache_path(state_dir, 1).write_text(json.dumps(doctor))
+    cgroups = tmp_path / "cgroup"
+    for name in ("a", "b"):
+        (cgroups / name).mkdir(parents=True)
+    fake = FakeQgpu()
+    context = BackendContext(RealtimeLoop(), None, state_dir, lambda: cgroups, lambda: 0.0)
+    backend = KmodBackend(context, QgpuClient(fake))
+    try:
+        backend.sync(
+            DesiredState(
+                gpus={g: GpuConfig(g, GpuPolicy.BURST_SHARE) for g in (0, 1)},
+                pods={
+                    "/a": PodSpec("/a", 0, PodClass.ONLINE, 50),
+                    "/b": PodSpec("/b", 1, PodClass.ONLINE, 50),
+                },
+            )
+        )
+        assert (
+            fake.gpus[0][Attr.OFFLINE_TIMESLICE_US],
+            fake.gpus[0][Attr.ONLINE_TIMESLICE_US],
+        ) == (
+            128,
+            8192,
+        )
+        assert (
+            fake.gpus[1][Attr.OFFLINE_TIMESLICE_US],
+            fake.gpus[1][Attr.ONLINE_TIMESLICE_US],
+        ) == (
+            1,
+            1_000_000,
+        )
+        backend.publish()
+        gpus = backend.status()["gpus"]
+        assert (gpus["1"]["offline_timeslice_us"], gpus["1"]["online_timeslice_us"]) == (
+            1,
+            1_000_000,
+        )
+        assert (
+            gpus["1"]["online_strategy"]["source"] == "qpolicy doctor of 2026-11-24: timeslice-1us"
+        )
+        assert gpus["0"]["online_strategy"] == DEFAULT.describe()
+    finally:
+        backend.close()
 
 
 def test_a_pod_that_left_the_desired_state_is_deleted(

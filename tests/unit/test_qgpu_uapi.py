@@ -104,12 +104,13 @@ def test_the_header_is_read() -> None:
     """Guards the parser: a header it reads as empty would agree with anything."""
     enums = header_enums()
     assert set(enums) == set(ENUMS)
-    assert enums["qgpu_attr"]["QGPU_A_SWITCHES"] == 22
+    assert enums["qgpu_attr"]["QGPU_A_ONLINE_TIMESLICE_US"] == 24
     assert enums["qgpu_cmd"]["__QGPU_CMD_MAX"] == 7
     defines = header_defines()
     assert defines["QGPU_GENL_NAME"] == "qgpu"
     assert defines["QGPU_CMD_MAX"] == 6
-    assert len(attribute_types()) == 21  # every attribute but UNSPEC and PAD has a type
+    assert defines["QGPU_ONLINE_TIMESLICE_DEFAULT_US"] == 8192
+    assert len(attribute_types()) == 23  # every attribute but UNSPEC and PAD has a type
 
 
 def test_every_define_has_the_same_value_both_ways() -> None:

@@ -117,6 +117,74 @@ def tenant(cg: Cgroup, *args: str) -> dict[str, Any]:
     return dict(json.loads(result.stdout))
 
 
+class HeldTenant:
+    """tests/vm/tenant.py's ``hold`` inside a cgroup: a process with a TSG of its own, which
+    sends its own timeslice controls when asked."""
+
+    def __init__(self, cg: Cgroup) -> None:
+        def enter() -> None:
+            (cg.path / "cgroup.procs").write_text(str(os.getpid()))
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.vm.tenant", "hold"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=enter,
+        )
+        hello = self._answer()
+        self.pid, self.client, self.tsg = hello["pid"], hello["client"], hello["tsg"]
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"the tenant ended: rc {self.proc.wait()}"
+        return dict(json.loads(line))
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def set_timeslice(self, us: int, target: HeldTenant | None = None) -> int:
+        """The tenant's own SET_TIMESLICE on its TSG (or naming ``target``'s client and TSG):
+        RM's status as the tenant sees it."""
+        named = "" if target is None else f" {target.client} {target.tsg}"
+        return int(self.ask(f"set {us}{named}")["status"])
+
+    def timeslice(self) -> int:
+        """GET_TIMESLICE on its TSG, as the tenant sees it."""
+        answer = self.ask("get")
+        assert answer["status"] == 0, answer
+        return int(answer["timeslice_us"])
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if self.proc.poll() is None:
+            with suppress(BrokenPipeError):
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+        with suppress(BrokenPipeError):
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+        assert self.proc.returncode == 0, f"the tenant ended with rc {self.proc.returncode}"
+
+
+@contextmanager
+def held_tenants(*cgs: Cgroup) -> Iterator[list[HeldTenant]]:
+    tenants: list[HeldTenant] = []
+    try:
+        for cg in cgs:
+            tenants.append(HeldTenant(cg))
+        yield tenants
+    finally:
+        for held in tenants:
+            held.close()
+
+
 def stats_of(client: QgpuClient, cg: Cgroup) -> CgroupStats:
     for stats in client.cgroups():
         if stats.cgroup_id == cg.id:

@@ -6,12 +6,17 @@ their statuses as one JSON object.
     python -m tests.vm.tenant guard                 its own scheduling controls on its own TSG
     python -m tests.vm.tenant levers                the other preemption levers, on its own
                                                     TSG, channel and subdevice
+    python -m tests.vm.tenant hold                  a TSG kept until stdin says ``quit``: prints
+                                                    its handles, then answers ``set US`` and
+                                                    ``get`` (its TSG's timeslice) line by line;
+                                                    ``set US CLIENT TSG`` names another's TSG
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import os
 import struct
 import sys
 
@@ -78,6 +83,27 @@ def levers(rm: Rm, client: int, device: int, subdevice: int) -> dict[str, object
     return out
 
 
+def hold(rm: Rm, client: int, device: int) -> None:
+    """A TSG that lives until told otherwise, and its tenant's own timeslice controls."""
+    tsg = rm.new(client, device, 0xA06C, tsg_params())
+    print(json.dumps({"pid": os.getpid(), "client": client, "tsg": tsg}), flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if words == ["quit"]:
+            break
+        if words[0] == "set":
+            params = struct.pack("<Q", int(words[1]))
+            target = (int(words[2]), int(words[3])) if len(words) == 4 else (client, tsg)
+            status = rm.control(*target, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, params)[0]
+            print(json.dumps({"status": status}), flush=True)
+        elif words == ["get"]:
+            status, raw = rm.control(client, tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, bytes(8))
+            value = struct.unpack("<Q", raw)[0] if status == 0 else None
+            print(json.dumps({"status": status, "timeslice_us": value}), flush=True)
+        else:
+            raise ValueError(line)
+
+
 def main(argv: list[str]) -> int:
     rm = Rm(0)
     client = rm.new(0, 0, 0x41)
@@ -111,6 +137,8 @@ def main(argv: list[str]) -> int:
         )[0]
     elif argv[0] == "levers":
         out = levers(rm, client, device, subdevice)
+    elif argv[0] == "hold":
+        hold(rm, client, device)
     rm.free(client, client, client)
     rm.close()
     print(json.dumps(out))

@@ -32,10 +32,13 @@ from qpolicy.enforcers.kmod.uapi import (
     GENL_VERSION,
     MAX_GPUS,
     MCGRP_EVENTS,
+    OFFLINE_TIMESLICE_DEFAULT_US,
+    ONLINE_TIMESLICE_DEFAULT_US,
     PERIOD_DEFAULT_US,
     PERIOD_MAX_US,
     PERIOD_MIN_US,
     SHARE_MAX,
+    TIMESLICE_MAX_US,
     Attr,
     Cmd,
     Policy,
@@ -84,6 +87,8 @@ WIDTH = {
     Attr.CLASS: 1,
     Attr.SHARE: 4,
     Attr.MEM_LIMIT: 8,
+    Attr.OFFLINE_TIMESLICE_US: 4,
+    Attr.ONLINE_TIMESLICE_US: 4,
 }
 RANGE = {
     Attr.GPU: (0, MAX_GPUS - 1),
@@ -93,7 +98,11 @@ RANGE = {
     Attr.CLASS: (0, 1),
     Attr.SHARE: (1, SHARE_MAX),
     Attr.MEM_LIMIT: (0, (1 << 64) - 1),
+    Attr.OFFLINE_TIMESLICE_US: (0, TIMESLICE_MAX_US),
+    Attr.ONLINE_TIMESLICE_US: (0, TIMESLICE_MAX_US),
 }
+GPU_SETTINGS = (Attr.POLICY, Attr.PERIOD_US, Attr.OFFLINE_TIMESLICE_US, Attr.ONLINE_TIMESLICE_US)
+DEFAULT_SLICES = (OFFLINE_TIMESLICE_DEFAULT_US, ONLINE_TIMESLICE_DEFAULT_US)
 FORMAT = {1: "=B", 2: "=H", 4: "=I", 8: "=Q"}
 
 
@@ -294,9 +303,9 @@ class State:
             out[a[Attr.CGROUP_ID]] = (a[Attr.GPU], a[Attr.CLASS], a[Attr.SHARE], a[Attr.MEM_LIMIT])
         return out
 
-    def gpu_settings(self) -> list[tuple[int, int]]:
-        """(policy, period_us) of each GPU."""
-        return [(dict(row)[Attr.POLICY], dict(row)[Attr.PERIOD_US]) for row in self.gpus]
+    def gpu_settings(self) -> list[tuple[int, ...]]:
+        """(policy, period_us, offline and online timeslice) of each GPU."""
+        return [tuple(dict(row)[a] for a in GPU_SETTINGS) for row in self.gpus]
 
 
 def state(genl: Genl) -> State:
@@ -306,8 +315,9 @@ def state(genl: Genl) -> State:
         for m in genl.dump(Cmd.GPU_GET)
     ]
     assert [dict(g)[Attr.GPU] for g in gpus] == list(range(MAX_GPUS))
+    names = ("policy", "period_us", "offline_timeslice_us", "online_timeslice_us")
     files = [SYSFS / "cgroups"] + [
-        SYSFS / f"gpu{i}" / name for i in range(MAX_GPUS) for name in ("policy", "period_us")
+        SYSFS / f"gpu{i}" / name for i in range(MAX_GPUS) for name in names
     ]
     return State(tuple(cgs), tuple(gpus), tuple(f.read_text() for f in files))
 
@@ -336,12 +346,21 @@ def cgroup_set(genl: Genl, cg: int, gpu: int, klass: int, share: int, limit: int
     )
 
 
-def gpu_set(genl: Genl, gpu: int, policy: int | None = None, period: int | None = None) -> Reply:
+def gpu_set(
+    genl: Genl,
+    gpu: int,
+    policy: int | None = None,
+    period: int | None = None,
+    slices: tuple[int, int] | None = None,
+) -> Reply:
     attrs = put(Attr.GPU, gpu)
     if policy is not None:
         attrs += put(Attr.POLICY, policy)
     if period is not None:
         attrs += put(Attr.PERIOD_US, period)
+    if slices is not None:
+        attrs += put(Attr.OFFLINE_TIMESLICE_US, slices[0])
+        attrs += put(Attr.ONLINE_TIMESLICE_US, slices[1])
     return genl.request(Cmd.GPU_SET, attrs)
 
 
@@ -351,10 +370,11 @@ def cgroup_del(genl: Genl, cg: int) -> Reply:
 
 def configure(genl: Genl, cgs: dict[str, Cgroup]) -> None:
     """GPU 0 fixed-share with 40 + 30 given; GPU 1 burst-share with 70 + 50 (more than 100 is
-    allowed there, so switching it to fixed-share must be refused); ``spare`` unconfigured."""
+    allowed there, so switching it to fixed-share must be refused) and timeslices of its own;
+    ``spare`` unconfigured."""
     for reply in [
         gpu_set(genl, 0, Policy.FIXED_SHARE, 20_000),
-        gpu_set(genl, 1, Policy.BURST_SHARE, 100_000),
+        gpu_set(genl, 1, Policy.BURST_SHARE, 100_000, (64, 0)),
         cgroup_set(genl, cgs["a"].id, 0, 0, 40, 1 << 30),
         cgroup_set(genl, cgs["b"].id, 0, 1, 30),
         cgroup_set(genl, cgs["c"].id, 1, 0, 70),
@@ -367,7 +387,7 @@ def unconfigure(genl: Genl) -> None:
     for row in genl.dump(Cmd.CGROUP_GET):
         assert cgroup_del(genl, row[Attr.CGROUP_ID]).error == 0
     for gpu in range(MAX_GPUS):
-        assert gpu_set(genl, gpu, Policy.BEST_EFFORT, PERIOD_DEFAULT_US).error == 0
+        assert gpu_set(genl, gpu, Policy.BEST_EFFORT, PERIOD_DEFAULT_US, DEFAULT_SLICES).error == 0
 
 
 @pytest.fixture(scope="module")
@@ -506,7 +526,7 @@ def test_commands_need_cap_net_admin_in_the_initial_user_namespace(
     configs = state(genl).configs()
     assert configs[ids["spare"]] == (0, 0, 10, 0) and configs[ids["a"]] == (0, 0, 20, 0)
     assert ids["b"] not in configs
-    assert state(genl).gpu_settings()[0] == (Policy.BURST_SHARE, 30_000)
+    assert state(genl).gpu_settings()[0] == (Policy.BURST_SHARE, 30_000, *DEFAULT_SLICES)
 
 
 # -- malformed and refused messages ------------------------------------------------------------
@@ -519,7 +539,7 @@ PERIOD = put(Attr.PERIOD_US, 30_000)
 OFFLINE = put(Attr.CLASS, 0)
 SHARE10 = put(Attr.SHARE, 10)
 NONE = (1 << 63) + 12345  # no cgroup has this id
-READ_ONLY = [a for a in Attr if a >= Attr.PAD]
+READ_ONLY = [a for a in Attr if a >= Attr.PAD and a not in WIDTH]
 
 
 @dataclass(frozen=True)
@@ -625,6 +645,42 @@ CASES = [
         errno.EINVAL,
     ),
     Case("gpu_set trailing bytes", Cmd.GPU_SET, fixed(G0 + BURST + b"\x08\x00\x03"), errno.EINVAL),
+    Case(
+        "gpu_set offline timeslice past the most",
+        Cmd.GPU_SET,
+        fixed(G0 + put(Attr.OFFLINE_TIMESLICE_US, TIMESLICE_MAX_US + 1)),
+        errno.ERANGE,
+    ),
+    Case(
+        "gpu_set online timeslice ~0",
+        Cmd.GPU_SET,
+        fixed(G0 + put(Attr.ONLINE_TIMESLICE_US, 0xFFFFFFFF)),
+        errno.ERANGE,
+    ),
+    Case(
+        "gpu_set good policy, timeslice out of range",
+        Cmd.GPU_SET,
+        fixed(G0 + BURST + put(Attr.ONLINE_TIMESLICE_US, TIMESLICE_MAX_US + 1)),
+        errno.ERANGE,
+    ),
+    Case(
+        "gpu_set timeslice as u64",
+        Cmd.GPU_SET,
+        fixed(G0 + put(Attr.OFFLINE_TIMESLICE_US, 128, 8)),
+        errno.EINVAL,
+    ),
+    Case(
+        "gpu_set timeslice as u8",
+        Cmd.GPU_SET,
+        fixed(G0 + put(Attr.ONLINE_TIMESLICE_US, 128, 1)),
+        errno.EINVAL,
+    ),
+    Case(
+        "gpu_set fixed-share where shares sum to 120, with timeslices",
+        Cmd.GPU_SET,
+        fixed(G1 + FIXED + put(Attr.OFFLINE_TIMESLICE_US, 256)),
+        errno.EINVAL,
+    ),
     Case(
         "gpu_set fixed-share where shares sum to 120",
         Cmd.GPU_SET,
@@ -822,7 +878,7 @@ def test_a_refused_message_leaves_the_configuration_usable(setup: Setup) -> None
     assert cgroup_del(genl, setup.id("spare")).error == errno.ENOENT
     assert gpu_set(genl, 1, period=PERIOD_MIN_US).error == 0
     assert gpu_set(genl, 1, period=PERIOD_MAX_US).error == 0
-    assert state(genl).gpu_settings()[1] == (Policy.BURST_SHARE, PERIOD_MAX_US)
+    assert state(genl).gpu_settings()[1] == (Policy.BURST_SHARE, PERIOD_MAX_US, 64, 0)
 
 
 def test_framing_errors(setup: Setup) -> None:
@@ -888,6 +944,7 @@ BAD_PERIODS = [
     b"\n",
     b"9" * 4000,
 ]
+BAD_TIMESLICES = [b"abc", b"-1", b"1000001", b"4294967296", b"0x80", b" 128", b"\n", b"9" * 4000]
 READ_ONLY_FILES = [
     SYSFS / "version",
     SYSFS / "target",
@@ -919,6 +976,9 @@ def test_sysfs_refuses_garbage_and_keeps_the_value(setup: Setup) -> None:
         assert write(GPU0 / "policy", data) == errno.EINVAL, data
     for data in BAD_PERIODS:
         assert write(GPU0 / "period_us", data) == errno.EINVAL, data
+    for name in ("offline_timeslice_us", "online_timeslice_us"):
+        for data in BAD_TIMESLICES:
+            assert write(GPU0 / name, data) == errno.EINVAL, (name, data)
     # A good word that the shares do not allow: GPU 1's shares sum to 120.
     assert write(GPU1 / "policy", b"fixed-share\n") == errno.EINVAL
     assert write(GPU1 / "policy", b"fs") == errno.EINVAL
@@ -928,9 +988,13 @@ def test_sysfs_refuses_garbage_and_keeps_the_value(setup: Setup) -> None:
     # What is allowed is taken, at the edges too, and shows in netlink.
     assert write(GPU0 / "policy", b"bs\n") == 0
     assert write(GPU0 / "period_us", b"1000") == 0
-    assert state(genl).gpu_settings()[0] == (Policy.BURST_SHARE, 1000)
+    assert state(genl).gpu_settings()[0] == (Policy.BURST_SHARE, 1000, *DEFAULT_SLICES)
     assert write(GPU0 / "period_us", b"1000000\n") == 0
     assert (GPU0 / "period_us").read_text() == "1000000\n"
+    assert write(GPU0 / "offline_timeslice_us", b"0") == 0
+    assert write(GPU0 / "online_timeslice_us", b"1000000\n") == 0
+    assert state(genl).gpu_settings()[0][2:] == (0, TIMESLICE_MAX_US)
+    assert (GPU0 / "online_timeslice_us").read_text() == "1000000\n"
 
 
 def test_sysfs_read_only_files_refuse_writes(setup: Setup) -> None:
@@ -947,9 +1011,13 @@ def test_sysfs_read_only_files_refuse_writes(setup: Setup) -> None:
 def test_sysfs_writes_need_root_in_the_initial_user_namespace(setup: Setup) -> None:
     # The files are root's, 0644: nobody cannot open them for writing.
     def nobody_writes() -> list[int]:
-        return [write(GPU0 / "policy", b"bs"), write(GPU0 / "period_us", b"30000")]
+        return [
+            write(GPU0 / "policy", b"bs"),
+            write(GPU0 / "period_us", b"30000"),
+            write(GPU0 / "online_timeslice_us", b"1"),
+        ]
 
-    assert as_other("nobody", nobody_writes) == [errno.EACCES, errno.EACCES]
+    assert as_other("nobody", nobody_writes) == [errno.EACCES] * 3
 
     # A file root opened is still refused to a writer who is no longer root.
     opened = [os.open(GPU0 / "policy", os.O_WRONLY), os.open(GPU0 / "period_us", os.O_WRONLY)]
@@ -967,7 +1035,7 @@ def test_sysfs_writes_need_root_in_the_initial_user_namespace(setup: Setup) -> N
     try:
         assert as_other("nobody", write_opened) == [errno.EPERM, errno.EPERM]
         # Root of a user namespace is the files' owner but not CAP_SYS_ADMIN where it counts.
-        assert as_other("userns", nobody_writes) == [errno.EPERM, errno.EPERM]
+        assert as_other("userns", nobody_writes) == [errno.EPERM] * 3
     finally:
         for fd in opened:
             os.close(fd)
@@ -1011,7 +1079,7 @@ class Model:
             offset += (size + 3) & ~3
             if kind == 0 or kind > A_MAX:
                 raise Refused(errno.EINVAL)  # unknown attribute type
-            if kind >= Attr.PAD:
+            if kind not in WIDTH:
                 raise Refused(errno.EINVAL)  # NLA_REJECT (after the same length check)
             width = WIDTH[Attr(kind)]
             if len(payload) != width or raw_type & NLA_F_NESTED:
@@ -1037,13 +1105,14 @@ class Model:
 
         if cmd == Cmd.GPU_SET:
             need(Attr.GPU)
-            if Attr.POLICY not in attrs and Attr.PERIOD_US not in attrs:
+            if not any(a in attrs for a in GPU_SETTINGS):
                 raise Refused(errno.EINVAL)
             gpu = attrs[Attr.GPU]
-            policy, period = self.gpus[gpu]
             if attrs.get(Attr.POLICY) == Policy.FIXED_SHARE and self.shares(gpu) > SHARE_MAX:
                 raise Refused(errno.EINVAL)
-            self.gpus[gpu] = (attrs.get(Attr.POLICY, policy), attrs.get(Attr.PERIOD_US, period))
+            self.gpus[gpu] = tuple(
+                attrs.get(a, now) for a, now in zip(GPU_SETTINGS, self.gpus[gpu], strict=True)
+            )
         elif cmd == Cmd.CGROUP_SET:
             need(Attr.CGROUP_ID, Attr.GPU, Attr.CLASS, Attr.SHARE)
             ident, gpu, share = attrs[Attr.CGROUP_ID], attrs[Attr.GPU], attrs[Attr.SHARE]
@@ -1189,6 +1258,9 @@ class Fuzzer:
                 attrs = put(Attr.GPU, rng.randrange(MAX_GPUS))
                 attrs += put(Attr.POLICY, rng.randrange(3)) if rng.random() < 0.8 else b""
                 attrs += put(Attr.PERIOD_US, rng.randint(PERIOD_MIN_US, PERIOD_MAX_US))
+                for slice_attr in (Attr.OFFLINE_TIMESLICE_US, Attr.ONLINE_TIMESLICE_US):
+                    if rng.random() < 0.3:
+                        attrs += put(slice_attr, rng.randint(0, TIMESLICE_MAX_US))
             elif cmd == Cmd.CGROUP_SET:
                 attrs = (
                     put(Attr.CGROUP_ID, rng.choice(cgroup_ids))

@@ -51,6 +51,8 @@ _BITS = {
     Attr.CLASS: 8,
     Attr.SHARE: 32,
     Attr.MEM_LIMIT: 64,
+    Attr.OFFLINE_TIMESLICE_US: 32,
+    Attr.ONLINE_TIMESLICE_US: 32,
 }
 
 
@@ -144,7 +146,11 @@ class CgroupStats:
 
 @dataclass(frozen=True, slots=True)
 class GpuStats:
-    """One GPU as the module reports it (GPU_GET)."""
+    """One GPU as the module reports it (GPU_GET).
+
+    The timeslices are what the module sets on each class's TSGs while the GPU has an online
+    cgroup (0: the TSGs keep their own); None from a module that does not report them.
+    """
 
     gpu: int
     policy: Policy
@@ -152,6 +158,8 @@ class GpuStats:
     nr_periods: int
     switches: int
     online_busy: bool
+    offline_timeslice_us: int | None = None
+    online_timeslice_us: int | None = None
 
     @classmethod
     def from_message(cls, message: QgpuMsg) -> GpuStats:
@@ -164,6 +172,8 @@ class GpuStats:
             nr_periods=v.get(Attr.NR_PERIODS, 0),
             switches=v.get(Attr.SWITCHES, 0),
             online_busy=bool(v.get(Attr.ONLINE_BUSY, 0)),
+            offline_timeslice_us=v.get(Attr.OFFLINE_TIMESLICE_US),
+            online_timeslice_us=v.get(Attr.ONLINE_TIMESLICE_US),
         )
 
 
@@ -270,15 +280,23 @@ class QgpuClient:
         gpu: int,
         policy: Policy | GpuPolicy | str | None = None,
         period_us: int | None = None,
+        *,
+        offline_timeslice_us: int | None = None,
+        online_timeslice_us: int | None = None,
     ) -> None:
-        """Set a GPU's policy, its period, or both."""
+        """Set any of a GPU's policy, period and class timeslices (µs, 0: the TSGs' own; the
+        module sets them while the GPU has an online cgroup)."""
         attrs = [(Attr.GPU, gpu)]
         if policy is not None:
             attrs.append((Attr.POLICY, to_policy(policy)))
         if period_us is not None:
             attrs.append((Attr.PERIOD_US, period_us))
+        if offline_timeslice_us is not None:
+            attrs.append((Attr.OFFLINE_TIMESLICE_US, offline_timeslice_us))
+        if online_timeslice_us is not None:
+            attrs.append((Attr.ONLINE_TIMESLICE_US, online_timeslice_us))
         if len(attrs) == 1:
-            raise ValueError("set_gpu needs a policy, a period or both")
+            raise ValueError("set_gpu needs a policy, a period or a timeslice")
         self._request(Cmd.GPU_SET, attrs)
 
     def set_cgroup(

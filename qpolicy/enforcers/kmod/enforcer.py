@@ -11,13 +11,18 @@ the nearest configured ancestor of a process's cgroup).
 The module keeps its configuration when a daemon dies without releasing it, so the first push also
 deletes the cgroups configured that the desired state does not name: their shares would otherwise
 count against the new ones under fixed-share.
+
+Each GPU's TSG timeslices come with its policy and period: the GPU's online strategy
+(qpolicy/enforcers/strategy.py, from ``qpolicy doctor``'s result for that GPU, read once when the
+GPU is first pushed). The module sets them on the TSGs of the GPU's pods while the GPU has an online
+pod, as the engine plans them, and gives each TSG its own back otherwise.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +35,22 @@ from qpolicy.enforcers.kmod.client import (
 )
 from qpolicy.enforcers.kmod.error import KmodError
 from qpolicy.enforcers.kmod.uapi import SHARE_MAX, CgroupClass, Policy
+from qpolicy.enforcers.strategy import DEFAULT, OnlineStrategy
 from qpolicy.model import GpuConfig, PodIdKind, PodSpec, pod_id_kind
 from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import CGROUP_ROOT, CgroupError, cgroup_id
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSettings:
+    """What the enforcer told the module about one GPU."""
+
+    policy: Policy
+    period_us: int
+    offline_timeslice_us: int
+    online_timeslice_us: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +94,20 @@ class KmodEnforcer:
 
     name = "kmod"
 
-    def __init__(self, client: QgpuClient, *, cgroup_root: Path = CGROUP_ROOT) -> None:
+    def __init__(
+        self,
+        client: QgpuClient,
+        *,
+        cgroup_root: Path = CGROUP_ROOT,
+        strategy: Callable[[int], OnlineStrategy] = lambda gpu: DEFAULT,
+    ) -> None:
         self.client = client
         self.cgroup_root = cgroup_root
+        self._strategy = strategy
+        self._strategies: dict[int, OnlineStrategy] = {}
         self._state = DesiredState()
         self._pushed: dict[str, CgroupConfig] = {}
-        self._gpus_pushed: dict[int, tuple[Policy, int]] = {}
+        self._gpus_pushed: dict[int, GpuSettings] = {}
         self._stats: dict[str, CgroupStats] = {}
         self._gpu_stats: dict[int, GpuStats] = {}
         self._complaints: dict[str, str] = {}
@@ -104,6 +128,25 @@ class KmodEnforcer:
     @property
     def gpu_stats(self) -> Mapping[int, GpuStats]:
         return self._gpu_stats
+
+    def strategy(self, gpu: int) -> OnlineStrategy:
+        """The GPU's online strategy: its timeslices, read once per GPU."""
+        strategy = self._strategies.get(gpu)
+        if strategy is None:
+            strategy = self._strategies[gpu] = self._strategy(gpu)
+            log.info(
+                "GPU %d: offline timeslice %d us, online %d us, from %s",
+                gpu,
+                strategy.offline_timeslice_us,
+                strategy.online_timeslice_us,
+                strategy.source,
+            )
+        return strategy
+
+    @property
+    def strategies(self) -> Mapping[int, OnlineStrategy]:
+        """The strategies read so far, by GPU."""
+        return self._strategies
 
     # -- pushing ---------------------------------------------------------------------------------
 
@@ -194,12 +237,24 @@ class KmodEnforcer:
                     log.warning("%s", error)
 
     def _push_gpu(self, gpu: GpuConfig) -> None:
-        wanted = (POLICIES[gpu.policy], gpu.period_us)
+        strategy = self.strategy(gpu.index)
+        wanted = GpuSettings(
+            POLICIES[gpu.policy],
+            gpu.period_us,
+            strategy.offline_timeslice_us,
+            strategy.online_timeslice_us,
+        )
         if self._gpus_pushed.get(gpu.index) == wanted:
             return
         key = f"GPU {gpu.index}"
         try:
-            self.client.set_gpu(gpu.index, wanted[0], wanted[1])
+            self.client.set_gpu(
+                gpu.index,
+                wanted.policy,
+                wanted.period_us,
+                offline_timeslice_us=wanted.offline_timeslice_us,
+                online_timeslice_us=wanted.online_timeslice_us,
+            )
         except KmodError as error:
             self._failed(key, f"{key}: {error}")
             return

@@ -15,6 +15,8 @@ class SysfsGpu:
     period_us: int | None
     nr_periods: int | None
     online_busy: bool | None
+    offline_timeslice_us: int | None = None
+    online_timeslice_us: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,8 @@ def read_sysfs(root: Path = SYSFS_ROOT) -> SysfsInfo:
                 period_us=_read_int(directory / "period_us"),
                 nr_periods=_read_int(directory / "nr_periods"),
                 online_busy=_read_bool(directory / "online_busy"),
+                offline_timeslice_us=_read_int(directory / "offline_timeslice_us"),
+                online_timeslice_us=_read_int(directory / "online_timeslice_us"),
             )
         )
     return SysfsInfo(

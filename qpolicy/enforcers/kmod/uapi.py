@@ -23,6 +23,9 @@ PERIOD_MIN_US = 1000
 PERIOD_MAX_US = 1000000
 PERIOD_DEFAULT_US = 50000
 SHARE_MAX = 100
+TIMESLICE_MAX_US = 1000000
+OFFLINE_TIMESLICE_DEFAULT_US = 128
+ONLINE_TIMESLICE_DEFAULT_US = 8192
 
 
 class Cmd(IntEnum):
@@ -62,9 +65,11 @@ class Attr(IntEnum):
     EVENT = 20
     ONLINE_BUSY = 21
     SWITCHES = 22
+    OFFLINE_TIMESLICE_US = 23
+    ONLINE_TIMESLICE_US = 24
 
 
-A_MAX = 22
+A_MAX = 24
 
 
 class Policy(IntEnum):
@@ -119,4 +124,6 @@ class QgpuMsg(genlmsg):  # type: ignore[misc]  # pyroute2 has no type informatio
         (Attr.EVENT.value, "QGPU_A_EVENT", "uint8"),
         (Attr.ONLINE_BUSY.value, "QGPU_A_ONLINE_BUSY", "uint8"),
         (Attr.SWITCHES.value, "QGPU_A_SWITCHES", "uint64"),
+        (Attr.OFFLINE_TIMESLICE_US.value, "QGPU_A_OFFLINE_TIMESLICE_US", "uint32"),
+        (Attr.ONLINE_TIMESLICE_US.value, "QGPU_A_ONLINE_TIMESLICE_US", "uint32"),
     )

@@ -1,0 +1,407 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * qgpu: the timeslice of each gated TSG, by its cgroup's class, while its GPU has online work.
+ *
+ * The lever measured on an H100 and an H200 (580.159.04, tools/gpu/results/
+ * 2026-11-24-doctor-h100.json and -h200.json): offline TSGs at 128 us and online TSGs at
+ * 8192 us took an online pod's p99 from 2.9 to 1.0 ms next to a trainer, which kept its
+ * throughput. The GPU keeps a timeslice once it is set, so this costs a control per TSG and
+ * change, not per request (per-request controls cost 0.6-1.3 ms each under GSP).
+ *
+ * What a TSG gets (wanted()):
+ *   - its class's value on its GPU, when its cgroup is configured for that GPU, the GPU has at
+ *     least one configured online cgroup, and the value is not 0;
+ *   - otherwise its own timeslice: what RM held before qgpu's first SET_TIMESLICE (read with
+ *     GET_TIMESLICE just before it), or the one its tenant asked for since. The tenant guard
+ *     (ioctl.c) swallows a gated tenant's SET_TIMESLICE; the value becomes the TSG's own, to be
+ *     carried out once qgpu restores the TSG or its cgroup is no longer gated.
+ *
+ * The controls go through the driver's kernel RM entry (rmapi.c), to the tenant's own TSG, from
+ * a work item: process context, outside qgpu_lock (RM sleeps and takes its own locks). A pass
+ * plans under the lock, calls RM without it and records under it what RM answered NV_OK to; an
+ * error is retried later, each TSG backing off on its own. A tenant's request that reaches RM
+ * while a pass is out (its cgroup was not gated when it was sent) changes ts_gen, and the pass
+ * plans that TSG again rather than record what may no longer hold.
+ *
+ * Unloading restores every TSG qgpu set (and carries out what tenants asked for meanwhile),
+ * after the hooks and the schedulers are gone, before the RM entry is put back.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/jiffies.h>
+#include <linux/lockdep.h>
+#include <linux/minmax.h>
+#include <linux/mutex.h>
+#include <linux/printk.h>
+#include <linux/workqueue.h>
+
+#include "qgpu.h"
+
+#define BATCH		32
+#define RETRY_MS	100
+#define RETRY_MAX_SHIFT	6		/* backing off up to 6.4 s */
+#define EXIT_RETRIES	3
+
+/* [gpu][class]: us, 0 for the TSG's own; under qgpu_lock. */
+static u32 values[QGPU_MAX_GPUS][2];
+/* Under qgpu_lock: unloading, every TSG gets its own back. */
+static bool releasing;
+/* Under qgpu_lock: stamps of planned changes and of tenants' requests, never 0. */
+static u32 gen_counter;
+
+struct change {
+	u32 client;
+	u32 tsg;
+	u32 gen;
+	u64 value;		/* to set */
+	bool restore;		/* value is the TSG's own */
+	bool read_own;		/* GET_TIMESLICE first: its own is not known yet */
+	bool own_read;
+	u64 own;
+	u32 status;
+};
+
+/* Used by one pass at a time: the work item does not run concurrently with itself. */
+static struct change batch[BATCH];
+
+enum pass_result { PASS_DONE, PASS_MORE, PASS_RETRY };
+
+static void ts_work_fn(struct work_struct *work);
+static DECLARE_DELAYED_WORK(ts_work, ts_work_fn);
+
+static u32 next_gen(void)
+{
+	lockdep_assert_held(&qgpu_lock);
+	if (!++gen_counter)
+		++gen_counter;
+	return gen_counter;
+}
+
+static bool gated(const struct qgpu_cg *cg)
+{
+	return cg->configured && !releasing;
+}
+
+static void online_gpus(bool *online)
+{
+	struct qgpu_cg *cg;
+	int gpu;
+
+	lockdep_assert_held(&qgpu_lock);
+	for (gpu = 0; gpu < QGPU_MAX_GPUS; gpu++)
+		online[gpu] = false;
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		if (gated(cg) && cg->class == QGPU_CLASS_ONLINE && cg->gpu < QGPU_MAX_GPUS)
+			online[cg->gpu] = true;
+}
+
+/* The timeslice qgpu wants on @tsg of a client of @cg; 0: the TSG's own. */
+static u64 wanted(const struct qgpu_cg *cg, const struct qgpu_obj *tsg, const bool *online)
+{
+	if (!gated(cg) || tsg->gpu < 0 || tsg->gpu >= QGPU_MAX_GPUS || cg->gpu != tsg->gpu ||
+	    !online[tsg->gpu] || cg->class > QGPU_CLASS_ONLINE)
+		return 0;
+	return values[tsg->gpu][cg->class];
+}
+
+static void note_retry(unsigned long at, bool *retry, unsigned long *retry_at)
+{
+	if (!*retry || time_before(at, *retry_at))
+		*retry_at = at;
+	*retry = true;
+}
+
+/*
+ * The next changes, at most BATCH of them (*full: more are waiting). A TSG backing off after an
+ * error is left for later (*retry, *retry_at: the earliest), unless @now is set.
+ */
+static unsigned int plan(bool now, bool *full, bool *retry, unsigned long *retry_at)
+{
+	bool online[QGPU_MAX_GPUS];
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+	unsigned int n = 0;
+
+	lockdep_assert_held(&qgpu_lock);
+	online_gpus(online);
+	list_for_each_entry(client, &qgpu_clients, node) {
+		list_for_each_entry(obj, &client->objects, node) {
+			struct change *c;
+			u64 want;
+
+			if (obj->kind != QGPU_OBJ_TSG)
+				continue;
+			want = wanted(client->cg, obj, online);
+			if (want ? want == obj->ts_set :
+			    !obj->ts_set && !(obj->ts_owed && !gated(client->cg))) {
+				obj->ts_failures = 0;	/* nothing to do: no backing off */
+				continue;
+			}
+			if (!want && !obj->ts_own) {
+				/* Nothing known to restore (cannot happen: read before a set). */
+				obj->ts_set = 0;
+				obj->ts_owed = false;
+				continue;
+			}
+			if (!now && obj->ts_failures && time_before(jiffies, obj->ts_retry)) {
+				note_retry(obj->ts_retry, retry, retry_at);
+				continue;
+			}
+			if (n == BATCH) {
+				*full = true;
+				return n;
+			}
+			c = &batch[n++];
+			c->client = client->handle;
+			c->tsg = obj->handle;
+			c->gen = next_gen();
+			obj->ts_gen = c->gen;
+			c->value = want ? want : obj->ts_own;
+			c->restore = !want;
+			c->read_own = want && !obj->ts_own;
+			c->own_read = false;
+			c->status = NV_ERR_GENERIC;
+		}
+	}
+	return n;
+}
+
+/* Without qgpu_lock: RM sleeps. */
+static void apply(unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		struct change *c = &batch[i];
+
+		if (c->read_own) {
+			c->status = qgpu_rmapi_get_timeslice(c->client, c->tsg, &c->own);
+			if (c->status != NV_OK)
+				continue;
+			c->own_read = c->own != 0;
+			if (!c->own_read) {
+				c->status = NV_ERR_INVALID_STATE;
+				continue;
+			}
+		}
+		c->status = qgpu_rmapi_set_timeslice(c->client, c->tsg, c->value);
+	}
+}
+
+/* What RM answered, kept for TSGs still tracked and untouched by their tenant meanwhile. */
+static void record(unsigned int n, bool *raced, bool *retry, unsigned long *retry_at)
+{
+	unsigned int i;
+
+	lockdep_assert_held(&qgpu_lock);
+	for (i = 0; i < n; i++) {
+		struct change *c = &batch[i];
+		struct qgpu_client *client = qgpu_client_find(c->client);
+		struct qgpu_obj *obj = client ? qgpu_obj_find(client, c->tsg) : NULL;
+		unsigned int shift;
+
+		if (!obj || obj->kind != QGPU_OBJ_TSG)
+			continue;		/* freed meanwhile */
+		if (obj->ts_gen != c->gen) {
+			*raced = true;		/* its tenant asked for a timeslice meanwhile */
+			continue;
+		}
+		if (c->own_read && !obj->ts_own)
+			obj->ts_own = c->own;
+		if (c->status != NV_OK) {
+			if (obj->ts_failures < U8_MAX)
+				obj->ts_failures++;
+			shift = min_t(unsigned int, obj->ts_failures - 1, RETRY_MAX_SHIFT);
+			obj->ts_retry = jiffies + msecs_to_jiffies(RETRY_MS << shift);
+			note_retry(obj->ts_retry, retry, retry_at);
+			pr_warn_ratelimited("TSG 0x%x of client 0x%x: %s timeslice %llu us: RM status 0x%x, retried\n",
+					    c->tsg, c->client, c->restore ? "restoring" : "setting",
+					    c->value, c->status);
+			continue;
+		}
+		obj->ts_failures = 0;
+		if (c->restore) {
+			obj->ts_set = 0;
+			obj->ts_owed = false;
+		} else {
+			obj->ts_set = c->value;
+		}
+	}
+}
+
+/* One pass: plan under qgpu_lock, call RM without it, record under it. */
+static enum pass_result pass(bool now, unsigned long *retry_at)
+{
+	bool full = false, raced = false, retry = false;
+	unsigned int n;
+
+	if (!qgpu_rmapi_available())
+		return PASS_DONE;
+	mutex_lock(&qgpu_lock);
+	n = plan(now, &full, &retry, retry_at);
+	mutex_unlock(&qgpu_lock);
+	if (!n)
+		return retry ? PASS_RETRY : PASS_DONE;
+	apply(n);
+	mutex_lock(&qgpu_lock);
+	record(n, &raced, &retry, retry_at);
+	mutex_unlock(&qgpu_lock);
+	if (full || raced)
+		return PASS_MORE;
+	return retry ? PASS_RETRY : PASS_DONE;
+}
+
+static void ts_work_fn(struct work_struct *work)
+{
+	unsigned long retry_at = 0;
+
+	switch (pass(false, &retry_at)) {
+	case PASS_MORE:
+		mod_delayed_work(system_unbound_wq, &ts_work, 0);
+		break;
+	case PASS_RETRY:
+		/* A kick meanwhile has queued it sooner: that stands. */
+		queue_delayed_work(system_unbound_wq, &ts_work,
+				   time_after(retry_at, jiffies) ? retry_at - jiffies : 1);
+		break;
+	case PASS_DONE:
+		break;
+	}
+}
+
+/**
+ * qgpu_timeslice_kick() - look at every tracked TSG's timeslice again, soon
+ *
+ * Called after anything that may change what a TSG should have: a TSG tracked, a cgroup
+ * configured, changed or unconfigured, a GPU's values changed, a tenant's own request carried
+ * out. Any context that may queue work; the pass runs from a workqueue.
+ */
+void qgpu_timeslice_kick(void)
+{
+	mod_delayed_work(system_unbound_wq, &ts_work, 0);
+}
+
+/**
+ * qgpu_timeslice_get() - a class's timeslice on a GPU
+ * @gpu: the GPU, < QGPU_MAX_GPUS
+ * @class: enum qgpu_class
+ *
+ * Context: qgpu_lock held.
+ * Return: the value in microseconds; 0: TSGs keep their own.
+ */
+u32 qgpu_timeslice_get(u32 gpu, u8 class)
+{
+	lockdep_assert_held(&qgpu_lock);
+	if (gpu >= QGPU_MAX_GPUS || class > QGPU_CLASS_ONLINE)
+		return 0;
+	return values[gpu][class];
+}
+
+/**
+ * qgpu_timeslice_set() - set the classes' timeslices on a GPU
+ * @gpu: the GPU
+ * @offline_us: the offline TSGs' timeslice, 0 for their own, < 0 unchanged
+ * @online_us: the online TSGs' timeslice, likewise
+ *
+ * Both values are checked before either is set. The caller kicks the pass once its lock is
+ * dropped (qgpu_timeslice_kick()).
+ *
+ * Context: qgpu_lock held.
+ * Return: 0, or -EINVAL for a GPU or value out of range.
+ */
+int qgpu_timeslice_set(u32 gpu, s64 offline_us, s64 online_us)
+{
+	lockdep_assert_held(&qgpu_lock);
+	if (gpu >= QGPU_MAX_GPUS || offline_us > QGPU_TIMESLICE_MAX_US ||
+	    online_us > QGPU_TIMESLICE_MAX_US)
+		return -EINVAL;
+	if (offline_us >= 0)
+		values[gpu][QGPU_CLASS_OFFLINE] = offline_us;
+	if (online_us >= 0)
+		values[gpu][QGPU_CLASS_ONLINE] = online_us;
+	return 0;
+}
+
+/**
+ * qgpu_timeslice_tenant() - a tenant asked RM for a TSG's timeslice
+ * @file: the file the control came through
+ * @hclient: the client the control was sent to
+ * @hobject: the object it was sent to
+ * @us: the timeslice asked for, in microseconds
+ * @carried_out: RM carried it out (NV_OK); else the tenant guard swallowed it
+ *
+ * The value becomes the TSG's own, the one qgpu restores. Carried out, it replaced whatever
+ * qgpu had set there, so qgpu sets its own again where it still wants one; swallowed, it is owed
+ * to the tenant until the TSG is no longer gated. Either way a pass that is out for this TSG
+ * plans it again. Only a client of @file counts: RM reaches a client through the file it was
+ * made on, and a swallowed request never reached RM, which would have refused another's.
+ *
+ * Context: qgpu_lock held.
+ * Return: whether @hobject is a tracked TSG of @hclient (the caller then kicks the pass, for a
+ * request carried out).
+ */
+bool qgpu_timeslice_tenant(struct file *file, u32 hclient, u32 hobject, u64 us,
+			   bool carried_out)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+
+	lockdep_assert_held(&qgpu_lock);
+	client = qgpu_client_find(hclient);
+	obj = client && client->file == file ? qgpu_obj_find(client, hobject) : NULL;
+	if (!obj || obj->kind != QGPU_OBJ_TSG || !us)
+		return false;
+	obj->ts_own = us;
+	obj->ts_owed = !carried_out;
+	if (carried_out)
+		obj->ts_set = 0;
+	obj->ts_gen = next_gen();
+	return true;
+}
+
+/**
+ * qgpu_timeslice_init() - every GPU at the default timeslices
+ */
+void qgpu_timeslice_init(void)
+{
+	int gpu;
+
+	mutex_lock(&qgpu_lock);
+	releasing = false;
+	for (gpu = 0; gpu < QGPU_MAX_GPUS; gpu++) {
+		values[gpu][QGPU_CLASS_OFFLINE] = QGPU_OFFLINE_TIMESLICE_DEFAULT_US;
+		values[gpu][QGPU_CLASS_ONLINE] = QGPU_ONLINE_TIMESLICE_DEFAULT_US;
+	}
+	mutex_unlock(&qgpu_lock);
+}
+
+/**
+ * qgpu_timeslice_exit() - every TSG's own timeslice back, before the RM entry goes
+ *
+ * Called once nothing can kick the pass any more: the hooks, netlink, sysfs and the schedulers
+ * (which drop removed cgroups) are gone. A TSG whose restore RM refuses EXIT_RETRIES times in a
+ * row keeps qgpu's value, and the log says so.
+ */
+void qgpu_timeslice_exit(void)
+{
+	unsigned long retry_at;
+	int retries = 0;
+
+	mutex_lock(&qgpu_lock);
+	releasing = true;
+	mutex_unlock(&qgpu_lock);
+	cancel_delayed_work_sync(&ts_work);
+	for (;;) {
+		switch (pass(true, &retry_at)) {
+		case PASS_MORE:
+			continue;
+		case PASS_RETRY:
+			if (++retries <= EXIT_RETRIES)
+				continue;
+			pr_warn("unloading: some TSGs keep qgpu's timeslice (RM refused to restore theirs)\n");
+			return;
+		case PASS_DONE:
+			return;
+		}
+	}
+}

@@ -1,0 +1,190 @@
+"""qgpu's TSG timeslices by class, set through its kernel RM client (kmod/qgpu/timeslice.c).
+
+While a GPU has a configured online cgroup, the TSGs of the cgroups configured for it get their
+class's timeslice (offline 128 us, online 8192 us unless the daemon says otherwise); a TSG gets
+its own back when qgpu lets go of it. Ground truth is the timeslice nvmock keeps per TSG
+(debugfs gpuN/tsgs, what GET_TIMESLICE answers); each tenant is a process holding a TSG of its
+own (tests/vm/tenant.py hold), which also sends its own SET_TIMESLICE as libcuda does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+
+from qpolicy.enforcers.kmod.client import QgpuClient
+from qpolicy.nvrm.abi import NvStatus
+from tests.vm.conftest import DEBUGFS
+from tests.vm.qgpu_env import (
+    SYSFS,
+    HeldTenant,
+    cgroups,
+    held_tenants,
+    insmod,
+    loaded,
+    qgpu_loaded,
+    rmmod,
+)
+from tests.vm.test_qgpu_rmapi import OP_CONTROL, kapi
+
+DEFAULT_US = 1024  # RM's for a new TSG (kfifoChannelGroupGetDefaultTimeslice_GV100)
+OFFLINE_US, ONLINE_US = 128, 8192
+SET_TIMESLICE, GET_TIMESLICE = 0xA06C0103, 0xA06C0104
+NV_ERR_INVALID_STATE = 0x40
+
+
+def timeslices(gpu: int = 0) -> dict[int, int]:
+    """Each TSG's timeslice by its process, as nvmock keeps it."""
+    out = {}
+    for line in (DEBUGFS / f"gpu{gpu}" / "tsgs").read_text().splitlines():
+        f = line.split()
+        out[int(f[f.index("pid") + 1])] = int(f[f.index("timeslice_us") + 1])
+    return out
+
+
+def of(*tenants: HeldTenant) -> list[int]:
+    now = timeslices()
+    return [now[t.pid] for t in tenants]
+
+
+def settles(want: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Whether ``want`` comes true within ``timeout`` (qgpu sets timeslices from a work item)."""
+    deadline = time.monotonic() + timeout
+    while not want():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_gated_tsgs_get_their_class_timeslice_and_their_own_back() -> None:
+    """The lever end to end: set by class while an online cgroup is gated, the tenants' own
+    requests not carried out meanwhile, each TSG's own restored when its online neighbour goes
+    and when qgpu is unloaded."""
+    with cgroups(2) as (online, offline), ExitStack() as stack:
+        insmod()
+        stack.callback(lambda: loaded() and rmmod())
+        client = stack.enter_context(QgpuClient.open())
+        serving, training = stack.enter_context(held_tenants(online, offline))
+        # The trainer's own value, asked for before its cgroup is gated: carried out.
+        assert training.set_timeslice(5000) == NvStatus.NV_OK
+        assert of(serving, training) == [DEFAULT_US, 5000]
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        assert settles(lambda: of(serving, training) == [ONLINE_US, OFFLINE_US]), of(
+            serving, training
+        )
+        assert [serving.timeslice(), training.timeslice()] == [ONLINE_US, OFFLINE_US]
+        # libcuda sets its compute TSG's timeslice (2048 us) ~110 ms after making it: the tenant
+        # guard answers NV_OK and does not carry it out.
+        assert training.set_timeslice(2048) == NvStatus.NV_OK
+        time.sleep(0.3)
+        assert of(serving, training) == [ONLINE_US, OFFLINE_US]
+        assert training.timeslice() == OFFLINE_US
+        # No online cgroup left on the GPU: both TSGs get their own back, the server's what RM
+        # held before qgpu's first (read with GET_TIMESLICE), the trainer's what its tenant
+        # asked for since.
+        client.del_cgroup(online.id)
+        assert settles(lambda: of(serving, training) == [DEFAULT_US, 2048]), of(serving, training)
+        # Online again: qgpu's values again.
+        client.set_cgroup(online.id, 0, "online", 50)
+        assert settles(lambda: of(serving, training) == [ONLINE_US, OFFLINE_US])
+        # Unloaded with both configured and both TSGs alive: each has its own again.
+        client.close()
+        result = rmmod()
+        assert result.returncode == 0, result.stderr
+        assert of(serving, training) == [DEFAULT_US, 2048]
+        assert [serving.timeslice(), training.timeslice()] == [DEFAULT_US, 2048]
+
+
+def test_a_tsg_made_in_a_gated_cgroup_is_set_when_it_is_made() -> None:
+    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        with held_tenants(online, offline) as (serving, training):
+            assert settles(lambda: of(serving, training) == [ONLINE_US, OFFLINE_US], 2.0)
+            client.del_cgroup(offline.id)
+            # Ungated, it gets RM's default back, and its own requests are carried out again.
+            assert settles(lambda: of(training) == [DEFAULT_US])
+            assert training.set_timeslice(700) == NvStatus.NV_OK
+            assert of(serving, training) == [ONLINE_US, 700]
+
+
+def test_a_tenant_naming_anothers_tsg_changes_nothing_of_it() -> None:
+    """A gated tenant's SET_TIMESLICE is swallowed before RM sees it; naming another tenant's
+    client and TSG must not make that value the other TSG's own (RM would have refused it: a
+    client is reached through the file it was made on)."""
+    with (
+        qgpu_loaded() as client,
+        cgroups(2) as (online, offline),
+        held_tenants(online, offline) as (serving, training),
+    ):
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        assert settles(lambda: of(serving, training) == [ONLINE_US, OFFLINE_US])
+        assert training.set_timeslice(1_000_000, target=serving) == NvStatus.NV_OK
+        client.del_cgroup(online.id)
+        client.del_cgroup(offline.id)
+        assert settles(lambda: of(serving, training) == [DEFAULT_US, DEFAULT_US])
+        time.sleep(0.3)
+        assert of(serving, training) == [DEFAULT_US, DEFAULT_US]
+
+
+def test_only_an_online_cgroup_on_the_same_gpu_turns_the_lever() -> None:
+    """An offline cgroup alone keeps its TSG's own timeslice; an online cgroup configured for
+    another GPU does not change that."""
+    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        client.set_cgroup(online.id, 1, "online", 50)
+        with held_tenants(offline) as (training,):
+            time.sleep(0.5)
+            assert of(training) == [DEFAULT_US]
+            client.set_cgroup(online.id, 0, "online", 50)
+            assert settles(lambda: of(training) == [OFFLINE_US])
+
+
+def test_the_values_come_from_netlink_and_sysfs_and_zero_leaves_the_tsgs_own() -> None:
+    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        with held_tenants(online, offline) as (serving, training):
+            assert settles(lambda: of(serving, training) == [ONLINE_US, OFFLINE_US])
+            client.set_gpu(0, offline_timeslice_us=1, online_timeslice_us=1_000_000)
+            assert settles(lambda: of(serving, training) == [1_000_000, 1])
+            gpu0 = client.gpus()[0]
+            assert (gpu0.offline_timeslice_us, gpu0.online_timeslice_us) == (1, 1_000_000)
+            (SYSFS / "gpu0" / "online_timeslice_us").write_text("0\n")
+            assert settles(lambda: of(serving, training) == [DEFAULT_US, 1])
+            assert (SYSFS / "gpu0" / "online_timeslice_us").read_text() == "0\n"
+            assert (SYSFS / "gpu0" / "offline_timeslice_us").read_text() == "1\n"
+            assert client.gpus()[0].online_timeslice_us == 0
+            # Other GPUs keep the defaults.
+            gpu1 = client.gpus()[1]
+            assert (gpu1.offline_timeslice_us, gpu1.online_timeslice_us) == (OFFLINE_US, ONLINE_US)
+
+
+def test_a_control_rm_refuses_is_tried_again() -> None:
+    """nvmock fails qgpu's next two SET_TIMESLICEs (a test's fault, NV_ERR_INVALID_STATE as GSP
+    may answer): qgpu records nothing for them and tries again until RM carries it out."""
+    with (
+        qgpu_loaded() as client,
+        cgroups(2) as (online, offline),
+        held_tenants(online, offline) as (serving, training),
+    ):
+        assert of(serving, training) == [DEFAULT_US, DEFAULT_US]
+        before, _ = kapi()
+        (DEBUGFS / "kapi_fail_control").write_text(f"{SET_TIMESLICE:#x} 2")
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        assert settles(lambda: of(serving, training) == [ONLINE_US, OFFLINE_US])
+        after, ops = kapi()
+        # Each TSG's own read once, two refusals, then each set once.
+        assert after["controls"] - before["controls"] == 6
+        assert after["failed"] - before["failed"] == 2
+        controls = [(op.what, op.status) for op in ops if op.op == OP_CONTROL][-6:]
+        assert sorted(controls) == sorted(
+            [(GET_TIMESLICE, 0)] * 2
+            + [(SET_TIMESLICE, NV_ERR_INVALID_STATE)] * 2
+            + [(SET_TIMESLICE, 0)] * 2
+        )
