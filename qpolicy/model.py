@@ -129,9 +129,10 @@ def parse_period_ms(text: str | int) -> int:
     return period
 
 
-# Kubernetes quantity suffixes, case as Kubernetes spells them (resource.Quantity), and the
-# byte-unit spellings people write on the command line (GiB, GB), in any case.
-_QUANTITY_SUFFIXES = {
+# Kubernetes quantity suffixes, case as Kubernetes spells them (resource.Quantity; milli, "m", is
+# left out: it is never a byte count), and the byte-unit spellings people write on the command
+# line (GiB, GB), in any case.
+QUANTITY_SUFFIXES = {
     "": 1,
     "k": 10**3,
     "M": 10**6,
@@ -164,7 +165,7 @@ MAX_MEMORY_BYTES = 2**63 - 1
 
 
 def _memory_unit(text: str, suffix: str) -> int:
-    unit = _QUANTITY_SUFFIXES.get(suffix) or _BYTE_UNITS.get(suffix.lower())
+    unit = QUANTITY_SUFFIXES.get(suffix) or _BYTE_UNITS.get(suffix.lower())
     if unit is not None:
         return unit
     if suffix == "m":

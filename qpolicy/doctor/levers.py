@@ -16,13 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from qpolicy.doctor.lab import Call, Lab
+from qpolicy.enforcers.strategy import GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US
+from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US
 from qpolicy.nvrm import abi
 from qpolicy.nvrm.tracker import ClientChannels
 
 # qpolicy's own setting (qpolicy/engine.py) and GPreempt's (a 1 µs best-effort slice, 1 s for the
-# latency-critical context).
-OFFLINE_US, ONLINE_US = 128, 8192
-TINY_US, HUGE_US = 1, 1_000_000
+# latency-critical context): the values the daemon takes from the doctor's recommendation.
+OFFLINE_US, ONLINE_US = OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US
+TINY_US, HUGE_US = GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US
 
 
 @dataclass

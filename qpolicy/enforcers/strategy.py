@@ -35,13 +35,17 @@ log = logging.getLogger(__name__)
 DOCTOR_CACHE_NAME = "doctor-gpu{gpu}.json"
 DOCTOR_SCHEMA = 1
 
-# The doctor's setting levers that are a pair of timeslices (offline µs, online µs).
-_TIMESLICE_LEVERS = {
-    "timeslice": (128, 8192),
-    "timeslice+rebuild": (128, 8192),
-    "timeslice-new": (128, 8192),
-    "cilp+timeslice": (128, 8192),
-    "timeslice-1us": (1, 1_000_000),
+# GPreempt's pair: a 1 µs best-effort slice, 1 s for the latency-critical context.
+GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US = 1, 1_000_000
+
+# The doctor's setting levers that are a pair of timeslices (offline µs, online µs); the doctor's
+# levers (qpolicy/doctor/levers.py) set these same constants.
+TIMESLICE_LEVERS = {
+    "timeslice": (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US),
+    "timeslice+rebuild": (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US),
+    "timeslice-new": (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US),
+    "cilp+timeslice": (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US),
+    "timeslice-1us": (GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US),
 }
 
 
@@ -94,8 +98,8 @@ def from_doctor(report: Any) -> OnlineStrategy:
     recommendation = report.get("recommendation")
     lever = recommendation.get("lever") if isinstance(recommendation, dict) else None
     date = report.get("date", "an unknown date")
-    if lever in _TIMESLICE_LEVERS:
-        offline, online = _TIMESLICE_LEVERS[lever]
+    if lever in TIMESLICE_LEVERS:
+        offline, online = TIMESLICE_LEVERS[lever]
         return OnlineStrategy(offline, online, f"qpolicy doctor of {date}: {lever}")
     if lever is None:
         why = recommendation.get("why") if isinstance(recommendation, dict) else None

@@ -40,6 +40,7 @@ from typing import Any
 from qpolicy.errors import ValidationError
 from qpolicy.model import (
     MAX_SHARE,
+    QUANTITY_SUFFIXES,
     PodClass,
     format_bytes,
     parse_gpu_index,
@@ -185,21 +186,10 @@ def _resource(container: Mapping[str, Any], name: str) -> object | None:
 # --- quantities ---------------------------------------------------------------------------------
 
 _QUANTITY = re.compile(r"([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(?:[eE]([+-]?[0-9]+))?([a-zA-Z]*)")
+# The model's suffixes, and milli: a quantity here may be a fraction (a CPU request of 500m).
 _SUFFIXES = {
-    "": Fraction(1),
+    **{suffix: Fraction(unit) for suffix, unit in QUANTITY_SUFFIXES.items()},
     "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
 }
 
 

@@ -122,3 +122,10 @@ def test_the_rm_backend_takes_each_gpus_strategy_from_its_doctor_cache(
         assert any("GPU 1: offline timeslice 1 us" in r.getMessage() for r in caplog.records)
     finally:
         backend.close()
+
+
+def test_every_timeslice_lever_of_the_doctor_has_its_pair_here() -> None:
+    from qpolicy.doctor.levers import LEVERS
+    from qpolicy.enforcers.strategy import TIMESLICE_LEVERS
+
+    assert {lever.name for lever in LEVERS if "timeslice" in lever.name} == set(TIMESLICE_LEVERS)

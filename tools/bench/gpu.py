@@ -37,8 +37,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from qpolicy.enforcers.strategy import doctor_cache_path  # noqa: E402
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec  # noqa: E402
-from qpolicy.state import DesiredState, StateStore  # noqa: E402
+from qpolicy.state import DesiredState, StateStore, default_state_dir  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup2_mount  # noqa: E402
 
 MATMUL = ROOT / "tools" / "gpu" / "matmul.py"
@@ -214,7 +215,7 @@ def qpolicy_daemon(
     with tempfile.TemporaryDirectory(prefix="qpolicy-bench-state-") as state_dir:
         # The daemon chooses its online timeslices from the node's doctor result, as it would in
         # production: the operator's state directory's cache goes along.
-        doctor = Path(os.environ.get("QPOLICY_STATE_DIR", "/var/lib/qpolicy")) / "doctor-gpu0.json"
+        doctor = doctor_cache_path(default_state_dir(), 0)
         if doctor.is_file():
             shutil.copyfile(doctor, Path(state_dir) / doctor.name)
         pods = [PodSpec(cgroups.id(p.name), 0, p.pod_class, p.share) for p in scenario.pods]
