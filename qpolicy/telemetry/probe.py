@@ -473,9 +473,10 @@ class NvProbe:
     def _items(self, name: bytes) -> list[tuple[Any, Any]]:
         """A map's entries, in batches where the kernel has BPF_MAP_LOOKUP_BATCH (5.6).
 
-        bcc's item iteration costs two syscalls per entry, 7.5 us each in Python (bcc 0.26 on
-        6.18): 0.3 ms for the 40 cgroups of a GPU host at each of the rm enforcer's 40 polls a
-        second, and milliseconds for the ioctl counters at each publish; a batch costs a tenth.
+        bcc's item iteration costs two syscalls per entry; for the 40 cgroups of a GPU host a
+        batch reads the launch counters in a quarter of the time and every counter map in a third
+        (`sudo python tools/bench/run.py probemaps`, BENCHMARKS.md 2026-11-24), at 40 polls and
+        one publish a second.
         """
         table = self._loaded()[name]
         if self._batch_lookup:

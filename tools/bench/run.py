@@ -1,6 +1,6 @@
 """`make bench`: run the benchmarks, print a summary, write bench-results/<name>.json.
 
-python tools/bench/run.py [engine] [sim] [targets] [exporter] [probe] [daemon]
+python tools/bench/run.py [engine] [sim] [targets] [exporter] [probe] [probemaps] [daemon]
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.bench import daemon, engine, exporter, probe, sim, targets
+from tools.bench import daemon, engine, exporter, probe, probemaps, sim, targets
 from tools.bench.common import machine
 
 BENCHES = {
@@ -21,6 +21,7 @@ BENCHES = {
     "targets": targets.run,
     "exporter": exporter.run,
     "probe": probe.run,
+    "probemaps": probemaps.run,
     "daemon": daemon.run,
 }
 
