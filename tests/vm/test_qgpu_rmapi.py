@@ -16,6 +16,7 @@ OP_FREE, OP_ALLOC, OP_CONTROL = 0x00, 0x15, 0x36
 NV01_ROOT, NV01_DEVICE_0, NV20_SUBDEVICE_0 = 0x0, 0x80, 0x2080
 FIFO_DISABLE_CHANNELS = 0x2080110B
 NV_ERR_INSUFFICIENT_RESOURCES = 0x1A
+NV_ERR_INVALID_CLIENT = 0x23
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
 
 
@@ -64,8 +65,17 @@ def test_the_kernel_client_allocates_with_nvos64() -> None:
     # Each opening of the client is a root client, its device and its subdevice, and each
     # closing frees the client; unloading closed the last.
     assert allocs >= 3 and allocs == 3 * (after["frees"] - before["frees"])
+    # A control may name a tenant's client that the tenant's exit freed meanwhile: RM answers
+    # NV_ERR_INVALID_CLIENT, and qgpu retries the batch channel by channel (apply_batch in
+    # kmod/qgpu/sched.c), so such a race costs two failed ops. Nothing else may fail.
     failed = [op for op in ops if op.status]
-    assert after["failed"] == before["failed"], failed
+    raced = [
+        op
+        for op in failed
+        if (op.op, op.what, op.status) == (OP_CONTROL, FIFO_DISABLE_CHANNELS, NV_ERR_INVALID_CLIENT)
+    ]
+    assert failed == raced, failed
+    assert after["failed"] - before["failed"] <= len(raced)
     assert after["bad_rights"] == before["bad_rights"]
     opened = [op for op in ops if op.op == OP_ALLOC][-3:]
     # As NVOS64: no rights requested (NULL), the class's parameter size, no flags; NV_OK
@@ -78,7 +88,8 @@ def test_the_kernel_client_allocates_with_nvos64() -> None:
     assert [op.status for op in ops if op.op == OP_FREE][-1] == 0
     controls = [op for op in ops if op.op == OP_CONTROL]
     assert controls and all(
-        (op.what, op.params_size, op.flags, op.status) == (FIFO_DISABLE_CHANNELS, 536, 0, 0)
+        (op.what, op.params_size, op.flags) == (FIFO_DISABLE_CHANNELS, 536, 0)
+        and op.status in (0, NV_ERR_INVALID_CLIENT)
         for op in controls
     )
 
