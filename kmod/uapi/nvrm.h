@@ -4,7 +4,9 @@
  * qgpu.ko) and tools (gpuload) speak: escape numbers, argument layouts, classes, controls and
  * status codes, for x86_64. Written from the project's ABI fact sheet (open-gpu-kernel-modules
  * 595.45.04) and the H200 trace; qpolicy/nvrm/abi.py is the Python mirror and
- * tests/unit/test_uapi.py keeps the two in agreement.
+ * tests/unit/test_uapi.py keeps the two in agreement. What the driver defines too is checked
+ * against its 580.142 headers by nvrm_layout.h, included at the end (the Layout section of
+ * kmod/nvmock/CONFORMANCE.md).
  *
  * Every ioctl on /dev/nvidiactl and /dev/nvidiaN is _IOWR('F', nr, size); the driver looks at the
  * NR and the size only. RM escapes return 0 once dispatched and put RM's answer in a status field.
@@ -457,5 +459,8 @@ struct nv2080_fifo_disable_channels_params {
 /* GPFIFO entry: word 0 holds address bits 31:2; word 1 the high address (7:0), length (30:10). */
 #define NVRM_GP_ENTRY1_LENGTH_SHIFT	10
 #define NVRM_GP_ENTRY1_LENGTH_MASK	0x1FFFFF
+
+/* Every number above that the driver also defines, checked against its headers. */
+#include "nvrm_layout.h"
 
 #endif /* _UAPI_QPOLICY_NVRM_H */

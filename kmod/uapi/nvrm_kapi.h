@@ -28,7 +28,6 @@
 #ifndef _QPOLICY_NVRM_KAPI_H
 #define _QPOLICY_NVRM_KAPI_H
 
-#include <linux/build_bug.h>
 #include <linux/stddef.h>
 #include <linux/types.h>
 
@@ -108,36 +107,10 @@ struct nvrm_kernel_op {
  */
 u32 nvidia_get_rm_ops(struct nvrm_kernel_ops *ops);
 
-/* nvidia_modeset_rm_ops_t: where the driver's 64-bit layout puts what qpolicy uses. */
-static_assert(offsetof(struct nvrm_kernel_ops, alloc_stack) == 16);
-static_assert(offsetof(struct nvrm_kernel_ops, op) == 56);
-static_assert(sizeof(struct nvrm_kernel_ops) == 72);
-
-/* nvidia_kernel_rmapi_ops_t: 72 bytes, the union at 8. */
-static_assert(offsetof(struct nvrm_kernel_op, params) == 8);
-static_assert(sizeof(struct nvrm_kernel_op) == 72);
-
 /*
- * What the driver reads and writes in each member: NVOS00 (_nv01Free: hRoot, hObjectOld;
- * status), NVOS64 (_nv04AllocWithAccess: everything up to flags; status, hObjectNew), NVOS54
- * (_nv04ControlWithSecInfo: everything but status; status), all in entry_points.c.
+ * Every size and offset above, and the op codes, checked against the driver's headers
+ * (nvidia_modeset_rm_ops_t, nvidia_kernel_rmapi_ops_t, nvos.h).
  */
-#define NVRM_OP_OFF(member, field) \
-	(offsetof(struct nvrm_kernel_op, params) + offsetof(struct member, field))
-static_assert(sizeof(struct nvos00_params) == 16);
-static_assert(NVRM_OP_OFF(nvos00_params, hObjectOld) == 16);
-static_assert(NVRM_OP_OFF(nvos00_params, status) == 20);
-static_assert(sizeof(struct nvos64_params) == 48);
-static_assert(NVRM_OP_OFF(nvos64_params, hObjectNew) == 16);
-static_assert(NVRM_OP_OFF(nvos64_params, pAllocParms) == 24);
-static_assert(NVRM_OP_OFF(nvos64_params, pRightsRequested) == 32);
-static_assert(NVRM_OP_OFF(nvos64_params, paramsSize) == 40);
-static_assert(NVRM_OP_OFF(nvos64_params, flags) == 44);
-static_assert(NVRM_OP_OFF(nvos64_params, status) == 48);
-static_assert(sizeof(struct nvos54_params) == 32);
-static_assert(NVRM_OP_OFF(nvos54_params, params) == 24);
-static_assert(NVRM_OP_OFF(nvos54_params, paramsSize) == 32);
-static_assert(NVRM_OP_OFF(nvos54_params, status) == 36);
-#undef NVRM_OP_OFF
+#include "nvrm_kapi_layout.h"
 
 #endif /* _QPOLICY_NVRM_KAPI_H */
