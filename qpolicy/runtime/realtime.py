@@ -33,7 +33,9 @@ class RealtimeLoop:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.failures = 0
+        self.callbacks = 0
         self._logged_at = -ERROR_LOG_EVERY_S
+        self._thread: int | None = None  # the thread in run()
 
     @property
     def now(self) -> float:
@@ -44,7 +46,11 @@ class RealtimeLoop:
         with self._lock:
             self._seq += 1
             heapq.heappush(self._queue, (when, self._seq, timer))
-        self._wake.set()
+            first = self._queue[0][2] is timer
+        # The loop thread looks at the queue again before it waits; another thread must wake it,
+        # but only for a timer due before the one it waits for.
+        if first and threading.get_ident() != self._thread:
+            self._wake.set()
         return timer
 
     def after(self, delay_us: float, callback: Callable[[], None]) -> Timer:
@@ -78,6 +84,7 @@ class RealtimeLoop:
 
     def run(self) -> None:
         """Run timers until :meth:`stop`."""
+        self._thread = threading.get_ident()
         while not self._stop.is_set():
             with self._lock:
                 due = self._queue[0][0] if self._queue else None
@@ -92,6 +99,7 @@ class RealtimeLoop:
             callback = timer.callback
             if callback is not None:
                 timer.callback = None
+                self.callbacks += 1
                 self._call(callback)
 
     def _call(self, callback: Callable[[], None]) -> None:
