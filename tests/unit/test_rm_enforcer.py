@@ -747,3 +747,64 @@ def test_forget_does_not_race_the_control_thread(
         assert errors == [] and worker.failed == 0
     finally:
         sys.setswitchinterval(previous)
+
+
+def test_ten_busy_pods_wake_the_loop_only_when_a_turn_can_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon-CPU case of issue 14: 10 busy best-effort pods, 200 ms turns (2 s periods).
+
+    What the loop has to do each second, by design: 5 turn ends (a timer each, two controls
+    each, break before make), half a period step, and a look at the pod holding the GPU once
+    per idle grace (50 ms) to notice it going idle. Anything more is wasted wake-ups: the loop
+    before 2026-11-25 polled every 25 ms (40 a second), and handed the last millisecond of each
+    period out as ten burst turns (18 more controls a period).
+    """
+    pods = [PodSpec(f"/p{i}", 0) for i in range(10)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BEST_EFFORT, min_turn_us=200_000)
+    r.loop.run_until(4.05e6)  # the period is stretched; two whole periods have run
+    assert r.control.last_plan is not None and r.control.last_plan.period_us == 2_000_000
+    sensor, scheduler = r.enforcer.sensor, r.enforcer.scheduler
+    polls, wakeups, calls = sensor.polls, scheduler.wakeups, len(r.driver.calls)
+    start = {p.id: sensor.gpu_time_us(p.id) for p in pods}
+    seconds = 10.0  # five whole periods
+    r.loop.run_until(r.loop.now + seconds * 1e6)
+    grace_looks, turn_ends, steps = 1e6 / 50_000, 10 / 2, 1 / 2
+    bound = grace_looks + turn_ends + steps
+    assert (sensor.polls - polls) / seconds <= bound
+    assert (scheduler.wakeups - wakeups) / seconds <= grace_looks + turn_ends
+    assert (len(r.driver.calls) - calls) / seconds <= 2 * turn_ends
+    # And the shares stay on target: a tenth each, within 1 % of it.
+    used = {p.id: sensor.gpu_time_us(p.id) - start[p.id] for p in pods}
+    total = sum(used.values())
+    assert total / (seconds * 1e6) > 0.98
+    for pod, time_us in used.items():
+        assert time_us / total == pytest.approx(0.1, rel=0.01), pod
+
+
+def test_a_turn_switch_writes_no_record_once_turns_came_round_and_closed_groups_stay_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec(f"/p{i}", 0) for i in range(4)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BEST_EFFORT, min_turn_us=200_000)
+    writes = []
+    write = RmRecord._write
+
+    def counting(record: RmRecord) -> None:
+        writes.append(r.loop.now)
+        write(record)
+
+    monkeypatch.setattr(RmRecord, "_write", counting)
+    r.loop.run_until(3e6)
+    calls = len(r.driver.calls)
+    written = len(writes)
+    end = r.loop.now + 4e6
+    while r.loop.now < end:
+        r.loop.run_until(r.loop.now + 7_000)
+        # What a SIGKILL now would leave: every closed group is in the file (an open one may be
+        # too; recover opens it again, harmlessly).
+        listed = json.loads((tmp_path / RECORD_NAME).read_text())["closed"].values()
+        listed_channels = {(e["client"], c) for e in listed for c in e["channels"]}
+        assert r.driver.disabled <= listed_channels
+    assert len(r.driver.calls) - calls >= 30  # turns kept switching
+    assert len(writes) == written

@@ -48,3 +48,39 @@ def test_a_callback_that_raises_does_not_stop_the_loop(caplog: pytest.LogCapture
         loop.run()
     assert after == [1] and loop.failures == 1
     assert "a scheduled callback failed (1 so far)" in caplog.records[0].getMessage()
+
+
+class CountingEvent(threading.Event):
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        return super().wait(timeout)
+
+
+def test_timers_the_loop_schedules_itself_do_not_wake_it_and_other_threads_do() -> None:
+    loop = RealtimeLoop()
+    event = CountingEvent()
+    loop._wake = event
+    ticks = []
+
+    def tick() -> None:
+        ticks.append(loop.now)
+        if len(ticks) < 20:
+            loop.after(2_000, tick)  # the next one, 2 ms on, from the loop thread
+        else:
+            # Far off: only another thread's timer, sooner, ends the run in time.
+            loop.after(60e6, loop.stop)
+            threading.Timer(0.05, lambda: loop.call_soon(loop.stop)).start()
+
+    loop.call_soon(tick)
+    runner = threading.Thread(target=loop.run, daemon=True)
+    runner.start()
+    runner.join(timeout=5)
+    assert not runner.is_alive()
+    assert len(ticks) == 20
+    # One wait per timer (a timeout that ends a hair early may add one); setting the event for
+    # each timer scheduled from the loop thread made that two.
+    assert event.waits <= 20 + 10

@@ -25,13 +25,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from qpolicy.backends import rm as rm_backend
 from qpolicy.backends.base import BackendContext
+from qpolicy.backends.observe import ObserveBackend
 from qpolicy.backends.rm import RmBackend
 from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode
 from qpolicy.enforcers.rm import enforcer as rm_enforcer
@@ -158,10 +159,18 @@ class _Files:
         return 0
 
 
+MODES = {
+    # label: the rm enforcer's fixed poll (None: none), or no enforcer at all
+    "before: 25 ms polls": 25_000.0,
+    "after: looks when due": None,
+    "probe only (--enforcer none)": "none",
+}
+
+
 def measure(
     pods: int,
     *,
-    fixed_poll_us: float | None,
+    fixed_poll_us: float | str | None,
     seconds: float,
     gsp_us: float = 1000.0,
     map_read_us: float = 50.0,
@@ -186,11 +195,13 @@ def measure(
         config = DaemonConfig(
             state_dir=state_dir, metrics_addr=None, cgroup_root=root, probe=ProbeMode.ON
         )
-        enforcer = functools.partial(rm_enforcer.RmEnforcer, fixed_poll_us=fixed_poll_us)
+        fixed = fixed_poll_us if isinstance(fixed_poll_us, float) else None
+        enforcer = functools.partial(rm_enforcer.RmEnforcer, fixed_poll_us=fixed)
 
-        def backend(context: BackendContext) -> RmBackend:
-            with mock.patch.object(rm_backend, "RmEnforcer", enforcer):
-                return RmBackend(context, min_turn_ms=min_turn_ms, files=_Files(), gpus=list)  # type: ignore[arg-type]
+        def backend(context: BackendContext) -> RmBackend | ObserveBackend:
+            if fixed_poll_us == "none":
+                return ObserveBackend(context)
+            return RmBackend(context, min_turn_ms=min_turn_ms, files=_Files(), gpus=list)  # type: ignore[arg-type]
 
         agent = Daemon(
             config,
@@ -202,16 +213,18 @@ def measure(
             runner.start()
             try:
                 time.sleep(3.0)  # start-up: first plans, timeslices, the period stretched
-                driven = cast(RmBackend, agent.backend)._gpus[0].enforcer
+                sensor = None
+                if isinstance(agent.backend, RmBackend):
+                    sensor = agent.backend._gpus[0].enforcer.sensor
                 before = resource.getrusage(resource.RUSAGE_SELF)
                 controls = sum(libc.controls.values())
-                callbacks, polls = agent.loop.callbacks, driven.sensor.polls
+                callbacks, polls = agent.loop.callbacks, sensor.polls if sensor else 0
                 time.sleep(seconds)
                 after = resource.getrusage(resource.RUSAGE_SELF)
                 controls = sum(libc.controls.values()) - controls
                 callbacks = agent.loop.callbacks - callbacks
-                polls = driven.sensor.polls - polls
-                shares = [driven.sensor.gpu_time_us(f"/p{i}") for i in range(pods)]
+                polls = (sensor.polls if sensor else 0) - polls
+                shares = [sensor.gpu_time_us(f"/p{i}") if sensor else 1.0 for i in range(pods)]
             finally:
                 agent.stop()
                 runner.join(timeout=10)
@@ -241,8 +254,8 @@ def run(seconds: float = 20.0, gsp_us: float = 1000.0, map_read_us: float = 50.0
         "runs": {},
     }
     for pods in (10, 2):
-        # Interleaved, the same machine noise for both.
-        for label, fixed in (("before: 25 ms polls", 25_000.0), ("after: looks when due", None)):
+        # Interleaved, the same machine noise for each.
+        for label, fixed in MODES.items():
             results["runs"][f"{pods} pods, {label}"] = measure(
                 pods, fixed_poll_us=fixed, seconds=seconds, gsp_us=gsp_us, map_read_us=map_read_us
             )
