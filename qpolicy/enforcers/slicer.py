@@ -361,6 +361,11 @@ class SliceScheduler:
                     return math.inf
             lead = self._lead(successor, turn)
             if not idle and now < end - lead:
+                if successor == turn.pod and not self._others_busy(plan, turn.pod):
+                    # Its turn ends into a burst of its own: nothing is sent then, so its end
+                    # is taken at the next look, not woken for (a trainer next to an online pod
+                    # would be looked at twice a period).
+                    return self._look_at(turn.pod, now)
                 return min(end - lead, self._look_at(turn.pod, now))
             turn.end = _IDLE if idle else (_BUDGET if by_budget <= turn.deadline else _DEADLINE)
             self._hand_over(plan, turn, now)
@@ -372,6 +377,9 @@ class SliceScheduler:
 
     def _busy(self, pod: str) -> bool:
         return self.sensor.idle_for_us(pod) < self.idle_grace_us
+
+    def _others_busy(self, plan: Plan, pod: str) -> bool:
+        return any(self._busy(other) for other in self._offline_pods(plan) if other != pod)
 
     def _look_at(self, pod: str, now: float) -> float:
         """When to look again at a busy pod holding the GPU, to notice it going idle.

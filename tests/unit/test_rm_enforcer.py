@@ -808,3 +808,30 @@ def test_a_turn_switch_writes_no_record_once_turns_came_round_and_closed_groups_
         assert r.driver.disabled <= listed_channels
     assert len(r.driver.calls) - calls >= 30  # turns kept switching
     assert len(writes) == written
+
+
+def test_a_trainer_next_to_an_online_pod_is_looked_at_once_a_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The online case of issue 14: one offline pod holds the GPU all period (its turn ends into
+    a burst of its own, nothing is sent), the online pod stays open. The rm enforcer keeps online
+    work ahead by timeslices, not by polling: the loop has nothing to do between period steps
+    but notice the trainer going idle, which the step's own look does at 50 ms periods. The loop
+    before 2026-11-25 woke 80 times a second here (40 polls, 20 turn ends, 20 steps)."""
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, min_turn_us=200_000)
+    r.loop.run_until(1e6)
+    assert r.control.last_plan is not None and r.control.last_plan.period_us == 50_000
+    polls, wakeups, processed = (
+        r.enforcer.sensor.polls,
+        r.enforcer.scheduler.wakeups,
+        r.loop.processed,
+    )
+    r.loop.run_until(11e6)
+    steps = 10 / 0.05
+    assert r.enforcer.sensor.polls - polls <= steps + 1
+    assert r.enforcer.scheduler.wakeups - wakeups <= 1
+    assert r.loop.processed - processed <= steps + 1
+    assert r.driver.calls == [c for c in r.driver.calls if c[0] < 1e6]  # no control since
+    assert r.driver.timeslice == {0x10: 8192, 0x20: 128}
+    assert r.enforcer.sensor.gpu_time_us("/train") / 11e6 > 0.98
