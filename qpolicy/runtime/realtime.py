@@ -33,7 +33,6 @@ class RealtimeLoop:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.failures = 0
-        self.callbacks = 0
         self._logged_at = -ERROR_LOG_EVERY_S
         self._thread: int | None = None  # the thread in run()
 
@@ -99,7 +98,6 @@ class RealtimeLoop:
             callback = timer.callback
             if callback is not None:
                 timer.callback = None
-                self.callbacks += 1
                 self._call(callback)
 
     def _call(self, callback: Callable[[], None]) -> None:

@@ -22,13 +22,16 @@ a window of wall time cuts a 2 s period anywhere.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import inspect
 import json
 import resource
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -42,8 +45,10 @@ from qpolicy.backends.rm import RmBackend
 from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode
 from qpolicy.enforcers.rm import enforcer as rm_enforcer
 from qpolicy.enforcers.rm import record
-from qpolicy.model import PodSpec
+from qpolicy.enforcers.rm.sensor import RmUsageSensor
+from qpolicy.model import GpuPolicy, PodClass, PodSpec
 from qpolicy.nvrm import abi, rmctl
+from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.state import StateStore
 from qpolicy.telemetry.cgroups import CgroupMap
 from qpolicy.telemetry.devices import DeviceFilter, Node
@@ -164,6 +169,44 @@ class _Files:
         return 0
 
 
+# This file also runs on a tree from before 2026-11-25 (``git archive``), for the comparison in
+# BENCHMARKS.md: there the loop has no ``fixed_poll_us`` (it always polled every 25 ms).
+FIXED_POLL = "fixed_poll_us" in inspect.signature(rm_enforcer.RmEnforcer).parameters
+
+
+class _Counts:
+    """Sensor polls and loop callbacks, counted at the class (so that methods bound before
+    counting started are counted too, on any tree)."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.callbacks = 0
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_Counts]:
+        poll, call = RmUsageSensor.poll, RealtimeLoop._call
+
+        def counted_poll(sensor: RmUsageSensor) -> None:
+            self.polls += 1
+            poll(sensor)
+
+        def counted_call(loop: RealtimeLoop, callback: Callable[[], None]) -> None:
+            self.callbacks += 1
+            call(loop, callback)
+
+        with (
+            mock.patch.object(RmUsageSensor, "poll", counted_poll),
+            mock.patch.object(RealtimeLoop, "_call", counted_call),
+        ):
+            yield self
+
+
+def _enforcer(fixed_poll_us: float | None) -> Callable[..., rm_enforcer.RmEnforcer]:
+    if not FIXED_POLL:
+        return rm_enforcer.RmEnforcer
+    return functools.partial(rm_enforcer.RmEnforcer, fixed_poll_us=fixed_poll_us)
+
+
 MODES = {
     # label: the rm enforcer's fixed poll (None: none), or no enforcer at all
     "before: 25 ms polls": 25_000.0,
@@ -200,8 +243,8 @@ def measure(
         config = DaemonConfig(
             state_dir=state_dir, metrics_addr=None, cgroup_root=root, probe=ProbeMode.ON
         )
-        fixed = fixed_poll_us if isinstance(fixed_poll_us, float) else None
-        enforcer = functools.partial(rm_enforcer.RmEnforcer, fixed_poll_us=fixed)
+        enforcer = _enforcer(fixed_poll_us if isinstance(fixed_poll_us, float) else None)
+        counts = _Counts()
 
         def backend(context: BackendContext) -> RmBackend | ObserveBackend:
             if fixed_poll_us == "none":
@@ -213,22 +256,19 @@ def measure(
             backend,
             probe_loader=lambda: ProbeSource(probe, cgroups),  # type: ignore[arg-type]
         )
-        with mock.patch.object(rm_backend, "RmEnforcer", enforcer):
+        with mock.patch.object(rm_backend, "RmEnforcer", enforcer), counts.installed():
             runner = threading.Thread(target=agent.run)
             runner.start()
             try:
                 time.sleep(3.0)  # start-up: first plans, timeslices, the period stretched
-                sensor = None
-                if isinstance(agent.backend, RmBackend):
-                    sensor = agent.backend._gpus[0].enforcer.sensor
                 before = resource.getrusage(resource.RUSAGE_SELF)
                 controls = sum(libc.controls.values())
-                callbacks, polls = agent.loop.callbacks, sensor.polls if sensor else 0
+                callbacks, polls = counts.callbacks, counts.polls
                 time.sleep(seconds)
                 after = resource.getrusage(resource.RUSAGE_SELF)
                 controls = sum(libc.controls.values()) - controls
-                callbacks = agent.loop.callbacks - callbacks
-                polls = (sensor.polls if sensor else 0) - polls
+                callbacks = counts.callbacks - callbacks
+                polls = counts.polls - polls
             finally:
                 agent.stop()
                 runner.join(timeout=10)
@@ -243,6 +283,61 @@ def measure(
         "loop_wakeups_per_s": round(callbacks / seconds, 1),
         "sensor_polls_per_s": round(polls / seconds, 1),
     }
+
+
+def virtual(seconds: float = 20.0) -> dict[str, Any]:
+    """The loop's wake-ups, polls and controls per second in virtual time, on the unit tests'
+    rig (tests/unit/test_rm_enforcer.py: the real enforcer, a fake driver, 0.6 ms controls):
+    deterministic, whatever the machine does."""
+    import pytest  # the rig's monkeypatching (a development dependency, like the rig)
+
+    from tests.unit import test_rm_enforcer as rig_module
+
+    cases = {
+        "10 busy pods, best-effort": (
+            [PodSpec(f"/p{i}", 0) for i in range(10)],
+            GpuPolicy.BEST_EFFORT,
+        ),
+        "fixed-share 70/30": (
+            [PodSpec("/a", 0, share=70), PodSpec("/b", 0, share=30)],
+            GpuPolicy.FIXED_SHARE,
+        ),
+        "online 20 + trainer 80, burst-share": (
+            [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)],
+            GpuPolicy.BURST_SHARE,
+        ),
+    }
+    modes = {"before: 25 ms polls": 25_000.0, "after: looks when due": None}
+    results: dict[str, Any] = {}
+    for name, (pods, policy) in cases.items():
+        for label, fixed in modes.items():
+            counts = _Counts()
+            with (
+                tempfile.TemporaryDirectory() as tmp,
+                pytest.MonkeyPatch.context() as patch,
+                mock.patch.object(rig_module, "RmEnforcer", _enforcer(fixed)),
+                counts.installed(),
+            ):
+                r = rig_module.rig(Path(tmp), patch, pods, policy, min_turn_us=200_000)
+                r.loop.run_until(4.05e6)  # stretched periods from here
+                start = {p.id: r.enforcer.sensor.gpu_time_us(p.id) for p in pods}
+                polls, calls, processed = counts.polls, len(r.driver.calls), r.loop.processed
+                r.loop.run_until(r.loop.now + seconds * 1e6)
+                jobs = len(r.driver.calls) - calls  # each control job is a callback too
+                results[f"{name}, {label}"] = {
+                    "loop_callbacks_per_s": round(
+                        (r.loop.processed - processed - jobs) / seconds, 2
+                    ),
+                    "sensor_polls_per_s": round((counts.polls - polls) / seconds, 2),
+                    "rm_controls_per_s": round(jobs / seconds, 2),
+                    "gpu_time_per_wall": [
+                        round(
+                            (r.enforcer.sensor.gpu_time_us(p.id) - start[p.id]) / seconds / 1e6, 4
+                        )
+                        for p in pods
+                    ],
+                }
+    return results
 
 
 def run(seconds: float = 20.0, gsp_us: float = 1000.0, map_read_us: float = 50.0) -> dict[str, Any]:
@@ -261,6 +356,7 @@ def run(seconds: float = 20.0, gsp_us: float = 1000.0, map_read_us: float = 50.0
             results["runs"][f"{pods} pods, {label}"] = measure(
                 pods, fixed_poll_us=fixed, seconds=seconds, gsp_us=gsp_us, map_read_us=map_read_us
             )
+    results["virtual_time"] = virtual()
     ten = results["runs"]["10 pods, after: looks when due"]
     results["meets_target"] = ten["cpu_percent"] <= TARGET_PERCENT
     return results
@@ -271,8 +367,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--gsp-us", type=float, default=1000.0, help="CPU per RM control")
     parser.add_argument("--map-read-us", type=float, default=50.0, help="CPU per counter read")
+    parser.add_argument("--virtual-only", action="store_true", help="only the virtual-time rows")
     args = parser.parse_args()
-    print(json.dumps(run(args.seconds, args.gsp_us, args.map_read_us), indent=2))
+    if args.virtual_only:
+        print(json.dumps(virtual(), indent=2))
+    else:
+        print(json.dumps(run(args.seconds, args.gsp_us, args.map_read_us), indent=2))
     return 0
 
 
