@@ -27,6 +27,13 @@ Two feedbacks keep achieved shares on the plan:
 * deadlines split wall time by planned GPU time divided by each pod's measured *efficiency* (GPU
   time per wall second of its turns: a loop that synchronises often leaves gaps), so shares hold in
   GPU time, not in wall time.
+
+The scheduler wakes only when something can change: a turn's end (a timer, the hand-over's lead
+before it), the pod holding the GPU going idle (it cannot before its idle time reaches the grace:
+looked at then), and every ``poll_us`` while a pod may wake up outside a turn (an idle pod left
+open, idle GPU time a work-conserving policy may hand out). A sensor read on demand is read at
+those wake-ups (:attr:`SliceScheduler.refresh`): the rm enforcer's loop costs CPU per wake-up, a
+GSP control per change (BENCHMARKS.md, 2026-11-25).
 """
 
 from __future__ import annotations
