@@ -835,3 +835,44 @@ def test_a_trainer_next_to_an_online_pod_is_looked_at_once_a_period(
     assert r.driver.calls == [c for c in r.driver.calls if c[0] < 1e6]  # no control since
     assert r.driver.timeslice == {0x10: 8192, 0x20: 128}
     assert r.enforcer.sensor.gpu_time_us("/train") / 11e6 > 0.98
+
+
+def test_a_pods_groups_are_built_once_while_the_tracker_and_the_desired_state_stand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    driver = FakeDriver(VirtualLoop())
+    driver.install(monkeypatch)
+    tracker = Tracker()
+    for record in two_gpu_client(pid=100, cgroup=7):
+        tracker.feed(record)
+    built: list[int | None] = []
+    channel_groups = Tracker.channel_groups
+
+    def counting(self: Tracker, pid: int | None) -> list[ClientChannels]:
+        built.append(pid)
+        return channel_groups(self, pid)
+
+    monkeypatch.setattr(Tracker, "channel_groups", counting)
+    gpus = [GpuInfo(0, "GPU-0", "0000:3b:00.0", 0, "H200")]
+    locator = GpuLocator(FakeFiles(driver), lambda: gpus)  # type: ignore[arg-type]
+    paths: dict[int, str] = {}
+    probe = FakeProbe(tracker, paths)
+    specs = {"/pods/a": PodSpec("/pods/a", 0, share=50)}
+    resolver = ProbeResolver(probe, lambda: specs, 0, locator)  # type: ignore[arg-type]
+    # The cgroup is not named yet: nothing found, and nothing kept for it.
+    assert resolver.groups("/pods/a") == []
+    paths[7] = "/pods/a/ctr"
+    assert len(resolver.groups("/pods/a")) == 2  # its client's two devices, on this node's one GPU
+    assert resolver.groups("/pods/a") == resolver.groups("/pods/a")
+    assert built == [100]
+    # A new process of the pod: the tracker changed, the groups are built again.
+    for record in two_gpu_client(pid=101, cgroup=7):
+        tracker.feed(record)
+    assert {g.pid for g in resolver.groups("/pods/a")} == {100, 101}
+    assert sorted(built) == [100, 100, 101]
+    # A GPU answer forgotten, or another desired state: built again too.
+    locator.forget(101)
+    resolver.groups("/pods/a")
+    specs = dict(specs)
+    resolver.groups("/pods/a")
+    assert len(built) == 7
