@@ -27,6 +27,13 @@ Two feedbacks keep achieved shares on the plan:
 * deadlines split wall time by planned GPU time divided by each pod's measured *efficiency* (GPU
   time per wall second of its turns: a loop that synchronises often leaves gaps), so shares hold in
   GPU time, not in wall time.
+
+The scheduler wakes only when something can change: a turn's end (a timer, the hand-over's lead
+before it), the pod holding the GPU going idle (it cannot before its idle time reaches the grace:
+looked at then), and every ``poll_us`` while a pod may wake up outside a turn (an idle pod left
+open, idle GPU time a work-conserving policy may hand out). A sensor read on demand is read at
+those wake-ups (:attr:`SliceScheduler.refresh`): the rm enforcer's loop costs CPU per wake-up, a
+GSP control per change (BENCHMARKS.md, 2026-11-25).
 """
 
 from __future__ import annotations
@@ -114,6 +121,10 @@ class SliceScheduler:
         self._carry: dict[str, float] = {}
         self._efficiency: dict[str, float] = {}
         self._wake: Cancellable | None = None
+        #: Called before each look the scheduler's own timer wakes it for: a sensor that is read
+        #: on demand is then read only when something can change (see :meth:`_look_at`).
+        self.refresh: Callable[[], None] | None = None
+        self.wakeups = 0
         #: Called when an offline pod with nothing planned this period starts launching.
         self.on_wake: Callable[[], None] | None = None
         self._woken: set[str] = set()
@@ -301,6 +312,12 @@ class SliceScheduler:
             self._wake.cancel()
         self._tick()
 
+    def _on_timer(self) -> None:
+        self.wakeups += 1
+        if self.refresh is not None:
+            self.refresh()
+        self._tick()
+
     def _tick(self) -> None:
         self._wake = None
         plan = self._plan
@@ -323,7 +340,7 @@ class SliceScheduler:
         if self._close_woken(plan, now):
             wake = min(wake, now + self.poll_us)
         if wake < self._period_end:
-            self._wake = self.clock.at(max(wake, now), self._tick)
+            self._wake = self.clock.at(max(wake, now), self._on_timer)
 
     def _advance_turns(self, plan: Plan, now: float) -> float:
         """Move the offline turns along; return when to look again."""
@@ -345,13 +362,18 @@ class SliceScheduler:
             if successor is None and not idle:
                 if plan.work_conserving:
                     # Nobody else wants the GPU: keep it, and notice when it goes idle.
-                    return now + self.poll_us
+                    return self._look_at(turn.pod, now)
                 if end >= self._period_end:
                     # Runs to the period end; the next period decides who goes on.
                     return math.inf
             lead = self._lead(successor, turn)
             if not idle and now < end - lead:
-                return min(end - lead, now + self.poll_us)
+                if successor == turn.pod and not self._others_busy(plan, turn.pod):
+                    # Its turn ends into a burst of its own: nothing is sent then, so its end
+                    # is taken at the next look, not woken for (a trainer next to an online pod
+                    # would be looked at twice a period).
+                    return self._look_at(turn.pod, now)
+                return min(end - lead, self._look_at(turn.pod, now))
             turn.end = _IDLE if idle else (_BUDGET if by_budget <= turn.deadline else _DEADLINE)
             self._hand_over(plan, turn, now)
 
@@ -362,6 +384,18 @@ class SliceScheduler:
 
     def _busy(self, pod: str) -> bool:
         return self.sensor.idle_for_us(pod) < self.idle_grace_us
+
+    def _others_busy(self, plan: Plan, pod: str) -> bool:
+        return any(self._busy(other) for other in self._offline_pods(plan) if other != pod)
+
+    def _look_at(self, pod: str, now: float) -> float:
+        """When to look again at a busy pod holding the GPU, to notice it going idle.
+
+        It cannot be idle before its idle time reaches the grace, so there is no point looking
+        sooner (never sooner than ``poll_us`` either). A pod that keeps launching is then looked at
+        once a grace, and one that stops is seen idle within two graces of its last launch.
+        """
+        return now + max(self.poll_us, self.idle_grace_us - self.sensor.idle_for_us(pod))
 
     def _peek_successor(self, plan: Plan, now: float, turn: _Turn) -> str | None:
         """The pod whose turn follows ``turn`` if it ended now (without changing anything)."""
@@ -445,11 +479,20 @@ class SliceScheduler:
         if not self._burst_possible(now):
             # Too late to switch; the pod holding the GPU may still use the rest.
             busy = busy[:1] if busy and self._enabled.get(busy[0], True) else []
+        weights = {s.pod: s.weight for s in plan.slices}
+        left = self._period_end - now
+        if len(busy) > 1:
+            # A burst turn shorter than twice what its switch costs gives the pod less GPU time
+            # than the switch takes from everyone (at the end of a period whose turns all ran,
+            # ten pods would each be opened and closed for a fraction of a millisecond): the pod
+            # holding the GPU keeps such crumbs.
+            total = sum(weights[pod] for pod in busy)
+            worth = 2 * (self.context_switch_us + self.control.latency_us)
+            holder = busy[0] if self._enabled.get(busy[0], True) else None
+            busy = [p for p in busy if p == holder or left * weights[p] / total >= worth]
         if not busy:
             return False
-        weights = {s.pod: s.weight for s in plan.slices}
         total = sum(weights[pod] for pod in busy)
-        left = self._period_end - now
         self._burst_started = True
         self._turns.extend(_Turn(pod, left * weights[pod] / total, True) for pod in busy)
         return True

@@ -157,6 +157,8 @@ class Summary:
 class Tracker:
     def __init__(self) -> None:
         self.processes: dict[int | None, ProcessState] = {}
+        #: Records fed so far: what is derived from the tracker holds while this is unchanged.
+        self.generation = 0
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -165,6 +167,7 @@ class Tracker:
 
         Returns the decoded ioctl for ioctl records on NVIDIA nodes.
         """
+        self.generation += 1
         if record.kind == "exit":
             self.processes.pop(record.pid, None)
             return None

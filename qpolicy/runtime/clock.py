@@ -7,13 +7,17 @@ from typing import Protocol
 
 
 class Timer:
-    """A scheduled callback; cancelling it leaves a tombstone the loop skips."""
+    """A scheduled callback; cancelling it leaves a tombstone the loop skips.
 
-    __slots__ = ("callback", "when")
+    ``slack`` is how much earlier than ``when`` it may run if the loop is awake anyway (a loop
+    that honours it saves a wake-up; the virtual loop runs everything on time)."""
 
-    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+    __slots__ = ("callback", "slack", "when")
+
+    def __init__(self, when: float, callback: Callable[[], None], slack: float = 0.0) -> None:
         self.when = when
         self.callback: Callable[[], None] | None = callback
+        self.slack = slack
 
     def cancel(self) -> None:
         self.callback = None

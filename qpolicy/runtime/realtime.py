@@ -34,17 +34,24 @@ class RealtimeLoop:
         self._stop = threading.Event()
         self.failures = 0
         self._logged_at = -ERROR_LOG_EVERY_S
+        self._thread: int | None = None  # the thread in run()
 
     @property
     def now(self) -> float:
         return self._clock() * US
 
-    def at(self, when: float, callback: Callable[[], None]) -> Timer:
-        timer = Timer(when, callback)
+    def at(self, when: float, callback: Callable[[], None], slack_us: float = 0.0) -> Timer:
+        """Run ``callback`` at ``when``, or up to ``slack_us`` sooner if the loop is awake then
+        for another timer (one wake-up for both)."""
+        timer = Timer(when, callback, slack_us)
         with self._lock:
             self._seq += 1
             heapq.heappush(self._queue, (when, self._seq, timer))
-        self._wake.set()
+            first = self._queue[0][2] is timer
+        # The loop thread looks at the queue again before it waits; another thread must wake it,
+        # but only for a timer due before the one it waits for.
+        if first and threading.get_ident() != self._thread:
+            self._wake.set()
         return timer
 
     def after(self, delay_us: float, callback: Callable[[], None]) -> Timer:
@@ -54,8 +61,11 @@ class RealtimeLoop:
         """Run ``callback`` on the loop thread as soon as possible (safe from any thread)."""
         return self.at(self.now, callback)
 
-    def every(self, interval_us: float, callback: Callable[[], None]) -> Repeating:
-        """Run ``callback`` every ``interval_us``, on a fixed grid that does not drift."""
+    def every(
+        self, interval_us: float, callback: Callable[[], None], slack_us: float = 0.0
+    ) -> Repeating:
+        """Run ``callback`` every ``interval_us``, on a fixed grid that does not drift; each run
+        may come up to ``slack_us`` early (see :meth:`at`)."""
         repeating = Repeating()
 
         def tick(when: float) -> None:
@@ -66,10 +76,10 @@ class RealtimeLoop:
             now = self.now
             if following < now:  # fell behind (a slow callback): skip, do not bunch up
                 following = now + interval_us
-            repeating.timer = self.at(following, lambda: tick(following))
+            repeating.timer = self.at(following, lambda: tick(following), slack_us)
 
         first = self.now + interval_us
-        repeating.timer = self.at(first, lambda: tick(first))
+        repeating.timer = self.at(first, lambda: tick(first), slack_us)
         return repeating
 
     def stop(self) -> None:
@@ -78,20 +88,35 @@ class RealtimeLoop:
 
     def run(self) -> None:
         """Run timers until :meth:`stop`."""
+        self._thread = threading.get_ident()
+        awake = False  # a callback ran since the last wait: a timer with slack may join it
         while not self._stop.is_set():
             with self._lock:
-                due = self._queue[0][0] if self._queue else None
+                head = self._queue[0][2] if self._queue else None
             now = self.now
-            if due is None or due > now:
-                timeout = None if due is None else (due - now) / US
-                self._wake.wait(timeout)
+            if (
+                head is not None
+                and head.when > now
+                and head.callback is not None
+                and not (awake and head.when - now <= head.slack)
+            ):
+                awake = False
+                self._wake.wait((head.when - now) / US)
+                self._wake.clear()
+                continue
+            if head is None:
+                awake = False
+                self._wake.wait(None)
                 self._wake.clear()
                 continue
             with self._lock:
-                _, _, timer = heapq.heappop(self._queue)
-            callback = timer.callback
+                if not self._queue or self._queue[0][2] is not head:
+                    continue  # another thread queued a sooner one: look again
+                heapq.heappop(self._queue)
+            callback = head.callback
             if callback is not None:
-                timer.callback = None
+                head.callback = None
+                awake = True
                 self._call(callback)
 
     def _call(self, callback: Callable[[], None]) -> None:

@@ -747,3 +747,132 @@ def test_forget_does_not_race_the_control_thread(
         assert errors == [] and worker.failed == 0
     finally:
         sys.setswitchinterval(previous)
+
+
+def test_ten_busy_pods_wake_the_loop_only_when_a_turn_can_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon-CPU case of issue 14: 10 busy best-effort pods, 200 ms turns (2 s periods).
+
+    What the loop has to do each second, by design: 5 turn ends (a timer each, two controls
+    each, break before make), half a period step, and a look at the pod holding the GPU once
+    per idle grace (50 ms) to notice it going idle. Anything more is wasted wake-ups: the loop
+    before 2026-11-25 polled every 25 ms (40 a second), and handed the last millisecond of each
+    period out as ten burst turns (18 more controls a period).
+    """
+    pods = [PodSpec(f"/p{i}", 0) for i in range(10)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BEST_EFFORT, min_turn_us=200_000)
+    r.loop.run_until(4.05e6)  # the period is stretched; two whole periods have run
+    assert r.control.last_plan is not None and r.control.last_plan.period_us == 2_000_000
+    sensor, scheduler = r.enforcer.sensor, r.enforcer.scheduler
+    polls, wakeups, calls = sensor.polls, scheduler.wakeups, len(r.driver.calls)
+    start = {p.id: sensor.gpu_time_us(p.id) for p in pods}
+    seconds = 10.0  # five whole periods
+    r.loop.run_until(r.loop.now + seconds * 1e6)
+    grace_looks, turn_ends, steps = 1e6 / 50_000, 10 / 2, 1 / 2
+    bound = grace_looks + turn_ends + steps
+    assert (sensor.polls - polls) / seconds <= bound
+    assert (scheduler.wakeups - wakeups) / seconds <= grace_looks + turn_ends
+    assert (len(r.driver.calls) - calls) / seconds <= 2 * turn_ends
+    # And the shares stay on target: a tenth each, within 1 % of it.
+    used = {p.id: sensor.gpu_time_us(p.id) - start[p.id] for p in pods}
+    total = sum(used.values())
+    assert total / (seconds * 1e6) > 0.98
+    for pod, time_us in used.items():
+        assert time_us / total == pytest.approx(0.1, rel=0.01), pod
+
+
+def test_a_turn_switch_writes_no_record_once_turns_came_round_and_closed_groups_stay_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec(f"/p{i}", 0) for i in range(4)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BEST_EFFORT, min_turn_us=200_000)
+    writes = []
+    write = RmRecord._write
+
+    def counting(record: RmRecord) -> None:
+        writes.append(r.loop.now)
+        write(record)
+
+    monkeypatch.setattr(RmRecord, "_write", counting)
+    r.loop.run_until(3e6)
+    calls = len(r.driver.calls)
+    written = len(writes)
+    end = r.loop.now + 4e6
+    while r.loop.now < end:
+        r.loop.run_until(r.loop.now + 7_000)
+        # What a SIGKILL now would leave: every closed group is in the file (an open one may be
+        # too; recover opens it again, harmlessly).
+        listed = json.loads((tmp_path / RECORD_NAME).read_text())["closed"].values()
+        listed_channels = {(e["client"], c) for e in listed for c in e["channels"]}
+        assert r.driver.disabled <= listed_channels
+    assert len(r.driver.calls) - calls >= 30  # turns kept switching
+    assert len(writes) == written
+
+
+def test_a_trainer_next_to_an_online_pod_is_looked_at_once_a_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The online case of issue 14: one offline pod holds the GPU all period (its turn ends into
+    a burst of its own, nothing is sent), the online pod stays open. The rm enforcer keeps online
+    work ahead by timeslices, not by polling: the loop has nothing to do between period steps
+    but notice the trainer going idle, which the step's own look does at 50 ms periods. The loop
+    before 2026-11-25 woke 80 times a second here (40 polls, 20 turn ends, 20 steps)."""
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, min_turn_us=200_000)
+    r.loop.run_until(1e6)
+    assert r.control.last_plan is not None and r.control.last_plan.period_us == 50_000
+    polls, wakeups, processed = (
+        r.enforcer.sensor.polls,
+        r.enforcer.scheduler.wakeups,
+        r.loop.processed,
+    )
+    r.loop.run_until(11e6)
+    steps = 10 / 0.05
+    assert r.enforcer.sensor.polls - polls <= steps + 1
+    assert r.enforcer.scheduler.wakeups - wakeups <= 1
+    assert r.loop.processed - processed <= steps + 1
+    assert r.driver.calls == [c for c in r.driver.calls if c[0] < 1e6]  # no control since
+    assert r.driver.timeslice == {0x10: 8192, 0x20: 128}
+    assert r.enforcer.sensor.gpu_time_us("/train") / 11e6 > 0.98
+
+
+def test_a_pods_groups_are_built_once_while_the_tracker_and_the_desired_state_stand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    driver = FakeDriver(VirtualLoop())
+    driver.install(monkeypatch)
+    tracker = Tracker()
+    for record in two_gpu_client(pid=100, cgroup=7):
+        tracker.feed(record)
+    built: list[int | None] = []
+    channel_groups = Tracker.channel_groups
+
+    def counting(self: Tracker, pid: int | None) -> list[ClientChannels]:
+        built.append(pid)
+        return channel_groups(self, pid)
+
+    monkeypatch.setattr(Tracker, "channel_groups", counting)
+    gpus = [GpuInfo(0, "GPU-0", "0000:3b:00.0", 0, "H200")]
+    locator = GpuLocator(FakeFiles(driver), lambda: gpus)  # type: ignore[arg-type]
+    paths: dict[int, str] = {}
+    probe = FakeProbe(tracker, paths)
+    specs = {"/pods/a": PodSpec("/pods/a", 0, share=50)}
+    resolver = ProbeResolver(probe, lambda: specs, 0, locator)  # type: ignore[arg-type]
+    # The cgroup is not named yet: nothing found, and nothing kept for it.
+    assert resolver.groups("/pods/a") == []
+    paths[7] = "/pods/a/ctr"
+    assert len(resolver.groups("/pods/a")) == 2  # its client's two devices, on this node's one GPU
+    assert resolver.groups("/pods/a") == resolver.groups("/pods/a")
+    assert built == [100]
+    # A new process of the pod: the tracker changed, the groups are built again.
+    for record in two_gpu_client(pid=101, cgroup=7):
+        tracker.feed(record)
+    assert {g.pid for g in resolver.groups("/pods/a")} == {100, 101}
+    assert sorted(built) == [100, 100, 101]
+    # A GPU answer forgotten, or another desired state: built again too.
+    locator.forget(101)
+    resolver.groups("/pods/a")
+    specs = dict(specs)
+    resolver.groups("/pods/a")
+    assert len(built) == 7

@@ -5,8 +5,9 @@ Two kinds of change outlive the daemon that made them: channel groups it closed
 (``FIFO_DISABLE_CHANNELS``) and TSG timeslices it set (``SET_TIMESLICE``). Each is written down
 (temp file and rename) before or as it is made, with the process's start time so that a reused pid
 is never mistaken for the tenant; :func:`recover` undoes all of it at the next start, before
-anything else is sent. The file is not fsynced: it only matters while the processes it names live,
-and they do not outlive the machine.
+anything else is sent. A group opened again stays listed until the next write (opening it twice is
+harmless), so that a turn switch costs no write once the turns have come round. The file is not
+fsynced: it only matters while the processes it names live, and they do not outlive the machine.
 
 The file is read as untrusted input: a shape it does not expect is reported, never raised.
 """
@@ -63,6 +64,8 @@ class RmRecord:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # Per pid, its start time (read once from /proc: a turn switch writes the record each time).
     _start_times: dict[int, int | None] = field(default_factory=dict)
+    # The closed groups the file lists: those closed now, and those opened since it was written.
+    _listed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def _start_time(self, pid: int) -> int | None:
         if pid not in self._start_times:
@@ -71,7 +74,8 @@ class RmRecord:
 
     def channels_closed(self, group: ClientChannels) -> None:
         with self._lock:
-            self.closed[group_key(group)] = {
+            key = group_key(group)
+            entry = {
                 "pid": group.pid,
                 "start_time": self._start_time(group.pid) if group.pid else None,
                 "fd": group.fd,
@@ -79,11 +83,17 @@ class RmRecord:
                 "subdevice": group.subdevice,
                 "channels": list(group.channels),
             }
-            self._write()
+            self.closed[key] = entry
+            # Still in the file since it was last closed: nothing to write (turns come round).
+            if self._listed.get(key) != entry:
+                self._write()
 
     def channels_opened(self, group: ClientChannels) -> None:
+        """The file is written only once nothing is closed: until the next write it may list
+        a group opened since, which :func:`recover` would open again, harmlessly. A turn switch
+        (one group closed, one opened) then writes nothing once the turns have come round."""
         with self._lock:
-            if self.closed.pop(group_key(group), None) is not None:
+            if self.closed.pop(group_key(group), None) is not None and not self.closed:
                 self._write()
 
     def timeslice_changed(self, pid: int, fd: int, client: int, tsg: int, original: int) -> None:
@@ -117,10 +127,12 @@ class RmRecord:
             for table in (self.closed, self.timeslices):
                 for key in [k for k, entry in table.items() if entry.get("pid") == pid]:
                     del table[key]
-            if len(self.closed) + len(self.timeslices) != before:
+            listed = any(entry.get("pid") == pid for entry in self._listed.values())
+            if listed or len(self.closed) + len(self.timeslices) != before:
                 self._write()
 
     def _write(self) -> None:
+        self._listed = dict(self.closed)
         if not self.closed and not self.timeslices:
             self.path.unlink(missing_ok=True)  # nothing to undo
             return

@@ -51,6 +51,8 @@ class GpuLocator:
         self._gpus = gpus
         self._known: dict[GroupKey, int | None] = {}
         self._guessed = False
+        #: Changes whenever an answer is forgotten (what was derived from the answers is stale).
+        self.generation = 0
 
     def gpu_of(self, group: ClientChannels) -> int | None:
         if group.pid is None:
@@ -86,6 +88,7 @@ class GpuLocator:
         return group.device_instance
 
     def forget(self, pid: int) -> None:
+        self.generation += 1
         for key in [k for k in self._known if k[0] == pid]:
             del self._known[key]
 
@@ -107,6 +110,12 @@ class ProbeResolver:
         # Owners per cgroup id for one desired state: launches are read every poll.
         self._owners: dict[int, str | None] = {}
         self._owners_of: Mapping[str, PodSpec] | None = None
+        # Each pod's groups, while the tracker, the desired state and the GPU answers stand: a
+        # turn switch and each period's timeslice refresh ask, and building them walks every RM
+        # object of the pod's processes (~60 us a PyTorch process).
+        self._groups: dict[str, list[ClientChannels]] = {}
+        self._groups_of: tuple[int, Mapping[str, PodSpec] | None, int] = (-1, None, -1)
+        self._unresolved = False
 
     def _owner(self, cgroup: int | None) -> str | None:
         if cgroup is None:
@@ -118,6 +127,7 @@ class ProbeResolver:
             return self._owners[cgroup]
         path = self.probe.view.cgroups.path_of(cgroup)
         if path is None:
+            self._unresolved = True
             return None  # not known yet: ask again next time
         owners = [pod for pod in pods if pod.startswith("/") and within(path, pod)]
         owner = max(owners, key=len) if owners else None
@@ -126,13 +136,24 @@ class ProbeResolver:
 
     def groups(self, pod: str) -> list[ClientChannels]:
         tracker = self.probe.view.tracker
+        pods = self._pods()
+        of = self._groups_of
+        if of[0] != tracker.generation or of[1] is not pods or of[2] != self.locator.generation:
+            self._groups.clear()
+            self._groups_of = (tracker.generation, pods, self.locator.generation)
+        cached = self._groups.get(pod)
+        if cached is not None:
+            return list(cached)
+        self._unresolved = False
         found: list[ClientChannels] = []
         for pid, proc in tracker.processes.items():
             if self._owner(proc.cgroup) == pod:
                 found.extend(
                     g for g in tracker.channel_groups(pid) if self.locator.gpu_of(g) == self.gpu
                 )
-        return found
+        if not self._unresolved:  # a cgroup not named yet may be this pod's: ask again then
+            self._groups[pod] = found
+        return list(found)
 
     def launches(self) -> Mapping[str, int]:
         totals: dict[str, int] = {}

@@ -41,8 +41,10 @@ class RmUsageSensor:
         self._busy: dict[str, bool] = {}
         self._unused: dict[str, float] = {}
         self.throttled_us: dict[str, float] = {}
+        self.polls = 0
 
     def poll(self) -> None:
+        self.polls += 1
         now = self.control.loop.now
         since = now - self._polled_at if self._polled_at is not None else 0.0
         self._polled_at = now
