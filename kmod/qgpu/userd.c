@@ -11,6 +11,10 @@
  * busy_hold_us more of the time qgpu leaves the channel open (a closed channel's hold does not
  * run down: work taken off the GPU by FIFO_DISABLE_CHANNELS is still owed its time). A kernel
  * that runs longer than that after its fetch reads idle before it ends; busy_hold_us is the knob.
+ * What that costs: an online cgroup in such a kernel lets offline work in beside it (they share
+ * the GPU by the hardware's timeslices), and an offline holder in one passes the GPU on and is
+ * closed with its kernel preempted; the kernel runs again when its cgroup is next opened, which
+ * for a cgroup that submits nothing more is only when the scheduler opens idle cgroups.
  *
  * Where USERD is. libcuda gives each channel a 512-byte USERD slot in a video memory object of
  * its own (hUserdMemory[0], userdOffset[0] in the channel's allocation parameters; 0x2000 +
