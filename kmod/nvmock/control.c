@@ -245,6 +245,12 @@ static u32 channel_work_submit_token(const struct nvmock_caller *caller,
 	return NV_OK;
 }
 
+/*
+ * FIFO_DISABLE_CHANNELS (kernel_fifo_ctrl.c: subdeviceCtrlCmdFifoDisableChannels_IMPL): a process
+ * may not pass pRunlistPreemptEvent; on a GSP GPU the rest is sent to GSP, whose code is not
+ * published. What it does is modelled on ctrl2080fifo.h's description of
+ * NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS and on the H200's hard stop (h200-findings.md).
+ */
 static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 				      struct nvmock_object *obj, void *params)
 {
@@ -272,9 +278,20 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 			return NV_ERR_INVALID_ARGUMENT;
 		channels[i] = ch->channel;
 	}
+	/*
+	 * bOnlyDisableScheduling=0 (what qgpu sends): none of the channels runs once the control
+	 * returns, work on the engine included; the engine stops within a chunk (chunk_us).
+	 * bOnlyDisableScheduling=1: not scheduled again, but a channel whose TSG is on the engine
+	 * runs to the end of that slice. Enabling ignores it.
+	 */
 	spin_lock(&engine->lock);
-	for (i = 0; i < p->numChannels; i++)
-		channels[i]->enabled = !p->bDisable;
+	for (i = 0; i < p->numChannels; i++) {
+		struct nvmock_channel *ch = channels[i];
+
+		ch->enabled = !p->bDisable;
+		ch->finish_slice = p->bDisable && p->bOnlyDisableScheduling &&
+				   READ_ONCE(engine->pinned) == ch->tsg;
+	}
 	spin_unlock(&engine->lock);
 	return NV_OK;
 }

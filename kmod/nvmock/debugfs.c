@@ -3,6 +3,8 @@
  * nvmock: ground truth in debugfs, under /sys/kernel/debug/nvmock/.
  *
  *   objects		live objects by kind, backing buffers and mappings (zero when all is freed)
+ *   bar1		the BAR1 aperture video memory lives in: phys, size and bytes free, or
+ *			"absent" (no ivshmem device: video memory is system RAM)
  *   kapi		what the in-kernel RM entry served: counts, then its latest ops (allocs
  *			and frees, then controls), one a line: op, class/handle/command,
  *			pRightsRequested, paramsSize and flags as read, the status written back
@@ -14,7 +16,8 @@
  *   gpuN/engine	context switches, time spent switching and running
  *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
  *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels
- *   gpuN/channels	per channel: chid, TSG, enabled, scheduled, faulted, GP_GET, GPU time
+ *   gpuN/channels	per channel: chid, TSG, enabled, scheduled, faulted, GP_GET, GPU time,
+ *			GP_PUT as its process wrote it, whether fetched work is left to run
  *   gpuN/memory	device memory size and use
  *   gpuN/reset		write anything: statistics back to zero
  */
@@ -36,6 +39,13 @@ static int objects_show(struct seq_file *m, void *unused)
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(objects);
+
+static int bar1_show(struct seq_file *m, void *unused)
+{
+	nvmock_bar1_show(m);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(bar1);
 
 static void kapi_ring_show(struct seq_file *m, const struct nvmock_kapi_ring *ring)
 {
@@ -125,9 +135,11 @@ static int channels_show(struct seq_file *m, void *unused)
 	spin_lock(&engine->lock);
 	list_for_each_entry(tsg, &engine->runlist, runlist_node)
 		list_for_each_entry(ch, &tsg->channels, tsg_node)
-			seq_printf(m, "%u tsg %u pid %d enabled %d scheduled %d faulted %d gp_get %u gpu_ns %llu\n",
+			seq_printf(m, "%u tsg %u pid %d enabled %d scheduled %d faulted %d gp_get %u gpu_ns %llu gp_put %u running %d\n",
 				   ch->chid, tsg->id, tsg->tgid, ch->enabled, ch->scheduled,
-				   ch->faulted, ch->gp_get, ch->gpu_ns);
+				   ch->faulted, ch->gp_get, ch->gpu_ns,
+				   READ_ONCE(ch->userd[NVRM_USERD_GP_PUT / 4]),
+				   ch->run_left_ns || ch->in_segment);
 	spin_unlock(&engine->lock);
 	return 0;
 }
@@ -214,6 +226,7 @@ void nvmock_debugfs_init(void)
 	/* debugfs is for people and tests: the driver works the same without it. */
 	root = debugfs_create_dir("nvmock", NULL);
 	debugfs_create_file("objects", 0444, root, NULL, &objects_fops);
+	debugfs_create_file("bar1", 0444, root, NULL, &bar1_fops);
 	debugfs_create_file("kapi", 0444, root, NULL, &kapi_fops);
 	debugfs_create_file("kapi_fail", 0200, root, NULL, &kapi_fail_fops);
 	debugfs_create_file("kapi_fail_control", 0200, root, NULL, &kapi_fail_control_fops);

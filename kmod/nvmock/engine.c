@@ -151,9 +151,18 @@ static u32 gp_put(const struct nvmock_channel *ch)
 	return READ_ONCE(ch->userd[NVRM_USERD_GP_PUT / 4]) & (ch->entries - 1);
 }
 
+/*
+ * Enabled, or disabled with bOnlyDisableScheduling while its TSG was on the engine: that leaves
+ * it running to the end of the slice (FIFO_DISABLE_CHANNELS in control.c).
+ */
+static bool channel_may_run(const struct nvmock_channel *ch)
+{
+	return ch->enabled || ch->finish_slice;
+}
+
 static bool channel_runnable(const struct nvmock_channel *ch)
 {
-	if (!ch->enabled || !ch->scheduled || ch->faulted)
+	if (!channel_may_run(ch) || !ch->scheduled || ch->faulted)
 		return false;
 	return ch->run_left_ns || ch->in_segment || ch->gp_get != gp_put(ch);
 }
@@ -210,7 +219,7 @@ static bool channel_fetch(struct nvmock_channel *ch)
 	while (budget--) {
 		if (ch->run_left_ns)
 			return true;
-		if (!ch->enabled || ch->faulted)
+		if (!channel_may_run(ch) || ch->faulted)
 			return false;
 		if (!ch->in_segment) {
 			if (ch->gp_get == gp_put(ch)) {
@@ -228,12 +237,16 @@ static bool channel_fetch(struct nvmock_channel *ch)
 					NVRM_GP_ENTRY1_LENGTH_MASK;
 			ch->seg_pos = 0;
 			ch->in_segment = true;
-		}
-		if (ch->seg_words - ch->seg_pos < 2) {
-			/* Segment done: the entry is consumed. */
-			ch->in_segment = false;
+			/*
+			 * The host's GPFIFO fetcher moves GP_GET past an entry when it fetches
+			 * it, not when its work is done: a long kernel reads GP_GET == GP_PUT
+			 * while it runs (CONFORMANCE.md, the engine).
+			 */
 			ch->gp_get = (ch->gp_get + 1) & (ch->entries - 1);
 			WRITE_ONCE(ch->userd[NVRM_USERD_GP_GET / 4], ch->gp_get);
+		}
+		if (ch->seg_words - ch->seg_pos < 2) {
+			ch->in_segment = false;	/* segment done */
 			continue;
 		}
 		words = kernel_address(ch->gpu, ch->seg_va + (u64)ch->seg_pos * 4, 8);
@@ -400,8 +413,14 @@ static int engine_thread(void *data)
 			spin_lock(&engine->lock);
 		}
 		if (!tsg->gone) {
+			struct nvmock_channel *ch;
+
 			engine->last = tsg;
 			run_slice(engine, tsg);
+			/* Off the engine: what was only unscheduled is now stopped too. */
+			if (!tsg->gone)
+				list_for_each_entry(ch, &tsg->channels, tsg_node)
+					ch->finish_slice = false;
 		}
 		WRITE_ONCE(engine->pinned, NULL);
 		wake_up_all(&engine->released);

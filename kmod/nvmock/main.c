@@ -159,9 +159,12 @@ static int __init nvmock_init(void)
 		pr_err("fb_mib=0: a GPU needs memory\n");
 		return -EINVAL;
 	}
-	err = nvmock_gpus_start();
+	err = nvmock_bar1_init();
 	if (err)
 		return err;
+	err = nvmock_gpus_start();
+	if (err)
+		goto err_bar1;
 
 	err = register_chrdev_region(gpu_dev, nvmock_num_gpus, "nvidia");
 	if (err)
@@ -194,6 +197,8 @@ err_gpu_region:
 	unregister_chrdev_region(gpu_dev, nvmock_num_gpus);
 err_gpus:
 	nvmock_gpus_stop(nvmock_num_gpus);
+err_bar1:
+	nvmock_bar1_exit();
 	return err;
 }
 
@@ -207,6 +212,7 @@ static void __exit nvmock_exit(void)
 	unregister_chrdev_region(MKDEV(NVRM_MAJOR, NVRM_CTL_MINOR), 1);
 	unregister_chrdev_region(MKDEV(NVRM_MAJOR, 0), nvmock_num_gpus);
 	nvmock_gpus_stop(nvmock_num_gpus);
+	nvmock_bar1_exit();
 }
 
 module_init(nvmock_init);

@@ -39,11 +39,56 @@ struct nvmock_buf *nvmock_buf_alloc(size_t size)
 	return buf;
 }
 
+/* Video memory: a piece of the BAR1 aperture when there is one (bar1.c), else system RAM. */
+struct nvmock_buf *nvmock_buf_alloc_vidmem(size_t size)
+{
+	struct nvmock_buf *buf;
+
+	if (!nvmock_bar1_present())
+		return nvmock_buf_alloc(size);
+	buf = kzalloc(sizeof(*buf), GFP_KERNEL);
+	if (!buf)
+		return NULL;
+	buf->size = PAGE_ALIGN(size);
+	buf->vaddr = nvmock_bar1_alloc(buf->size, &buf->phys);
+	if (!buf->vaddr) {
+		kfree(buf);
+		return NULL;
+	}
+	buf->bar1 = true;
+	kref_init(&buf->ref);
+	atomic_inc(&nvmock_buffers);
+	return buf;
+}
+
+/**
+ * nvmock_mem_back() - give a memory object its backing, on first use
+ * @mem_obj: a system or video memory object
+ *
+ * Context: nvmock_lock held.
+ * Return: NV_OK, or why it cannot be backed.
+ */
+u32 nvmock_mem_back(struct nvmock_object *mem_obj)
+{
+	struct nvmock_mem *mem = mem_obj->mem;
+
+	if (mem->buf)
+		return NV_OK;
+	if (mem->size > NVMOCK_MAX_BACKED_BYTES)
+		return NV_ERR_INSUFFICIENT_RESOURCES;
+	mem->buf = mem_obj->kind == NVMOCK_VIDMEM ? nvmock_buf_alloc_vidmem(mem->size) :
+						   nvmock_buf_alloc(mem->size);
+	return mem->buf ? NV_OK : NV_ERR_NO_MEMORY;
+}
+
 static void buf_release(struct kref *ref)
 {
 	struct nvmock_buf *buf = container_of(ref, struct nvmock_buf, ref);
 
-	vfree(buf->vaddr);
+	if (buf->bar1)
+		nvmock_bar1_free(buf->vaddr, buf->size);
+	else
+		vfree(buf->vaddr);
 	kfree(buf);
 	atomic_dec(&nvmock_buffers);
 }
@@ -67,6 +112,8 @@ void nvmock_map_release(struct nvmock_file *nf)
 static u32 target_of(struct nvmock_object *mem_obj, struct nvmock_file *target,
 		     struct nvmock_map_ctx *ctx, u64 *bus)
 {
+	u32 status;
+
 	switch (mem_obj->kind) {
 	case NVMOCK_SYSMEM:
 		if (target->gpu)
@@ -90,8 +137,12 @@ static u32 target_of(struct nvmock_object *mem_obj, struct nvmock_file *target,
 		*bus = NVMOCK_BAR0_BASE + 0xBB0000 + ctx->offset;
 		return NV_OK;
 	case NVMOCK_CHANNEL:
+		/*
+		 * A channel whose USERD the client supplied is not mappable: kchannelMap_IMPL
+		 * (kernel_channel.c) asserts !bClientAllocatedUserD, NV_ERR_INVALID_REQUEST.
+		 */
 		if (!mem_obj->channel->userd_page)
-			return NV_ERR_INVALID_OBJECT_HANDLE;	/* its USERD is the client's */
+			return NV_ERR_INVALID_REQUEST;
 		if (ctx->offset + ctx->length > PAGE_SIZE)
 			return NV_ERR_INVALID_ARGUMENT;
 		ctx->page = mem_obj->channel->userd_page;
@@ -102,13 +153,9 @@ static u32 target_of(struct nvmock_object *mem_obj, struct nvmock_file *target,
 	}
 	if (ctx->offset > mem_obj->mem->size || ctx->length > mem_obj->mem->size - ctx->offset)
 		return NV_ERR_INVALID_ARGUMENT;
-	if (!mem_obj->mem->buf) {
-		if (mem_obj->mem->size > NVMOCK_MAX_BACKED_BYTES)
-			return NV_ERR_INSUFFICIENT_RESOURCES;
-		mem_obj->mem->buf = nvmock_buf_alloc(mem_obj->mem->size);
-		if (!mem_obj->mem->buf)
-			return NV_ERR_NO_MEMORY;
-	}
+	status = nvmock_mem_back(mem_obj);
+	if (status != NV_OK)
+		return status;
 	ctx->buf = mem_obj->mem->buf;
 	*bus = NVMOCK_BAR1_BASE + (mem_obj->mem->va - NVMOCK_GPU_VA_BASE) + ctx->offset;
 	return NV_OK;
@@ -223,6 +270,19 @@ int nvmock_mmap(struct file *file, struct vm_area_struct *vma)
 				goto err_put;
 		}
 		vma->vm_private_data = NULL;
+	} else if (ctx.buf->bar1) {
+		/*
+		 * Video memory through BAR1: I/O memory, VM_IO | VM_PFNMAP and no struct page, as
+		 * nvidia_mmap_helper (kernel-open/nvidia/nv-mmap.c) maps it with
+		 * nv_io_remap_page_range.
+		 */
+		vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
+		err = io_remap_pfn_range(vma, vma->vm_start,
+					 (ctx.buf->phys + ctx.offset) >> PAGE_SHIFT, size,
+					 vma->vm_page_prot);
+		if (err)
+			goto err_put;
+		vma->vm_private_data = ctx.buf;	/* the reference taken above */
 	} else {
 		err = remap_vmalloc_range(vma, ctx.buf->vaddr, ctx.offset >> PAGE_SHIFT);
 		if (err)

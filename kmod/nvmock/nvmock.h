@@ -32,11 +32,16 @@ extern struct mutex nvmock_lock;
 extern const struct file_operations nvmock_fops;
 extern unsigned int nvmock_num_gpus;
 
-/* Backing pages of a memory object, shared with the mappings of it. */
+/*
+ * Backing of a memory object, shared with the mappings of it: system RAM (vmalloc), or for video
+ * memory a piece of the BAR1 aperture (bar1.c), I/O memory with no struct page.
+ */
 struct nvmock_buf {
 	struct kref ref;
 	void *vaddr;
 	size_t size;
+	bool bar1;
+	phys_addr_t phys;	/* bar1: where it is on the bus */
 };
 
 enum nvmock_kind {
@@ -92,6 +97,7 @@ struct nvmock_channel {
 	u32 *userd;
 	bool scheduled;		/* GPFIFO_SCHEDULE(bEnable=1), or not delayed at allocation */
 	bool enabled;		/* FIFO_DISABLE_CHANNELS */
+	bool finish_slice;	/* disabled with bOnlyDisableScheduling while on the engine */
 	bool faulted;
 	bool gone;
 	u32 gp_get;
@@ -212,6 +218,8 @@ u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *
 
 /* mmap.c */
 struct nvmock_buf *nvmock_buf_alloc(size_t size);
+struct nvmock_buf *nvmock_buf_alloc_vidmem(size_t size);
+u32 nvmock_mem_back(struct nvmock_object *mem_obj);
 void nvmock_buf_put(struct nvmock_buf *buf);
 u32 nvmock_map_memory(struct file *ctl, struct nvos33_params_with_fd *p);
 void nvmock_map_release(struct nvmock_file *nf);
@@ -265,6 +273,15 @@ struct nvmock_kapi_stats {
 };
 
 extern struct nvmock_kapi_stats nvmock_kapi;
+
+/* bar1.c */
+struct seq_file;
+int nvmock_bar1_init(void);
+void nvmock_bar1_exit(void);
+bool nvmock_bar1_present(void);
+void *nvmock_bar1_alloc(size_t size, phys_addr_t *phys);
+void nvmock_bar1_free(void *vaddr, size_t size);
+void nvmock_bar1_show(struct seq_file *m);
 
 /* debugfs.c */
 void nvmock_debugfs_init(void);

@@ -185,6 +185,7 @@ static u32 channel_userd(struct nvmock_object *obj, struct nvmock_channel *ch,
 {
 	struct nvmock_object *mem_obj;
 	struct nvmock_mem *mem;
+	u32 status;
 
 	if (!p->hUserdMemory[0]) {
 		ch->userd_page = alloc_page(GFP_KERNEL | __GFP_ZERO);
@@ -193,7 +194,12 @@ static u32 channel_userd(struct nvmock_object *obj, struct nvmock_channel *ch,
 		ch->userd = page_address(ch->userd_page);
 		return NV_OK;
 	}
-	/* USERD in a memory object of the client's, as libcuda does (in device memory). */
+	/*
+	 * USERD in a memory object of the client's, as libcuda does: a 512-byte slot
+	 * (kfifoGetUserdSizeAlign_HAL, NV_RAMUSERD_CHAN_SIZE) in video memory, which the process
+	 * reaches through BAR1 (bar1.c). kchannelCreateUserdMemDesc_GV100
+	 * (arch/volta/kernel_channel_gv100.c) takes the memory by handle and a sub-range of it.
+	 */
 	mem_obj = nvmock_object_get(obj->client, p->hUserdMemory[0]);
 	if (!mem_obj || (mem_obj->kind != NVMOCK_SYSMEM && mem_obj->kind != NVMOCK_VIDMEM))
 		return NV_ERR_INVALID_OBJECT_HANDLE;
@@ -201,13 +207,9 @@ static u32 channel_userd(struct nvmock_object *obj, struct nvmock_channel *ch,
 	if (p->userdOffset[0] > mem->size || mem->size - p->userdOffset[0] < NVRM_USERD_SIZE ||
 	    p->userdOffset[0] % NVRM_USERD_SIZE)
 		return NV_ERR_INVALID_ARGUMENT;
-	if (!mem->buf) {
-		if (mem->size > NVMOCK_MAX_BACKED_BYTES)
-			return NV_ERR_NOT_SUPPORTED;
-		mem->buf = nvmock_buf_alloc(mem->size);
-		if (!mem->buf)
-			return NV_ERR_NO_MEMORY;
-	}
+	status = nvmock_mem_back(mem_obj);
+	if (status != NV_OK)
+		return status;
 	kref_get(&mem->buf->ref);
 	ch->userd_buf = mem->buf;
 	ch->userd = mem->buf->vaddr + p->userdOffset[0];

@@ -19,6 +19,8 @@
 
 /* Offsets of the fields read from nv_memory_alloc_params and nvos*_params. */
 #define MEM_PARAMS_SIZE_OFF	offsetof(struct nv_memory_alloc_params, size)
+#define CHANNEL_USERD_MEM_OFF	offsetof(struct nv_channel_alloc_params, hUserdMemory)
+#define CHANNEL_USERD_OFF_OFF	offsetof(struct nv_channel_alloc_params, userdOffset)
 
 struct rm_alloc {
 	u32 hroot, hparent, hnew, hclass;
@@ -72,7 +74,8 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 		     unsigned int cmd, unsigned long arg, void __user *uarg, u32 size)
 {
 	u64 caller = qgpu_current_cgroup_id();
-	u32 device_index = 0;
+	u32 device_index = 0, userd_mem = 0;
+	u64 userd_off = 0;
 	struct qgpu_cg *cg;
 	struct rm_alloc a;
 	u64 bytes = 0, cg_id;
@@ -87,6 +90,13 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 		return orig(file, cmd, arg);
 	if (a.hclass == NV01_DEVICE_0 && a.params &&
 	    copy_from_user(&device_index, u64_to_user_ptr(a.params), sizeof(device_index)))
+		return orig(file, cmd, arg);
+	/* Where the channel's USERD is (userd.c); RM reads its own copy of the same. */
+	if (qgpu_channel_class(a.hclass) && a.params &&
+	    (copy_from_user(&userd_mem, u64_to_user_ptr(a.params + CHANNEL_USERD_MEM_OFF),
+			    sizeof(userd_mem)) ||
+	     copy_from_user(&userd_off, u64_to_user_ptr(a.params + CHANNEL_USERD_OFF_OFF),
+			    sizeof(userd_off))))
 		return orig(file, cmd, arg);
 
 	mutex_lock(&qgpu_lock);
@@ -125,6 +135,8 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 	if (ok && cg) {
 		obj = qgpu_track_alloc(cg, file, a.hroot, a.hparent, a.hnew, a.hclass,
 				       device_index, bytes);
+		if (obj && obj->kind == QGPU_OBJ_CHANNEL)
+			qgpu_userd_channel_alloc(a.hroot, obj, userd_mem, userd_off);
 		/* A gated cgroup's new TSG: its timeslice may be qgpu's (timeslice.c). */
 		kick = obj && obj->kind == QGPU_OBJ_TSG && cg->configured;
 	} else if (cg) {
@@ -143,6 +155,12 @@ static long rm_free(long (*orig)(struct file *, unsigned int, unsigned long), st
 	struct nvos00_params p;
 	long ret;
 
+	/* RM tears down its mappings of what it frees: qgpu stops reading them first. */
+	if (size == sizeof(p) && !copy_from_user(&p, uarg, sizeof(p))) {
+		mutex_lock(&qgpu_lock);
+		qgpu_userd_forget(p.hRoot, p.hObjectOld);
+		mutex_unlock(&qgpu_lock);
+	}
 	ret = orig(file, cmd, arg);
 	if (ret || size != sizeof(p) || copy_from_user(&p, uarg, sizeof(p)) || p.status != NV_OK)
 		return ret;
@@ -279,10 +297,25 @@ static long rm_map_memory(long (*orig)(struct file *, unsigned int, unsigned lon
 	if (!target)
 		return ret;
 	mutex_lock(&qgpu_lock);
-	qgpu_track_mapping(target, p.hClient, p.hMemory);
+	qgpu_track_mapping(target, &p);
 	mutex_unlock(&qgpu_lock);
 	fput(target);
 	return ret;
+}
+
+/* RM tears down the mapping it names: qgpu stops reading it first. */
+static long rm_unmap_memory(long (*orig)(struct file *, unsigned int, unsigned long),
+			    struct file *file, unsigned int cmd, unsigned long arg,
+			    void __user *uarg, u32 size)
+{
+	struct nvos34_params p;
+
+	if (size == sizeof(p) && !copy_from_user(&p, uarg, sizeof(p))) {
+		mutex_lock(&qgpu_lock);
+		qgpu_userd_unmap(p.hClient, p.hMemory, p.pLinearAddress);
+		mutex_unlock(&qgpu_lock);
+	}
+	return orig(file, cmd, arg);
 }
 
 long qgpu_ioctl(long (*orig)(struct file *, unsigned int, unsigned long),
@@ -313,6 +346,8 @@ long qgpu_ioctl(long (*orig)(struct file *, unsigned int, unsigned long),
 		return rm_control(orig, file, cmd, arg, uarg, size);
 	case NV_ESC_RM_MAP_MEMORY:
 		return rm_map_memory(orig, file, cmd, arg, uarg, size);
+	case NV_ESC_RM_UNMAP_MEMORY:
+		return rm_unmap_memory(orig, file, cmd, arg, uarg, size);
 	default:
 		return orig(file, cmd, arg);
 	}
@@ -322,33 +357,12 @@ int qgpu_mmap(int (*orig)(struct file *, struct vm_area_struct *),
 	      struct file *file, struct vm_area_struct *vma)
 {
 	int ret = orig(file, vma);
-	struct qgpu_mapping *m;
-	struct qgpu_client *client;
-	struct qgpu_obj *obj;
-	spinlock_t *ptl;	/* the page table lock follow_pte took */
-	pte_t *ptep;
 
 	if (ret)
 		return ret;
+	/* What it maps may hold channels' USERD: the scheduler reads it from there (userd.c). */
 	mutex_lock(&qgpu_lock);
-	m = qgpu_mapping_of(file);
-	client = m ? qgpu_client_find(m->client) : NULL;
-	obj = client ? qgpu_obj_find(client, m->object) : NULL;
-	/*
-	 * A channel mapped as a whole is its USERD: keep a reference on that page so the scheduler
-	 * can see GP_PUT run ahead of GP_GET (work pending) without a system call from the tenant.
-	 * Pages without a struct page (BAR-backed USERD on real GPUs) are not followed.
-	 */
-	if (obj && obj->kind == QGPU_OBJ_CHANNEL && !obj->userd &&
-	    follow_pte(vma->vm_mm, vma->vm_start, &ptep, &ptl) == 0) {
-		unsigned long pfn = pte_pfn(*ptep);
-
-		if (pfn_valid(pfn)) {
-			obj->userd = pfn_to_page(pfn);
-			get_page(obj->userd);
-		}
-		pte_unmap_unlock(ptep, ptl);
-	}
+	qgpu_userd_mmap(file, vma);
 	mutex_unlock(&qgpu_lock);
 	return ret;
 }
@@ -356,8 +370,13 @@ int qgpu_mmap(int (*orig)(struct file *, struct vm_area_struct *),
 int qgpu_release(int (*orig)(struct inode *, struct file *), struct inode *inode,
 		 struct file *file)
 {
-	int ret = orig(inode, file);
+	int ret;
 
+	/* The driver frees the clients that live on this file, and its mappings of their memory. */
+	mutex_lock(&qgpu_lock);
+	qgpu_userd_file_released(file);
+	mutex_unlock(&qgpu_lock);
+	ret = orig(inode, file);
 	/* The driver has freed the clients that lived on this file; so do we. */
 	mutex_lock(&qgpu_lock);
 	qgpu_track_file_released(file);

@@ -4,8 +4,8 @@
  *
  * Locking: qgpu_lock (a mutex) guards the configuration, the tracked RM objects and the
  * statistics. It is never held while calling into the driver: the driver takes its own lock,
- * and its in-kernel RM entry sleeps. The schedulers read channel USERD pages that the tracker
- * holds a reference on, so a page stays valid until the object that owns it is untracked.
+ * and its in-kernel RM entry sleeps. The schedulers read channels' USERD under it, through
+ * readers that userd.c drops under it before RM may tear down what they read.
  */
 #ifndef _QGPU_H
 #define _QGPU_H
@@ -19,7 +19,8 @@
 
 struct file;
 struct inode;
-struct page;
+struct qgpu_userd;
+struct vm_area_struct;
 
 extern struct mutex qgpu_lock;
 extern char *qgpu_target;
@@ -71,7 +72,14 @@ struct qgpu_obj {
 	int gpu;			/* -1 until known (inherited from the device) */
 	u64 bytes;			/* device memory */
 	bool enabled;			/* channel: as qgpu last left it (RM's default: on) */
-	struct page *userd;		/* channel: its mapped USERD page, referenced */
+
+	/* channel: its USERD and what qgpu makes of it (userd.c) */
+	u32 userd_mem;			/* the object it is in; the channel itself when RM's */
+	u64 userd_offset;		/* where in that object */
+	struct qgpu_userd *userd;	/* how to read it; NULL: qgpu cannot */
+	u64 userd_blind;		/* ns: since when qgpu cannot */
+	u64 userd_look;			/* ns: the last look */
+	u64 userd_hold_ns;		/* open time it still counts as busy */
 
 	/* TSG: its timeslice (timeslice.c), in us */
 	u64 ts_own;			/* to restore; 0: not known yet */
@@ -96,6 +104,8 @@ struct qgpu_mapping {
 	struct file *file;		/* not referenced: dropped when the file is released */
 	u32 client;
 	u32 object;
+	u64 offset;			/* of the object, where the mapping starts */
+	u64 linear;			/* RM_MAP_MEMORY's answer */
 };
 
 extern struct list_head qgpu_cgroups;
@@ -125,11 +135,21 @@ struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hcl
 				  u32 hparent, u32 hnew, u32 hclass, u32 device_index, u64 bytes);
 void qgpu_track_free(u32 hclient, u32 hobject);
 void qgpu_track_file_released(struct file *file);
-void qgpu_track_mapping(struct file *file, u32 hclient, u32 hobject);
+void qgpu_track_mapping(struct file *file, const struct nvos33_params_with_fd *p);
 struct qgpu_mapping *qgpu_mapping_of(struct file *file);
 void qgpu_track_exit(void);
-bool qgpu_channel_pending(const struct qgpu_obj *channel);
 bool qgpu_scheduling_control(u32 cmd);
+
+/* userd.c */
+bool qgpu_channel_class(u32 hclass);
+void qgpu_userd_channel_alloc(u32 hclient, struct qgpu_obj *ch, u32 huserd, u64 offset);
+void qgpu_userd_mmap(struct file *file, struct vm_area_struct *vma);
+void qgpu_userd_forget(u32 hclient, u32 hobject);
+void qgpu_userd_unmap(u32 hclient, u32 hmemory, u64 linear);
+void qgpu_userd_file_released(struct file *file);
+void qgpu_userd_obj_drop(u32 hclient, struct qgpu_obj *obj);
+void qgpu_userd_exit(void);
+bool qgpu_channel_pending(const struct qgpu_cg *cg, struct qgpu_obj *ch);
 
 /* rmapi.c: the driver's in-kernel RM entry */
 int qgpu_rmapi_init(void);

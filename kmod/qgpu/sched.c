@@ -16,7 +16,7 @@
  *     an online cgroup has work, or had within online_hold_us, every offline channel is closed;
  *   - closes and opens channels whose state differs from the plan, through the driver's
  *     in-kernel RM entry (FIFO_DISABLE_CHANNELS), outside qgpu_lock.
- * A channel whose USERD was never mapped cannot be read; its cgroup counts as busy.
+ * What busy means, and for a channel whose USERD qgpu cannot read: userd.c.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -179,7 +179,7 @@ static void sense(struct qgpu_sched *s)
 
 	list_for_each_entry(client, &qgpu_clients, node)
 		list_for_each_entry(obj, &client->objects, node)
-			if (is_gpu_channel(s, obj) && (!obj->userd || qgpu_channel_pending(obj)))
+			if (is_gpu_channel(s, obj) && qgpu_channel_pending(client->cg, obj))
 				client->cg->busy = true;
 }
 

@@ -8,7 +8,6 @@
  * All of it runs under qgpu_lock.
  */
 #include <linux/cgroup.h>
-#include <linux/highmem.h>
 #include <linux/lockdep.h>
 #include <linux/mm.h>
 #include <linux/sched.h>
@@ -91,8 +90,7 @@ static enum qgpu_obj_kind kind_of(u32 hclass)
 	case NV01_MEMORY_LOCAL_USER:
 		return QGPU_OBJ_VIDMEM;
 	}
-	/* Every GPFIFO channel class from Volta (C36F) on ends in 6F. */
-	if ((hclass & 0xff) == 0x6f && hclass >= 0xc36f && hclass <= 0xcf6f)
+	if (qgpu_channel_class(hclass))
 		return QGPU_OBJ_CHANNEL;
 	return QGPU_OBJ_OTHER;
 }
@@ -174,8 +172,7 @@ static void obj_drop(struct qgpu_client *client, struct qgpu_obj *obj)
 		cg->tsgs--;
 	else if (obj->kind == QGPU_OBJ_CHANNEL)
 		cg->channels--;
-	if (obj->userd)
-		put_page(obj->userd);
+	qgpu_userd_obj_drop(client->handle, obj);
 	list_del(&obj->node);
 	kfree(obj);
 }
@@ -211,6 +208,7 @@ static void client_drop(struct qgpu_client *client)
 
 	list_for_each_entry_safe(obj, tmp, &client->objects, node)
 		obj_drop(client, obj);
+	qgpu_userd_forget(client->handle, 0);
 	list_del(&client->node);
 	kfree(client);
 	cg->clients--;
@@ -245,7 +243,7 @@ void qgpu_track_file_released(struct file *file)
 	}
 }
 
-void qgpu_track_mapping(struct file *file, u32 hclient, u32 hobject)
+void qgpu_track_mapping(struct file *file, const struct nvos33_params_with_fd *p)
 {
 	struct qgpu_mapping *m = qgpu_mapping_of(file);
 
@@ -256,8 +254,10 @@ void qgpu_track_mapping(struct file *file, u32 hclient, u32 hobject)
 		m->file = file;
 		list_add_tail(&m->node, &mappings);
 	}
-	m->client = hclient;
-	m->object = hobject;
+	m->client = p->hClient;
+	m->object = p->hMemory;
+	m->offset = p->offset;
+	m->linear = p->pLinearAddress;
 }
 
 struct qgpu_mapping *qgpu_mapping_of(struct file *file)
@@ -278,6 +278,7 @@ void qgpu_track_exit(void)
 
 	list_for_each_entry_safe(client, ctmp, &qgpu_clients, node)
 		client_drop(client);
+	qgpu_userd_exit();
 	list_for_each_entry_safe(m, mtmp, &mappings, node) {
 		list_del(&m->node);
 		kfree(m);
@@ -287,20 +288,6 @@ void qgpu_track_exit(void)
 		kfree(cg);
 	}
 	qgpu_nr_configured = 0;
-}
-
-/* GP_PUT ahead of GP_GET in the channel's USERD: work submitted that has not been fetched. */
-bool qgpu_channel_pending(const struct qgpu_obj *channel)
-{
-	const u8 *userd;
-	u32 get, put;
-
-	if (!channel->userd)
-		return false;
-	userd = page_address(channel->userd);
-	get = READ_ONCE(*(const u32 *)(userd + NVRM_USERD_GP_GET));
-	put = READ_ONCE(*(const u32 *)(userd + NVRM_USERD_GP_PUT));
-	return get != put;
 }
 
 /*

@@ -74,6 +74,7 @@
 #define NV_ERR_INVALID_OBJECT_PARENT		0x36
 #define NV_ERR_INVALID_PARAM_STRUCT		0x3A
 #define NV_ERR_INVALID_POINTER			0x3D
+#define NV_ERR_INVALID_REQUEST			0x3F
 #define NV_ERR_INVALID_STATE			0x40
 #define NV_ERR_NO_MEMORY			0x51
 #define NV_ERR_NOT_SUPPORTED			0x56
@@ -194,6 +195,17 @@ struct nvos33_params_with_fd {
 	__u32 flags;
 	__s32 fd;
 	__u32 pad2;
+};
+
+/* NVOS34: RM_UNMAP_MEMORY (32), the mapping RM_MAP_MEMORY made, by its pLinearAddress. */
+struct nvos34_params {
+	__u32 hClient;
+	__u32 hDevice;
+	__u32 hMemory;
+	__u32 pad;
+	__u64 pLinearAddress;
+	__u32 status;
+	__u32 flags;
 };
 
 /* NV_ESC_CARD_INFO: an array of these (72 each). */

@@ -25,6 +25,7 @@ STRUCTS: dict[str, abi.Layout] = {
     "nvos64_params": abi.NVOS64,
     "nvos54_params": abi.NVOS54,
     "nvos33_params_with_fd": abi.NVOS33_WITH_FD,
+    "nvos34_params": abi.NVOS34,
     "nvrm_card_info": abi.NV_IOCTL_CARD_INFO,
     "nvrm_api_version": abi.NV_IOCTL_RM_API_VERSION,
     "nvrm_sys_params": abi.NV_IOCTL_SYS_PARAMS,

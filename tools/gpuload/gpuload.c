@@ -61,6 +61,9 @@ _Static_assert(sizeof(NVMOCK_VERSION_STRING) <= sizeof(((struct nvrm_api_version
 #define ENGINE_GRAPHICS		1	/* NV2080_ENGINE_TYPE_GRAPHICS: graphics and compute */
 #define GPFIFO_ENTRIES		512u
 #define USERD_MAP_SIZE		4096
+/* --userd=client: libcuda's USERD object (2 MiB of video memory) and first slot (H200 trace). */
+#define USERD_MEM_SIZE		(2u << 20)
+#define USERD_DEFAULT_OFFSET	0x2000
 #define GP_ADDR_LIMIT		(1ull << 40)	/* GET (31:2) and GET_HI (7:0) of an entry */
 
 /*
@@ -111,6 +114,8 @@ struct config {
 	unsigned int poll_us;
 	bool has_seed;
 	unsigned long seed;
+	bool userd_client;		/* --userd=client: USERD in our own video memory */
+	unsigned long userd_offset;
 };
 
 struct mapping {
@@ -139,6 +144,7 @@ struct gpu {
 	uint32_t tsg;
 	uint32_t ctxshare;
 	uint32_t channel;
+	uint32_t userd_mem;
 	uint32_t compute;
 	uint32_t copy;
 	uint32_t token;
@@ -642,6 +648,22 @@ static void alloc_channel(struct gpu *g)
 	ch.hContextShare = g->ctxshare;
 	ch.hVASpace = g->vaspace;
 	ch.hUserdMemory[0] = 0;		/* RM allocates USERD; we map the channel for it */
+	if (g->cfg->userd_client) {
+		struct nv_memory_alloc_params mem;
+
+		/*
+		 * As libcuda: a 512-byte slot in a video memory object of our own, mapped
+		 * (through BAR1) before the channel is made; the channel is never mapped.
+		 */
+		memset(&mem, 0, sizeof(mem));
+		mem.owner = g->client;
+		mem.size = USERD_MEM_SIZE;
+		g->userd_mem = rm_alloc(g, g->device, NV01_MEMORY_LOCAL_USER, &mem, sizeof(mem));
+		map_object(g, &g->userd_map, false, g->device, g->userd_mem, USERD_MEM_SIZE,
+			   "USERD memory");
+		ch.hUserdMemory[0] = g->userd_mem;
+		ch.userdOffset[0] = g->cfg->userd_offset;
+	}
 	ch.engineType = ENGINE_GRAPHICS;
 	g->channel = rm_alloc(g, g->tsg, HOPPER_CHANNEL_GPFIFO_A, &ch, sizeof(ch));
 
@@ -653,7 +675,9 @@ static void alloc_channel(struct gpu *g)
 		   sizeof(token));
 	g->token = token.workSubmitToken;
 
-	map_object(g, &g->userd_map, false, g->subdevice, g->channel, USERD_MAP_SIZE, "USERD");
+	if (!g->cfg->userd_client)
+		map_object(g, &g->userd_map, false, g->subdevice, g->channel, USERD_MAP_SIZE,
+			   "USERD");
 }
 
 static void schedule_tsg(struct gpu *g)
@@ -753,6 +777,7 @@ static unsigned int segment_count(const struct config *cfg)
 static void submitter_init(struct submitter *s, const struct gpu *g)
 {
 	uint8_t *base = g->sysmem_map.addr;
+	uint8_t *userd;
 
 	memset(s, 0, sizeof(*s));
 	s->ring = (uint32_t *)(base + RING_OFFSET);
@@ -767,8 +792,9 @@ static void submitter_init(struct submitter *s, const struct gpu *g)
 	s->submit_ns = calloc(s->nseg, sizeof(*s->submit_ns));
 	if (!s->submit_ns)
 		die("out of memory");
-	s->gp_get = (volatile uint32_t *)((uint8_t *)g->userd_map.addr + NVRM_USERD_GP_GET);
-	s->gp_put = (volatile uint32_t *)((uint8_t *)g->userd_map.addr + NVRM_USERD_GP_PUT);
+	userd = (uint8_t *)g->userd_map.addr + (g->cfg->userd_client ? g->cfg->userd_offset : 0);
+	s->gp_get = (volatile uint32_t *)(userd + NVRM_USERD_GP_GET);
+	s->gp_put = (volatile uint32_t *)(userd + NVRM_USERD_GP_PUT);
 	s->doorbell = (volatile uint32_t *)((uint8_t *)g->usermode_map.addr +
 					    NVRM_USERMODE_DOORBELL);
 	s->token = g->token;
@@ -1135,6 +1161,8 @@ enum {
 	OPT_TIMEOUT,
 	OPT_POLL_US,
 	OPT_SEED,
+	OPT_USERD,
+	OPT_USERD_OFFSET,
 };
 
 static const struct option long_options[] = {
@@ -1159,6 +1187,8 @@ static const struct option long_options[] = {
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "poll-us", required_argument, NULL, OPT_POLL_US },
 	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "userd", required_argument, NULL, OPT_USERD },
+	{ "userd-offset", required_argument, NULL, OPT_USERD_OFFSET },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -1192,6 +1222,10 @@ static void print_help(void)
 	       "  --timeout S            fail if the GPU makes no progress for S s (default 30)\n"
 	       "  --poll-us N            sleep between completion polls (default 20)\n"
 	       "  --seed N               seed for --poisson (default: from pid and time)\n"
+	       "  --userd rm|client      rm (default): RM's USERD, mapped by mapping the channel;\n"
+	       "                         client: a slot in our own 2 MiB of video memory, as libcuda\n"
+	       "  --userd-offset N       --userd=client: the slot's offset (default 0x2000, a\n"
+	       "                         multiple of 512)\n"
 	       "  -h, --help             this text\n"
 	       "\n"
 	       "Exit status: 0 done (also when stopped by SIGTERM/SIGINT), 1 driver or system\n"
@@ -1313,6 +1347,17 @@ static void parse_options(struct config *cfg, int argc, char **argv)
 			cfg->seed = parse_ulong(opt, optarg, 0, ULONG_MAX);
 			cfg->has_seed = true;
 			break;
+		case OPT_USERD:
+			if (strcmp(optarg, "rm") && strcmp(optarg, "client"))
+				usage_error("invalid value for --userd: '%s' (rm or client)", optarg);
+			cfg->userd_client = !strcmp(optarg, "client");
+			break;
+		case OPT_USERD_OFFSET:
+			cfg->userd_offset = parse_ulong(opt, optarg, 0, USERD_MEM_SIZE - NVRM_USERD_SIZE);
+			if (cfg->userd_offset % NVRM_USERD_SIZE)
+				usage_error("invalid value for --userd-offset: '%s' (a multiple of %u)",
+					    optarg, NVRM_USERD_SIZE);
+			break;
 		case 'h':
 			print_help();
 			exit(0);
@@ -1372,6 +1417,7 @@ int main(int argc, char **argv)
 		.vidmem_mib = 1,
 		.timeout = 30,
 		.poll_us = 20,
+		.userd_offset = USERD_DEFAULT_OFFSET,
 	};
 	struct gpu g;
 	struct submitter s;

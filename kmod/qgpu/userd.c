@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * qgpu: reading channels' USERD, to tell whether a channel has work.
+ *
+ * What "busy" means on the hardware. A process submits work with no system call: it writes
+ * GPFIFO entries, moves GP_PUT in the channel's USERD and rings the doorbell. The GPU's GPFIFO
+ * fetcher moves GP_GET past an entry when it fetches it, not when the work is done. So
+ * GP_PUT != GP_GET says "submitted work not yet fetched", and nothing in USERD says "a fetched
+ * kernel is still running": right after a long kernel is fetched its channel reads idle. qgpu
+ * counts a channel as busy while GP_PUT != GP_GET and, after the last look that saw it so, for
+ * busy_hold_us more of the time qgpu leaves the channel open (a closed channel's hold does not
+ * run down: work taken off the GPU by FIFO_DISABLE_CHANNELS is still owed its time). A kernel
+ * that runs longer than that after its fetch reads idle before it ends; busy_hold_us is the knob.
+ * What that costs: an online cgroup in such a kernel lets offline work in beside it (they share
+ * the GPU by the hardware's timeslices), and an offline holder in one passes the GPU on and is
+ * closed with its kernel preempted; the kernel runs again when its cgroup is next opened, which
+ * for a cgroup that submits nothing more is only when the scheduler opens idle cgroups.
+ *
+ * Where USERD is. libcuda gives each channel a 512-byte USERD slot in a video memory object of
+ * its own (hUserdMemory[0], userdOffset[0] in the channel's allocation parameters; 0x2000 +
+ * 0x3000 * n in a 2 MiB object in the H200 trace), maps that object through BAR1 (I/O memory, no
+ * struct page) and never maps the channel itself: RM refuses to map a channel whose USERD the
+ * client supplied (kchannelMap_IMPL, kernel_channel.c). RM_MAP_MEMORY says which (client,
+ * object, offset) a file's mmap maps; when the mmap happens, qgpu looks up the physical page
+ * behind every page of it (follow_pte works on VM_PFNMAP mappings) and keeps that record. A
+ * channel whose USERD lies in a recorded mapping is read through an ioremap of its page (BAR1),
+ * or through a reference on the page when it is RAM (USERD that RM allocated, mapped by mapping
+ * the channel: the channel is its own USERD object, at offset 0).
+ *
+ * Never a stale mapping. The bus address is RM's BAR1 mapping of the object, which lives until
+ * RM_UNMAP_MEMORY or until the object (or an ancestor, or its client) is freed; the user's page
+ * tables do not matter. qgpu drops the record and every reader made from it under qgpu_lock
+ * before it lets such a call reach the driver, and the scheduler reads only under qgpu_lock.
+ *
+ * A channel qgpu cannot read (its USERD never mapped, or the mapping gone): an offline channel
+ * counts as busy, which its share bounds; an online one counts as busy for blind_busy_ms after
+ * qgpu lost sight of it (or after it was made) and then as idle, so that online work qgpu cannot
+ * see never keeps offline work closed for long.
+ *
+ * Everything here runs under qgpu_lock.
+ */
+#include <linux/io.h>
+#include <linux/ktime.h>
+#include <linux/lockdep.h>
+#include <linux/mm.h>
+#include <linux/moduleparam.h>
+#include <linux/slab.h>
+
+#include "qgpu.h"
+
+static unsigned int busy_hold_us = 2000;
+module_param(busy_hold_us, uint, 0644);
+MODULE_PARM_DESC(busy_hold_us,
+		 "A channel counts as busy this much open time after GP_PUT != GP_GET was last seen, us");
+
+static unsigned int blind_busy_ms = 1000;
+module_param(blind_busy_ms, uint, 0644);
+MODULE_PARM_DESC(blind_busy_ms,
+		 "An online channel whose USERD qgpu cannot read counts as busy this long, ms");
+
+/* Mappings bigger than this are not recorded (USERD objects are 2 MiB in the H200 trace). */
+#define MAP_MAX_PAGES	2048
+
+/* How qgpu reads one channel's USERD: a referenced RAM page or an ioremap of a BAR page. */
+struct qgpu_userd {
+	struct page *page;
+	void __iomem *io;	/* the page's start */
+	unsigned int in_page;	/* the slot's offset in it */
+	u32 object;		/* the memory object it was found in */
+};
+
+/* A recorded mmap of (client, object): the physical page behind each of its pages. */
+struct userd_map {
+	struct list_head node;
+	u32 client;
+	u32 object;
+	u64 offset;		/* of the object, where the mapping starts; page-aligned */
+	u64 linear;		/* RM_MAP_MEMORY's answer, which RM_UNMAP_MEMORY names */
+	u32 npages;
+	unsigned long pfn[];	/* 0: none there when it was mapped */
+};
+
+static LIST_HEAD(maps);
+
+/**
+ * qgpu_channel_class() - whether a class is a GPFIFO channel
+ * @hclass: an RM class
+ *
+ * Return: true for every GPFIFO channel class from Volta (C36F) on: they all end in 6F.
+ */
+bool qgpu_channel_class(u32 hclass)
+{
+	return (hclass & 0xff) == 0x6f && hclass >= 0xc36f && hclass <= 0xcf6f;
+}
+
+static void reader_free(struct qgpu_userd *r)
+{
+	if (r->page)
+		put_page(r->page);
+	if (r->io)
+		iounmap(r->io);
+	kfree(r);
+}
+
+/* The channel can no longer be read: from now on it is blind (see the top). */
+static void channel_blind(struct qgpu_obj *ch)
+{
+	if (ch->userd) {
+		reader_free(ch->userd);
+		ch->userd = NULL;
+	}
+	ch->userd_blind = ktime_get_ns();
+}
+
+/* A reader for the channel's slot, if @m covers it. */
+static struct qgpu_userd *reader_from(const struct userd_map *m, const struct qgpu_obj *ch)
+{
+	u64 rel, len = (u64)m->npages << PAGE_SHIFT;
+	struct qgpu_userd *r;
+	unsigned long pfn;
+
+	if (ch->userd_offset < m->offset || ch->userd_offset - m->offset > len - NVRM_USERD_SIZE)
+		return NULL;
+	rel = ch->userd_offset - m->offset;
+	/* A 512-byte-aligned slot never crosses a page; a misaligned one is not read. */
+	if (offset_in_page(rel) > PAGE_SIZE - NVRM_USERD_SIZE)
+		return NULL;
+	pfn = m->pfn[rel >> PAGE_SHIFT];
+	if (!pfn)
+		return NULL;
+	r = kzalloc(sizeof(*r), GFP_KERNEL);
+	if (!r)
+		return NULL;
+	r->in_page = offset_in_page(rel);
+	r->object = m->object;
+	if (pfn_valid(pfn)) {
+		r->page = pfn_to_page(pfn);
+		if (!get_page_unless_zero(r->page)) {
+			kfree(r);
+			return NULL;
+		}
+	} else {
+		/* I/O memory (BAR1): uncached, whatever type the driver's own mapping has. */
+		r->io = ioremap(PFN_PHYS(pfn), PAGE_SIZE);
+		if (!r->io) {
+			kfree(r);
+			return NULL;
+		}
+	}
+	return r;
+}
+
+/* Find a reader for a blind channel among the client's recorded mappings. */
+static void channel_find(u32 hclient, struct qgpu_obj *ch)
+{
+	struct userd_map *m;
+
+	if (ch->userd)
+		return;
+	list_for_each_entry(m, &maps, node) {
+		if (m->client != hclient || m->object != ch->userd_mem)
+			continue;
+		ch->userd = reader_from(m, ch);
+		if (ch->userd)
+			return;
+	}
+}
+
+/* Look again for every blind channel of @hclient whose USERD is in @object. */
+static void client_refind(u32 hclient, u32 object)
+{
+	struct qgpu_client *client = qgpu_client_find(hclient);
+	struct qgpu_obj *obj;
+
+	if (!client)
+		return;
+	list_for_each_entry(obj, &client->objects, node)
+		if (obj->kind == QGPU_OBJ_CHANNEL && obj->userd_mem == object)
+			channel_find(hclient, obj);
+}
+
+/**
+ * qgpu_userd_channel_alloc() - note where a new channel's USERD is
+ * @hclient: its client
+ * @ch: the channel as tracked
+ * @huserd: hUserdMemory[0] of its allocation parameters, from qgpu's copy (0: RM's USERD)
+ * @offset: userdOffset[0], from the same copy
+ *
+ * Context: qgpu_lock held.
+ */
+void qgpu_userd_channel_alloc(u32 hclient, struct qgpu_obj *ch, u32 huserd, u64 offset)
+{
+	lockdep_assert_held(&qgpu_lock);
+	/* RM's own USERD is reached by mapping the channel: the channel is its object. */
+	ch->userd_mem = huserd ? huserd : ch->handle;
+	ch->userd_offset = huserd ? offset : 0;
+	ch->userd_blind = ktime_get_ns();
+	channel_find(hclient, ch);
+}
+
+/**
+ * qgpu_userd_mmap() - record what a successful mmap of an RM mapping maps
+ * @file: the file mapped, whose RM_MAP_MEMORY context says what it maps
+ * @vma: the new mapping, its page tables filled by the driver
+ *
+ * Context: qgpu_lock and the mm's mmap_lock held.
+ */
+void qgpu_userd_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	const struct qgpu_mapping *ctx = qgpu_mapping_of(file);
+	unsigned long npages = vma_pages(vma), i;
+	struct userd_map *m;
+
+	lockdep_assert_held(&qgpu_lock);
+	if (!ctx || !npages || npages > MAP_MAX_PAGES || !PAGE_ALIGNED(ctx->offset) ||
+	    !qgpu_client_find(ctx->client))
+		return;
+	m = kzalloc(struct_size(m, pfn, npages), GFP_KERNEL);
+	if (!m)
+		return;
+	m->client = ctx->client;
+	m->object = ctx->object;
+	m->offset = ctx->offset;
+	m->linear = ctx->linear;
+	m->npages = npages;
+	for (i = 0; i < npages; i++) {
+		spinlock_t *ptl;	/* the page table lock follow_pte takes */
+		pte_t *ptep;
+
+		if (follow_pte(vma->vm_mm, vma->vm_start + (i << PAGE_SHIFT), &ptep, &ptl))
+			continue;
+		if (pte_present(*ptep))
+			m->pfn[i] = pte_pfn(*ptep);
+		pte_unmap_unlock(ptep, ptl);
+	}
+	list_add_tail(&m->node, &maps);
+	client_refind(m->client, m->object);
+}
+
+/* Drop @m and every reader made from it; the channels look again among what is left. */
+static void map_drop(struct userd_map *m)
+{
+	struct qgpu_client *client = qgpu_client_find(m->client);
+	struct qgpu_obj *obj;
+
+	list_del(&m->node);
+	if (client)
+		list_for_each_entry(obj, &client->objects, node)
+			if (obj->kind == QGPU_OBJ_CHANNEL && obj->userd &&
+			    obj->userd->object == m->object)
+				channel_blind(obj);
+	if (client)
+		client_refind(m->client, m->object);
+	kfree(m);
+}
+
+/* Whether @handle is @ancestor or below it in the client's tree, as qgpu tracks it. */
+static bool below(struct qgpu_client *client, u32 handle, u32 ancestor)
+{
+	int depth;
+
+	for (depth = 0; depth < 16 && handle; depth++) {
+		struct qgpu_obj *obj;
+
+		if (handle == ancestor)
+			return true;
+		obj = client ? qgpu_obj_find(client, handle) : NULL;
+		if (!obj || obj->parent == handle)
+			return false;
+		handle = obj->parent;
+	}
+	return false;
+}
+
+/**
+ * qgpu_userd_forget() - before RM frees an object: drop the mappings of it and below it
+ * @hclient: the client
+ * @hobject: the object RM_FREE names; the client's own handle or 0: all of the client's
+ *
+ * RM tears down its BAR1 mappings of what it frees; nothing of them may be read after.
+ * Context: qgpu_lock held.
+ */
+void qgpu_userd_forget(u32 hclient, u32 hobject)
+{
+	struct qgpu_client *client = qgpu_client_find(hclient);
+	struct userd_map *m, *tmp;
+
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry_safe(m, tmp, &maps, node) {
+		if (m->client != hclient)
+			continue;
+		if (hobject && hobject != hclient && !below(client, m->object, hobject))
+			continue;
+		map_drop(m);
+	}
+}
+
+/**
+ * qgpu_userd_unmap() - before RM_UNMAP_MEMORY: drop the mapping it names
+ * @hclient: the client
+ * @hmemory: the object
+ * @linear: the address RM_MAP_MEMORY answered for the mapping
+ *
+ * Context: qgpu_lock held.
+ */
+void qgpu_userd_unmap(u32 hclient, u32 hmemory, u64 linear)
+{
+	struct userd_map *m, *tmp;
+
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry_safe(m, tmp, &maps, node)
+		if (m->client == hclient && m->object == hmemory && m->linear == linear)
+			map_drop(m);
+}
+
+/**
+ * qgpu_userd_file_released() - before the driver frees the clients that live on a file
+ * @file: the file being released
+ *
+ * Context: qgpu_lock held.
+ */
+void qgpu_userd_file_released(struct file *file)
+{
+	struct qgpu_client *client;
+
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry(client, &qgpu_clients, node)
+		if (client->file == file)
+			qgpu_userd_forget(client->handle, 0);
+}
+
+/**
+ * qgpu_userd_obj_drop() - a tracked object is gone: what qgpu read through it goes too
+ * @hclient: its client
+ * @obj: the object
+ *
+ * Context: qgpu_lock held.
+ */
+void qgpu_userd_obj_drop(u32 hclient, struct qgpu_obj *obj)
+{
+	struct userd_map *m, *tmp;
+
+	lockdep_assert_held(&qgpu_lock);
+	if (obj->userd) {
+		reader_free(obj->userd);
+		obj->userd = NULL;
+	}
+	list_for_each_entry_safe(m, tmp, &maps, node)
+		if (m->client == hclient && m->object == obj->handle)
+			map_drop(m);
+}
+
+/* qgpu is going away; every object has been dropped already. */
+void qgpu_userd_exit(void)
+{
+	struct userd_map *m, *tmp;
+
+	list_for_each_entry_safe(m, tmp, &maps, node) {
+		list_del(&m->node);
+		kfree(m);
+	}
+}
+
+static bool read_pending(const struct qgpu_userd *r)
+{
+	u32 get, put;
+
+	if (r->io) {
+		get = readl(r->io + r->in_page + NVRM_USERD_GP_GET);
+		put = readl(r->io + r->in_page + NVRM_USERD_GP_PUT);
+	} else {
+		const u8 *slot = page_address(r->page) + r->in_page;
+
+		get = READ_ONCE(*(const u32 *)(slot + NVRM_USERD_GP_GET));
+		put = READ_ONCE(*(const u32 *)(slot + NVRM_USERD_GP_PUT));
+	}
+	return get != put;
+}
+
+/**
+ * qgpu_channel_pending() - whether a channel counts as busy now (see the top)
+ * @cg: the channel's cgroup
+ * @ch: the channel
+ *
+ * Context: qgpu_lock held; called once a scheduler pass per channel.
+ * Return: true if it has work or may have.
+ */
+bool qgpu_channel_pending(const struct qgpu_cg *cg, struct qgpu_obj *ch)
+{
+	u64 now = ktime_get_ns(), dt = ch->userd_look ? now - ch->userd_look : 0;
+
+	lockdep_assert_held(&qgpu_lock);
+	ch->userd_look = now;
+	if (!ch->userd) {
+		if (cg->class != QGPU_CLASS_ONLINE)
+			return true;
+		return now - ch->userd_blind < (u64)blind_busy_ms * NSEC_PER_MSEC;
+	}
+	if (read_pending(ch->userd)) {
+		ch->userd_hold_ns = (u64)busy_hold_us * NSEC_PER_USEC;
+		return true;
+	}
+	if (ch->enabled)
+		ch->userd_hold_ns -= min(ch->userd_hold_ns, dt);
+	return ch->userd_hold_ns > 0;
+}

@@ -1,0 +1,108 @@
+"""USERD as libcuda has it on an H200, in nvmock: a 512-byte slot in video memory the process
+maps through BAR1 (I/O memory, no struct page), a channel RM will not map, and a GP_GET that
+the fetcher moves when it fetches an entry, not when the entry's work is done."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.vm.conftest import DEBUGFS, ROOT, reset
+from tests.vm.gpuload import Gpuload
+
+SLOT = 0x2200  # not page-aligned: the slot is 512 bytes
+CLIENT_USERD = ["--userd", "client", "--userd-offset", str(SLOT)]
+SATURATE = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "4", "--queue", "2"]
+NV_ERR_INVALID_REQUEST = 0x3F
+
+
+def bar1() -> dict[str, int]:
+    text = (DEBUGFS / "bar1").read_text()
+    assert text.strip() != "absent", "no BAR1 aperture: tools/vm/run adds an ivshmem device"
+    return {k: int(v, 0) for k, v in (line.split() for line in text.splitlines())}
+
+
+def io_mappings(pid: int) -> list[tuple[int, set[str]]]:
+    """(size in kB, VmFlags) of each of the process's mappings of a GPU file."""
+    out = []
+    size = 0
+    device = False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        words = line.split()
+        if "-" in words[0] and not words[0].endswith(":"):
+            device = words[-1].startswith("/dev/nvidia") and words[-1] != "/dev/nvidiactl"
+        elif words[0] == "Size:":
+            size = int(words[1])
+        elif words[0] == "VmFlags:" and device:
+            out.append((size, set(words[1:])))
+    return out
+
+
+def channel_line(pid: int) -> dict[str, int]:
+    for line in (DEBUGFS / "gpu0" / "channels").read_text().splitlines():
+        words = line.split()
+        fields = {k: int(v) for k, v in zip(words[1::2], words[2::2], strict=False)}
+        if fields["pid"] == pid:
+            return fields
+    raise LookupError(pid)
+
+
+def test_client_userd_is_a_slot_in_video_memory_mapped_through_bar1() -> None:
+    reset()
+    before = bar1()
+    load = Gpuload([*SATURATE, *CLIENT_USERD, "--seconds", "3"]).ready()
+    try:
+        mapped = io_mappings(load.pid)
+        # The 2 MiB USERD object: I/O memory with no struct page, as nvidia.ko maps BAR1.
+        assert any(size == 2048 and {"io", "pf"} <= flags for size, flags in mapped), mapped
+        assert bar1()["avail"] <= before["avail"] - (2 << 20)
+    finally:
+        result = load.result()
+    # Work went through GP_PUT in that slot: the engine ran it.
+    assert result["kernels"] > 0 and result["busy_fraction"] > 0.5
+    assert bar1()["avail"] == before["avail"]
+
+
+def test_rm_refuses_to_map_a_channel_whose_userd_the_client_supplied() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.vm.userd_tenant", str(SLOT)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        hello = json.loads(proc.stdout.readline())
+        assert hello["channel_map"] == NV_ERR_INVALID_REQUEST
+        proc.stdin.write("quit\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+
+
+def test_gp_get_moves_when_an_entry_is_fetched_not_when_its_work_is_done() -> None:
+    """One 300 ms kernel a request: while it runs, GP_GET has already caught up with GP_PUT."""
+    reset()
+    requests = ["--shape", "requests", "--rate-hz", "2", "--kernel-us", "300000"]
+    load = Gpuload([*requests, *CLIENT_USERD, "--seconds", "3"]).ready()
+    caught_up = behind = 0
+    try:
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:
+            ch = channel_line(load.pid)
+            if ch["running"] and ch["gp_put"]:
+                if ch["gp_get"] == ch["gp_put"]:
+                    caught_up += 1
+                else:
+                    behind += 1
+            time.sleep(0.01)
+    finally:
+        result = load.result()
+    assert result["kernels"] > 0
+    print(f"running with GP_GET == GP_PUT: {caught_up}, behind: {behind}")
+    assert caught_up > 20 and behind <= caught_up // 10

@@ -1,0 +1,164 @@
+"""qgpu's busy detection with USERD as CUDA has it: a 512-byte slot at a client-chosen offset in
+a video memory object mapped through BAR1 (nvmock's ivshmem BAR), the channel never mapped.
+
+Busy is GP_PUT != GP_GET in that slot (kmod/qgpu/userd.c); online busy closes offline work
+(sysfs online_busy says what qgpu decided). Before qgpu read such USERD, every CUDA channel
+counted as busy for ever and one online CUDA process kept every offline channel closed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tests.vm.conftest import ROOT, processes, reset
+from tests.vm.gpuload import start_together
+from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, in_cgroup, qgpu_loaded
+
+PERIOD_US = 50_000
+SLOT = 0x2200  # not page-aligned: slots are 512 bytes
+SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
+
+
+class UserdTenant:
+    """tests/vm/userd_tenant.py in a cgroup: a CUDA-shaped channel whose GP_PUT and GP_GET the
+    test writes (the engine never fetches from it)."""
+
+    def __init__(self, cg: Cgroup, *args: str) -> None:
+        def enter() -> None:
+            (cg.path / "cgroup.procs").write_text(str(os.getpid()))
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.vm.userd_tenant", str(SLOT), *args],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=enter,
+        )
+        self.hello = self._answer()
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            assert self.proc.stderr is not None
+            raise AssertionError(f"userd_tenant ended: {self.proc.stderr.read()}")
+        return dict(json.loads(line))
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            assert self.proc.wait(timeout=30) == 0
+
+
+@contextmanager
+def userd_tenant(cg: Cgroup, *args: str) -> Iterator[UserdTenant]:
+    tenant = UserdTenant(cg, *args)
+    try:
+        yield tenant
+    finally:
+        tenant.close()
+
+
+def online_busy_samples(seconds: float) -> list[bool]:
+    out = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        out.append((SYSFS / "gpu0" / "online_busy").read_text().strip() == "1")
+        time.sleep(0.02)
+    return out
+
+
+def gpu_rate(pid: int, seconds: float) -> float:
+    before = processes().get(pid, 0)
+    started = time.monotonic()
+    time.sleep(seconds)
+    return (processes().get(pid, 0) - before) / 1e9 / (time.monotonic() - started)
+
+
+def test_client_userd_in_bar1_reads_busy_while_work_is_pending_and_idle_after() -> None:
+    with qgpu_loaded() as client, cgroups(1) as (online,):
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        with userd_tenant(online) as tenant:
+            assert not any(online_busy_samples(0.5))
+            tenant.ask("put 1")
+            assert all(online_busy_samples(0.5)[2:])
+            tenant.ask("get 1")  # fetched: nothing pending (the hold is 2 ms)
+            time.sleep(0.1)
+            assert not any(online_busy_samples(0.5))
+
+
+def test_qgpu_stops_reading_userd_once_rm_tears_its_mapping_down() -> None:
+    """Unmapped or freed, the slot is not read again: the channel is blind, busy for
+    blind_busy_ms and idle after, although the slot still says GP_PUT != GP_GET."""
+    with qgpu_loaded(blind_busy_ms=300) as client, cgroups(1) as (online,):
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        for teardown in ("unmap", "free"):
+            with userd_tenant(online) as tenant:
+                tenant.ask("put 1")
+                assert all(online_busy_samples(0.3)[2:])
+                tenant.ask(teardown)
+                time.sleep(0.6)
+                assert not any(online_busy_samples(0.5)), teardown
+
+
+def test_an_online_cuda_process_does_not_keep_offline_work_closed() -> None:
+    """Two idle CUDA-shaped channels online, one of them never mapped (qgpu cannot read it):
+    the offline pod runs once blind_busy_ms has passed."""
+    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        with userd_tenant(online), userd_tenant(online, "--no-map"):
+            reset()
+            train = in_cgroup(offline, [*SATURATE, "--seconds", "5"]).ready()
+            time.sleep(1.5)
+            rate = gpu_rate(train.pid, 2.0)
+            busy = online_busy_samples(0.5)
+            train.result()
+        print(f"offline GPU rate next to idle online CUDA channels: {rate:.3f}")
+        assert rate > 0.5
+        assert not any(busy)
+
+
+def test_online_gpuload_with_client_userd_closes_offline_work_while_it_runs() -> None:
+    """End to end through the engine: GP_PUT in a BAR1 slot, GP_GET moved on fetch."""
+    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        reset()
+        infer, train = start_together(
+            [*SATURATE, "--userd", "client", "--userd-offset", str(SLOT), "--seconds", "3"],
+            [*SATURATE, "--seconds", "7"],
+            cgroups=[str(online.path), str(offline.path)],
+        )
+        while not processes().get(infer.pid):
+            time.sleep(0.01)
+        time.sleep(0.2)
+        during = gpu_rate(train.pid, 1.5)
+        infer.result()
+        time.sleep(0.5)
+        after = gpu_rate(train.pid, 2.0)
+        train.result()
+        print(f"offline GPU rate: next to online work {during:.3f}, after it {after:.3f}")
+        assert during < 0.15
+        assert after > 0.5
