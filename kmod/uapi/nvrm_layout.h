@@ -116,6 +116,29 @@ _Static_assert(sizeof_field(struct nvos54_params, paramsSize) == 4,
 _Static_assert(offsetof(struct nvos54_params, status) == 28, "offsetof(NVOS54_PARAMETERS, status)");
 _Static_assert(sizeof_field(struct nvos54_params, status) == 4,
 	       "sizeof(((NVOS54_PARAMETERS *)0)->status)");
+_Static_assert(sizeof(struct nvos34_params) == 32, "sizeof(NVOS34_PARAMETERS)");
+_Static_assert(offsetof(struct nvos34_params, hClient) == 0,
+	       "offsetof(NVOS34_PARAMETERS, hClient)");
+_Static_assert(sizeof_field(struct nvos34_params, hClient) == 4,
+	       "sizeof(((NVOS34_PARAMETERS *)0)->hClient)");
+_Static_assert(offsetof(struct nvos34_params, hDevice) == 4,
+	       "offsetof(NVOS34_PARAMETERS, hDevice)");
+_Static_assert(sizeof_field(struct nvos34_params, hDevice) == 4,
+	       "sizeof(((NVOS34_PARAMETERS *)0)->hDevice)");
+_Static_assert(offsetof(struct nvos34_params, hMemory) == 8,
+	       "offsetof(NVOS34_PARAMETERS, hMemory)");
+_Static_assert(sizeof_field(struct nvos34_params, hMemory) == 4,
+	       "sizeof(((NVOS34_PARAMETERS *)0)->hMemory)");
+_Static_assert(offsetof(struct nvos34_params, pLinearAddress) == 16,
+	       "offsetof(NVOS34_PARAMETERS, pLinearAddress)");
+_Static_assert(sizeof_field(struct nvos34_params, pLinearAddress) == 8,
+	       "sizeof(((NVOS34_PARAMETERS *)0)->pLinearAddress)");
+_Static_assert(offsetof(struct nvos34_params, status) == 24, "offsetof(NVOS34_PARAMETERS, status)");
+_Static_assert(sizeof_field(struct nvos34_params, status) == 4,
+	       "sizeof(((NVOS34_PARAMETERS *)0)->status)");
+_Static_assert(offsetof(struct nvos34_params, flags) == 28, "offsetof(NVOS34_PARAMETERS, flags)");
+_Static_assert(sizeof_field(struct nvos34_params, flags) == 4,
+	       "sizeof(((NVOS34_PARAMETERS *)0)->flags)");
 _Static_assert(sizeof(struct nvos33_params_with_fd) == 56,
 	       "sizeof(nv_ioctl_nvos33_parameters_with_fd)");
 _Static_assert(offsetof(struct nvos33_params_with_fd, hClient) == 0,
@@ -759,6 +782,7 @@ _Static_assert(NV_ERR_INVALID_OBJECT_OLD == 53, "NV_ERR_INVALID_OBJECT_OLD");
 _Static_assert(NV_ERR_INVALID_OBJECT_PARENT == 54, "NV_ERR_INVALID_OBJECT_PARENT");
 _Static_assert(NV_ERR_INVALID_PARAM_STRUCT == 58, "NV_ERR_INVALID_PARAM_STRUCT");
 _Static_assert(NV_ERR_INVALID_POINTER == 61, "NV_ERR_INVALID_POINTER");
+_Static_assert(NV_ERR_INVALID_REQUEST == 63, "NV_ERR_INVALID_REQUEST");
 _Static_assert(NV_ERR_INVALID_STATE == 64, "NV_ERR_INVALID_STATE");
 _Static_assert(NV_ERR_NO_MEMORY == 81, "NV_ERR_NO_MEMORY");
 _Static_assert(NV_ERR_NOT_SUPPORTED == 86, "NV_ERR_NOT_SUPPORTED");

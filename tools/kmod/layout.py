@@ -67,6 +67,7 @@ PAIRS: tuple[Pair, ...] = (
     Pair("nvos21_params", "NVOS21_PARAMETERS", SDK + "nvos.h"),
     Pair("nvos64_params", "NVOS64_PARAMETERS", SDK + "nvos.h"),
     Pair("nvos54_params", "NVOS54_PARAMETERS", SDK + "nvos.h"),
+    Pair("nvos34_params", "NVOS34_PARAMETERS", SDK + "nvos.h"),
     Pair(
         "nvos33_params_with_fd",
         "nv_ioctl_nvos33_parameters_with_fd",
