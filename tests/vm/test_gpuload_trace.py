@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
-import time
+import struct
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -59,8 +59,14 @@ ALLOC_FIELDS = {
     ),
     "vidmem": ("owner", "type", "flags", "attr", "attr2", "size", "alignment"),
     "sysmem": ("owner", "type", "flags", "attr", "attr2", "size", "alignment"),
+    "compute": ("version", "flags"),
+    "copy": ("version", "engineType"),
 }  # fmt: skip
 CONTROL_OUTPUTS = {"workSubmitToken"}
+# Engine objects' parameters, which qpolicy's decoder leaves alone: NV_GR_ALLOCATION_PARAMETERS
+# (nvos.h; the trace has bytes past its first two words that change with the caller's stack) and
+# NVB0B5_ALLOCATION_PARAMETERS (clb0b5sw.h).
+ENGINE_PARAMS = {"compute": ("version", "flags"), "copy": ("version", "engineType")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,7 @@ class Call:
     node: Node
     ioctl: Ioctl
     ret: int
+    inner: bytes
 
 
 def calls_of(records: Iterable[Record], node_of: Any) -> list[Call]:
@@ -81,7 +88,8 @@ def calls_of(records: Iterable[Record], node_of: Any) -> list[Call]:
         node = node_of(record)
         if node not in (Node.CTL, Node.GPU) or abi.ioc_type(record.cmd) != abi.NV_IOCTL_MAGIC:
             continue
-        out.append(Call(node, decode(node, record.cmd, record.p, record.q), record.ret))
+        ioctl = decode(node, record.cmd, record.p, record.q)
+        out.append(Call(node, ioctl, record.ret, record.q))
     return out
 
 
@@ -99,6 +107,14 @@ def trace_calls_and_nodes() -> tuple[list[Call], dict[int, Node]]:
             target = calls[-1].ioctl.fields.get("fd", -1)
             fd_node_at_map[len(calls) - 1] = nodes.get(target, Node.OTHER)
     return calls, fd_node_at_map
+
+
+def engine_params(kind: str, raw: bytes) -> dict[str, int]:
+    """The first two words of an engine object's parameters (what the probe and trace hold)."""
+    names = ENGINE_PARAMS[kind]
+    if len(raw) < 8:
+        return {}
+    return dict(zip(names, struct.unpack_from("<II", raw), strict=True))
 
 
 def control_label(cmd: int) -> str:
@@ -126,9 +142,11 @@ def context_events(calls: Sequence[Call], map_nodes: dict[int, Node] | None = No
     client = calls[first_tsg].ioctl.fields["hRoot"]
     tsg_handle = calls[first_tsg].ioctl.fields["hObjectNew"]
     start = next(
-        i for i in ok
-        if calls[i].ioctl.escape is Escape.RM_ALLOC and calls[i].ioctl.fields["hObjectNew"] == client
-    )  # fmt: skip
+        i
+        for i in ok
+        if calls[i].ioctl.escape is Escape.RM_ALLOC
+        and calls[i].ioctl.fields["hObjectNew"] == client
+    )
     end = next(
         (
             i for i in ok[ok.index(first_tsg):]
@@ -191,8 +209,10 @@ def context_events(calls: Sequence[Call], map_nodes: dict[int, Node] | None = No
             if not failed:
                 names[new] = f"{kind}{per_kind[kind]}"
                 per_kind[kind] += 1
-            params = [shown(k, ioctl.params[k], kind) for k in ALLOC_FIELDS.get(kind, ())
-                      if k in ioctl.params]  # fmt: skip
+            values = dict(ioctl.params)
+            if kind in ENGINE_PARAMS and fields.get("pAllocParms"):
+                values = engine_params(kind, call.inner)
+            params = [shown(k, values[k], kind) for k in ALLOC_FIELDS.get(kind, ()) if k in values]
             if kind not in ALLOC_FIELDS and fields.get("pAllocParms"):
                 params.append("params")
             parent = name(fields["hObjectParent"]) if kind != "client" else "-"
@@ -212,14 +232,16 @@ def context_events(calls: Sequence[Call], map_nodes: dict[int, Node] | None = No
                 continue  # CUDA's device discovery before the context: out of scope
             cmd = fields["cmd"]
             params = [shown(k, v, "") for k, v in ioctl.params.items() if k not in CONTROL_OUTPUTS]
-            events.append(
-                " ".join([f"CTRL 0x{cmd:08x}", control_label(cmd), f"on={name(target)}",
-                          *params]) + failed  # fmt: skip
-            )
-        elif ioctl.escape is Escape.RM_MAP_MEMORY and map_nodes is not None:
-            if fields["hMemory"] in names and not failed:
-                node = map_nodes.get(index, Node.OTHER)
-                maps[(node.value, -(-fields["length"] // PAGE) * PAGE)] += 1
+            head = [f"CTRL 0x{cmd:08x}", control_label(cmd), f"on={name(target)}"]
+            events.append(" ".join([*head, *params]) + failed)
+        elif (
+            ioctl.escape is Escape.RM_MAP_MEMORY
+            and map_nodes is not None
+            and fields["hMemory"] in names
+            and not failed
+        ):
+            node = map_nodes.get(index, Node.OTHER)
+            maps[(node.value, -(-fields["length"] // PAGE) * PAGE)] += 1
     return Context(events, maps)
 
 
@@ -321,7 +343,7 @@ def gpuload_context(args: Sequence[str], controls: Iterable[int]) -> Context:
             batch = probe.poll(200)
             records.extend(batch)
             quiet = 0 if batch else quiet + 1
-        assert probe.lost() == 0
+        assert probe.lost == 0
     finally:
         probe.close()
 

@@ -91,6 +91,9 @@ _Static_assert(sizeof(NVMOCK_VERSION_STRING) <= sizeof(((struct nvrm_api_version
 #define CUDA_USERD_MEM_SIZE	(2u << 20)
 #define CUDA_NOTIFIER_SIZE	4096u
 #define CUDA_CE_ENGINE_FIRST	0xbu	/* NV2080_ENGINE_TYPE_COPY2; the trace's TSGs: 0xb..0xd */
+#define CUDA_GR_COPY_CE		1u	/* the copy object on a compute channel: CE instance 1 */
+#define NV2080_ENGINE_COPY0	0x9u	/* NV2080_ENGINE_TYPE_COPY0; COPYn = COPY0 + n */
+#define GR_PARAMS_SIZE		16	/* NV_GR_ALLOCATION_PARAMETERS (nvos.h) */
 #define CUDA_TIMESLICE_US	2048u	/* the SET_TIMESLICE the trace sends on its compute TSG */
 /* NVOS04 flags as the trace sends them: PRIVILEGED_CHANNEL (5:5) on every channel, and
  * GROUP_CHANNEL_RUNQUEUE (4:4) = 1 on every second channel of the compute TSG (alloc_channel.h).
@@ -867,6 +870,9 @@ static uint32_t cuda_notifier(struct gpu *g)
 static uint32_t cuda_channel(struct gpu *g, unsigned int n, uint32_t tsg, uint32_t ctxshare,
 			     uint32_t engine, uint32_t flags, bool compute, uint32_t *token)
 {
+	/* NVB0B5_ALLOCATION_PARAMETERS (clb0b5sw.h): VERSION_0, so engineType is a CE instance. */
+	uint32_t copy[2] = { 0, compute ? CUDA_GR_COPY_CE : engine - NV2080_ENGINE_COPY0 };
+	uint8_t gr[GR_PARAMS_SIZE];
 	struct nv_channel_alloc_params ch;
 	struct nvc36f_work_submit_token_params tok;
 	uint32_t notifier = cuda_notifier(g);
@@ -883,9 +889,11 @@ static uint32_t cuda_channel(struct gpu *g, unsigned int n, uint32_t tsg, uint32
 	ch.userdOffset[0] = (uint64_t)n * CUDA_CHANNEL_STRIDE + CUDA_USERD_IN_STRIDE;
 	ch.engineType = engine;
 	channel = rm_alloc(g, tsg, HOPPER_CHANNEL_GPFIFO_A, &ch, sizeof(ch));
-	if (compute)
-		rm_alloc(g, channel, HOPPER_COMPUTE_A, NULL, 0);
-	rm_alloc(g, channel, HOPPER_DMA_COPY_A, NULL, 0);
+	if (compute) {
+		memset(gr, 0, sizeof(gr));	/* version 0, no flags */
+		rm_alloc(g, channel, HOPPER_COMPUTE_A, gr, sizeof(gr));
+	}
+	rm_alloc(g, channel, HOPPER_DMA_COPY_A, copy, sizeof(copy));
 	memset(&tok, 0, sizeof(tok));
 	rm_control(g, channel, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, &tok, sizeof(tok));
 	*token = tok.workSubmitToken;
