@@ -84,7 +84,7 @@ def start_together(
     *argsets: list[str], delay: float = 1.5, cgroups: list[str] | None = None
 ) -> list[Gpuload]:
     start_at = time.time() + delay
-    places = cgroups or [None] * len(argsets)
+    places: list[str | None] = [*cgroups] if cgroups else [None] * len(argsets)
     loads = [
         Gpuload([*args, "--start-at", f"{start_at:.3f}"], cgroup=place)
         for args, place in zip(argsets, places, strict=True)

@@ -76,6 +76,52 @@ _Static_assert(sizeof(NVMOCK_VERSION_STRING) <= sizeof(((struct nvrm_api_version
 #define SEG_ALIGN		64
 #define SEG_TAIL_WORDS		6	/* SEM_ADDR_LO, SEM_ADDR_HI and SEM_RELEASE pairs */
 
+/*
+ * --tree cuda: the shape of the H200 trace (qpolicy/nvrm/data/h200-pytorch-matmul.jsonl.gz, one
+ * PyTorch process on 580.159.04; tools/gpuload/CUDA_SEQUENCE.md walks through it). One compute
+ * TSG with a context share and 8 channels, then 3 copy-engine TSGs of 4 channels each; every
+ * channel's GPFIFO ring and USERD sit in one 2 MiB video memory object, 0x3000 bytes apart
+ * (ring at 0x3000 n, 1024 entries; USERD at 0x3000 n + 0x2000), mapped through the GPU's file;
+ * each channel has a 4 KiB error notifier in system memory.
+ */
+#define CUDA_GR_CHANNELS	8
+#define CUDA_CE_TSGS		3
+#define CUDA_CE_CHANNELS	4
+#define CUDA_CHANNELS		(CUDA_GR_CHANNELS + CUDA_CE_TSGS * CUDA_CE_CHANNELS)
+#define CUDA_ENTRIES		1024u
+#define CUDA_CHANNEL_STRIDE	0x3000u
+#define CUDA_USERD_IN_STRIDE	0x2000u
+#define CUDA_USERD_MEM_SIZE	(2u << 20)
+#define CUDA_NOTIFIER_SIZE	4096u
+#define CUDA_CE_ENGINE_FIRST	0xbu	/* NV2080_ENGINE_TYPE_COPY2; the trace's TSGs: 0xb..0xd */
+#define CUDA_GR_COPY_CE		1u	/* the copy object on a compute channel: CE instance 1 */
+#define NV2080_ENGINE_COPY0	0x9u	/* NV2080_ENGINE_TYPE_COPY0; COPYn = COPY0 + n */
+#define GR_PARAMS_SIZE		16	/* NV_GR_ALLOCATION_PARAMETERS (nvos.h) */
+#define CUDA_TIMESLICE_US	2048u	/* the SET_TIMESLICE the trace sends on its compute TSG */
+/* NVOS04 flags as the trace sends them: PRIVILEGED_CHANNEL (5:5) on every channel, and
+ * GROUP_CHANNEL_RUNQUEUE (4:4) = 1 on every second channel of the compute TSG (alloc_channel.h).
+ * Never DELAY_CHANNEL_SCHEDULING: CUDA relies on GPFIFO_SCHEDULE alone. */
+#define CUDA_CH_FLAGS		0x20u
+#define CUDA_CH_RUNQUEUE1	0x10u
+/* NV_MEMORY_ALLOCATION_PARAMS as the trace's USERD memory and notifiers have them. */
+#define CUDA_VID_FLAGS		0x1c101u
+#define CUDA_VID_ATTR		0x11800000u
+#define CUDA_VID_ATTR2		0x100005u
+#define CUDA_VID_ALIGN		(2u << 20)
+#define CUDA_NOTIFIER_TYPE	0xdu	/* NVOS32_TYPE_NOTIFIER */
+#define CUDA_SYS_FLAGS		0xc001u
+#define CUDA_SYS_ATTR		0x2a800000u
+#define CUDA_SYS_ATTR2		0x9u
+/* RM_MAP_MEMORY flags as the trace sends them, per kind of memory. */
+#define CUDA_MAP_USERMODE	0x3080002u
+#define CUDA_MAP_USERMODE_BAR1	0x0890002u
+#define CUDA_MAP_VIDMEM		0x10d0000u
+#define CUDA_MAP_SYSMEM		0x30c8000u
+#define NV0080_VA_MODE_MULTI	2u	/* the trace's device: vaMode 2 */
+#define CTXSHARE_FLAGS_ASYNC	1u	/* the trace's context share: flags 1 */
+#define VASPACE_PARAMS_SIZE	56
+#define USERMODE_PARAMS_SIZE	2
+
 #define NSEC_PER_SEC		1000000000ull
 #define SLEEP_CHUNK_NS		(100 * 1000 * 1000ull)	/* re-check for signals this often */
 #define DRAIN_NS		(2 * NSEC_PER_SEC)
@@ -88,6 +134,12 @@ _Static_assert(sizeof(NVMOCK_VERSION_STRING) <= sizeof(((struct nvrm_api_version
 enum shape {
 	SHAPE_SATURATE,
 	SHAPE_REQUESTS,
+};
+
+/* Which object tree setup builds: gpuload's own minimal one, or the one CUDA builds. */
+enum tree {
+	TREE_SIMPLE,
+	TREE_CUDA,
 };
 
 struct config {
@@ -116,6 +168,7 @@ struct config {
 	unsigned long seed;
 	bool userd_client;		/* --userd=client: USERD in our own video memory */
 	unsigned long userd_offset;
+	enum tree tree;
 };
 
 struct mapping {
@@ -144,13 +197,23 @@ struct gpu {
 	uint32_t tsg;
 	uint32_t ctxshare;
 	uint32_t channel;
-	uint32_t userd_mem;
+	uint32_t userd_mem;	/* --userd=client, --tree cuda: the memory USERD is in */
 	uint32_t compute;
 	uint32_t copy;
 	uint32_t token;
 	struct mapping usermode_map;
 	struct mapping sysmem_map;
 	struct mapping userd_map;
+	/* --tree cuda: the objects CUDA adds (see setup_cuda) */
+	uint32_t usermode2;
+	uint32_t vaspace2;
+	uint64_t userd_va;
+	struct mapping usermode2_map;
+	struct mapping notifier_maps[CUDA_CHANNELS];
+	unsigned int nnotifiers;
+	uint32_t userd_offset;	/* of the channel work is submitted on, in userd_map */
+	uint32_t ring_offset;	/* of its GPFIFO ring, in userd_map (sysmem_map for TREE_SIMPLE) */
+	uint32_t entries;	/* of that ring */
 	bool hold_tried;
 	uint32_t hold_status;
 };
@@ -170,6 +233,7 @@ struct submitter {
 	volatile uint32_t *gp_put;
 	volatile uint32_t *doorbell;
 	uint32_t token;
+	uint32_t entries;
 	uint32_t put;
 	uint64_t submitted;
 	uint64_t completed;
@@ -517,8 +581,8 @@ static void rm_control(struct gpu *g, uint32_t object, uint32_t cmd, void *param
  * in RM_MAP_MEMORY on the control file, then mmap of that file at offset 0. System memory goes
  * through a control-node file, everything BAR-like through a GPU file.
  */
-static void map_object(struct gpu *g, struct mapping *m, bool sysmem, uint32_t hdevice,
-		       uint32_t hmemory, size_t len, const char *what)
+static void map_object_flags(struct gpu *g, struct mapping *m, bool sysmem, uint32_t hdevice,
+			     uint32_t hmemory, size_t len, uint32_t flags, const char *what)
 {
 	struct nvos33_params_with_fd p;
 	void *addr;
@@ -531,6 +595,7 @@ static void map_object(struct gpu *g, struct mapping *m, bool sysmem, uint32_t h
 	p.hMemory = hmemory;
 	p.offset = 0;
 	p.length = len;
+	p.flags = flags;
 	p.fd = fd;
 	if (nv_ioctl(g->ctl, NV_ESC_RM_MAP_MEMORY, &p, sizeof(p)))
 		die("RM_MAP_MEMORY %s 0x%x: %s", what, hmemory, strerror(errno));
@@ -543,6 +608,12 @@ static void map_object(struct gpu *g, struct mapping *m, bool sysmem, uint32_t h
 	m->fd = fd;
 	m->addr = addr;
 	m->len = len;
+}
+
+static void map_object(struct gpu *g, struct mapping *m, bool sysmem, uint32_t hdevice,
+		       uint32_t hmemory, size_t len, const char *what)
+{
+	map_object_flags(g, m, sysmem, hdevice, hmemory, len, 0, what);
 }
 
 static void unmap_object(struct mapping *m)
@@ -727,13 +798,210 @@ static void vidmem_hold(struct gpu *g)
 	g->hold_status = alloc_vidmem(g, g->cfg->vidmem_hold_mib, &handle);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* --tree cuda: the H200 trace's object tree and control order (CUDA_SEQUENCE.md) */
+
+static void cuda_device(struct gpu *g)
+{
+	struct nv0080_alloc_params dev;
+	struct nv2080_alloc_params sub;
+	uint8_t usermode[USERMODE_PARAMS_SIZE];
+	uint8_t vaspace[VASPACE_PARAMS_SIZE];
+
+	memset(&dev, 0, sizeof(dev));
+	dev.deviceId = g->cfg->gpu;
+	dev.hClientShare = g->client;
+	dev.vaMode = NV0080_VA_MODE_MULTI;
+	g->device = rm_alloc(g, g->client, NV01_DEVICE_0, &dev, sizeof(dev));
+
+	memset(&sub, 0, sizeof(sub));
+	g->subdevice = rm_alloc(g, g->device, NV20_SUBDEVICE_0, &sub, sizeof(sub));
+
+	/* Two usermode windows: the doorbell page, then one through BAR1 (bBar1Mapping = 1). */
+	g->usermode = rm_alloc(g, g->subdevice, HOPPER_USERMODE_A, NULL, 0);
+	map_object_flags(g, &g->usermode_map, false, g->subdevice, g->usermode,
+			 NVRM_USERMODE_SIZE, CUDA_MAP_USERMODE, "usermode");
+	memset(usermode, 0, sizeof(usermode));
+	usermode[0] = 1;
+	g->usermode2 = rm_alloc(g, g->subdevice, HOPPER_USERMODE_A, usermode, sizeof(usermode));
+	map_object_flags(g, &g->usermode2_map, false, g->subdevice, g->usermode2,
+			 NVRM_USERMODE_SIZE, CUDA_MAP_USERMODE_BAR1, "usermode (BAR1)");
+
+	/* Two VA spaces, both with parameters; the first is the context's. */
+	memset(vaspace, 0, sizeof(vaspace));
+	g->vaspace = rm_alloc(g, g->device, FERMI_VASPACE_A, vaspace, sizeof(vaspace));
+	g->vaspace2 = rm_alloc(g, g->device, FERMI_VASPACE_A, vaspace, sizeof(vaspace));
+}
+
+static uint32_t cuda_tsg(struct gpu *g, uint32_t engine, uint32_t hvaspace)
+{
+	struct nv_channel_group_alloc_params tsg;
+
+	memset(&tsg, 0, sizeof(tsg));
+	tsg.engineType = engine;
+	tsg.hVASpace = hvaspace;
+	return rm_alloc(g, g->device, KEPLER_CHANNEL_GROUP_A, &tsg, sizeof(tsg));
+}
+
+/* The 2 MiB of video memory that holds every channel's ring and USERD, mapped through BAR1. */
+static void cuda_userd_memory(struct gpu *g)
+{
+	struct nv_memory_alloc_params mem;
+
+	memset(&mem, 0, sizeof(mem));
+	mem.owner = g->client;
+	mem.flags = CUDA_VID_FLAGS;
+	mem.attr = CUDA_VID_ATTR;
+	mem.attr2 = CUDA_VID_ATTR2;
+	mem.size = CUDA_USERD_MEM_SIZE;
+	mem.alignment = CUDA_VID_ALIGN;
+	g->userd_mem = rm_alloc(g, g->device, NV01_MEMORY_LOCAL_USER, &mem, sizeof(mem));
+	g->userd_va = mem.offset;
+	if (g->userd_va & 3 || g->userd_va > GP_ADDR_LIMIT - CUDA_USERD_MEM_SIZE)
+		die("RM_ALLOC class 0x%x: GPU address 0x%" PRIx64 " unusable for a ring",
+		    NV01_MEMORY_LOCAL_USER, g->userd_va);
+	map_object_flags(g, &g->userd_map, false, g->subdevice, g->userd_mem, CUDA_USERD_MEM_SIZE,
+			 CUDA_MAP_VIDMEM, "USERD memory");
+}
+
+/* A channel's error notifier: 4 KiB of system memory owned by the device, mapped. */
+static uint32_t cuda_notifier(struct gpu *g)
+{
+	struct nv_memory_alloc_params mem;
+	uint32_t handle;
+
+	memset(&mem, 0, sizeof(mem));
+	mem.owner = g->device;
+	mem.type = CUDA_NOTIFIER_TYPE;
+	mem.flags = CUDA_SYS_FLAGS;
+	mem.attr = CUDA_SYS_ATTR;
+	mem.attr2 = CUDA_SYS_ATTR2;
+	mem.size = CUDA_NOTIFIER_SIZE;
+	mem.alignment = CUDA_NOTIFIER_SIZE;
+	handle = rm_alloc(g, g->device, NV01_MEMORY_SYSTEM, &mem, sizeof(mem));
+	if (g->nnotifiers >= CUDA_CHANNELS)
+		die("internal error: more than %u notifiers", CUDA_CHANNELS);
+	map_object_flags(g, &g->notifier_maps[g->nnotifiers++], true, g->device, handle,
+			 CUDA_NOTIFIER_SIZE, CUDA_MAP_SYSMEM, "notifier");
+	return handle;
+}
+
+/*
+ * Channel n of the process: notifier, channel with client USERD, its engine objects, its token.
+ * Returns the channel; *token gets its work-submit token.
+ */
+static uint32_t cuda_channel(struct gpu *g, unsigned int n, uint32_t tsg, uint32_t ctxshare,
+			     uint32_t engine, uint32_t flags, bool compute, uint32_t *token)
+{
+	/* NVB0B5_ALLOCATION_PARAMETERS (clb0b5sw.h): VERSION_0, so engineType is a CE instance. */
+	uint32_t copy[2] = { 0, compute ? CUDA_GR_COPY_CE : engine - NV2080_ENGINE_COPY0 };
+	uint8_t gr[GR_PARAMS_SIZE];
+	struct nv_channel_alloc_params ch;
+	struct nvc36f_work_submit_token_params tok;
+	uint32_t notifier = cuda_notifier(g);
+	uint32_t channel;
+
+	memset(&ch, 0, sizeof(ch));
+	ch.hObjectError = notifier;
+	ch.hObjectBuffer = g->userd_mem;
+	ch.gpFifoOffset = g->userd_va + (uint64_t)n * CUDA_CHANNEL_STRIDE;
+	ch.gpFifoEntries = CUDA_ENTRIES;
+	ch.flags = flags;
+	ch.hContextShare = ctxshare;
+	ch.hUserdMemory[0] = g->userd_mem;
+	ch.userdOffset[0] = (uint64_t)n * CUDA_CHANNEL_STRIDE + CUDA_USERD_IN_STRIDE;
+	ch.engineType = engine;
+	channel = rm_alloc(g, tsg, HOPPER_CHANNEL_GPFIFO_A, &ch, sizeof(ch));
+	if (compute) {
+		memset(gr, 0, sizeof(gr));	/* version 0, no flags */
+		rm_alloc(g, channel, HOPPER_COMPUTE_A, gr, sizeof(gr));
+	}
+	rm_alloc(g, channel, HOPPER_DMA_COPY_A, copy, sizeof(copy));
+	memset(&tok, 0, sizeof(tok));
+	rm_control(g, channel, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, &tok, sizeof(tok));
+	*token = tok.workSubmitToken;
+	return channel;
+}
+
+static void cuda_schedule(struct gpu *g, uint32_t tsg)
+{
+	struct nva06c_gpfifo_schedule_params sched;
+
+	memset(&sched, 0, sizeof(sched));
+	sched.bEnable = 1;
+	rm_control(g, tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, &sched, sizeof(sched));
+}
+
+static void setup_cuda(struct gpu *g)
+{
+	struct nv_ctxshare_alloc_params ctx;
+	struct nv2080_ctxsw_preemption_mode_params preempt;
+	struct nva06c_timeslice_params slice;
+	unsigned int n = 0, i, k;
+	uint32_t token;
+
+	cuda_device(g);
+
+	/* The compute TSG and its context share, then the memory its channels live in. */
+	g->tsg = cuda_tsg(g, ENGINE_GRAPHICS, 0);
+	memset(&ctx, 0, sizeof(ctx));
+	ctx.hVASpace = g->vaspace;
+	ctx.flags = CTXSHARE_FLAGS_ASYNC;
+	g->ctxshare = rm_alloc(g, g->tsg, FERMI_CONTEXT_SHARE_A, &ctx, sizeof(ctx));
+	cuda_userd_memory(g);
+	alloc_sysmem(g);	/* pushbuffers and the semaphore (CUDA's are elsewhere) */
+
+	for (i = 0; i < CUDA_GR_CHANNELS; i++, n++) {
+		uint32_t ch = cuda_channel(g, n, g->tsg, g->ctxshare, ENGINE_GRAPHICS,
+					   CUDA_CH_FLAGS | (i & 1 ? CUDA_CH_RUNQUEUE1 : 0), true,
+					   &token);
+
+		if (!i) {	/* work goes to the first channel */
+			g->channel = ch;
+			g->token = token;
+		}
+	}
+	cuda_schedule(g, g->tsg);
+
+	for (k = 0; k < CUDA_CE_TSGS; k++) {
+		uint32_t engine = CUDA_CE_ENGINE_FIRST + k;
+		uint32_t tsg = cuda_tsg(g, engine, g->vaspace);
+
+		for (i = 0; i < CUDA_CE_CHANNELS; i++, n++)
+			cuda_channel(g, n, tsg, 0, engine, CUDA_CH_FLAGS, false, &token);
+		cuda_schedule(g, tsg);
+	}
+
+	/* At the first launch: CILP for the compute TSG, and its timeslice. */
+	memset(&preempt, 0, sizeof(preempt));
+	preempt.flags = NV2080_CTXSW_PREEMPTION_FLAG_CILP;
+	preempt.hChannel = g->tsg;
+	preempt.cilpPreemptMode = NV2080_CTXSW_PREEMPTION_COMPUTE_CILP;
+	rm_control(g, g->subdevice, NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE, &preempt,
+		   sizeof(preempt));
+	memset(&slice, 0, sizeof(slice));
+	slice.timesliceUs = CUDA_TIMESLICE_US;
+	rm_control(g, g->tsg, NVA06C_CTRL_CMD_SET_TIMESLICE, &slice, sizeof(slice));
+
+	g->entries = CUDA_ENTRIES;
+	g->ring_offset = 0;
+	g->userd_offset = CUDA_USERD_IN_STRIDE;
+}
+
 static void setup(struct gpu *g)
 {
 	open_driver(g);
-	alloc_device(g);
-	alloc_sysmem(g);
-	alloc_channel(g);
-	schedule_tsg(g);
+	if (g->cfg->tree == TREE_CUDA) {
+		setup_cuda(g);
+	} else {
+		alloc_device(g);
+		alloc_sysmem(g);
+		alloc_channel(g);
+		schedule_tsg(g);
+		g->entries = GPFIFO_ENTRIES;
+		g->ring_offset = RING_OFFSET;
+		g->userd_offset = g->cfg->userd_client ? g->cfg->userd_offset : 0;
+	}
 	vidmem_steps(g);
 	vidmem_hold(g);
 }
@@ -746,6 +1014,9 @@ static void teardown(struct gpu *g)
 	unmap_object(&g->usermode_map);
 	unmap_object(&g->sysmem_map);
 	unmap_object(&g->userd_map);
+	unmap_object(&g->usermode2_map);
+	while (g->nnotifiers)
+		unmap_object(&g->notifier_maps[--g->nnotifiers]);
 	close(g->gpu_fd);
 	close(g->ctl);
 }
@@ -777,10 +1048,12 @@ static unsigned int segment_count(const struct config *cfg)
 static void submitter_init(struct submitter *s, const struct gpu *g)
 {
 	uint8_t *base = g->sysmem_map.addr;
-	uint8_t *userd;
+	uint8_t *ring_base = g->cfg->tree == TREE_CUDA ? g->userd_map.addr : base;
+	uint8_t *userd = (uint8_t *)g->userd_map.addr + g->userd_offset;
 
 	memset(s, 0, sizeof(*s));
-	s->ring = (uint32_t *)(base + RING_OFFSET);
+	s->ring = (uint32_t *)(ring_base + g->ring_offset);
+	s->entries = g->entries;
 	s->sem = (volatile uint32_t *)(base + SEM_OFFSET);
 	s->sem_va = g->sysmem_va + SEM_OFFSET;
 	s->segs = base + SEG_OFFSET;
@@ -792,7 +1065,6 @@ static void submitter_init(struct submitter *s, const struct gpu *g)
 	s->submit_ns = calloc(s->nseg, sizeof(*s->submit_ns));
 	if (!s->submit_ns)
 		die("out of memory");
-	userd = (uint8_t *)g->userd_map.addr + (g->cfg->userd_client ? g->cfg->userd_offset : 0);
 	s->gp_get = (volatile uint32_t *)(userd + NVRM_USERD_GP_GET);
 	s->gp_put = (volatile uint32_t *)(userd + NVRM_USERD_GP_PUT);
 	s->doorbell = (volatile uint32_t *)((uint8_t *)g->usermode_map.addr +
@@ -800,15 +1072,15 @@ static void submitter_init(struct submitter *s, const struct gpu *g)
 	s->token = g->token;
 	*s->sem = 0;
 	/* A new channel's ring is empty: we put where the engine will get. */
-	s->put = *s->gp_get % GPFIFO_ENTRIES;
+	s->put = *s->gp_get % s->entries;
 }
 
 static unsigned int ring_free(const struct submitter *s)
 {
-	uint32_t get = *s->gp_get % GPFIFO_ENTRIES;
-	uint32_t used = (s->put + GPFIFO_ENTRIES - get) % GPFIFO_ENTRIES;
+	uint32_t get = *s->gp_get % s->entries;
+	uint32_t used = (s->put + s->entries - get) % s->entries;
 
-	return GPFIFO_ENTRIES - 1 - used;
+	return s->entries - 1 - used;
 }
 
 static uint64_t inflight(const struct submitter *s)
@@ -840,7 +1112,7 @@ static void submit_batch(struct submitter *s)
 	entry[0] = (uint32_t)va & ~3u;
 	entry[1] = (uint32_t)((va >> 32) & 0xff) |
 		   ((words & NVRM_GP_ENTRY1_LENGTH_MASK) << NVRM_GP_ENTRY1_LENGTH_SHIFT);
-	s->put = (s->put + 1) % GPFIFO_ENTRIES;
+	s->put = (s->put + 1) % s->entries;
 
 	s->submit_ns[slot] = now_ns();
 	/* The engine may read the entry and segment as soon as it sees GP_PUT move. */
@@ -1106,6 +1378,7 @@ static void print_report(const struct config *cfg, const struct gpu *g, const st
 	print_json_string(cfg->label);
 	printf(",\"pid\":%d,\"gpu\":%u,\"gpu_id\":\"0x%x\"", (int)getpid(), cfg->gpu, g->gpu_id);
 	printf(",\"shape\":\"%s\"", cfg->shape == SHAPE_SATURATE ? "saturate" : "requests");
+	printf(",\"tree\":\"%s\"", cfg->tree == TREE_CUDA ? "cuda" : "simple");
 	printf(",\"kernel_us\":%u,\"sync_every\":%u,\"queue\":%u,\"kernels_per_request\":%u",
 	       cfg->kernel_us, cfg->sync_every, cfg->queue, cfg->kernels);
 	printf(",\"rate_hz\":%.3f,\"poisson\":%s", cfg->rate_hz, cfg->poisson ? "true" : "false");
@@ -1163,6 +1436,7 @@ enum {
 	OPT_SEED,
 	OPT_USERD,
 	OPT_USERD_OFFSET,
+	OPT_TREE,
 };
 
 static const struct option long_options[] = {
@@ -1189,6 +1463,7 @@ static const struct option long_options[] = {
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "userd", required_argument, NULL, OPT_USERD },
 	{ "userd-offset", required_argument, NULL, OPT_USERD_OFFSET },
+	{ "tree", required_argument, NULL, OPT_TREE },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -1226,6 +1501,8 @@ static void print_help(void)
 	       "                         client: a slot in our own 2 MiB of video memory, as libcuda\n"
 	       "  --userd-offset N       --userd=client: the slot's offset (default 0x2000, a\n"
 	       "                         multiple of 512)\n"
+	       "  --tree TREE            simple (default): a TSG and a channel; cuda: the object\n"
+	       "                         tree and control order of CUDA on an H200\n"
 	       "  -h, --help             this text\n"
 	       "\n"
 	       "Exit status: 0 done (also when stopped by SIGTERM/SIGINT), 1 driver or system\n"
@@ -1358,6 +1635,14 @@ static void parse_options(struct config *cfg, int argc, char **argv)
 				usage_error("invalid value for --userd-offset: '%s' (a multiple of %u)",
 					    optarg, NVRM_USERD_SIZE);
 			break;
+		case OPT_TREE:
+			if (!strcmp(optarg, "simple"))
+				cfg->tree = TREE_SIMPLE;
+			else if (!strcmp(optarg, "cuda"))
+				cfg->tree = TREE_CUDA;
+			else
+				usage_error("invalid value for --tree: '%s' (simple or cuda)", optarg);
+			break;
 		case 'h':
 			print_help();
 			exit(0);
@@ -1430,7 +1715,7 @@ int main(int argc, char **argv)
 	g.cfg = &cfg;
 	g.next_handle = HANDLE_BASE;
 	g.ctl = g.gpu_fd = -1;
-	g.usermode_map.fd = g.sysmem_map.fd = g.userd_map.fd = -1;
+	g.usermode_map.fd = g.sysmem_map.fd = g.userd_map.fd = g.usermode2_map.fd = -1;
 	build_paths(&g);
 	if (cfg.has_seed)
 		srand48((long)cfg.seed);

@@ -1,0 +1,111 @@
+"""qgpu against processes shaped like CUDA: gpuload --tree cuda builds the H200 trace's object
+tree (4 TSGs and 20 channels a process, USERD and rings in a video memory object the process
+owns, CUDA's own SET_TIMESLICE and CILP request), and qgpu's shares, online preemption and memory
+limit must hold as they do for gpuload's one-channel tree (tests/vm/test_qgpu_slices.py,
+tests/vm/test_qgpu_gates.py). Ground truth is nvmock's engine and qgpu's counters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from qpolicy.nvrm.abi import NvStatus
+from tests.vm.conftest import reset
+from tests.vm.gpuload import start_together
+from tests.vm.qgpu_env import Cgroup, cgroups, gpu_seconds, in_cgroup, qgpu_loaded, stats_of
+
+CUDA = ["--tree", "cuda"]
+SATURATE = [*CUDA, "--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
+REQUEST = [
+    *CUDA,
+    "--shape",
+    "requests",
+    "--rate-hz",
+    "50",
+    "--kernel-us",
+    "2000",
+    "--poll-us",
+    "20",
+]
+PERIOD_US = 50_000
+MIB = 1 << 20
+USERD_MEMORY_MIB = 2  # the video memory --tree cuda allocates for rings and USERD
+
+
+def test_fixed_shares_hold_for_cuda_shaped_processes() -> None:
+    with qgpu_loaded() as client, cgroups(3) as cgs:
+        client.set_gpu(0, "fixed-share", PERIOD_US)
+        for cg, share in zip(cgs, (50, 30, 20), strict=True):
+            client.set_cgroup(cg.id, 0, "offline", share)
+        reset()
+        loads = start_together(
+            *([*SATURATE, "--seconds", "6"] for _ in cgs), cgroups=[str(c.path) for c in cgs]
+        )
+        reports = [load.result() for load in loads]
+        assert all(report["tree"] == "cuda" and report["kernels"] > 0 for report in reports)
+        seconds = [gpu_seconds(load.pid) for load in loads]
+        shares = [s / sum(seconds) * 100 for s in seconds]
+        print("cuda-shaped fixed-share 50/30/20 ->", [round(s, 2) for s in shares])
+        for got, want in zip(shares, (50, 30, 20), strict=True):
+            assert got == pytest.approx(want, abs=2)
+        throttled = {s.cgroup_id: s.nr_throttled for s in client.cgroups()}
+        assert all(throttled[cg.id] > 0 for cg in cgs)
+
+
+def _side_by_side(online: Cgroup, offline: Cgroup) -> tuple[dict[str, Any], float]:
+    reset()
+    infer, train = start_together(
+        [*REQUEST, "--seconds", "6"],
+        [*SATURATE, "--seconds", "6"],
+        cgroups=[str(online.path), str(offline.path)],
+    )
+    served = infer.result()
+    wall = train.result()["elapsed_s"]
+    return served, gpu_seconds(train.pid) / wall
+
+
+def test_an_online_cuda_shaped_process_preempts_an_offline_one() -> None:
+    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+        native, _ = _side_by_side(online, offline)
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        gated, gated_offline = _side_by_side(online, offline)
+        print(
+            f"cuda-shaped online p99: native {native['p99_ms']:.2f} ms,"
+            f" qgpu {gated['p99_ms']:.2f} ms; offline share under qgpu {gated_offline:.3f}"
+        )
+        assert gated["requests"] > 0 and gated_offline > 0
+        assert gated["p99_ms"] < native["p99_ms"]
+        stats = {s.cgroup_id: s for s in client.cgroups()}
+        assert stats[offline.id].nr_throttled > 0 and stats[online.id].nr_throttled == 0
+
+
+def test_offline_keeps_what_an_online_cuda_shaped_process_leaves() -> None:
+    """As for gpuload's own tree (tests/vm/test_qgpu_slices.py): the online pod asks for about a
+    tenth of the GPU, and the offline pod must keep at least 95 % of its native share."""
+    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+        _, native_offline = _side_by_side(online, offline)
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        _, gated_offline = _side_by_side(online, offline)
+        print(f"cuda-shaped offline share: native {native_offline:.3f}, qgpu {gated_offline:.3f}")
+        assert gated_offline >= 0.95 * native_offline
+
+
+def test_the_memory_limit_counts_cudas_userd_memory_and_holds() -> None:
+    """The limit is 64 MiB; the process's own 2 MiB of ring and USERD memory count against it,
+    so 62 MiB more fit exactly and 63 do not."""
+    limit_mib = 64
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=limit_mib * MIB)
+        fits = limit_mib - USERD_MEMORY_MIB
+        ok = in_cgroup(cg, [*CUDA, "--seconds", "0.2", "--vidmem-mib-hold", str(fits)])
+        assert ok.ready().result()["vidmem_status"] == f"0x{NvStatus.NV_OK:x}"
+        over = in_cgroup(cg, [*CUDA, "--seconds", "0.2", "--vidmem-mib-hold", str(fits + 1)])
+        report = over.ready().result()
+        assert report["vidmem_status"] == f"0x{NvStatus.NV_ERR_NO_MEMORY:x}"
+        stats = stats_of(client, cg)
+        assert stats.oom == 1 and stats.mem_used == 0
