@@ -283,19 +283,51 @@ static void channel_destroy(struct nvmock_channel *ch)
 	channel_free(ch);
 }
 
+/*
+ * The size device memory is allocated in: a whole number of the GPU page size RM picks for it.
+ * memmgrDeterminePageSize (src/nvidia/src/kernel/gpu/mem_mgr/mem_mgr.c) takes attr PAGE_SIZE
+ * (4 KiB, big, huge; attr2 PAGE_SIZE_HUGE 512 MiB) or, by default, _memmgrPickDefaultGpuPageSize:
+ * huge (2 MiB) from 2 MiB up where huge pages are supported (Hopper), else the big page
+ * (kgmmuGetMaxBigPageSize, 64 KiB on Hopper). memmgrAllocDetermineAlignment_GM107
+ * (arch/maxwell/mem_mgr_gm107.c) then rounds the size up to it, and vidmemConstruct
+ * (src/nvidia/src/kernel/mem_mgr/video_mem.c) answers the rounded size in the parameters.
+ * System memory is kept at 4 KiB pages here (the OS page size, the default for sysmem).
+ */
+static u64 mem_page_size(const struct nvmock_object *obj, const struct nv_memory_alloc_params *p)
+{
+	u32 attr = (p->attr >> NVOS32_ATTR_PAGE_SIZE_SHIFT) & NVOS32_ATTR_PAGE_SIZE_MASK;
+	u32 huge = (p->attr2 >> NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT) & NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK;
+
+	if (obj->kind != NVMOCK_VIDMEM)
+		return SZ_4K;
+	switch (attr) {
+	case NVOS32_ATTR_PAGE_SIZE_4KB:
+		return SZ_4K;
+	case NVOS32_ATTR_PAGE_SIZE_BIG:
+		return SZ_64K;
+	case NVOS32_ATTR_PAGE_SIZE_HUGE:
+		return huge == NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB ? SZ_512M : SZ_2M;
+	default:
+		return p->size >= SZ_2M ? SZ_2M : SZ_64K;
+	}
+}
+
 static u32 mem_construct(struct nvmock_object *obj, void *params)
 {
 	struct nv_memory_alloc_params *p = params;
 	struct nvmock_gpu *gpu = obj->gpu;
 	struct nvmock_mem *mem;
+	u64 size;
 
 	if (!p->size || p->size > (1ull << 40))
 		return NV_ERR_INVALID_ARGUMENT;
-	if (obj->kind == NVMOCK_VIDMEM && p->size > gpu->fb_size - gpu->fb_used)
+	size = round_up(p->size, mem_page_size(obj, p));
+	if (obj->kind == NVMOCK_VIDMEM && size > gpu->fb_size - gpu->fb_used)
 		return NV_ERR_NO_MEMORY;
 	mem = kzalloc(sizeof(*mem), GFP_KERNEL);
 	if (!mem)
 		return NV_ERR_NO_MEMORY;
+	p->size = size;
 	mem->size = p->size;
 	if (!nvmock_engine_add_mem(gpu, mem)) {
 		kfree(mem);
