@@ -308,6 +308,31 @@ static u32 client_get_handle_info(const struct nvmock_caller *caller, struct nvm
 	}
 }
 
+/*
+ * CLIENT_OBJECTS_ARE_DUPLICATES 0xd07, on the client: cliresCtrlCmdObjectsAreDuplicates
+ * (client_resource.c) looks hObject1 up in the client (NV_ERR_OBJECT_NOT_FOUND) and asks it
+ * whether hObject2, in the same client, shares its state: for memory, memIsDuplicate
+ * (src/nvidia/src/kernel/mem_mgr/mem.c) compares the memory descriptors, and hObject2 must be
+ * memory of the client (memGetByHandle: nvmock answers NV_ERR_INVALID_OBJECT_HANDLE). What the
+ * other classes answer is not modelled (NV_ERR_NOT_SUPPORTED).
+ */
+static u32 client_objects_are_duplicates(const struct nvmock_caller *caller,
+					 struct nvmock_object *obj, void *params)
+{
+	struct nv0000_objects_are_duplicates_params *p = params;
+	struct nvmock_object *a = nvmock_object_get(obj->client, p->hObject1);
+	struct nvmock_object *b = nvmock_object_get(obj->client, p->hObject2);
+
+	if (!a)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (a->kind != NVMOCK_VIDMEM && a->kind != NVMOCK_SYSMEM)
+		return NV_ERR_NOT_SUPPORTED;
+	if (!b || (b->kind != NVMOCK_VIDMEM && b->kind != NVMOCK_SYSMEM))
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	p->bDuplicates = a->mem == b->mem;
+	return NV_OK;
+}
+
 /* Entries RM reads from a GET_SURFACE_INFO list at most, in nvmock (RM bounds it by the copy). */
 #define SURFACE_INFO_MAX	32
 
@@ -406,6 +431,8 @@ static const struct control_desc control_table[] = {
 	  sizeof(struct nv2080_ctxsw_preemption_mode_params), subdevice_set_ctxsw_preemption },
 	{ NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO, NVMOCK_CLIENT,
 	  sizeof(struct nv0000_handle_info_params), client_get_handle_info },
+	{ NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES, NVMOCK_CLIENT,
+	  sizeof(struct nv0000_objects_are_duplicates_params), client_objects_are_duplicates },
 	{ NV0041_CTRL_CMD_GET_SURFACE_INFO, NVMOCK_VIDMEM,
 	  sizeof(struct nv0041_surface_info_params), mem_get_surface_info },
 	{ NV0041_CTRL_CMD_GET_SURFACE_INFO, NVMOCK_SYSMEM,

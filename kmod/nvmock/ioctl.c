@@ -126,6 +126,18 @@ static long esc_rm_vid_heap_control(struct file *file, void *arg, u32 size)
 	return 0;
 }
 
+static long esc_rm_dup_object(struct file *file, void *arg, u32 size)
+{
+	struct nvmock_caller caller = { .file = control_file(file) };
+	struct nvos55_params *p = arg;
+
+	mutex_lock(&nvmock_lock);
+	p->status = nvmock_rm_dup(&caller, p->hClient, p->hParent, &p->hObject, p->hClientSrc,
+				  p->hObjectSrc);
+	mutex_unlock(&nvmock_lock);
+	return 0;
+}
+
 static long esc_rm_map_memory(struct file *file, void *arg, u32 size)
 {
 	struct nvos33_params_with_fd *p = arg;
@@ -258,7 +270,7 @@ static const struct escape_desc escapes[] = {
 	{ NV_ESC_RM_CONTROL, sizeof(struct nvos54_params), 0, CTL, esc_rm_control, 0 },
 	{ NV_ESC_RM_ALLOC, sizeof(struct nvos21_params), 0, CTL, esc_rm_alloc, 0 },
 	{ NV_ESC_RM_ALLOC, sizeof(struct nvos64_params), 0, CTL, esc_rm_alloc, 0 },
-	{ NV_ESC_RM_DUP_OBJECT, 28, 0, CTL, NULL, 24 },
+	{ NV_ESC_RM_DUP_OBJECT, sizeof(struct nvos55_params), 0, CTL, esc_rm_dup_object, 0 },
 	{ NV_ESC_RM_SHARE, 24, 0, CTL, NULL, 20 },
 	{ NV_ESC_RM_I2C_ACCESS, 32, 0, GPU, NULL, -1 },
 	{ NV_ESC_RM_IDLE_CHANNELS, 56, 0, CTL, NULL, -1 },

@@ -462,7 +462,8 @@ struct nv2080_fifo_disable_channels_params {
  * Memory: what qgpu gates and the kernel-client queries it asks RM (580.142; headers under
  * src/common/sdk/nvidia/inc/).
  */
-#define NV_MEMORY_FABRIC		0x00F8	/* class00f8.h; params NV00F8_ALLOCATION_PARAMETERS */
+/* class00f8.h; its parameters are NV00F8_ALLOCATION_PARAMETERS */
+#define NV_MEMORY_FABRIC		0x00F8
 
 /* NVOS55: RM_DUP_OBJECT (28; nvos.h). hObject is in/out: 0 asks RM for a handle. */
 struct nvos55_params {
@@ -532,7 +533,7 @@ struct nvos32_params {
 #define NVOS32_ATTR_LOCATION_SHIFT			25	/* NVOS32_ATTR_LOCATION 26:25 */
 #define NVOS32_ATTR_LOCATION_MASK			0x3u
 #define NVOS32_ATTR_LOCATION_VIDMEM			0
-#define NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT		20	/* NVOS32_ATTR2_PAGE_SIZE_HUGE 21:20 */
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT		20	/* ATTR2_PAGE_SIZE_HUGE 21:20 */
 #define NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK		0x3u
 #define NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB		2
 
@@ -544,6 +545,7 @@ struct nvos32_params {
 #define NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO		0x00000D02u
 #define NV0000_HANDLE_INFO_INDEX_PARENT			1
 #define NV0000_HANDLE_INFO_INDEX_CLASSID		2
+#define NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES	0x00000D07u
 #define NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD	0x00003D05u
 #define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD	0x00003D06u
 #define NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD	0x00003D0Bu
@@ -554,6 +556,14 @@ struct nv0000_handle_info_params {
 	__u32 hObject;
 	__u32 index;
 	__u64 data;
+};
+
+/* NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS (12) */
+struct nv0000_objects_are_duplicates_params {
+	__u32 hObject1;
+	__u32 hObject2;
+	__u8 bDuplicates;
+	__u8 pad[3];
 };
 
 /*
