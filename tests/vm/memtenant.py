@@ -22,7 +22,6 @@ and answers commands from stdin, one JSON object per line (its first line is its
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import json
 import os
 import struct
@@ -62,9 +61,17 @@ class Flipper:
         self.thread.join()
 
 
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+
+
 def raw_ioctl(fd: int, nr: int, buf: ctypes.Array[ctypes.c_char]) -> None:
-    """The ioctl on the buffer in place (a bytearray would be copied by fcntl first)."""
-    fcntl.ioctl(fd, abi.iowr(abi.NV_IOCTL_MAGIC, nr, len(buf)), ctypes.addressof(buf))
+    """The ioctl on the buffer in place (fcntl.ioctl would copy a bytearray first), the GIL
+    released meanwhile so that a Flipper runs."""
+    request = abi.iowr(abi.NV_IOCTL_MAGIC, nr, len(buf))
+    if LIBC.ioctl(fd, request, ctypes.addressof(buf)) < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 class Tenant:
@@ -137,7 +144,7 @@ class Tenant:
         with Flipper(buf, 0, own, theirs):
             for _ in range(rounds):
                 struct.pack_into(
-                    "<IIIIQQIIII", buf, 4, self.device, 0, 0x40, ctypes.addressof(params), 0,
+                    "<IIIQQIIII", buf, 4, self.device, 0, 0x40, ctypes.addressof(params), 0,
                     128, 0, 0, 0,
                 )  # fmt: skip
                 raw_ioctl(self.rm.ctl, abi.Escape.RM_ALLOC, buf)
