@@ -254,6 +254,7 @@ struct nvmock_kapi_ring {
 struct nvmock_kapi_stats {
 	u64 allocs, frees, controls;
 	u64 failed;		/* of all ops, answered with another status than NV_OK */
+	u64 absent;		/* of those, CLIENT_GET_HANDLE_INFO answering "not there" */
 	u64 bad_rights;		/* ALLOCs whose pRightsRequested was no kernel address */
 	u64 not_modelled;	/* ops the driver runs and nvmock answers NV_ERR_NOT_SUPPORTED */
 	u64 unknown;		/* ops the driver does not know: left alone */
