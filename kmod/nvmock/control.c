@@ -21,6 +21,7 @@
  * NV_ERR_NOT_SUPPORTED, unless a measurement on the H200 says what GSP answered.
  */
 #include <linux/capability.h>
+#include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
@@ -296,6 +297,122 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 	return NV_OK;
 }
 
+/*
+ * CLIENT_GET_HANDLE_INFO 0xd02, on the client itself: cliresCtrlCmdClientGetHandleInfo
+ * (src/nvidia/src/kernel/rmapi/client_resource.c) looks the handle up in the client the control
+ * was sent to (serverutilGetResourceRef: NV_ERR_OBJECT_NOT_FOUND when it is not there, as
+ * clientGetResourceRef in resserv's rs_client.c answers) and answers its parent's handle (0 for
+ * the client itself) or its external class; any other index NV_ERR_INVALID_ARGUMENT. Exported
+ * with no access right (g_client_resource_nvoc.c), so any caller that reaches the client may ask.
+ */
+static u32 client_get_handle_info(const struct nvmock_caller *caller, struct nvmock_object *obj,
+				  void *params)
+{
+	struct nv0000_handle_info_params *p = params;
+	struct nvmock_object *target = nvmock_object_get(obj->client, p->hObject);
+
+	if (!target)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	switch (p->index) {
+	case NV0000_HANDLE_INFO_INDEX_PARENT:
+		p->data = target->parent ? target->parent->handle : 0;
+		return NV_OK;
+	case NV0000_HANDLE_INFO_INDEX_CLASSID:
+		p->data = target->hclass;
+		return NV_OK;
+	default:
+		return NV_ERR_INVALID_ARGUMENT;
+	}
+}
+
+/*
+ * CLIENT_OBJECTS_ARE_DUPLICATES 0xd07, on the client: cliresCtrlCmdObjectsAreDuplicates
+ * (client_resource.c) looks hObject1 up in the client (NV_ERR_OBJECT_NOT_FOUND) and asks it
+ * whether hObject2, in the same client, shares its state: for memory, memIsDuplicate
+ * (src/nvidia/src/kernel/mem_mgr/mem.c) compares the memory descriptors, and hObject2 must be
+ * memory of the client (memGetByHandle: nvmock answers NV_ERR_INVALID_OBJECT_HANDLE). What the
+ * other classes answer is not modelled (NV_ERR_NOT_SUPPORTED).
+ */
+static u32 client_objects_are_duplicates(const struct nvmock_caller *caller,
+					 struct nvmock_object *obj, void *params)
+{
+	struct nv0000_objects_are_duplicates_params *p = params;
+	struct nvmock_object *a = nvmock_object_get(obj->client, p->hObject1);
+	struct nvmock_object *b = nvmock_object_get(obj->client, p->hObject2);
+
+	if (!a)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (a->kind != NVMOCK_VIDMEM && a->kind != NVMOCK_SYSMEM)
+		return NV_ERR_NOT_SUPPORTED;
+	if (!b || (b->kind != NVMOCK_VIDMEM && b->kind != NVMOCK_SYSMEM))
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	p->bDuplicates = a->mem == b->mem;
+	return NV_OK;
+}
+
+/* Entries RM reads from a GET_SURFACE_INFO list at most, in nvmock (RM bounds it by the copy). */
+#define SURFACE_INFO_MAX	32
+
+/*
+ * GET_SURFACE_INFO 0x410110 on a memory object: memCtrlCmdGetSurfaceInfoLvm
+ * (src/nvidia/src/kernel/gpu/mem_mgr/mem_ctrl.c), host-side, no access right
+ * (g_mem_nvoc.c). An empty list or a NULL pointer answers NV_OK at once; each entry's data is
+ * answered by its index: the size as allocated (memdescGetSize: the rounded size) in bytes
+ * (PHYS_SIZE_LO/HI) or in 4 KiB units (PHYS_SIZE), the address space, no compression
+ * (ATTRS, COMPR_COVERAGE: 0); an unknown index NV_ERR_INVALID_ARGUMENT. The list is an embedded
+ * pointer: a user address from a process, a kernel one from the kernel entry.
+ */
+static u32 mem_get_surface_info(const struct nvmock_caller *caller, struct nvmock_object *obj,
+				void *params)
+{
+	const struct nv0041_surface_info_params *p = params;
+	struct nv0041_surface_info list[SURFACE_INFO_MAX];
+	void __user *ulist = u64_to_user_ptr(p->surfaceInfoList);
+	void *klist = (void *)(uintptr_t)p->surfaceInfoList;
+	size_t bytes = p->surfaceInfoListSize * sizeof(list[0]);
+	u64 size = obj->mem->size;
+	u32 i;
+
+	if (!p->surfaceInfoListSize || !p->surfaceInfoList)
+		return NV_OK;
+	if (p->surfaceInfoListSize > SURFACE_INFO_MAX)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (caller->kernel)
+		memcpy(list, klist, bytes);
+	else if (copy_from_user(list, ulist, bytes))
+		return NV_ERR_INVALID_POINTER;
+	for (i = 0; i < p->surfaceInfoListSize; i++) {
+		switch (list[i].index) {
+		case NV0041_CTRL_SURFACE_INFO_INDEX_ATTRS:
+		case NV0041_CTRL_SURFACE_INFO_INDEX_COMPR_COVERAGE:
+			list[i].data = 0;
+			break;
+		case NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_LO:
+			list[i].data = lower_32_bits(size);
+			break;
+		case NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_HI:
+			list[i].data = upper_32_bits(size);
+			break;
+		case NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE:
+			if (size / SZ_4K > U32_MAX)
+				return NV_ERR_INVALID_ARGUMENT;
+			list[i].data = size / SZ_4K;
+			break;
+		case NV0041_CTRL_SURFACE_INFO_INDEX_ADDR_SPACE_TYPE:
+			list[i].data = obj->kind == NVMOCK_VIDMEM ? NV0000_ADDR_SPACE_TYPE_VIDMEM :
+				       NV0000_ADDR_SPACE_TYPE_SYSMEM;
+			break;
+		default:
+			return NV_ERR_INVALID_ARGUMENT;
+		}
+	}
+	if (caller->kernel)
+		memcpy(klist, list, bytes);
+	else if (copy_to_user(ulist, list, bytes))
+		return NV_ERR_INVALID_POINTER;
+	return NV_OK;
+}
+
 static const struct control_desc control_table[] = {
 	{ NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, NVMOCK_TSG,
 	  sizeof(struct nva06c_gpfifo_schedule_params), tsg_gpfifo_schedule },
@@ -329,6 +446,14 @@ static const struct control_desc control_table[] = {
 	  sizeof(struct nv2080_runlist_sched_policy_params), nice_then_gsp },
 	{ NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE, NVMOCK_SUBDEVICE,
 	  sizeof(struct nv2080_ctxsw_preemption_mode_params), subdevice_set_ctxsw_preemption },
+	{ NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO, NVMOCK_CLIENT,
+	  sizeof(struct nv0000_handle_info_params), client_get_handle_info },
+	{ NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES, NVMOCK_CLIENT,
+	  sizeof(struct nv0000_objects_are_duplicates_params), client_objects_are_duplicates },
+	{ NV0041_CTRL_CMD_GET_SURFACE_INFO, NVMOCK_VIDMEM,
+	  sizeof(struct nv0041_surface_info_params), mem_get_surface_info },
+	{ NV0041_CTRL_CMD_GET_SURFACE_INFO, NVMOCK_SYSMEM,
+	  sizeof(struct nv0041_surface_info_params), mem_get_surface_info },
 };
 
 static const struct control_desc *control_of(u32 cmd, enum nvmock_kind kind)

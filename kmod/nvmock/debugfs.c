@@ -67,6 +67,7 @@ static int kapi_show(struct seq_file *m, void *unused)
 	seq_printf(m, "allocs %llu\nfrees %llu\ncontrols %llu\nfailed %llu\nbad_rights %llu\n",
 		   k->allocs, k->frees, k->controls, k->failed, k->bad_rights);
 	seq_printf(m, "not_modelled %llu\nunknown %llu\n", k->not_modelled, k->unknown);
+	seq_printf(m, "absent %llu\n", k->absent);
 	kapi_ring_show(m, &k->objects);
 	kapi_ring_show(m, &k->controls_log);
 	mutex_unlock(&nvmock_lock);

@@ -73,6 +73,71 @@ static long esc_rm_control(struct file *file, void *arg, u32 size)
 	return 0;
 }
 
+/*
+ * VID_HEAP_CONTROL, function ALLOC_SIZE: _nvos32FunctionAllocSize and
+ * _rmVidHeapControlAllocCommon (src/nvidia/interface/deprecated/rmapi_deprecated_vidheapctrl.c)
+ * make it an RM_ALLOC under hObjectParent: NV50_MEMORY_VIRTUAL for ALLOC_FLAGS_VIRTUAL (not
+ * modelled: NV_ERR_NOT_SUPPORTED), NV01_MEMORY_LOCAL_USER for attr LOCATION VIDMEM, else
+ * NV01_MEMORY_SYSTEM; at hMemory only with MEMORY_HANDLE_PROVIDED (else RM picks it); then size,
+ * offset, limit and attr are copied back (the size as rounded) and total and free set to 0.
+ * Every other function: NV_ERR_NOT_SUPPORTED (not modelled).
+ */
+static long esc_rm_vid_heap_control(struct file *file, void *arg, u32 size)
+{
+	struct nvmock_caller caller = { .file = control_file(file) };
+	struct nvos32_params *p = arg;
+	struct nv_memory_alloc_params mem = { 0 };
+	u32 location = (p->attr >> NVOS32_ATTR_LOCATION_SHIFT) & NVOS32_ATTR_LOCATION_MASK;
+	u32 hclass = location == NVOS32_ATTR_LOCATION_VIDMEM ? NV01_MEMORY_LOCAL_USER :
+		     NV01_MEMORY_SYSTEM;
+	u32 hmem;
+
+	if (p->function != NVOS32_FUNCTION_ALLOC_SIZE || (p->flags & NVOS32_ALLOC_FLAGS_VIRTUAL)) {
+		p->status = NV_ERR_NOT_SUPPORTED;
+		return 0;
+	}
+	hmem = p->flags & NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED ? p->hMemory : 0;
+	mem.owner = p->owner;
+	mem.type = p->type;
+	mem.flags = p->flags;
+	mem.width = p->width;
+	mem.height = p->height;
+	mem.attr = p->attr;
+	mem.attr2 = p->attr2;
+	mem.format = p->format;
+	mem.size = p->size;
+	mem.alignment = p->alignment;
+	mem.offset = p->offset;
+	mem.hVASpace = p->hVASpace;
+	mem.numaNode = p->numaNode;
+	mutex_lock(&nvmock_lock);
+	p->status = nvmock_rm_alloc(&caller, p->hRoot, p->hObjectParent, &hmem, hclass, NULL, &mem);
+	mutex_unlock(&nvmock_lock);
+	p->partitionStride = 256;
+	p->total = 0;
+	p->free = 0;
+	p->hMemory = hmem;
+	if (p->status == NV_OK) {
+		p->size = mem.size;
+		p->offset = mem.offset;
+		p->limit = mem.limit;
+		p->attr = mem.attr;
+	}
+	return 0;
+}
+
+static long esc_rm_dup_object(struct file *file, void *arg, u32 size)
+{
+	struct nvmock_caller caller = { .file = control_file(file) };
+	struct nvos55_params *p = arg;
+
+	mutex_lock(&nvmock_lock);
+	p->status = nvmock_rm_dup(&caller, p->hClient, p->hParent, &p->hObject, p->hClientSrc,
+				  p->hObjectSrc);
+	mutex_unlock(&nvmock_lock);
+	return 0;
+}
+
 static long esc_rm_map_memory(struct file *file, void *arg, u32 size)
 {
 	struct nvos33_params_with_fd *p = arg;
@@ -205,11 +270,12 @@ static const struct escape_desc escapes[] = {
 	{ NV_ESC_RM_CONTROL, sizeof(struct nvos54_params), 0, CTL, esc_rm_control, 0 },
 	{ NV_ESC_RM_ALLOC, sizeof(struct nvos21_params), 0, CTL, esc_rm_alloc, 0 },
 	{ NV_ESC_RM_ALLOC, sizeof(struct nvos64_params), 0, CTL, esc_rm_alloc, 0 },
-	{ NV_ESC_RM_DUP_OBJECT, 28, 0, CTL, NULL, 24 },
+	{ NV_ESC_RM_DUP_OBJECT, sizeof(struct nvos55_params), 0, CTL, esc_rm_dup_object, 0 },
 	{ NV_ESC_RM_SHARE, 24, 0, CTL, NULL, 20 },
 	{ NV_ESC_RM_I2C_ACCESS, 32, 0, GPU, NULL, -1 },
 	{ NV_ESC_RM_IDLE_CHANNELS, 56, 0, CTL, NULL, -1 },
-	{ NV_ESC_RM_VID_HEAP_CONTROL, 184, 0, CTL, NULL, 20 },
+	{ NV_ESC_RM_VID_HEAP_CONTROL, sizeof(struct nvos32_params), 0, CTL,
+	  esc_rm_vid_heap_control, 0 },
 	{ NV_ESC_RM_ACCESS_REGISTRY, 72, 0, CTL, NULL, -1 },
 	{ NV_ESC_RM_MAP_MEMORY, sizeof(struct nvos33_params_with_fd), 0, CTL,
 	  esc_rm_map_memory, 0 },

@@ -43,6 +43,10 @@ static void record(u32 op, u32 what, u64 rights, u32 params_size, u32 flags, u32
 	r->status = status;
 	if (status != NV_OK)
 		nvmock_kapi.failed++;
+	/* qgpu asks whether what a tenant freed is gone: "no" is the answer it hopes for. */
+	if (op == NVRM_KERNEL_OP_CONTROL && what == NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO &&
+	    (status == NV_ERR_OBJECT_NOT_FOUND || status == NV_ERR_INVALID_CLIENT))
+		nvmock_kapi.absent++;
 }
 
 /* The open driver has no alternate stack: success, and no stack. */

@@ -64,6 +64,7 @@ struct nvmock_gpu;
 struct nvmock_client;
 
 struct nvmock_mem {
+	u32 refs;		/* objects that share it: the allocation and its duplicates */
 	u64 size;
 	u64 va;			/* GPU address */
 	struct nvmock_buf *buf;	/* NULL until first mapped */
@@ -205,6 +206,8 @@ struct nvmock_caller {
 u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u32 *hnew,
 		    u32 hclass, const void __user *uparams, const void *kparams);
 u32 nvmock_rm_free(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u32 hold);
+u32 nvmock_rm_dup(const struct nvmock_caller *caller, u32 hclient, u32 hparent, u32 *hobject,
+		  u32 hclient_src, u32 hobject_src);
 void nvmock_free_clients_of(struct file *file);
 struct nvmock_client *nvmock_client_get(u32 handle);
 struct nvmock_object *nvmock_object_get(struct nvmock_client *client, u32 handle);
@@ -259,6 +262,7 @@ struct nvmock_kapi_ring {
 struct nvmock_kapi_stats {
 	u64 allocs, frees, controls;
 	u64 failed;		/* of all ops, answered with another status than NV_OK */
+	u64 absent;		/* of those, CLIENT_GET_HANDLE_INFO answering "not there" */
 	u64 bad_rights;		/* ALLOCs whose pRightsRequested was no kernel address */
 	u64 not_modelled;	/* ops the driver runs and nvmock answers NV_ERR_NOT_SUPPORTED */
 	u64 unknown;		/* ops the driver does not know: left alone */

@@ -285,19 +285,53 @@ static void channel_destroy(struct nvmock_channel *ch)
 	channel_free(ch);
 }
 
+/*
+ * The size device memory is allocated in: a whole number of the GPU page size RM picks for it.
+ * memmgrDeterminePageSize (src/nvidia/src/kernel/gpu/mem_mgr/mem_mgr.c) takes attr PAGE_SIZE
+ * (4 KiB, big, huge; attr2 PAGE_SIZE_HUGE 512 MiB) or, by default, _memmgrPickDefaultGpuPageSize:
+ * huge (2 MiB) from 2 MiB up where huge pages are supported (Hopper), else the big page
+ * (kgmmuGetMaxBigPageSize, 64 KiB on Hopper). memmgrAllocDetermineAlignment_GM107
+ * (arch/maxwell/mem_mgr_gm107.c) then rounds the size up to it, and vidmemConstruct
+ * (src/nvidia/src/kernel/mem_mgr/video_mem.c) answers the rounded size in the parameters.
+ * System memory is kept at 4 KiB pages here (the OS page size, the default for sysmem).
+ */
+static u64 mem_page_size(const struct nvmock_object *obj, const struct nv_memory_alloc_params *p)
+{
+	u32 attr = (p->attr >> NVOS32_ATTR_PAGE_SIZE_SHIFT) & NVOS32_ATTR_PAGE_SIZE_MASK;
+	u32 huge = (p->attr2 >> NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT) &
+		   NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK;
+
+	if (obj->kind != NVMOCK_VIDMEM)
+		return SZ_4K;
+	switch (attr) {
+	case NVOS32_ATTR_PAGE_SIZE_4KB:
+		return SZ_4K;
+	case NVOS32_ATTR_PAGE_SIZE_BIG:
+		return SZ_64K;
+	case NVOS32_ATTR_PAGE_SIZE_HUGE:
+		return huge == NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB ? SZ_512M : SZ_2M;
+	default:
+		return p->size >= SZ_2M ? SZ_2M : SZ_64K;
+	}
+}
+
 static u32 mem_construct(struct nvmock_object *obj, void *params)
 {
 	struct nv_memory_alloc_params *p = params;
 	struct nvmock_gpu *gpu = obj->gpu;
 	struct nvmock_mem *mem;
+	u64 size;
 
 	if (!p->size || p->size > (1ull << 40))
 		return NV_ERR_INVALID_ARGUMENT;
-	if (obj->kind == NVMOCK_VIDMEM && p->size > gpu->fb_size - gpu->fb_used)
+	size = round_up(p->size, mem_page_size(obj, p));
+	if (obj->kind == NVMOCK_VIDMEM && size > gpu->fb_size - gpu->fb_used)
 		return NV_ERR_NO_MEMORY;
 	mem = kzalloc(sizeof(*mem), GFP_KERNEL);
 	if (!mem)
 		return NV_ERR_NO_MEMORY;
+	p->size = size;
+	mem->refs = 1;
 	mem->size = p->size;
 	if (!nvmock_engine_add_mem(gpu, mem)) {
 		kfree(mem);
@@ -316,6 +350,9 @@ static void mem_destroy(struct nvmock_object *obj)
 {
 	struct nvmock_mem *mem = obj->mem;
 
+	/* The memory lives while a duplicate of it does (memDestruct drops a memdesc reference). */
+	if (--mem->refs)
+		return;
 	nvmock_engine_remove_mem(obj->gpu, mem);
 	if (obj->kind == NVMOCK_VIDMEM)
 		obj->gpu->fb_used -= mem->size;
@@ -571,6 +608,68 @@ u32 nvmock_rm_free(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u
 	if (!obj)
 		return NV_ERR_INVALID_OBJECT_HANDLE;
 	object_free(obj);
+	return NV_OK;
+}
+
+/*
+ * RM_DUP_OBJECT: a new handle, in hClient under hParent, for the object hObjectSrc of
+ * hClientSrc. As serverCopyResource (resserv's rs_server.c) does: the destination client is the
+ * caller's (NV_ERR_INVALID_CLIENT otherwise), the new handle is hObject or, for 0, one RM picks
+ * (clientAssignResourceHandle), and the copy is constructed sharing the source's state: for
+ * memory, memCopyConstruct (src/nvidia/src/kernel/mem_mgr/mem.c) takes another reference on the
+ * source's memory descriptor, so the memory lives until the last handle to it is freed.
+ * nvmock duplicates memory objects only (others: NV_ERR_NOT_SUPPORTED); a source client is
+ * reachable as for any call (its own file; RM_SHARE and share policies are not modelled), and
+ * the new parent must be a device or subdevice of the source's GPU (else
+ * NV_ERR_INVALID_OBJECT_PARENT).
+ */
+u32 nvmock_rm_dup(const struct nvmock_caller *caller, u32 hclient, u32 hparent, u32 *hobject,
+		  u32 hclient_src, u32 hobject_src)
+{
+	struct nvmock_client *client, *src_client;
+	struct nvmock_object *parent, *src, *obj;
+	const struct class_desc *desc;
+	u32 status;
+	int err;
+
+	status = nvmock_caller_client(caller, hclient, &client);
+	if (status != NV_OK)
+		return status;
+	status = nvmock_caller_client(caller, hclient_src, &src_client);
+	if (status != NV_OK)
+		return status;
+	src = nvmock_object_get(src_client, hobject_src);
+	if (!src || src->kind == NVMOCK_CLIENT)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	if (src->kind != NVMOCK_VIDMEM && src->kind != NVMOCK_SYSMEM)
+		return NV_ERR_NOT_SUPPORTED;
+	desc = class_of(src->hclass);
+	parent = nvmock_object_get(client, hparent);
+	if (!desc || !parent || !(desc->parents & BIT_KIND(parent->kind)) ||
+	    parent->gpu != src->gpu)
+		return NV_ERR_INVALID_OBJECT_PARENT;
+	status = pick_handle(client, hobject);
+	if (status != NV_OK)
+		return status;
+	obj = kzalloc(sizeof(*obj), GFP_KERNEL);
+	if (!obj)
+		return NV_ERR_NO_MEMORY;
+	obj->handle = *hobject;
+	obj->hclass = src->hclass;
+	obj->kind = src->kind;
+	obj->client = client;
+	obj->parent = parent;
+	obj->gpu = src->gpu;
+	INIT_LIST_HEAD(&obj->children);
+	err = xa_insert(&client->objects, obj->handle, obj, GFP_KERNEL);
+	if (err) {
+		kfree(obj);
+		return NV_ERR_NO_MEMORY;
+	}
+	obj->mem = src->mem;
+	obj->mem->refs++;
+	list_add_tail(&obj->sibling, &parent->children);
+	atomic_inc(&nvmock_counts[obj->kind]);
 	return NV_OK;
 }
 

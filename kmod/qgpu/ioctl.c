@@ -2,22 +2,23 @@
 /*
  * qgpu: what the hooks do around the driver's ioctl, mmap and release.
  *
- * Before the driver: the memory gate (an RM_ALLOC of device memory that would take a cgroup
- * past its limit is answered NV_ERR_NO_MEMORY, as the driver answers a full GPU) and the tenant
- * guard (a gated cgroup's own scheduling controls are refused or not carried out: see
- * tenant_verdict()).
- * After it: successful RM_ALLOC, RM_FREE and RM_MAP_MEMORY outcomes update the tracker.
+ * The memory gate (device memory past a cgroup's limit is answered NV_ERR_NO_MEMORY, as the
+ * driver answers a full GPU; see the comment above rm_fact()), the tracker (RM_ALLOC, RM_FREE,
+ * RM_DUP_OBJECT, RM_VID_HEAP_CONTROL, learnt from RM after the call) and the tenant guard (a
+ * gated cgroup's own scheduling controls are refused or not carried out: see tenant_verdict()).
  *
  * User memory is only touched with qgpu_lock dropped: a fault takes mmap_lock, and mmap runs
  * under mmap_lock and takes qgpu_lock.
  */
 #include <linux/file.h>
+#include <linux/lockdep.h>
 #include <linux/mm.h>
+#include <linux/slab.h>
 #include <linux/uaccess.h>
 
 #include "qgpu.h"
 
-/* Offsets of the fields read from nv_memory_alloc_params and nvos*_params. */
+/* Offsets of the fields read from nv_memory_alloc_params. */
 #define MEM_PARAMS_SIZE_OFF	offsetof(struct nv_memory_alloc_params, size)
 #define CHANNEL_USERD_MEM_OFF	offsetof(struct nv_channel_alloc_params, hUserdMemory)
 #define CHANNEL_USERD_OFF_OFF	offsetof(struct nv_channel_alloc_params, userdOffset)
@@ -63,111 +64,549 @@ static void answer(void __user *uarg, unsigned int status_off, u32 status)
 		return;
 }
 
-static struct qgpu_cg *owner_cg(u32 hclient, u64 caller_id)
+static bool is_client_class(u32 hclass)
 {
-	struct qgpu_client *client = qgpu_client_find(hclient);
+	return hclass == NV01_ROOT || hclass == NV01_ROOT_NON_PRIV || hclass == NV01_ROOT_CLIENT;
+}
 
-	return client ? client->cg : qgpu_cg_get(caller_id, true);
+/*
+ * The memory gate. nvidia_ioctl copies the argument in once and works on that copy; whatever
+ * qgpu reads from the tenant's memory is another fetch, which a tenant thread may have rewritten
+ * in between. So qgpu reads the argument once, before the call, and uses that copy only to
+ * refuse early (a size already past the limit, another file's client). What it records after
+ * the call it asks RM through the kernel client (rmapi.c): whether the handle exists, its class,
+ * its parent, a memory object's size as RM allocated it. The handles it asks about are those of
+ * its own copy and those the driver wrote back; a handle RM does not confirm is not recorded.
+ * Memory that would take a cgroup past its limit is freed again through the kernel client and
+ * the call answered NV_ERR_NO_MEMORY, as the driver answers a full GPU.
+ *
+ * Without the driver's RM entry (rmapi.c) none of that can be asked: qgpu then charges the size
+ * of its own copy and believes the status and handle written back, as before.
+ */
+
+/* What RM says a handle is, learnt through the kernel client. */
+struct rm_fact {
+	u32 hclient;		/* the client it is in (itself for a client) */
+	u32 handle;
+	u32 hclass;
+	u32 hparent;
+	u64 bytes;		/* memory: its size as RM allocated it */
+	bool sized;		/* memory: RM answered its size */
+};
+
+/* A candidate (client, handle) to ask RM about; 0 in handle for none. */
+struct rm_pair {
+	u32 hclient, handle;
+};
+
+/*
+ * What RM has at (hclient, handle): an object of hclient, or else a client of its own named by
+ * handle (what a client allocation makes). Process context, qgpu_lock not held.
+ */
+static bool rm_fact(u32 hclient, u32 handle, struct rm_fact *f)
+{
+	memset(f, 0, sizeof(*f));
+	if (!handle)
+		return false;
+	if (hclient && hclient != handle &&
+	    qgpu_rmapi_handle_info(hclient, handle, NV0000_HANDLE_INFO_INDEX_CLASSID,
+				   &f->hclass) == NV_OK &&
+	    qgpu_rmapi_handle_info(hclient, handle, NV0000_HANDLE_INFO_INDEX_PARENT,
+				   &f->hparent) == NV_OK) {
+		f->hclient = hclient;
+		f->handle = handle;
+		f->sized = qgpu_mem_class(f->hclass) &&
+			   qgpu_rmapi_mem_size(hclient, handle, &f->bytes) == NV_OK;
+		return true;
+	}
+	if (qgpu_rmapi_handle_info(handle, handle, NV0000_HANDLE_INFO_INDEX_CLASSID,
+				   &f->hclass) == NV_OK && is_client_class(f->hclass)) {
+		f->hclient = handle;
+		f->handle = handle;
+		return true;
+	}
+	return false;
+}
+
+/* How a confirmed object is charged. */
+struct rm_charge {
+	u32 device_index;	/* a device: the GPU its parameters named */
+	u32 dup_of;		/* a duplicate RM confirmed of this memory object, same client */
+	u32 userd_mem;		/* a channel: the memory its USERD is in (0: RM's own) */
+	u64 userd_off;		/* and where in it */
+};
+
+/*
+ * Record what RM confirmed. A client goes to the caller's cgroup; an object to its client's,
+ * unless that client lives on another file (never charged for what this file did). Memory is
+ * charged RM's size, or refused (*refuse set, nothing recorded) past the limit, or when RM did
+ * not say its size and the cgroup has a limit, or for fabric memory in a limited cgroup.
+ * Context: qgpu_lock held.
+ */
+static struct qgpu_obj *track_fact(struct file *file, u64 caller, const struct rm_fact *f,
+				   const struct rm_charge *how, bool *refuse)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj, *orig = NULL;
+	struct qgpu_cg *cg;
+	bool mem = qgpu_mem_class(f->hclass);
+
+	lockdep_assert_held(&qgpu_lock);
+	*refuse = false;
+	if (f->hclient == f->handle) {
+		if (qgpu_client_find(f->handle))
+			return NULL;
+		cg = qgpu_cg_get(caller, true);
+		if (cg) {
+			qgpu_track_alloc(cg, file, 0, 0, f->handle, f->hclass, 0);
+			qgpu_cg_put_if_unused(cg);
+		}
+		return NULL;
+	}
+	client = qgpu_client_find(f->hclient);
+	if (client && (client->file != file || qgpu_obj_find(client, f->handle)))
+		return NULL;
+	cg = client ? client->cg : qgpu_cg_get(caller, true);
+	if (!cg)
+		return NULL;
+	if (client && how->dup_of)
+		orig = qgpu_obj_find(client, how->dup_of);
+	if (mem && !(orig && orig->mem)) {
+		if (cg->mem_limit && (!f->sized || f->hclass == NV_MEMORY_FABRIC ||
+				      !qgpu_gate_fits(cg, f->bytes))) {
+			cg->oom++;
+			*refuse = true;
+			qgpu_cg_put_if_unused(cg);
+			return NULL;
+		}
+	}
+	obj = qgpu_track_alloc(cg, file, f->hclient, f->hparent, f->handle, f->hclass,
+			       how->device_index);
+	if (obj && obj->kind == QGPU_OBJ_CHANNEL)
+		qgpu_userd_channel_alloc(f->hclient, obj, how->userd_mem, how->userd_off);
+	if (obj && orig && orig->mem)
+		qgpu_gate_share(obj, orig);
+	else if (obj && mem && f->sized)
+		qgpu_gate_charge(obj, cg, f->bytes);
+	if (!obj)
+		qgpu_cg_put_if_unused(cg);
+	return obj;
+}
+
+/*
+ * Learn what the call made at each candidate and record it; memory refused is freed through
+ * the kernel client and the call answered NV_ERR_NO_MEMORY at status_off. Returns whether a
+ * gated cgroup got a new TSG (its timeslice may be qgpu's: timeslice.c).
+ * Context: qgpu_obj_lock held, qgpu_lock not.
+ */
+static bool learn(struct file *file, u64 caller, const struct rm_pair *pairs, int n,
+		  const struct rm_charge *how, void __user *uarg, unsigned int status_off)
+{
+	struct qgpu_obj *obj;
+	struct rm_fact f;
+	bool kick = false, refuse;
+	u64 cg_id = 0;
+	int i, j;
+
+	for (i = 0; i < n; i++) {
+		for (j = 0; j < i; j++)
+			if (pairs[j].hclient == pairs[i].hclient &&
+			    pairs[j].handle == pairs[i].handle)
+				break;
+		if (j < i || !rm_fact(pairs[i].hclient, pairs[i].handle, &f))
+			continue;
+		mutex_lock(&qgpu_lock);
+		obj = track_fact(file, caller, &f, how, &refuse);
+		if (obj && obj->kind == QGPU_OBJ_TSG) {
+			struct qgpu_client *client = qgpu_client_find(f.hclient);
+
+			kick |= client && client->cg->configured;
+		}
+		if (refuse) {
+			struct qgpu_client *client = qgpu_client_find(f.hclient);
+
+			cg_id = client ? client->cg->id : caller;
+		}
+		mutex_unlock(&qgpu_lock);
+		if (!refuse)
+			continue;
+		if (qgpu_rmapi_free(f.hclient, f.handle) == NV_OK) {
+			answer(uarg, status_off, NV_ERR_NO_MEMORY);
+			qgpu_event(QGPU_EVENT_OOM, cg_id, 0);
+			continue;
+		}
+		/* RM kept it: charged past the limit rather than not at all. */
+		mutex_lock(&qgpu_lock);
+		{
+			struct qgpu_client *client = qgpu_client_find(f.hclient);
+			struct qgpu_cg *cg = client ? client->cg : qgpu_cg_get(caller, true);
+
+			obj = cg ? qgpu_track_alloc(cg, file, f.hclient, f.hparent, f.handle,
+						    f.hclass, how->device_index) : NULL;
+			if (obj)
+				qgpu_gate_charge(obj, cg, f.bytes);
+		}
+		mutex_unlock(&qgpu_lock);
+	}
+	return kick;
+}
+
+/*
+ * Without the RM entry: the driver's status and handle as written back, the class and size of
+ * qgpu's own copy (a tenant racing its buffer is not caught then).
+ */
+static bool believe(struct file *file, u64 caller, const struct rm_fact *f, u64 asked,
+		    const struct rm_charge *how, void __user *uarg, unsigned int status_off)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+	struct qgpu_cg *cg;
+	bool kick = false;
+
+	mutex_lock(&qgpu_lock);
+	client = qgpu_client_find(f->hclient);
+	cg = client ? client->cg : qgpu_cg_get(caller, true);
+	if (f->hclient == f->handle || !client || client->file == file) {
+		obj = cg ? qgpu_track_alloc(cg, file, f->hclient, f->hparent, f->handle,
+					    f->hclass, how->device_index) : NULL;
+		if (obj && obj->kind == QGPU_OBJ_CHANNEL)
+			qgpu_userd_channel_alloc(f->hclient, obj, how->userd_mem, how->userd_off);
+		if (obj && qgpu_mem_class(f->hclass))
+			qgpu_gate_charge(obj, cg, asked);
+		kick = obj && obj->kind == QGPU_OBJ_TSG && cg->configured;
+	}
+	if (cg)
+		qgpu_cg_put_if_unused(cg);
+	mutex_unlock(&qgpu_lock);
+	return kick;
+}
+
+/*
+ * Before the call, on qgpu's one copy: whether to refuse it at once. hroot naming another
+ * file's client may not be charged to that client's cgroup, and RM refuses it from here anyway
+ * (rmclientValidate, src/nvidia/src/kernel/rmapi/client.c); memory is refused then. Fabric
+ * memory is refused to a memory-limited cgroup (its export escapes qgpu), and memory asked for
+ * past the limit is refused before RM rounds it up.
+ */
+static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hclass, u64 asked,
+			u64 *cg_id)
+{
+	struct qgpu_client *client;
+	struct qgpu_cg *cg;
+	u32 refusal = NV_OK;
+
+	mutex_lock(&qgpu_lock);
+	client = is_client_class(hclass) ? NULL : qgpu_client_find(hroot);
+	cg = client ? client->cg : qgpu_cg_get(caller, false);
+	if (client && client->file != file) {
+		cg = qgpu_cg_get(caller, false);
+		if (qgpu_mem_class(hclass))
+			refusal = NV_ERR_INVALID_CLIENT;
+	} else if (cg && hclass == NV_MEMORY_FABRIC && cg->mem_limit) {
+		refusal = NV_ERR_INSUFFICIENT_PERMISSIONS;
+	} else if (cg && qgpu_mem_class(hclass) && asked && !qgpu_gate_fits(cg, asked)) {
+		refusal = NV_ERR_NO_MEMORY;
+	}
+	*cg_id = cg ? cg->id : caller;
+	if (cg && refusal == NV_ERR_NO_MEMORY)
+		cg->oom++;
+	else if (cg && refusal != NV_OK)
+		cg->denied++;
+	mutex_unlock(&qgpu_lock);
+	if (refusal != NV_OK)
+		qgpu_event(refusal == NV_ERR_NO_MEMORY ? QGPU_EVENT_OOM : QGPU_EVENT_DENIED, *cg_id,
+			   0);
+	return refusal;
 }
 
 static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), struct file *file,
 		     unsigned int cmd, unsigned long arg, void __user *uarg, u32 size)
 {
-	u64 caller = qgpu_current_cgroup_id();
-	u32 device_index = 0, userd_mem = 0;
-	u64 userd_off = 0;
-	struct qgpu_cg *cg;
-	struct rm_alloc a;
-	u64 bytes = 0, cg_id;
-	bool refused = false, ok, kick = false;
-	struct qgpu_obj *obj;
+	u64 caller = qgpu_current_cgroup_id(), asked = 0, cg_id;
+	struct rm_charge how = { 0 };
+	struct rm_alloc a, after;
+	struct rm_pair pairs[2];
+	bool kick, have_after;
+	u32 refusal;
 	long ret;
 
 	if (read_alloc(uarg, size, &a))
 		return orig(file, cmd, arg);
+	/* Read once, to refuse early only: what is charged is what RM allocated. */
 	if (a.hclass == NV01_MEMORY_LOCAL_USER && a.params &&
-	    copy_from_user(&bytes, u64_to_user_ptr(a.params + MEM_PARAMS_SIZE_OFF), sizeof(bytes)))
-		return orig(file, cmd, arg);
+	    copy_from_user(&asked, u64_to_user_ptr(a.params + MEM_PARAMS_SIZE_OFF), sizeof(asked)))
+		asked = 0;
 	if (a.hclass == NV01_DEVICE_0 && a.params &&
-	    copy_from_user(&device_index, u64_to_user_ptr(a.params), sizeof(device_index)))
-		return orig(file, cmd, arg);
-	/* Where the channel's USERD is (userd.c); RM reads its own copy of the same. */
+	    copy_from_user(&how.device_index, u64_to_user_ptr(a.params), sizeof(u32)))
+		how.device_index = 0;
+	/* Where a channel's USERD is (userd.c), on the same copy; RM reads its own. */
 	if (qgpu_channel_class(a.hclass) && a.params &&
-	    (copy_from_user(&userd_mem, u64_to_user_ptr(a.params + CHANNEL_USERD_MEM_OFF),
-			    sizeof(userd_mem)) ||
-	     copy_from_user(&userd_off, u64_to_user_ptr(a.params + CHANNEL_USERD_OFF_OFF),
-			    sizeof(userd_off))))
-		return orig(file, cmd, arg);
+	    (copy_from_user(&how.userd_mem, u64_to_user_ptr(a.params + CHANNEL_USERD_MEM_OFF),
+			    sizeof(how.userd_mem)) ||
+	     copy_from_user(&how.userd_off, u64_to_user_ptr(a.params + CHANNEL_USERD_OFF_OFF),
+			    sizeof(how.userd_off)))) {
+		how.userd_mem = 0;
+		how.userd_off = 0;
+	}
 
-	mutex_lock(&qgpu_lock);
-	cg = owner_cg(a.hroot, caller);
-	if (!cg) {
-		/* No memory for the record: the allocation goes through untracked. */
-		mutex_unlock(&qgpu_lock);
-		return orig(file, cmd, arg);
-	}
-	cg_id = cg->id;
-	if (bytes) {
-		if (cg->mem_limit &&
-		    (bytes > cg->mem_limit || cg->mem_used > cg->mem_limit - bytes)) {
-			cg->oom++;
-			refused = true;
-		} else {
-			cg->mem_used += bytes;	/* reserved, so racing allocations see it */
-		}
-	}
-	mutex_unlock(&qgpu_lock);
-	if (refused) {
-		answer(uarg, a.status_off, NV_ERR_NO_MEMORY);
-		qgpu_event(QGPU_EVENT_OOM, cg_id, 0);
+	mutex_lock(&qgpu_obj_lock);
+	refusal = refuse_early(file, caller, a.hroot, a.hclass, asked, &cg_id);
+	if (refusal != NV_OK) {
+		mutex_unlock(&qgpu_obj_lock);
+		answer(uarg, a.status_off, refusal);
 		return 0;
 	}
-
 	ret = orig(file, cmd, arg);
+	/* A failed copy-out (-EFAULT) may follow a call RM carried out: ask RM all the same. */
+	have_after = read_alloc(uarg, size, &after) == 0;
+	if (qgpu_rmapi_available()) {
+		pairs[0] = (struct rm_pair){ a.hroot, a.hnew };
+		pairs[1] = have_after ? (struct rm_pair){ after.hroot, after.hnew } :
+			   (struct rm_pair){ 0, 0 };
+		kick = learn(file, caller, pairs, 2, &how, uarg, a.status_off);
+	} else if (!ret && have_after && after.status == NV_OK) {
+		struct rm_fact f = {
+			.hclient = is_client_class(a.hclass) ? after.hnew : a.hroot,
+			.handle = after.hnew,
+			.hclass = a.hclass,
+			.hparent = a.hparent,
+		};
 
-	/*
-	 * What RM wrote back: its status and, when we asked for one, the new handle. The cgroup is
-	 * looked up again: with nothing reserved it may have been dropped meanwhile.
-	 */
-	ok = ret == 0 && read_alloc(uarg, size, &a) == 0 && a.status == NV_OK;
-	mutex_lock(&qgpu_lock);
-	cg = qgpu_cg_get(cg_id, true);
-	if (ok && cg) {
-		obj = qgpu_track_alloc(cg, file, a.hroot, a.hparent, a.hnew, a.hclass,
-				       device_index, bytes);
-		if (obj && obj->kind == QGPU_OBJ_CHANNEL)
-			qgpu_userd_channel_alloc(a.hroot, obj, userd_mem, userd_off);
-		/* A gated cgroup's new TSG: its timeslice may be qgpu's (timeslice.c). */
-		kick = obj && obj->kind == QGPU_OBJ_TSG && cg->configured;
-	} else if (cg) {
-		cg->mem_used -= bytes;
-		qgpu_cg_put_if_unused(cg);
+		kick = believe(file, caller, &f, asked, &how, uarg, a.status_off);
+	} else {
+		kick = false;
 	}
-	mutex_unlock(&qgpu_lock);
+	mutex_unlock(&qgpu_obj_lock);
 	if (kick)
 		qgpu_timeslice_kick();
 	return ret;
 }
 
+/*
+ * RM_VID_HEAP_CONTROL: its ALLOC_SIZE makes NV01_MEMORY_LOCAL_USER (attr LOCATION VIDMEM) at
+ * hMemory under hObjectParent (_nvos32FunctionAllocSize, _rmVidHeapControlAllocCommon in
+ * src/nvidia/interface/deprecated/rmapi_deprecated_vidheapctrl.c), and is gated as RM_ALLOC of
+ * that class. RM is asked about hMemory whatever function qgpu's copy names.
+ */
+static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long),
+			struct file *file, unsigned int cmd, unsigned long arg, void __user *uarg,
+			u32 size)
+{
+	u64 caller = qgpu_current_cgroup_id(), asked = 0, cg_id;
+	const unsigned int status_off = offsetof(struct nvos32_params, status);
+	struct nvos32_params *k, *after;
+	struct rm_charge how = { 0 };
+	struct rm_pair pairs[2];
+	u32 refusal;
+	bool vidmem;
+	long ret;
+
+	if (size != sizeof(*k))
+		return orig(file, cmd, arg);
+	k = kmalloc(2 * sizeof(*k), GFP_KERNEL);
+	if (!k)
+		return -ENOMEM;
+	after = k + 1;
+	if (copy_from_user(k, uarg, sizeof(*k))) {
+		kfree(k);
+		return orig(file, cmd, arg);
+	}
+	vidmem = k->function == NVOS32_FUNCTION_ALLOC_SIZE &&
+		 !(k->flags & NVOS32_ALLOC_FLAGS_VIRTUAL) &&
+		 ((k->attr >> NVOS32_ATTR_LOCATION_SHIFT) & NVOS32_ATTR_LOCATION_MASK) ==
+		 NVOS32_ATTR_LOCATION_VIDMEM;
+	if (vidmem)
+		asked = k->size;
+
+	mutex_lock(&qgpu_obj_lock);
+	refusal = refuse_early(file, caller, k->hRoot,
+			       vidmem ? NV01_MEMORY_LOCAL_USER : NV01_MEMORY_SYSTEM, asked, &cg_id);
+	if (refusal != NV_OK) {
+		mutex_unlock(&qgpu_obj_lock);
+		answer(uarg, status_off, refusal);
+		kfree(k);
+		return 0;
+	}
+	ret = orig(file, cmd, arg);
+	if (copy_from_user(after, uarg, sizeof(*after)))
+		memset(after, 0, sizeof(*after));
+	if (qgpu_rmapi_available()) {
+		pairs[0] = (struct rm_pair){ k->hRoot, k->hMemory };
+		pairs[1] = (struct rm_pair){ after->hRoot, after->hMemory };
+		learn(file, caller, pairs, 2, &how, uarg, status_off);
+	} else if (!ret && vidmem && after->status == NV_OK) {
+		struct rm_fact f = {
+			.hclient = k->hRoot,
+			.handle = after->hMemory,
+			.hclass = NV01_MEMORY_LOCAL_USER,
+			.hparent = k->hObjectParent,
+		};
+
+		believe(file, caller, &f, asked, &how, uarg, status_off);
+	}
+	mutex_unlock(&qgpu_obj_lock);
+	kfree(k);
+	return ret;
+}
+
+/*
+ * RM_DUP_OBJECT: a new handle for an existing object (serverCopyResource, resserv's
+ * rs_server.c); for memory, another reference to the same memory (memCopyConstruct,
+ * src/nvidia/src/kernel/mem_mgr/mem.c), which lives until its last handle is freed. A duplicate
+ * that RM confirms (CLIENT_OBJECTS_ARE_DUPLICATES) of tracked memory in the same client shares
+ * that memory's charge, which stays on its owner while either lives. A duplicate RM cannot
+ * relate to tracked memory (from another client: RM answers that question within one client
+ * only) is charged to its holder as memory of its own, and refused past the holder's limit.
+ * Without the RM entry nothing can be confirmed: refused to a memory-limited cgroup.
+ */
+static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), struct file *file,
+		   unsigned int cmd, unsigned long arg, void __user *uarg, u32 size)
+{
+	const unsigned int status_off = offsetof(struct nvos55_params, status);
+	u64 caller = qgpu_current_cgroup_id();
+	struct nvos55_params k, after;
+	struct rm_charge how = { 0 };
+	struct rm_pair pair;
+	bool have_after, dup;
+	struct qgpu_cg *cg;
+	bool limited;
+	long ret;
+	int i;
+
+	if (size != sizeof(k) || copy_from_user(&k, uarg, sizeof(k)))
+		return orig(file, cmd, arg);
+	mutex_lock(&qgpu_obj_lock);
+	if (!qgpu_rmapi_available()) {
+		mutex_lock(&qgpu_lock);
+		cg = qgpu_cg_get(caller, false);
+		limited = cg && cg->mem_limit;
+		if (limited)
+			cg->denied++;
+		mutex_unlock(&qgpu_lock);
+		mutex_unlock(&qgpu_obj_lock);
+		if (!limited)
+			return orig(file, cmd, arg);
+		answer(uarg, status_off, NV_ERR_INSUFFICIENT_PERMISSIONS);
+		qgpu_event(QGPU_EVENT_DENIED, caller, 0);
+		return 0;
+	}
+	ret = orig(file, cmd, arg);
+	have_after = !copy_from_user(&after, uarg, sizeof(after));
+	for (i = 0; i < 2; i++) {
+		const struct nvos55_params *p = i ? &after : &k;
+
+		if (i && !have_after)
+			break;
+		pair = (struct rm_pair){ p->hClient, p->hObject };
+		/* The source RM confirms this is a duplicate of, among the two copies'. */
+		how.dup_of = 0;
+		if (p->hObject && k.hClientSrc == p->hClient &&
+		    qgpu_rmapi_objects_are_duplicates(p->hClient, p->hObject, k.hObjectSrc,
+						      &dup) == NV_OK && dup)
+			how.dup_of = k.hObjectSrc;
+		else if (p->hObject && have_after && after.hClientSrc == p->hClient &&
+			 qgpu_rmapi_objects_are_duplicates(p->hClient, p->hObject,
+							   after.hObjectSrc, &dup) == NV_OK && dup)
+			how.dup_of = after.hObjectSrc;
+		learn(file, caller, &pair, 1, &how, uarg, status_off);
+	}
+	mutex_unlock(&qgpu_obj_lock);
+	return ret;
+}
+
+/*
+ * What an RM_FREE freed, as RM confirms it: the client is gone (NV_ERR_INVALID_CLIENT) or the
+ * object is (NV_ERR_OBJECT_NOT_FOUND). Only this file's clients are looked at.
+ * Context: qgpu_obj_lock held, qgpu_lock not.
+ */
+static void untrack_if_gone(struct file *file, u32 hclient, u32 hobject)
+{
+	bool whole = hobject == hclient || !hobject;
+	struct qgpu_client *client;
+	u32 status, cls;
+	bool known;
+
+	mutex_lock(&qgpu_lock);
+	client = qgpu_client_find(hclient);
+	known = client && client->file == file && (whole || qgpu_obj_find(client, hobject));
+	mutex_unlock(&qgpu_lock);
+	if (!known)
+		return;
+	status = qgpu_rmapi_handle_info(hclient, whole ? hclient : hobject,
+					NV0000_HANDLE_INFO_INDEX_CLASSID, &cls);
+	if (status != NV_ERR_INVALID_CLIENT && (whole || status != NV_ERR_OBJECT_NOT_FOUND))
+		return;
+	mutex_lock(&qgpu_lock);
+	client = qgpu_client_find(hclient);
+	if (client && client->file == file)
+		qgpu_track_free(hclient, hobject);
+	mutex_unlock(&qgpu_lock);
+}
+
 static long rm_free(long (*orig)(struct file *, unsigned int, unsigned long), struct file *file,
 		    unsigned int cmd, unsigned long arg, void __user *uarg, u32 size)
 {
-	struct nvos00_params p;
+	struct nvos00_params k, after;
+	bool have_after;
 	long ret;
 
+	if (size != sizeof(k) || copy_from_user(&k, uarg, sizeof(k)))
+		return orig(file, cmd, arg);
+	mutex_lock(&qgpu_obj_lock);
 	/* RM tears down its mappings of what it frees: qgpu stops reading them first. */
-	if (size == sizeof(p) && !copy_from_user(&p, uarg, sizeof(p))) {
+	mutex_lock(&qgpu_lock);
+	qgpu_userd_forget(k.hRoot, k.hObjectOld);
+	mutex_unlock(&qgpu_lock);
+	ret = orig(file, cmd, arg);
+	have_after = !copy_from_user(&after, uarg, sizeof(after));
+	if (qgpu_rmapi_available()) {
+		untrack_if_gone(file, k.hRoot, k.hObjectOld);
+		if (have_after && (after.hRoot != k.hRoot || after.hObjectOld != k.hObjectOld))
+			untrack_if_gone(file, after.hRoot, after.hObjectOld);
+	} else if (!ret && have_after && after.status == NV_OK) {
+		/* Without the RM entry: qgpu's own copy, on the status written back. */
 		mutex_lock(&qgpu_lock);
-		qgpu_userd_forget(p.hRoot, p.hObjectOld);
+		qgpu_track_free(k.hRoot, k.hObjectOld);
 		mutex_unlock(&qgpu_lock);
 	}
-	ret = orig(file, cmd, arg);
-	if (ret || size != sizeof(p) || copy_from_user(&p, uarg, sizeof(p)) || p.status != NV_OK)
-		return ret;
-	mutex_lock(&qgpu_lock);
-	qgpu_track_free(p.hRoot, p.hObjectOld);
-	mutex_unlock(&qgpu_lock);
+	mutex_unlock(&qgpu_obj_lock);
 	return ret;
+}
+
+/*
+ * Exports an RM object can be handed to another process with (ctrl0000unix.h): the exported
+ * object is duplicated into RM's own export client (RmExportObject in src/nvidia/arch/nvalloc/
+ * unix/src/rmobjexportimport.c), where it lives as long as the fd does, out of every tenant's
+ * client and so out of qgpu's sight; an import duplicates it into the importer's client. Both
+ * are refused to a memory-limited cgroup (memory_verdict()); so is NV_ESC_EXPORT_TO_DMABUF_FD.
+ */
+static bool memory_export_control(u32 cmd)
+{
+	switch (cmd) {
+	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD:
+	case NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD:
+	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD:
+	case NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD:
+		return true;
+	}
+	return false;
+}
+
+/* Whether the calling process's cgroup has a memory limit; counts a refusal when it has. */
+static bool memory_limited(u64 id)
+{
+	struct qgpu_cg *cg;
+	bool limited;
+
+	mutex_lock(&qgpu_lock);
+	cg = qgpu_cg_get(id, false);
+	limited = cg && cg->mem_limit;
+	if (limited)
+		cg->denied++;
+	mutex_unlock(&qgpu_lock);
+	if (limited)
+		qgpu_event(QGPU_EVENT_DENIED, id, 0);
+	return limited;
 }
 
 /*
@@ -250,8 +689,16 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 	u64 id, us = 0;
 	long ret;
 
-	if (size != sizeof(p) || copy_from_user(&p, uarg, sizeof(p)) ||
-	    !qgpu_scheduling_control(p.cmd))
+	if (size != sizeof(p) || copy_from_user(&p, uarg, sizeof(p)))
+		return orig(file, cmd, arg);
+	if (memory_export_control(p.cmd)) {
+		if (!memory_limited(qgpu_current_cgroup_id()))
+			return orig(file, cmd, arg);
+		answer(uarg, offsetof(struct nvos54_params, status),
+		       NV_ERR_INSUFFICIENT_PERMISSIONS);
+		return 0;
+	}
+	if (!qgpu_scheduling_control(p.cmd))
 		return orig(file, cmd, arg);
 	/* A timeslice request's value, read once: the TSG's own from now on (timeslice.c). */
 	timeslice = p.cmd == NVA06C_CTRL_CMD_SET_TIMESLICE &&
@@ -348,6 +795,15 @@ long qgpu_ioctl(long (*orig)(struct file *, unsigned int, unsigned long),
 		return rm_map_memory(orig, file, cmd, arg, uarg, size);
 	case NV_ESC_RM_UNMAP_MEMORY:
 		return rm_unmap_memory(orig, file, cmd, arg, uarg, size);
+	case NV_ESC_RM_VID_HEAP_CONTROL:
+		return rm_vid_heap(orig, file, cmd, arg, uarg, size);
+	case NV_ESC_RM_DUP_OBJECT:
+		return rm_dup(orig, file, cmd, arg, uarg, size);
+	case NV_ESC_EXPORT_TO_DMABUF_FD:
+		/* A dma-buf holds the memory past every tenant handle (nv-dmabuf.c). */
+		if (memory_limited(qgpu_current_cgroup_id()))
+			return -EPERM;
+		return orig(file, cmd, arg);
 	default:
 		return orig(file, cmd, arg);
 	}

@@ -19,6 +19,7 @@
 
 struct file;
 struct inode;
+struct qgpu_mem;
 struct qgpu_userd;
 struct vm_area_struct;
 
@@ -70,7 +71,7 @@ struct qgpu_obj {
 	u32 parent;
 	enum qgpu_obj_kind kind;
 	int gpu;			/* -1 until known (inherited from the device) */
-	u64 bytes;			/* device memory */
+	struct qgpu_mem *mem;		/* device memory: its charge (gate.c), shared by dups */
 	bool enabled;			/* channel: as qgpu last left it (RM's default: on) */
 
 	/* channel: its USERD and what qgpu makes of it (userd.c) */
@@ -132,7 +133,7 @@ u64 qgpu_current_cgroup_id(void);
 struct qgpu_client *qgpu_client_find(u32 handle);
 struct qgpu_obj *qgpu_obj_find(struct qgpu_client *client, u32 handle);
 struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient,
-				  u32 hparent, u32 hnew, u32 hclass, u32 device_index, u64 bytes);
+				  u32 hparent, u32 hnew, u32 hclass, u32 device_index);
 void qgpu_track_free(u32 hclient, u32 hobject);
 void qgpu_track_file_released(struct file *file);
 void qgpu_track_mapping(struct file *file, const struct nvos33_params_with_fd *p);
@@ -162,6 +163,18 @@ u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
 u32 qgpu_rmapi_free(u32 hclient, u32 hobject);
 u32 qgpu_rmapi_get_timeslice(u32 hclient, u32 htsg, u64 *us);
 u32 qgpu_rmapi_set_timeslice(u32 hclient, u32 htsg, u64 us);
+u32 qgpu_rmapi_handle_info(u32 hclient, u32 hobject, u32 index, u32 *result);
+u32 qgpu_rmapi_mem_size(u32 hclient, u32 hmemory, u64 *bytes);
+u32 qgpu_rmapi_objects_are_duplicates(u32 hclient, u32 hobject1, u32 hobject2, bool *dup);
+
+/* gate.c: device memory charges */
+extern struct mutex qgpu_obj_lock;
+bool qgpu_mem_class(u32 hclass);
+bool qgpu_gate_fits(const struct qgpu_cg *cg, u64 bytes);
+int qgpu_gate_charge(struct qgpu_obj *obj, struct qgpu_cg *cg, u64 bytes);
+void qgpu_gate_share(struct qgpu_obj *obj, const struct qgpu_obj *orig);
+void qgpu_gate_put(struct qgpu_obj *obj);
+u64 qgpu_gate_bytes(const struct qgpu_obj *obj);
 
 /* sched.c */
 struct qgpu_gpu_view {

@@ -295,3 +295,99 @@ u32 qgpu_rmapi_set_timeslice(u32 hclient, u32 htsg, u64 us)
 		return NV_ERR_NOT_SUPPORTED;
 	return rm_control(hclient, htsg, NVA06C_CTRL_CMD_SET_TIMESLICE, &p, sizeof(p));
 }
+
+/*
+ * What qgpu learns from RM about a tenant's objects, instead of re-reading the tenant's memory
+ * after the driver has copied it (the tenant may have rewritten it meanwhile). Both controls
+ * run host-side with no access right; the kernel reaches any client (see above).
+ */
+
+/**
+ * qgpu_rmapi_handle_info() - a handle's parent or class, from RM (CLIENT_GET_HANDLE_INFO)
+ * @hclient: the client to look in (the control is sent to the client itself)
+ * @hobject: the handle
+ * @index: NV0000_HANDLE_INFO_INDEX_PARENT or NV0000_HANDLE_INFO_INDEX_CLASSID
+ * @result: set to the parent's handle or the class when RM answers NV_OK
+ *
+ * cliresCtrlCmdClientGetHandleInfo (src/nvidia/src/kernel/rmapi/client_resource.c): a handle
+ * the client does not have answers NV_ERR_OBJECT_NOT_FOUND; a client that does not exist
+ * NV_ERR_INVALID_CLIENT (serverutilGetResourceRef, rs_utils.c, and the control's own lookup).
+ * Process context: RM may sleep.
+ *
+ * Return: RM's status (NV_OK on success), NV_ERR_NOT_SUPPORTED without the RM entry.
+ */
+u32 qgpu_rmapi_handle_info(u32 hclient, u32 hobject, u32 index, u32 *result)
+{
+	struct nv0000_handle_info_params p = { .hObject = hobject, .index = index };
+	u32 status;
+
+	if (!bound)
+		return NV_ERR_NOT_SUPPORTED;
+	status = rm_control(hclient, hclient, NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO, &p,
+			    sizeof(p));
+	if (status == NV_OK)
+		*result = (u32)p.data;
+	return status;
+}
+
+/**
+ * qgpu_rmapi_mem_size() - a memory object's size as RM allocated it (GET_SURFACE_INFO)
+ * @hclient: the client of the memory object
+ * @hmemory: the memory object
+ * @bytes: set to its size when RM answers NV_OK
+ *
+ * memCtrlCmdGetSurfaceInfoLvm (src/nvidia/src/kernel/gpu/mem_mgr/mem_ctrl.c) answers
+ * memdescGetSize, the size after RM's rounding, in two halves (PHYS_SIZE_LO, PHYS_SIZE_HI). The
+ * list is an embedded pointer, a kernel address for a kernel caller. Process context.
+ *
+ * Return: RM's status (NV_OK on success), NV_ERR_NOT_SUPPORTED without the RM entry.
+ */
+u32 qgpu_rmapi_mem_size(u32 hclient, u32 hmemory, u64 *bytes)
+{
+	struct nv0041_surface_info list[2] = {
+		{ .index = NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_LO },
+		{ .index = NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_HI },
+	};
+	struct nv0041_surface_info_params p = {
+		.surfaceInfoListSize = ARRAY_SIZE(list),
+		.surfaceInfoList = (u64)(uintptr_t)list,
+	};
+	u32 status;
+
+	if (!bound)
+		return NV_ERR_NOT_SUPPORTED;
+	status = rm_control(hclient, hmemory, NV0041_CTRL_CMD_GET_SURFACE_INFO, &p, sizeof(p));
+	if (status == NV_OK)
+		*bytes = (u64)list[1].data << 32 | list[0].data;
+	return status;
+}
+
+/**
+ * qgpu_rmapi_objects_are_duplicates() - whether two handles of a client share one memory
+ * @hclient: the client
+ * @hobject1: a memory object of it
+ * @hobject2: another
+ * @dup: set when RM answers NV_OK
+ *
+ * CLIENT_OBJECTS_ARE_DUPLICATES: cliresCtrlCmdObjectsAreDuplicates (client_resource.c) and
+ * memIsDuplicate (src/nvidia/src/kernel/mem_mgr/mem.c), which compares the two objects' memory
+ * descriptors, host-side. Process context.
+ *
+ * Return: RM's status (NV_OK on success), NV_ERR_NOT_SUPPORTED without the RM entry.
+ */
+u32 qgpu_rmapi_objects_are_duplicates(u32 hclient, u32 hobject1, u32 hobject2, bool *dup)
+{
+	struct nv0000_objects_are_duplicates_params p = {
+		.hObject1 = hobject1,
+		.hObject2 = hobject2,
+	};
+	u32 status;
+
+	if (!bound)
+		return NV_ERR_NOT_SUPPORTED;
+	status = rm_control(hclient, hclient, NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES, &p,
+			    sizeof(p));
+	if (status == NV_OK)
+		*dup = p.bDuplicates;
+	return status;
+}

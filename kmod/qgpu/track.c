@@ -112,30 +112,30 @@ static struct qgpu_client *client_new(struct qgpu_cg *cg, struct file *file, u32
 
 /**
  * qgpu_track_alloc() - record what a successful RM_ALLOC made
- * @cg: the cgroup that reserved @bytes for it (the owner of @hclient's client, if tracked)
+ * @cg: the cgroup of a new client (the owner of @hclient's client, if tracked, keeps it)
  * @file: the file it was allocated through
  * @hclient: the client (hRoot)
  * @hparent: its parent
  * @hnew: its handle, as RM answered it
  * @hclass: its class
  * @device_index: for a device, the GPU it names
- * @bytes: device memory reserved for it on @cg, given back if it is not kept
+ *
+ * Device memory is charged by the caller, on the object returned (gate.c).
  *
  * Context: qgpu_lock held.
  * Return: the object recorded, valid while qgpu_lock is held; NULL for a client or when there
  * was no memory for the record.
  */
 struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient,
-				  u32 hparent, u32 hnew, u32 hclass, u32 device_index, u64 bytes)
+				  u32 hparent, u32 hnew, u32 hclass, u32 device_index)
 {
 	struct qgpu_client *client;
 	struct qgpu_obj *obj, *parent;
 
 	lockdep_assert_held(&qgpu_lock);
 	if (is_client_class(hclass)) {
-		if (!qgpu_client_find(hnew) && client_new(cg, file, hnew))
-			return NULL;
-		cg->mem_used -= bytes;
+		if (!qgpu_client_find(hnew))
+			client_new(cg, file, hnew);
 		return NULL;
 	}
 	client = qgpu_client_find(hclient);
@@ -143,15 +143,11 @@ struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hcl
 	if (!client)
 		client = client_new(cg, file, hclient);
 	obj = client ? kzalloc(sizeof(*obj), GFP_KERNEL) : NULL;
-	if (!obj) {
-		cg->mem_used -= bytes;
+	if (!obj)
 		return NULL;
-	}
-	/* Charged to the client's cgroup; the caller reserved on the same one (owner_cg). */
 	obj->handle = hnew;
 	obj->parent = hparent;
 	obj->kind = kind_of(hclass);
-	obj->bytes = bytes;
 	obj->enabled = true;
 	parent = qgpu_obj_find(client, hparent);
 	obj->gpu = obj->kind == QGPU_OBJ_DEVICE ? (int)device_index : parent ? parent->gpu : -1;
@@ -167,7 +163,7 @@ static void obj_drop(struct qgpu_client *client, struct qgpu_obj *obj)
 {
 	struct qgpu_cg *cg = client->cg;
 
-	cg->mem_used -= obj->bytes;
+	qgpu_gate_put(obj);
 	if (obj->kind == QGPU_OBJ_TSG)
 		cg->tsgs--;
 	else if (obj->kind == QGPU_OBJ_CHANNEL)

@@ -472,6 +472,141 @@ struct nv2080_fifo_disable_channels_params {
 #define NVRM_GP_ENTRY1_LENGTH_SHIFT	10
 #define NVRM_GP_ENTRY1_LENGTH_MASK	0x1FFFFF
 
+/*
+ * Memory: what qgpu gates and the kernel-client queries it asks RM (580.142; headers under
+ * src/common/sdk/nvidia/inc/).
+ */
+/* class00f8.h; its parameters are NV00F8_ALLOCATION_PARAMETERS */
+#define NV_MEMORY_FABRIC		0x00F8
+
+/* NVOS55: RM_DUP_OBJECT (28; nvos.h). hObject is in/out: 0 asks RM for a handle. */
+struct nvos55_params {
+	__u32 hClient;
+	__u32 hParent;
+	__u32 hObject;
+	__u32 hClientSrc;
+	__u32 hObjectSrc;
+	__u32 flags;
+	__u32 status;
+};
+
+/*
+ * NVOS32: RM_VID_HEAP_CONTROL (184; nvos.h), with the ALLOC_SIZE member of its union only (the
+ * union is 144 bytes), spelled out flat. _nvos32FunctionAllocSize (src/nvidia/interface/deprecated/
+ * rmapi_deprecated_vidheapctrl.c) turns ALLOC_SIZE into an RM_ALLOC of NV01_MEMORY_LOCAL_USER
+ * (attr LOCATION VIDMEM), NV01_MEMORY_SYSTEM or NV50_MEMORY_VIRTUAL (ALLOC_FLAGS_VIRTUAL), under
+ * hObjectParent, at hMemory when MEMORY_HANDLE_PROVIDED is set (else RM picks it), and copies
+ * size, offset, limit and attr back (_rmVidHeapControlAllocCommon).
+ */
+struct nvos32_params {
+	__u32 hRoot;
+	__u32 hObjectParent;
+	__u32 function;
+	__u32 hVASpace;
+	__s16 ivcHeapNumber;
+	__u16 pad;
+	__u32 status;
+	__u64 total;
+	__u64 free;
+	/* data.AllocSize */
+	__u32 owner;
+	__u32 hMemory;
+	__u32 type;
+	__u32 flags;
+	__u32 attr;
+	__u32 format;
+	__u32 comprCovg;
+	__u32 zcullCovg;
+	__u32 partitionStride;
+	__u32 width;
+	__u32 height;
+	__u32 pad1;
+	__u64 size;
+	__u64 alignment;
+	__u64 offset;
+	__u64 limit;
+	__u64 address;
+	__u64 rangeBegin;
+	__u64 rangeEnd;
+	__u32 attr2;
+	__u32 ctagOffset;
+	__s32 numaNode;
+	__u32 pad2;
+	__u8 rest[24];			/* the union's larger members */
+};
+
+#define NVOS32_FUNCTION_ALLOC_SIZE			2
+#define NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED	0x00004000u
+#define NVOS32_ALLOC_FLAGS_VIRTUAL			0x00080000u
+#define NVOS32_ATTR_PAGE_SIZE_SHIFT			23	/* NVOS32_ATTR_PAGE_SIZE 24:23 */
+#define NVOS32_ATTR_PAGE_SIZE_MASK			0x3u
+#define NVOS32_ATTR_PAGE_SIZE_DEFAULT			0
+#define NVOS32_ATTR_PAGE_SIZE_4KB			1
+#define NVOS32_ATTR_PAGE_SIZE_BIG			2
+#define NVOS32_ATTR_PAGE_SIZE_HUGE			3
+#define NVOS32_ATTR_LOCATION_SHIFT			25	/* NVOS32_ATTR_LOCATION 26:25 */
+#define NVOS32_ATTR_LOCATION_MASK			0x3u
+#define NVOS32_ATTR_LOCATION_VIDMEM			0
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT		20	/* ATTR2_PAGE_SIZE_HUGE 21:20 */
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK		0x3u
+#define NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB		2
+
+/*
+ * Client controls, sent to the client itself (ctrl/ctrl0000/ctrl0000client.h,
+ * ctrl0000unix.h); cliresCtrlCmdClientGetHandleInfo in src/nvidia/src/kernel/rmapi/
+ * client_resource.c answers GET_HANDLE_INFO host-side.
+ */
+#define NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO		0x00000D02u
+#define NV0000_HANDLE_INFO_INDEX_PARENT			1
+#define NV0000_HANDLE_INFO_INDEX_CLASSID		2
+#define NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES	0x00000D07u
+#define NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD	0x00003D05u
+#define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD	0x00003D06u
+#define NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD	0x00003D0Bu
+#define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD	0x00003D0Cu
+
+/* NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS (16): data is an NvHandle or an NvU64. */
+struct nv0000_handle_info_params {
+	__u32 hObject;
+	__u32 index;
+	__u64 data;
+};
+
+/* NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS (12) */
+struct nv0000_objects_are_duplicates_params {
+	__u32 hObject1;
+	__u32 hObject2;
+	__u8 bDuplicates;
+	__u8 pad[3];
+};
+
+/*
+ * A memory object's size as RM allocated it (ctrl/ctrl0041.h; memCtrlCmdGetSurfaceInfoLvm in
+ * src/nvidia/src/kernel/gpu/mem_mgr/mem_ctrl.c answers memdescGetSize host-side).
+ */
+#define NV0041_CTRL_CMD_GET_SURFACE_INFO		0x00410110u
+#define NV0041_CTRL_SURFACE_INFO_INDEX_ATTRS		1
+#define NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_LO	2
+#define NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_HI	3
+#define NV0041_CTRL_SURFACE_INFO_INDEX_COMPR_COVERAGE	5
+#define NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE	7
+#define NV0041_CTRL_SURFACE_INFO_INDEX_ADDR_SPACE_TYPE	9
+#define NV0000_ADDR_SPACE_TYPE_SYSMEM			1
+#define NV0000_ADDR_SPACE_TYPE_VIDMEM			2
+
+/* NV0041_CTRL_GET_SURFACE_INFO_PARAMS (16): a list of NV0041_CTRL_SURFACE_INFO by pointer. */
+struct nv0041_surface_info_params {
+	__u32 surfaceInfoListSize;
+	__u32 pad;
+	__u64 surfaceInfoList;
+};
+
+/* NVXXXX_CTRL_XXX_INFO */
+struct nv0041_surface_info {
+	__u32 index;
+	__u32 data;
+};
+
 /* Every number above that the driver also defines, checked against its headers. */
 #include "nvrm_layout.h"
 

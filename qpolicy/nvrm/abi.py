@@ -297,6 +297,44 @@ NVOS33_WITH_FD = Layout(  # RM_MAP_MEMORY
         ("fd", 48, "i"),
     ),
 )
+NVOS32 = Layout(  # RM_VID_HEAP_CONTROL, with the ALLOC_SIZE member of its union
+    "NVOS32_PARAMETERS",
+    184,
+    (
+        ("hRoot", 0, "I"),
+        ("hObjectParent", 4, "I"),
+        ("function", 8, "I"),
+        ("hVASpace", 12, "I"),
+        ("ivcHeapNumber", 16, "h"),
+        ("status", 20, "I"),
+        ("total", 24, "Q"),
+        ("free", 32, "Q"),
+        ("owner", 40, "I"),
+        ("hMemory", 44, "I"),
+        ("type", 48, "I"),
+        ("flags", 52, "I"),
+        ("attr", 56, "I"),
+        ("format", 60, "I"),
+        ("comprCovg", 64, "I"),
+        ("zcullCovg", 68, "I"),
+        ("partitionStride", 72, "I"),
+        ("width", 76, "I"),
+        ("height", 80, "I"),
+        ("size", 88, "Q"),
+        ("alignment", 96, "Q"),
+        ("offset", 104, "Q"),
+        ("limit", 112, "Q"),
+        ("address", 120, "Q"),
+        ("rangeBegin", 128, "Q"),
+        ("rangeEnd", 136, "Q"),
+        ("attr2", 144, "I"),
+        ("ctagOffset", 148, "I"),
+        ("numaNode", 152, "i"),
+    ),
+)
+NVOS32_FUNCTION_ALLOC_SIZE = 2
+NV_MEMORY_FABRIC = 0x00F8  # class00f8.h
+NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED = 0x4000
 NVOS34 = Layout(  # RM_UNMAP_MEMORY
     "NVOS34_PARAMETERS",
     32,
@@ -579,6 +617,21 @@ NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL = 0xA06F0109
 NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL = 0xA06F0110
 NVA06F_CTRL_CMD_RESTART_RUNLIST = 0xA06F0111
 NVA06F_CTRL_CMD_STOP_CHANNEL = 0xA06F0112
+# Memory: what qgpu asks RM about a tenant's objects (ctrl0000client.h, ctrl0041.h) and the
+# exports it refuses to a memory-limited cgroup (ctrl0000unix.h).
+NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO = 0xD02
+NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES = 0xD07
+NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD = 0x3D05
+NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD = 0x3D06
+NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD = 0x3D0B
+NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD = 0x3D0C
+NV0041_CTRL_CMD_GET_SURFACE_INFO = 0x410110
+HANDLE_INFO_INDEX_PARENT = 1
+HANDLE_INFO_INDEX_CLASSID = 2
+SURFACE_INFO_INDEX_PHYS_SIZE_LO = 2
+SURFACE_INFO_INDEX_PHYS_SIZE_HI = 3
+SURFACE_INFO_INDEX_PHYS_SIZE = 7
+SURFACE_INFO_INDEX_ADDR_SPACE_TYPE = 9
 # NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_COMPUTE_*; the flags field says which mode is meant.
 PREEMPTION_MODE_COMPUTE = {0: "WFI", 1: "CTA", 2: "CILP"}
 PREEMPTION_MODE_FLAG_CILP = 0x1
@@ -607,6 +660,31 @@ NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS = Layout(
         *((f"hClientList{i}", 24 + 4 * i, "I") for i in range(FIFO_DISABLE_CHANNELS_MAX)),
         *((f"hChannelList{i}", 280 + 4 * i, "I") for i in range(FIFO_DISABLE_CHANNELS_MAX)),
     ),
+)
+
+_EXPORT_OBJECT = (
+    ("type", 0, "I"),
+    ("hDevice", 4, "I"),
+    ("hParent", 8, "I"),
+    ("hObject", 12, "I"),
+)
+NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS = Layout(
+    "NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS",
+    16,
+    (("hObject", 0, "I"), ("index", 4, "I"), ("data", 8, "Q")),
+)
+NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS = Layout(
+    "NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS",
+    12,
+    (("hObject1", 0, "I"), ("hObject2", 4, "I"), ("bDuplicates", 8, "B")),
+)
+NV0041_CTRL_GET_SURFACE_INFO_PARAMS = Layout(
+    "NV0041_CTRL_GET_SURFACE_INFO_PARAMS",
+    16,
+    (("surfaceInfoListSize", 0, "I"), ("surfaceInfoList", 8, "Q")),
+)
+NV0041_CTRL_SURFACE_INFO = Layout(
+    "NV0041_CTRL_SURFACE_INFO", 8, (("index", 0, "I"), ("data", 4, "I"))
 )
 
 CONTROLS: dict[int, Control] = {
@@ -738,6 +816,40 @@ CONTROLS: dict[int, Control] = {
             12,
             (("gpuId", 0, "I"), ("domain", 4, "I"), ("bus", 8, "H"), ("slot", 10, "H")),
         ),
+    ),
+    NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO: Control(
+        "NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO", NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS
+    ),
+    NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES: Control(
+        "NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES",
+        NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS,
+    ),
+    NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD: Control(
+        "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD",
+        Layout(
+            "NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS",
+            24,
+            (*_EXPORT_OBJECT, ("fd", 16, "i"), ("flags", 20, "I")),
+        ),
+    ),
+    NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD: Control(
+        "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD",
+        Layout(
+            "NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS",
+            20,
+            (("fd", 0, "i"), *((n, o + 4, f) for n, o, f in _EXPORT_OBJECT)),
+        ),
+    ),
+    NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD: Control(
+        "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD",
+        Layout("NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS", 0, ()),
+    ),
+    NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD: Control(
+        "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD",
+        Layout("NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS", 0, ()),
+    ),
+    NV0041_CTRL_CMD_GET_SURFACE_INFO: Control(
+        "NV0041_CTRL_CMD_GET_SURFACE_INFO", NV0041_CTRL_GET_SURFACE_INFO_PARAMS
     ),
 }
 

@@ -20,6 +20,7 @@ NVOS64 = struct.Struct(
 NVOS00 = struct.Struct("<IIII")
 NVOS54 = struct.Struct("<IIIIQII")
 NVOS33_FD = struct.Struct("<IIIIQQQIIiI")
+NVOS55 = struct.Struct("<IIIIIII")  # hClient hParent hObject hClientSrc hObjectSrc flags status
 VERSION = struct.Struct("<II64s")
 CARD = struct.Struct("<B3xIBBBxHHIH2xQQQQI10s2x")
 
@@ -104,6 +105,40 @@ class Rm:
         arg = bytearray(NVOS54.pack(client, obj, cmd, 0, ctypes.addressof(inner), len(params), 0))
         ioctl(self.ctl if fd is None else fd, abi.Escape.RM_CONTROL, arg)
         return NVOS54.unpack(arg)[6], inner.raw
+
+    def dup(
+        self, client: int, parent: int, src_client: int, src: int, handle: int = 0
+    ) -> tuple[int, int]:
+        """RM_DUP_OBJECT: (status, the new handle)."""
+        arg = bytearray(NVOS55.pack(client, parent, handle, src_client, src, 0, 0))
+        ioctl(self.ctl, abi.Escape.RM_DUP_OBJECT, arg)
+        fields = NVOS55.unpack(arg)
+        return int(fields[6]), int(fields[2])
+
+    def mem_size(self, client: int, memory: int) -> tuple[int, int]:
+        """GET_SURFACE_INFO on a memory object: (status, its size in bytes as RM allocated it)."""
+        info = ctypes.create_string_buffer(
+            struct.pack(
+                "<IIII",
+                abi.SURFACE_INFO_INDEX_PHYS_SIZE_LO,
+                0,
+                abi.SURFACE_INFO_INDEX_PHYS_SIZE_HI,
+                0,
+            ),
+            16,
+        )
+        params = struct.pack("<IIQ", 2, 0, ctypes.addressof(info))
+        status, _ = self.control(client, memory, abi.NV0041_CTRL_CMD_GET_SURFACE_INFO, params)
+        lo, hi = struct.unpack_from("<4xI4xI", info.raw)
+        return status, hi << 32 | lo
+
+    def handle_info(self, client: int, handle: int, index: int) -> tuple[int, int]:
+        """CLIENT_GET_HANDLE_INFO on the client: (status, the parent's handle or the class)."""
+        params = struct.pack("<IIQ", handle, index, 0)
+        status, out = self.control(
+            client, client, abi.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO, params
+        )
+        return status, int(struct.unpack_from("<Q", out, 8)[0])
 
     def map_memory(
         self, client: int, device: int, memory: int, length: int, target: int

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qpolicy.nvrm import abi
 from tests.vm.conftest import DEBUGFS, kernel_log
 from tests.vm.qgpu_env import cgroups, in_cgroup, qgpu_loaded, stats_of
 
@@ -30,6 +31,23 @@ class Op:
     params_size: int
     flags: int
     status: int
+
+
+# What the memory gate asks RM about a tenant's objects, and their parameter sizes.
+GATE_QUERIES = {
+    abi.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO: 16,
+    abi.NV0041_CTRL_CMD_GET_SURFACE_INFO: 16,
+    abi.NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES: 12,
+}
+
+
+def gone(op: Op) -> bool:
+    """The memory gate's question about a freed handle, answered "not there"."""
+    return (
+        op.op == OP_CONTROL
+        and op.what == abi.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO
+        and op.status in (abi.NvStatus.NV_ERR_OBJECT_NOT_FOUND, abi.NvStatus.NV_ERR_INVALID_CLIENT)
+    )
 
 
 def kapi() -> tuple[dict[str, int], list[Op]]:
@@ -67,15 +85,18 @@ def test_the_kernel_client_allocates_with_nvos64() -> None:
     assert allocs >= 3 and allocs == 3 * (after["frees"] - before["frees"])
     # A control may name a tenant's client that the tenant's exit freed meanwhile: RM answers
     # NV_ERR_INVALID_CLIENT, and qgpu retries the batch channel by channel (apply_batch in
-    # kmod/qgpu/sched.c), so such a race costs two failed ops. Nothing else may fail.
-    failed = [op for op in ops if op.status]
+    # kmod/qgpu/sched.c), so such a race costs two failed ops. The memory gate asks RM whether
+    # what a tenant freed is gone (kmod/qgpu/ioctl.c, untrack_if_gone): "not there" is the
+    # answer it expects, counted by nvmock as "absent". Nothing else may fail.
+    failed = [op for op in ops if op.status and not gone(op)]
     raced = [
         op
         for op in failed
         if (op.op, op.what, op.status) == (OP_CONTROL, FIFO_DISABLE_CHANNELS, NV_ERR_INVALID_CLIENT)
     ]
     assert failed == raced, failed
-    assert after["failed"] - before["failed"] <= len(raced)
+    absent = after["absent"] - before["absent"]
+    assert after["failed"] - before["failed"] - absent <= len(raced)
     assert after["bad_rights"] == before["bad_rights"]
     opened = [op for op in ops if op.op == OP_ALLOC][-3:]
     # As NVOS64: no rights requested (NULL), the class's parameter size, no flags; NV_OK
@@ -86,7 +107,12 @@ def test_the_kernel_client_allocates_with_nvos64() -> None:
         (NV20_SUBDEVICE_0, 0, 4, 0, 0),
     ]
     assert [op.status for op in ops if op.op == OP_FREE][-1] == 0
-    controls = [op for op in ops if op.op == OP_CONTROL]
+    controls = [op for op in ops if op.op == OP_CONTROL and op.what not in GATE_QUERIES]
+    assert all(
+        (op.params_size, op.flags) == (GATE_QUERIES[op.what], 0)
+        for op in ops
+        if op.op == OP_CONTROL and op.what in GATE_QUERIES
+    )
     assert controls and all(
         (op.what, op.params_size, op.flags) == (FIFO_DISABLE_CHANNELS, 536, 0)
         and op.status in (0, NV_ERR_INVALID_CLIENT)
@@ -106,7 +132,7 @@ def test_the_kernel_client_reads_an_allocations_status_where_the_driver_writes_i
         line for line in kernel_log().splitlines()[log_lines:] if "no kernel RM client" in line
     ]
     assert len(refused) == 1 and f"status 0x{NV_ERR_INSUFFICIENT_RESOURCES:x}" in refused[0]
-    assert after["failed"] == before["failed"] + 1
+    assert after["failed"] - (after["absent"] - before["absent"]) == before["failed"] + 1
     # The failed opening (client, device, failed subdevice) was freed like the others.
     assert after["allocs"] - before["allocs"] == 3 * (after["frees"] - before["frees"])
     statuses = [(op.what, op.status) for op in ops if op.op == OP_ALLOC]

@@ -1,0 +1,219 @@
+"""qgpu's memory gate on every path that allocates or keeps device memory, against nvmock: what
+is charged is what RM allocated and still holds, as RM says, whatever the tenant writes into
+its own arguments meanwhile."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from qpolicy.enforcers.kmod.client import QgpuClient
+from qpolicy.nvrm.abi import NvStatus
+from tests.vm.conftest import ROOT, objects
+from tests.vm.qgpu_env import Cgroup, cgroups, qgpu_loaded, stats_of
+
+MIB = 1 << 20
+KIB_64 = 64 << 10
+
+
+class MemTenant:
+    """tests/vm/memtenant.py inside a cgroup: a client and device that live until closed."""
+
+    def __init__(self, cg: Cgroup) -> None:
+        def enter() -> None:
+            (cg.path / "cgroup.procs").write_text(str(os.getpid()))
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.vm.memtenant"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=enter,
+        )
+        hello = self._answer()
+        self.client, self.device = int(hello["client"]), int(hello["device"])
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"the tenant ended: rc {self.proc.wait()}"
+        return dict(json.loads(line))
+
+    def ask(self, *words: object) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(" ".join(str(w) for w in words) + "\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if self.proc.poll() is None:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        self.proc.stdout.close()
+        assert self.proc.returncode == 0, f"the tenant ended with rc {self.proc.returncode}"
+
+
+@contextmanager
+def mem_tenants(*cgs: Cgroup) -> Iterator[list[MemTenant]]:
+    tenants: list[MemTenant] = []
+    try:
+        for cg in cgs:
+            tenants.append(MemTenant(cg))
+        yield tenants
+    finally:
+        for tenant in tenants:
+            tenant.close()
+
+
+def used(client: QgpuClient, cg: Cgroup) -> int:
+    return stats_of(client, cg).mem_used
+
+
+def test_rm_reports_the_size_it_rounded_to() -> None:
+    """nvmock rounds as RM does (64 KiB below 2 MiB, 2 MiB from there on), writes the rounded
+    size back, and answers it to GET_SURFACE_INFO and the class and parent to
+    CLIENT_GET_HANDLE_INFO."""
+    with cgroups(1) as (cg,), mem_tenants(cg) as (tenant,):
+        small = tenant.ask("alloc", MIB + 1)
+        big = tenant.ask("alloc", 3 * MIB + 1)
+        assert (small["status"], small["size"]) == (NvStatus.NV_OK, MIB + KIB_64)
+        assert (big["status"], big["size"]) == (NvStatus.NV_OK, 4 * MIB)
+        assert tenant.ask("size", small["handle"]) == {"status": 0, "size": MIB + KIB_64}
+        assert tenant.ask("size", big["handle"]) == {"status": 0, "size": 4 * MIB}
+
+
+def test_rounding_is_charged_as_rm_rounded() -> None:
+    """What the tenant asked for fits; what RM allocated does not: freed again and refused, and
+    what is charged for the rest is RM's size."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=MIB + 32 * 1024)
+        with mem_tenants(cg) as (tenant,):
+            before = objects()["vidmem"]
+            out = tenant.ask("alloc", MIB + 1)
+            assert out["status"] == NvStatus.NV_ERR_NO_MEMORY
+            assert objects()["vidmem"] == before  # freed again through the kernel client
+            assert used(client, cg) == 0 and stats_of(client, cg).oom == 1
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=4 * MIB)
+        with mem_tenants(cg) as (tenant,):
+            assert tenant.ask("alloc", MIB + 1)["status"] == NvStatus.NV_OK
+            assert used(client, cg) == MIB + KIB_64
+            assert tenant.ask("alloc", 2 * MIB + 1)["status"] == NvStatus.NV_ERR_NO_MEMORY
+            assert used(client, cg) == MIB + KIB_64
+        assert used(client, cg) == 0
+
+
+def test_vid_heap_control_meets_the_same_gate() -> None:
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=1 << 30)
+        with mem_tenants(cg) as (tenant,):
+            first = tenant.ask("vidheap", 768 * MIB)
+            assert first["status"] == NvStatus.NV_OK and first["size"] == 768 * MIB
+            assert used(client, cg) == 768 * MIB
+            assert tenant.ask("vidheap", 512 * MIB)["status"] == NvStatus.NV_ERR_NO_MEMORY
+            assert tenant.ask("free", first["handle"])["status"] == NvStatus.NV_OK
+            assert used(client, cg) == 0
+            assert tenant.ask("vidheap", 512 * MIB)["status"] == NvStatus.NV_OK
+            assert used(client, cg) == 512 * MIB
+        assert used(client, cg) == 0
+
+
+def test_a_duplicate_keeps_the_memory_charged_to_its_owner() -> None:
+    """DUP then free of the original: the memory lives, so its charge does, until the last
+    handle to it goes. A duplicate in another client is charged to its holder as well."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=16 * MIB)
+        with mem_tenants(cg) as (tenant,):
+            orig = tenant.ask("alloc", 8 * MIB)["handle"]
+            dup = tenant.ask("dup", orig)
+            assert dup["status"] == NvStatus.NV_OK
+            assert used(client, cg) == 8 * MIB  # one memory, one charge
+            assert tenant.ask("free", orig)["status"] == NvStatus.NV_OK
+            assert used(client, cg) == 8 * MIB
+            assert tenant.ask("alloc", 10 * MIB)["status"] == NvStatus.NV_ERR_NO_MEMORY
+            assert tenant.ask("free", dup["handle"])["status"] == NvStatus.NV_OK
+            assert used(client, cg) == 0
+            assert tenant.ask("alloc", 10 * MIB)["status"] == NvStatus.NV_OK
+            # Into a second client of its own: RM cannot relate the two, the holder pays too,
+            # and past the limit the duplicate is refused (and freed again).
+            orig = tenant.ask("alloc", 4 * MIB)["handle"]
+            assert used(client, cg) == 14 * MIB
+            assert tenant.ask("dup", orig, "second")["status"] == NvStatus.NV_ERR_NO_MEMORY
+            assert used(client, cg) == 14 * MIB
+            assert tenant.ask("free", orig)["status"] == NvStatus.NV_OK
+            dup = tenant.ask("dup", tenant.ask("alloc", 2 * MIB)["handle"], "second")
+            assert dup["status"] == NvStatus.NV_OK
+            assert used(client, cg) == 14 * MIB
+        assert used(client, cg) == 0
+
+
+def test_exports_and_fabric_memory_are_refused_to_a_memory_limited_cgroup() -> None:
+    """What qgpu cannot follow once it leaves a tenant's clients: refused where a limit holds,
+    the driver's answer elsewhere (nvmock does not model export to fd or fabric memory)."""
+    with qgpu_loaded() as client, cgroups(2) as (limited, free):
+        client.set_cgroup(limited.id, 0, "offline", 50, mem_limit=64 * MIB)
+        client.set_cgroup(free.id, 0, "offline", 50)
+        with mem_tenants(limited, free) as (inside, outside):
+            denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+            handle = inside.ask("alloc", MIB)["handle"]
+            assert inside.ask("export", handle)["status"] == denied
+            assert inside.ask("dmabuf")["errno"] == 1  # EPERM
+            assert inside.ask("fabric")["status"] == denied
+            handle = outside.ask("alloc", MIB)["handle"]
+            assert outside.ask("export", handle)["status"] == NvStatus.NV_ERR_NOT_SUPPORTED
+            assert outside.ask("dmabuf")["errno"] == 0
+            assert outside.ask("fabric")["status"] == NvStatus.NV_ERR_INVALID_CLASS
+            assert stats_of(client, limited).denied == 3
+            assert used(client, limited) == MIB
+
+
+def test_another_files_client_is_never_charged() -> None:
+    with qgpu_loaded() as client, cgroups(2) as (attacker, victim):
+        client.set_cgroup(attacker.id, 0, "offline", 50, mem_limit=64 * MIB)
+        client.set_cgroup(victim.id, 0, "offline", 50, mem_limit=64 * MIB)
+        with mem_tenants(attacker, victim) as (bad, good):
+            assert good.ask("alloc", 2 * MIB)["status"] == NvStatus.NV_OK
+            out = bad.ask("foreign", good.client, good.device)
+            assert out["status"] == NvStatus.NV_ERR_INVALID_CLIENT
+            assert used(client, victim) == 2 * MIB and used(client, attacker) == 0
+
+
+def test_a_tenant_racing_its_own_alloc_arguments_charges_no_neighbour() -> None:
+    """hRoot rewritten between qgpu's look and the driver's: nothing is charged to the
+    neighbour whose client it names, and nothing allocated escapes the attacker's count."""
+    with qgpu_loaded() as client, cgroups(2) as (attacker, victim):
+        client.set_cgroup(attacker.id, 0, "offline", 50, mem_limit=64 * MIB)
+        client.set_cgroup(victim.id, 0, "offline", 50, mem_limit=64 * MIB)
+        with mem_tenants(attacker, victim) as (bad, good):
+            assert good.ask("alloc", 2 * MIB)["status"] == NvStatus.NV_OK
+            out = bad.ask("race_alloc", 3000, good.client)
+            # Both outcomes happened: the race was run, not avoided.
+            assert out["ok"] > 0 and out["refused"] > 0, out
+            assert used(client, victim) == 2 * MIB
+            assert used(client, attacker) == 0
+            assert bad.ask("alloc", 64 * MIB)["status"] == NvStatus.NV_OK
+            assert used(client, attacker) == 64 * MIB
+
+
+def test_a_tenant_racing_its_own_free_arguments_untracks_nothing() -> None:
+    """A free of a second client's object whose arguments read, after the driver, as a free of
+    the first client: qgpu asks RM, which still has the first client, so its memory stays
+    charged and the limit still holds."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=16 * MIB)
+        with mem_tenants(cg) as (tenant,):
+            assert tenant.ask("alloc", 12 * MIB)["status"] == NvStatus.NV_OK
+            out = tenant.ask("race_free", 2000)
+            assert out["freed"] > 0, out
+            assert used(client, cg) == 12 * MIB
+            assert stats_of(client, cg).clients == 2
+            assert tenant.ask("alloc", 8 * MIB)["status"] == NvStatus.NV_ERR_NO_MEMORY
+        assert used(client, cg) == 0
