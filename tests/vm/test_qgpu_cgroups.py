@@ -197,10 +197,13 @@ def test_removed_cgroups_are_reaped_however_many_are_configured() -> None:
 
 
 def drain(client: QgpuClient, quiet: float) -> list[QgpuEvent]:
-    """Every event until none came for ``quiet`` seconds."""
-    fileno = client.transport._socket.fileno()  # type: ignore[attr-defined]
+    """Every event until none came for ``quiet`` seconds. pyroute2 reads every datagram the
+    socket has into a queue of its own but answers one datagram a call: that queue is
+    emptied before waiting on the socket again."""
+    sock = client.transport._socket  # type: ignore[attr-defined]
+    queued = sock.asyncore.msg_queue.queues[0]
     seen: list[QgpuEvent] = []
-    while select.select([fileno], [], [], quiet)[0]:
+    while not queued.empty() or select.select([sock.fileno()], [], [], quiet)[0]:
         seen.extend(client.events())
     return seen
 
@@ -217,8 +220,9 @@ FLOOD = 1000
 
 def test_events_only_with_listeners_and_rate_limited() -> None:
     with qgpu_loaded() as client, pod() as (slice_, _):
+        slice_id = slice_.id
         client.set_gpu(0, "fixed-share", 50_000)
-        client.set_cgroup(slice_.id, 0, "offline", 30)
+        client.set_cgroup(slice_id, 0, "offline", 30)
         worker = Worker(slice_.path)
         try:
             # Nobody listens: nothing is built, nothing counted as sent or dropped.
@@ -235,7 +239,7 @@ def test_events_only_with_listeners_and_rate_limited() -> None:
             sent, dropped = (a - b for a, b in zip(counters(), before, strict=True))
         finally:
             worker.close()
-    denied = [e for e in events if e.event == Event.DENIED and e.cgroup_id == slice_.id]
+    denied = [e for e in events if e.event == Event.DENIED and e.cgroup_id == slice_id]
     print(f"{FLOOD} refusals in {elapsed:.2f} s: {len(denied)} events, {dropped} dropped")
     assert elapsed < 9, "too slow for the rate limit to show"
     assert len(denied) == sent and sent + dropped == FLOOD
