@@ -33,8 +33,10 @@ VM_ENV = env QPOLICY_IN_VM=1 PYTHONDONTWRITEBYTECODE=1
 VM_PYTEST = $(BIN)/python -m pytest -p no:cacheprovider
 
 vm-test: venv
-	tools/vm/run $(VM_ENV) $(VM_PYTEST) tests/vm --ignore=tests/vm/test_qgpu_safety.py
-	$(VM_ONE_THREAD) tools/vm/run $(VM_ENV) $(VM_PYTEST) tests/vm/test_qgpu_safety.py
+	tools/vm/run $(VM_ENV) $(VM_PYTEST) tests/vm --ignore=tests/vm/test_qgpu_safety.py \
+		--ignore=tests/vm/test_qgpu_unload.py
+	$(VM_ONE_THREAD) tools/vm/run $(VM_ENV) $(VM_PYTEST) tests/vm/test_qgpu_safety.py \
+		tests/vm/test_qgpu_unload.py
 
 # The kmod issue's 1 000 load/unload cycles of qgpu.ko under gpuload (about an hour; not part
 # of `make test`, which runs 20). CYCLES=n to change the count.
