@@ -53,9 +53,13 @@ bench: venv
 	$(BIN)/python tools/bench/run.py
 
 # qgpu.ko in the VM against the unhooked mock driver: cost per ioctl, shares, online latency.
+# The hook cost is reported against qgpu.ko as it was at BASELINE, built beside it.
+BASELINE ?= 20a672a
 bench-vm: venv
 	$(MAKE) -s -C tools/bench/ioctlbench
-	tools/vm/run env PYTHONDONTWRITEBYTECODE=1 $(BIN)/python tools/bench/qgpu_vm.py
+	baseline=$$(tools/bench/qgpu_baseline.sh $(BASELINE)) && \
+	tools/vm/run env PYTHONDONTWRITEBYTECODE=1 QGPU_BASELINE=$$baseline \
+		QGPU_BASELINE_REV=$(BASELINE) $(BIN)/python tools/bench/qgpu_vm.py
 
 # On a GPU machine, as root, with the system Python that has PyTorch (no venv there): native
 # time-slicing vs MPS vs the rm enforcer. ARGS go to tools/bench/gpu.py.
