@@ -132,6 +132,11 @@ err_put:
 	return 0;
 }
 
+/**
+ * qgpu_rmapi_exit() - free the RM stack and let go of the driver's RM entry
+ *
+ * Context: module exit, after the schedulers and timeslices are done with it.
+ */
 void qgpu_rmapi_exit(void)
 {
 	if (!bound)
@@ -203,7 +208,16 @@ static u32 rm_alloc(u32 hroot, u32 hparent, u32 *hnew, u32 hclass, void *params,
 	return call.params.alloc.status;
 }
 
-/* NV01_FREE takes NVOS00; the driver uses hRoot and hObjectOld (_nv01Free in entry_points.c). */
+/**
+ * qgpu_rmapi_free() - free an RM object as a kernel client (NV01_FREE)
+ * @hclient: the client
+ * @hobject: the object; the client itself frees all it holds
+ *
+ * NV01_FREE takes NVOS00; the driver uses hRoot and hObjectOld (_nv01Free in entry_points.c).
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ * Return: RM's status.
+ */
 u32 qgpu_rmapi_free(u32 hclient, u32 hobject)
 {
 	struct nvrm_kernel_op call = {
@@ -220,7 +234,15 @@ u32 qgpu_rmapi_free(u32 hclient, u32 hobject)
 	return call.params.free.status;
 }
 
-/* A kernel client with the GPU's device and subdevice, to send controls from. */
+/**
+ * qgpu_rmapi_gpu_open() - a kernel client with a GPU's device and subdevice
+ * @gpu: the GPU (its device instance)
+ * @hclient: set to the client's handle
+ * @hsubdevice: set to the subdevice's handle, to send controls to
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ * Return: 0, -EOPNOTSUPP without the RM entry, -ENODEV if RM refused (nothing is left).
+ */
 int qgpu_rmapi_gpu_open(u32 gpu, u32 *hclient, u32 *hsubdevice)
 {
 	struct nv0080_alloc_params device = { .deviceId = gpu };
@@ -251,6 +273,12 @@ err:
 	return -ENODEV;
 }
 
+/**
+ * qgpu_rmapi_gpu_close() - free a kernel client made by qgpu_rmapi_gpu_open()
+ * @hclient: the client
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ */
 void qgpu_rmapi_gpu_close(u32 hclient)
 {
 	if (bound)
@@ -280,6 +308,20 @@ static u32 rm_control(u32 hclient, u32 hobject, u32 cmd, void *params, u32 size)
 	return call.params.control.status;
 }
 
+/**
+ * qgpu_rmapi_set_channels() - close or open tenants' channels (FIFO_DISABLE_CHANNELS)
+ * @hclient: qgpu's kernel client
+ * @hsubdevice: its subdevice on the channels' GPU
+ * @disable: close (true) or open
+ * @clients: each channel's client
+ * @channels: the channels
+ * @n: how many, at most NV2080_DISABLE_CHANNELS_MAX
+ *
+ * All or nothing in RM: one bad channel fails the call.
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ * Return: RM's status; NV_ERR_NOT_SUPPORTED without the RM entry.
+ */
 u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
 			    const u32 *clients, const u32 *channels, u32 n)
 {
