@@ -19,10 +19,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import pytest
+
 from qpolicy.enforcers.kmod.client import QgpuClient, QgpuEvent
 from qpolicy.enforcers.kmod.uapi import EVENT_RATE_PER_SEC, Event
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import reset
+from tests.vm.conftest import DEBUGFS, reset
 from tests.vm.qgpu_env import (
     CGROUP_ROOT,
     SYSFS,
@@ -164,15 +166,23 @@ REAPED = 40
 REMOVED = 8
 
 
-def test_removed_cgroups_are_reaped_however_many_are_configured() -> None:
+@pytest.mark.parametrize("schedulers", ["running", "none"])
+def test_removed_cgroups_are_reaped_however_many_are_configured(schedulers: str) -> None:
+    """Past the first 32, and with no scheduler thread at all (nvmock posing as a driver whose
+    RM entry qgpu refuses: no time slicing, the gates and the configuration still work)."""
     ensure_cgroup2()
     made = [Cgroup(CGROUP_ROOT / f"qgpu-reap-{uuid.uuid4().hex[:8]}") for _ in range(REAPED)]
     for cg in made:
         cg.path.mkdir()
+    if schedulers == "none":
+        (DEBUGFS / "kapi_version").write_text("575.64.05\n")
     try:
         with qgpu_loaded() as client, QgpuClient.open() as watcher:
             watcher.subscribe_events()
-            client.set_gpu(1, "burst-share", 100_000)
+            if schedulers == "running":
+                client.set_gpu(1, "burst-share", 100_000)
+            else:
+                assert (SYSFS / "rm_version").read_text() == "\n"
             ids = [cg.id for cg in made]
             for cg_id in ids:
                 client.set_cgroup(cg_id, 1, "offline", 2)
@@ -191,6 +201,7 @@ def test_removed_cgroups_are_reaped_however_many_are_configured() -> None:
                 gone
             )
     finally:
+        (DEBUGFS / "kapi_version").write_text("\n")
         for cg in made:
             if cg.path.exists():
                 cg.path.rmdir()
