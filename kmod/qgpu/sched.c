@@ -305,6 +305,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		s->last = 0;
 		s->period_end = 0;
 		plan_channels(s, false);
+		s->wake_in_ns = (u64)clamp(qgpu_poll_us, 50U, 5000U) * NSEC_PER_USEC;
 		/* Stay awake while channels wait to be reopened, even ones backing off. */
 		return s->nr_changes > 0 || !all_open(s);
 	}

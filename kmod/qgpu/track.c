@@ -361,9 +361,9 @@ struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hcl
 	 * driver ran; a configuration change meanwhile may have charged the client elsewhere.
 	 */
 	if (client->cg != cg) {
+		/* @cg stays: the caller still reads it. Left unused, the next sweep drops it. */
 		cg->mem_used -= bytes;
 		client->cg->mem_used += bytes;
-		qgpu_cg_put_if_unused(cg);
 	}
 	obj->handle = hnew;
 	obj->parent = hparent;
