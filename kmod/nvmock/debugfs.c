@@ -13,6 +13,8 @@
  *   kapi_fail_control	write a control command and a count ("0xa06c0103 2"): the next
  *			that many kernel CONTROLs of it fail with NV_ERR_INVALID_STATE (a test's
  *			fault); a count of 0 disarms it
+ *   kapi_version	write a version: nvidia_get_rm_ops takes and answers that version as
+ *			its own, as another driver would (a test's pose); an empty line: its own
  *   gpuN/engine	context switches, time spent switching and running
  *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
  *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels
@@ -206,6 +208,30 @@ static const struct file_operations kapi_fail_control_fops = {
 	.llseek = noop_llseek,
 };
 
+static ssize_t kapi_version_write(struct file *file, const char __user *buf, size_t count,
+				  loff_t *ppos)
+{
+	char text[sizeof(nvmock_kapi.answer_version)];
+
+	if (count >= sizeof(text))
+		return -EINVAL;
+	if (copy_from_user(text, buf, count))
+		return -EFAULT;
+	text[count] = '\0';
+	strim(text);
+	mutex_lock(&nvmock_lock);
+	strscpy(nvmock_kapi.answer_version, text, sizeof(nvmock_kapi.answer_version));
+	mutex_unlock(&nvmock_lock);
+	return count;
+}
+
+static const struct file_operations kapi_version_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = kapi_version_write,
+	.llseek = noop_llseek,
+};
+
 static ssize_t reset_write(struct file *file, const char __user *buf, size_t count,
 			   loff_t *ppos)
 {
@@ -231,6 +257,7 @@ void nvmock_debugfs_init(void)
 	debugfs_create_file("kapi", 0444, root, NULL, &kapi_fops);
 	debugfs_create_file("kapi_fail", 0200, root, NULL, &kapi_fail_fops);
 	debugfs_create_file("kapi_fail_control", 0200, root, NULL, &kapi_fail_control_fops);
+	debugfs_create_file("kapi_version", 0200, root, NULL, &kapi_version_fops);
 	for (i = 0; i < nvmock_num_gpus; i++) {
 		struct nvmock_gpu *gpu = &nvmock_gpus[i];
 		char name[16];

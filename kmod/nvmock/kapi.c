@@ -229,8 +229,11 @@ u32 nvidia_get_rm_ops(struct nvrm_kernel_ops *ops)
 	 * The driver strcmp()s the caller's version with its own; on a mismatch it answers its
 	 * version in version_string. (A NULL version_string would oops nvidia.ko; nvmock refuses.)
 	 */
-	if (!ops->version_string || strcmp(ops->version_string, NVMOCK_VERSION_STRING)) {
-		ops->version_string = NVMOCK_VERSION_STRING;
+	const char *mine = READ_ONCE(nvmock_kapi.answer_version[0]) ?
+			   nvmock_kapi.answer_version : NVMOCK_VERSION_STRING;
+
+	if (!ops->version_string || strcmp(ops->version_string, mine)) {
+		ops->version_string = mine;
 		return NV_ERR_GENERIC;
 	}
 	/*
@@ -238,7 +241,7 @@ u32 nvidia_get_rm_ops(struct nvrm_kernel_ops *ops)
 	 * set_callbacks, which nvmock does not model and leaves NULL.
 	 */
 	memset(ops, 0, sizeof(*ops));
-	ops->version_string = NVMOCK_VERSION_STRING;
+	ops->version_string = mine;
 	ops->system_info.allow_write_combining = false;
 	ops->alloc_stack = alloc_stack;
 	ops->free_stack = free_stack;

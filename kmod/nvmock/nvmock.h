@@ -274,6 +274,8 @@ struct nvmock_kapi_stats {
 	/* A test's fault: the next fail_controls kernel CONTROLs of this command fail. */
 	u32 fail_controls;
 	u32 fail_cmd;
+	/* A test's pose: the version nvidia_get_rm_ops has ("kapi_version"); "": its own. */
+	char answer_version[32];
 };
 
 extern struct nvmock_kapi_stats nvmock_kapi;

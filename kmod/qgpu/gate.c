@@ -69,6 +69,9 @@ int qgpu_gate_charge(struct qgpu_obj *obj, struct qgpu_cg *cg, u64 bytes)
 	lockdep_assert_held(&qgpu_lock);
 	if (!bytes)
 		return 0;
+	/* Its client's cgroup governs it, should a configuration change have moved the client. */
+	if (obj->client)
+		cg = obj->client->cg;
 	mem = kzalloc(sizeof(*mem), GFP_KERNEL);
 	if (!mem)
 		return -ENOMEM;
@@ -127,4 +130,27 @@ void qgpu_gate_put(struct qgpu_obj *obj)
 u64 qgpu_gate_bytes(const struct qgpu_obj *obj)
 {
 	return obj->mem ? obj->mem->bytes : 0;
+}
+
+/**
+ * qgpu_gate_move() - charge the memory @obj references to @to, if @from holds the charge
+ * @obj: a tracked object whose client is charged to @to from now on
+ * @from: the cgroup its client was charged to
+ * @to: the cgroup that governs its client now
+ *
+ * A charge shared by duplicates moves once: the first of them finds it on @from, the others on
+ * @to already. A duplicate charged to another client's holder stays where it is.
+ *
+ * Context: qgpu_lock held.
+ */
+void qgpu_gate_move(struct qgpu_obj *obj, struct qgpu_cg *from, struct qgpu_cg *to)
+{
+	struct qgpu_mem *mem = obj->mem;
+
+	lockdep_assert_held(&qgpu_lock);
+	if (!mem || mem->cg != from || from == to)
+		return;
+	from->mem_used -= mem->bytes;
+	to->mem_used += mem->bytes;
+	mem->cg = to;
 }

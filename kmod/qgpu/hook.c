@@ -173,6 +173,14 @@ out:
 	return err;
 }
 
+/**
+ * qgpu_hook_init() - find the target driver's file operations and hook them
+ *
+ * Holds a reference on the target driver's module while hooked.
+ *
+ * Context: module init, last: everything the hooks reach is in place.
+ * Return: 0, or the error of finding the driver or registering the hooks.
+ */
 int qgpu_hook_init(void)
 {
 	int err;
@@ -189,6 +197,11 @@ int qgpu_hook_init(void)
 	return 0;
 }
 
+/**
+ * qgpu_hook_exit() - unhook the target driver and let go of it
+ *
+ * Context: module exit, first.
+ */
 void qgpu_hook_exit(void)
 {
 	hooked = false;
@@ -202,6 +215,11 @@ void qgpu_hook_exit(void)
 	module_put(target_owner);
 }
 
+/**
+ * qgpu_hooked() - whether the driver's entry points are hooked
+ *
+ * Return: true between qgpu_hook_init() and qgpu_hook_exit().
+ */
 bool qgpu_hooked(void)
 {
 	return READ_ONCE(hooked);

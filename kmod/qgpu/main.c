@@ -26,6 +26,7 @@ static int __init qgpu_init(void)
 		pr_err("target=%s: not nvidia or nvmock\n", qgpu_target);
 		return -EINVAL;
 	}
+	qgpu_track_init();
 	err = qgpu_rmapi_init();
 	if (err)
 		return err;

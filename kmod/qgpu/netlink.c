@@ -6,12 +6,30 @@
  * container's user namespace gets -EPERM. Attributes are validated strictly by the policy
  * before a handler runs, and a handler checks everything before it changes anything, so a
  * refused message leaves the state as it was.
+ *
+ * Configuring or unconfiguring a cgroup changes which cgroup governs the ones below it: the
+ * tracker charges every client again (qgpu_cg_config_changed() in track.c) and every GPU's
+ * scheduler is woken.
+ *
+ * Removed cgroups: a delayed work looks up every configured cgroup's id every REAP_MS while
+ * any is configured (whether or not a scheduler runs) and drops the configuration of those
+ * that are gone, with a CGROUP_GONE event each.
+ *
+ * Events go to the "events" multicast group only while it has a listener
+ * (genl_has_listeners). OOM and DENIED events together are limited to
+ * QGPU_EVENT_RATE_PER_SEC a second (a window of one second from the first of them); those
+ * past it are dropped and counted (/sys/kernel/qgpu/events_dropped). CGROUP_GONE is not
+ * limited: there is at most one per configured cgroup.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/cgroup.h>
+#include <linux/jiffies.h>
 #include <linux/lockdep.h>
 #include <linux/rwsem.h>
+#include <linux/slab.h>
+#include <linux/spinlock.h>
+#include <linux/workqueue.h>
 #include <net/genetlink.h>
 
 #include "qgpu.h"
@@ -41,9 +59,20 @@ static const struct nla_policy qgpu_policy[QGPU_A_MAX + 1] = {
 	[QGPU_A_ONLINE_TIMESLICE_US] = NLA_POLICY_FULL_RANGE(NLA_U32, &timeslice_range),
 };
 
+#define REAP_MS 100
+
 static struct genl_family qgpu_family;
 static DECLARE_RWSEM(event_sem);
 static bool registered;
+
+static DEFINE_SPINLOCK(rate_lock);
+static unsigned long rate_window;	/* jiffies: the current window began */
+static u32 rate_count;			/* events sent in it */
+static u64 events_sent;
+static u64 events_dropped;
+
+static void reap_work_fn(struct work_struct *work);
+static DECLARE_DELAYED_WORK(reap_work, reap_work_fn);
 
 static int need(struct genl_info *info, int attr)
 {
@@ -116,7 +145,7 @@ static int cgroup_set(struct sk_buff *skb, struct genl_info *info)
 	struct nlattr **a = info->attrs;
 	struct qgpu_gpu_view view;
 	struct qgpu_cg *cg;
-	u32 gpu, share, old_gpu = QGPU_MAX_GPUS;
+	u32 gpu, share, old_gpu = QGPU_MAX_GPUS;	/* QGPU_MAX_GPUS: newly configured */
 	u64 id, limit = 0;
 	u8 class;
 	int err;
@@ -165,20 +194,22 @@ static int cgroup_set(struct sk_buff *skb, struct genl_info *info)
 	cg->class = class;
 	cg->share = share;
 	cg->mem_limit = limit;
+	if (old_gpu == QGPU_MAX_GPUS)
+		qgpu_cg_config_changed();	/* it now governs the cgroups below it */
 out:
 	mutex_unlock(&qgpu_lock);
 	if (err)
 		return err;
-	qgpu_sched_kick(gpu);
-	if (old_gpu != gpu)
-		qgpu_sched_kick(old_gpu);
+	qgpu_sched_kick_all();
 	qgpu_timeslice_kick();
+	mod_delayed_work(system_wq, &reap_work, msecs_to_jiffies(REAP_MS));
 	return 0;
 }
 
 /*
- * Under qgpu_lock: the cgroup goes back to ungated; what it holds stays tracked. The caller
- * kicks the scheduler and the timeslices once the lock is dropped.
+ * Under qgpu_lock: the cgroup goes back to ungated; what it holds stays tracked, charged to
+ * whichever cgroup governs it now. @cg may be freed. The caller kicks the schedulers and the
+ * timeslices once the lock is dropped.
  */
 static u32 unconfigure(struct qgpu_cg *cg)
 {
@@ -189,14 +220,13 @@ static u32 unconfigure(struct qgpu_cg *cg)
 	cg->mem_limit = 0;
 	cg->open = true;
 	qgpu_nr_configured--;
-	qgpu_cg_put_if_unused(cg);
+	qgpu_cg_config_changed();
 	return gpu;
 }
 
 static int cgroup_del(struct sk_buff *skb, struct genl_info *info)
 {
 	struct qgpu_cg *cg;
-	u32 gpu = 0;
 	int err;
 
 	err = need(info, QGPU_A_CGROUP_ID);
@@ -205,7 +235,7 @@ static int cgroup_del(struct sk_buff *skb, struct genl_info *info)
 	mutex_lock(&qgpu_lock);
 	cg = qgpu_cg_get(nla_get_u64(info->attrs[QGPU_A_CGROUP_ID]), false);
 	if (cg && cg->configured)
-		gpu = unconfigure(cg);
+		unconfigure(cg);
 	else
 		err = -ENOENT;
 	mutex_unlock(&qgpu_lock);
@@ -214,43 +244,75 @@ static int cgroup_del(struct sk_buff *skb, struct genl_info *info)
 				    "cgroup not configured");
 		return err;
 	}
-	qgpu_sched_kick(gpu);
+	qgpu_sched_kick_all();
 	qgpu_timeslice_kick();
 	return 0;
 }
 
-/* Drop the configuration of cgroups that were removed (called by the schedulers). */
+/**
+ * qgpu_reap_cgroups() - drop the configuration of every configured cgroup that was removed
+ *
+ * Each is reported with a CGROUP_GONE event. The ids are looked up without qgpu_lock.
+ *
+ * Context: process context; qgpu_lock not held.
+ */
 void qgpu_reap_cgroups(void)
 {
-	u64 ids[32];
-	int n = 0, i;
-	struct qgpu_cg *cg, *tmp;
+	unsigned int n = 0, i, cap;
+	struct qgpu_cg *cg;
+	u32 *gpus;
+	u64 *ids;
 
 	mutex_lock(&qgpu_lock);
+	cap = qgpu_nr_configured;
+	mutex_unlock(&qgpu_lock);
+	if (!cap)
+		return;
+	ids = kcalloc(cap, sizeof(*ids), GFP_KERNEL);
+	gpus = kcalloc(cap, sizeof(*gpus), GFP_KERNEL);
+	if (!ids || !gpus)
+		goto out;
+	mutex_lock(&qgpu_lock);
 	list_for_each_entry(cg, &qgpu_cgroups, node)
-		if (cg->configured && n < ARRAY_SIZE(ids))
+		if (cg->configured && n < cap)
 			ids[n++] = cg->id;
 	mutex_unlock(&qgpu_lock);
+	/* Keep only the removed ones. */
+	for (i = 0, cap = 0; i < n; i++)
+		if (cgroup_exists(ids[i]))
+			ids[cap++] = ids[i];
+	n = cap;
+	if (!n)
+		goto out;
+	mutex_lock(&qgpu_lock);
 	for (i = 0; i < n; i++) {
-		u32 gpu = 0;
-		bool gone = false;
-
-		if (!cgroup_exists(ids[i]))
-			continue;
-		mutex_lock(&qgpu_lock);
-		list_for_each_entry_safe(cg, tmp, &qgpu_cgroups, node) {
-			if (cg->id == ids[i] && cg->configured) {
-				gpu = unconfigure(cg);
-				gone = true;
-				break;
-			}
-		}
-		mutex_unlock(&qgpu_lock);
-		if (gone) {
-			qgpu_timeslice_kick();
-			qgpu_event(QGPU_EVENT_CGROUP_GONE, ids[i], gpu);
-		}
+		cg = qgpu_cg_get(ids[i], false);
+		if (cg && cg->configured)
+			gpus[i] = unconfigure(cg);
+		else
+			ids[i] = 0;	/* deleted meanwhile */
 	}
+	mutex_unlock(&qgpu_lock);
+	qgpu_sched_kick_all();
+	qgpu_timeslice_kick();
+	for (i = 0; i < n; i++)
+		if (ids[i])
+			qgpu_event(QGPU_EVENT_CGROUP_GONE, ids[i], gpus[i]);
+out:
+	kfree(ids);
+	kfree(gpus);
+}
+
+static void reap_work_fn(struct work_struct *work)
+{
+	unsigned int configured;
+
+	qgpu_reap_cgroups();
+	mutex_lock(&qgpu_lock);
+	configured = qgpu_nr_configured;
+	mutex_unlock(&qgpu_lock);
+	if (configured)
+		queue_delayed_work(system_wq, &reap_work, msecs_to_jiffies(REAP_MS));
 }
 
 static int put_cg(struct sk_buff *skb, const struct qgpu_cg *cg)
@@ -361,15 +423,51 @@ static struct genl_family qgpu_family __ro_after_init = {
 	.n_mcgrps = ARRAY_SIZE(qgpu_mcgrps),
 };
 
+/* Whether an event may go now: OOM and DENIED share a budget per one-second window. */
+static bool event_allowed(u8 event)
+{
+	bool ok = true;
+
+	spin_lock(&rate_lock);
+	if (event != QGPU_EVENT_CGROUP_GONE) {
+		if (!rate_count || time_after_eq(jiffies, rate_window + HZ)) {
+			rate_window = jiffies;
+			rate_count = 0;
+		}
+		ok = rate_count < QGPU_EVENT_RATE_PER_SEC;
+		if (ok)
+			rate_count++;
+	}
+	if (ok)
+		events_sent++;
+	else
+		events_dropped++;
+	spin_unlock(&rate_lock);
+	return ok;
+}
+
+/**
+ * qgpu_event() - multicast an event to the "events" group
+ * @event: enum qgpu_event
+ * @cgroup_id: the cgroup it is about
+ * @gpu: the GPU it is about (0 where none)
+ *
+ * Nothing is built without a listener; past the rate limit it is dropped and counted (see the
+ * header of this file).
+ *
+ * Context: process context; qgpu_lock not held (it allocates with GFP_KERNEL).
+ */
 void qgpu_event(u8 event, u64 cgroup_id, u32 gpu)
 {
 	struct sk_buff *skb;
 	void *hdr;
 
 	down_read(&event_sem);
-	if (!registered)
+	if (!registered || !genl_has_listeners(&qgpu_family, &init_net, 0) ||
+	    !event_allowed(event))
 		goto out;
-	skb = genlmsg_new(NLMSG_GOODSIZE, GFP_KERNEL);
+	skb = genlmsg_new(nla_total_size(sizeof(u8)) + nla_total_size_64bit(sizeof(u64)) +
+			  nla_total_size(sizeof(u32)), GFP_KERNEL);
 	if (!skb)
 		goto out;
 	hdr = genlmsg_put(skb, 0, 0, &qgpu_family, 0, QGPU_CMD_EVENT);
@@ -385,6 +483,27 @@ out:
 	up_read(&event_sem);
 }
 
+/**
+ * qgpu_event_counts() - events sent to listeners, and dropped past the rate limit
+ * @sent: set to the events multicast since load
+ * @dropped: set to the events dropped by the rate limit since load
+ *
+ * Context: any.
+ */
+void qgpu_event_counts(u64 *sent, u64 *dropped)
+{
+	spin_lock(&rate_lock);
+	*sent = events_sent;
+	*dropped = events_dropped;
+	spin_unlock(&rate_lock);
+}
+
+/**
+ * qgpu_genl_init() - register the "qgpu" generic netlink family
+ *
+ * Context: module init.
+ * Return: 0 or genl_register_family()'s error.
+ */
 int qgpu_genl_init(void)
 {
 	int err = genl_register_family(&qgpu_family);
@@ -397,10 +516,17 @@ int qgpu_genl_init(void)
 	return 0;
 }
 
+/**
+ * qgpu_genl_exit() - unregister the family and stop reaping
+ *
+ * Context: module exit; qgpu_lock not held.
+ */
 void qgpu_genl_exit(void)
 {
 	down_write(&event_sem);
 	registered = false;
 	up_write(&event_sem);
 	genl_unregister_family(&qgpu_family);
+	/* No command can re-arm it now; the work re-arms itself, which this cancels too. */
+	cancel_delayed_work_sync(&reap_work);
 }

@@ -17,8 +17,10 @@
 #include "../uapi/nvrm.h"
 #include "../uapi/qgpu.h"
 
+struct cgroup;
 struct file;
 struct inode;
+struct qgpu_client;
 struct qgpu_mem;
 struct qgpu_userd;
 struct vm_area_struct;
@@ -67,6 +69,8 @@ enum qgpu_obj_kind {
 
 struct qgpu_obj {
 	struct list_head node;		/* client->objects */
+	struct list_head gpu_node;	/* channel: qgpu_gpu_channels[gpu] */
+	struct qgpu_client *client;	/* its client; NULL once dead */
 	u32 handle;
 	u32 parent;
 	enum qgpu_obj_kind kind;
@@ -81,6 +85,11 @@ struct qgpu_obj {
 	u64 userd_blind;		/* ns: since when qgpu cannot */
 	u64 userd_look;			/* ns: the last look */
 	u64 userd_hold_ns;		/* open time it still counts as busy */
+	/* channel: a scheduler's FIFO_DISABLE_CHANNELS for it is in flight (sched.c) */
+	bool in_change;
+	bool dead;			/* untracked while in_change: the scheduler frees it */
+	u8 ch_failures;			/* RM errors in a row opening or closing it */
+	unsigned long ch_retry;		/* jiffies: not before, after an error */
 
 	/* TSG: its timeslice (timeslice.c), in us */
 	u64 ts_own;			/* to restore; 0: not known yet */
@@ -95,7 +104,8 @@ struct qgpu_client {
 	struct list_head node;		/* qgpu_clients */
 	u32 handle;
 	struct file *file;		/* the file it was allocated through (not referenced) */
-	struct qgpu_cg *cg;		/* charged for everything below it */
+	struct cgroup *origin;		/* the allocating process's cgroup, referenced; or NULL */
+	struct qgpu_cg *cg;		/* charged for everything below it: governs origin */
 	struct list_head objects;
 };
 
@@ -111,6 +121,7 @@ struct qgpu_mapping {
 
 extern struct list_head qgpu_cgroups;
 extern struct list_head qgpu_clients;
+extern struct list_head qgpu_gpu_channels[QGPU_MAX_GPUS];
 extern unsigned int qgpu_nr_configured;
 
 /* hook.c */
@@ -127,8 +138,10 @@ int qgpu_release(int (*orig)(struct inode *, struct file *),
 		 struct inode *inode, struct file *file);
 
 /* track.c */
+void qgpu_track_init(void);
 struct qgpu_cg *qgpu_cg_get(u64 id, bool create);
 void qgpu_cg_put_if_unused(struct qgpu_cg *cg);
+void qgpu_cg_config_changed(void);
 u64 qgpu_current_cgroup_id(void);
 struct qgpu_client *qgpu_client_find(u32 handle);
 struct qgpu_obj *qgpu_obj_find(struct qgpu_client *client, u32 handle);
@@ -156,6 +169,7 @@ bool qgpu_channel_pending(const struct qgpu_cg *cg, struct qgpu_obj *ch);
 int qgpu_rmapi_init(void);
 void qgpu_rmapi_exit(void);
 bool qgpu_rmapi_available(void);
+const char *qgpu_rmapi_version(void);
 int qgpu_rmapi_gpu_open(u32 gpu, u32 *hclient, u32 *hsubdevice);
 void qgpu_rmapi_gpu_close(u32 hclient);
 u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
@@ -175,6 +189,7 @@ int qgpu_gate_charge(struct qgpu_obj *obj, struct qgpu_cg *cg, u64 bytes);
 void qgpu_gate_share(struct qgpu_obj *obj, const struct qgpu_obj *orig);
 void qgpu_gate_put(struct qgpu_obj *obj);
 u64 qgpu_gate_bytes(const struct qgpu_obj *obj);
+void qgpu_gate_move(struct qgpu_obj *obj, struct qgpu_cg *from, struct qgpu_cg *to);
 
 /* sched.c */
 struct qgpu_gpu_view {
@@ -191,6 +206,7 @@ int qgpu_sched_init(void);
 void qgpu_sched_exit(void);
 int qgpu_sched_set_gpu(u32 gpu, int policy, int period_us);
 void qgpu_sched_kick(u32 gpu);
+void qgpu_sched_kick_all(void);
 void qgpu_sched_view(u32 gpu, struct qgpu_gpu_view *view);
 int qgpu_sched_check_shares(u32 gpu, u8 policy, u64 skip_cg, u32 extra_share);
 
@@ -208,6 +224,7 @@ int qgpu_genl_init(void);
 void qgpu_genl_exit(void);
 void qgpu_event(u8 event, u64 cgroup_id, u32 gpu);
 void qgpu_reap_cgroups(void);
+void qgpu_event_counts(u64 *sent, u64 *dropped);
 
 /* sysfs.c */
 int qgpu_sysfs_init(void);

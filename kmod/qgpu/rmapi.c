@@ -7,8 +7,13 @@
  * The entry is nvidia.ko's kernel-client interface, the one nvidia-modeset uses
  * (nvidia_get_rm_ops, declared in ../uapi/nvrm_kapi.h); nvmock exports the same. It is taken at run
  * time (symbol_get), so qgpu loads against either driver, and it needs the driver's exact
- * version: nvmock's is known, nvidia's comes from rm_version= (/sys/module/nvidia/version).
- * Against nvidia.ko this has not run on hardware. Without the entry time slicing is refused
+ * version. qgpu names rm_version= if given, else nvmock's own for target=nvmock, else the bare
+ * branch (RM_BRANCH). On a mismatch the driver answers NV_ERR_GENERIC and writes its own
+ * version into version_string (nvidia_get_rm_ops in kernel-open/nvidia/nv-modeset-interface.c);
+ * qgpu asks again with that version only if it is of the branch qgpu's ABI was written for
+ * (580: the structs of ../uapi/nvrm*.h are 580.142's), and otherwise refuses, in one log line.
+ * The version in use is /sys/kernel/qgpu/rm_version. Against nvidia.ko this has not run on
+ * hardware. Without the entry time slicing is refused
  * (-EOPNOTSUPP) and tracking, memory limits and the tenant guard still work.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -27,7 +32,11 @@ static char *rm_version = "";
 module_param(rm_version, charp, 0444);
 MODULE_PARM_DESC(rm_version, "target=nvidia: the driver's exact version, for its kernel RM entry");
 
+/* The driver branch whose ABI qgpu speaks: a version from it starts with this. */
+#define RM_BRANCH "580."
+
 static struct nvrm_kernel_ops rm_ops;
+static char bound_version[64];
 /*
  * The driver's stack may be used by one thread at a time: the GPUs' threads share it. It may
  * be NULL after a successful alloc_stack (nvidia.ko built without an alternate stack, as the
@@ -37,39 +46,75 @@ static DEFINE_MUTEX(rm_stack_lock);
 static void *rm_stack;
 static bool bound;
 
-/* The version to name: the parameter, else nvmock's own (the mock is built with qgpu). */
+/* The version to name first: the parameter, else nvmock's own (built with qgpu), else none. */
 static const char *target_version(void)
 {
 	if (*rm_version)
 		return rm_version;
-	return strcmp(qgpu_target, "nvmock") ? NULL : NVMOCK_VERSION_STRING;
+	return strcmp(qgpu_target, "nvmock") ? RM_BRANCH : NVMOCK_VERSION_STRING;
 }
 
+/*
+ * Ask for the ops naming @version; on a mismatch, the driver's answer is learnt if it is of
+ * RM_BRANCH and asked for once more. Return: RM's status.
+ */
+static u32 get_rm_ops(u32 (*get_ops)(struct nvrm_kernel_ops *ops), const char *version)
+{
+	const char *answered;
+	u32 status;
+
+	memset(&rm_ops, 0, sizeof(rm_ops));
+	rm_ops.version_string = version;
+	status = get_ops(&rm_ops);
+	if (status == NV_OK) {
+		strscpy(bound_version, version, sizeof(bound_version));
+		return status;
+	}
+	answered = rm_ops.version_string;
+	if (!answered || answered == version) {
+		pr_warn("%s refused RM ops for version %s (status 0x%x) without naming its own: %s\n",
+			qgpu_target, version, status, "time slicing is off");
+		return status;
+	}
+	if (strncmp(answered, RM_BRANCH, strlen(RM_BRANCH))) {
+		pr_warn("%s is version %.32s, not of the %sx branch qgpu's RM ABI was written for: %s\n",
+			qgpu_target, answered, RM_BRANCH, "time slicing is off");
+		return status;
+	}
+	strscpy(bound_version, answered, sizeof(bound_version));
+	memset(&rm_ops, 0, sizeof(rm_ops));
+	rm_ops.version_string = bound_version;
+	status = get_ops(&rm_ops);
+	if (status != NV_OK) {
+		pr_warn("%s refused RM ops for its own version %s (status 0x%x): %s\n",
+			qgpu_target, bound_version, status, "time slicing is off");
+		return status;
+	}
+	if (*rm_version || strcmp(version, RM_BRANCH))
+		pr_info("%s is version %s, not %s: using its RM entry (same branch)\n",
+			qgpu_target, bound_version, version);
+	return status;
+}
+
+/**
+ * qgpu_rmapi_init() - bind the target driver's in-kernel RM entry, if it can be
+ *
+ * Without it (no entry, another branch, no stack) qgpu still loads: time slicing is off.
+ *
+ * Context: module init.
+ * Return: 0.
+ */
 int qgpu_rmapi_init(void)
 {
 	u32 (*get_ops)(struct nvrm_kernel_ops *ops);
-	const char *version = target_version();
-	u32 status;
 
-	if (!version) {
-		pr_warn("no rm_version=: time slicing is off (tracking and memory limits work)\n");
-		return 0;
-	}
 	get_ops = symbol_get(nvidia_get_rm_ops);
 	if (!get_ops) {
 		pr_warn("%s has no nvidia_get_rm_ops: time slicing is off\n", qgpu_target);
 		return 0;
 	}
-	rm_ops.version_string = version;
-	status = get_ops(&rm_ops);
-	if (status != NV_OK) {
-		/* The driver answers a mismatch with its own version in version_string. */
-		pr_warn("%s refused RM ops for version %s (status 0x%x, driver %.64s): %s\n",
-			qgpu_target, version, status,
-			rm_ops.version_string ? rm_ops.version_string : "?",
-			"time slicing is off");
+	if (get_rm_ops(get_ops, target_version()) != NV_OK)
 		goto err_put;
-	}
 	if (!rm_ops.op || !rm_ops.alloc_stack || !rm_ops.free_stack) {
 		pr_warn("%s's RM ops lack op or stack calls: time slicing is off\n", qgpu_target);
 		goto err_put;
@@ -82,10 +127,16 @@ int qgpu_rmapi_init(void)
 	return 0;
 
 err_put:
+	bound_version[0] = '\0';
 	symbol_put(nvidia_get_rm_ops);
 	return 0;
 }
 
+/**
+ * qgpu_rmapi_exit() - free the RM stack and let go of the driver's RM entry
+ *
+ * Context: module exit, after the schedulers and timeslices are done with it.
+ */
 void qgpu_rmapi_exit(void)
 {
 	if (!bound)
@@ -96,9 +147,24 @@ void qgpu_rmapi_exit(void)
 	symbol_put(nvidia_get_rm_ops);
 }
 
+/**
+ * qgpu_rmapi_available() - whether the in-kernel RM entry is bound
+ *
+ * Return: true if the schedulers and timeslices can call RM.
+ */
 bool qgpu_rmapi_available(void)
 {
 	return bound;
+}
+
+/**
+ * qgpu_rmapi_version() - the driver version the RM entry was bound with
+ *
+ * Return: the version, or "" when nothing is bound.
+ */
+const char *qgpu_rmapi_version(void)
+{
+	return bound ? bound_version : "";
 }
 
 /*
@@ -142,7 +208,16 @@ static u32 rm_alloc(u32 hroot, u32 hparent, u32 *hnew, u32 hclass, void *params,
 	return call.params.alloc.status;
 }
 
-/* NV01_FREE takes NVOS00; the driver uses hRoot and hObjectOld (_nv01Free in entry_points.c). */
+/**
+ * qgpu_rmapi_free() - free an RM object as a kernel client (NV01_FREE)
+ * @hclient: the client
+ * @hobject: the object; the client itself frees all it holds
+ *
+ * NV01_FREE takes NVOS00; the driver uses hRoot and hObjectOld (_nv01Free in entry_points.c).
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ * Return: RM's status.
+ */
 u32 qgpu_rmapi_free(u32 hclient, u32 hobject)
 {
 	struct nvrm_kernel_op call = {
@@ -159,7 +234,15 @@ u32 qgpu_rmapi_free(u32 hclient, u32 hobject)
 	return call.params.free.status;
 }
 
-/* A kernel client with the GPU's device and subdevice, to send controls from. */
+/**
+ * qgpu_rmapi_gpu_open() - a kernel client with a GPU's device and subdevice
+ * @gpu: the GPU (its device instance)
+ * @hclient: set to the client's handle
+ * @hsubdevice: set to the subdevice's handle, to send controls to
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ * Return: 0, -EOPNOTSUPP without the RM entry, -ENODEV if RM refused (nothing is left).
+ */
 int qgpu_rmapi_gpu_open(u32 gpu, u32 *hclient, u32 *hsubdevice)
 {
 	struct nv0080_alloc_params device = { .deviceId = gpu };
@@ -190,6 +273,12 @@ err:
 	return -ENODEV;
 }
 
+/**
+ * qgpu_rmapi_gpu_close() - free a kernel client made by qgpu_rmapi_gpu_open()
+ * @hclient: the client
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ */
 void qgpu_rmapi_gpu_close(u32 hclient)
 {
 	if (bound)
@@ -219,6 +308,20 @@ static u32 rm_control(u32 hclient, u32 hobject, u32 cmd, void *params, u32 size)
 	return call.params.control.status;
 }
 
+/**
+ * qgpu_rmapi_set_channels() - close or open tenants' channels (FIFO_DISABLE_CHANNELS)
+ * @hclient: qgpu's kernel client
+ * @hsubdevice: its subdevice on the channels' GPU
+ * @disable: close (true) or open
+ * @clients: each channel's client
+ * @channels: the channels
+ * @n: how many, at most NV2080_DISABLE_CHANNELS_MAX
+ *
+ * All or nothing in RM: one bad channel fails the call.
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ * Return: RM's status; NV_ERR_NOT_SUPPORTED without the RM entry.
+ */
 u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
 			    const u32 *clients, const u32 *channels, u32 n)
 {

@@ -15,14 +15,29 @@
  *     is split again among the busy ones), and to online cgroups before any offline one: while
  *     an online cgroup has work, or had within online_hold_us, every offline channel is closed;
  *   - closes and opens channels whose state differs from the plan, through the driver's
- *     in-kernel RM entry (FIFO_DISABLE_CHANNELS), outside qgpu_lock.
+ *     in-kernel RM entry (FIFO_DISABLE_CHANNELS), outside qgpu_lock, at most MAX_CHANGES a
+ *     pass (the rest at the next passes).
  * What busy means, and for a channel whose USERD qgpu cannot read: userd.c.
+ *
+ * Each GPU walks only its own run queue, qgpu_gpu_channels[gpu], which the tracker keeps at
+ * RM_ALLOC and RM_FREE time: the time a pass holds qgpu_lock (and so delays the hooks) grows
+ * with that GPU's channels and configured cgroups, not with every object tracked.
+ *
+ * A channel's state (obj->enabled) is what RM last carried out: it is set once RM answered
+ * NV_OK, so a failed call is planned again, after a back-off (CH_RETRY_MIN_MS doubling up to
+ * CH_RETRY_MAX_MS). While its call is in flight a channel is marked in_change; if the tenant
+ * frees it meanwhile the tracker leaves it to this scheduler to free.
+ *
+ * Unloading opens every channel qgpu closed, whatever their number, pass after pass, retrying
+ * failed calls (UNLOAD_TRIES passes in a row without progress, then it gives up and says so).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/hrtimer.h>
+#include <linux/jiffies.h>
 #include <linux/kthread.h>
 #include <linux/ktime.h>
+#include <linux/lockdep.h>
 #include <linux/math64.h>
 #include <linux/module.h>
 #include <linux/sched.h>
@@ -41,11 +56,16 @@ MODULE_PARM_DESC(online_hold_us,
 		 "Offline work stays closed this long after online work was last seen pending, us");
 
 #define MAX_CHANGES 256
+#define CH_RETRY_MIN_MS	10
+#define CH_RETRY_MAX_MS	1000
+#define UNLOAD_TRIES	5
 
 struct change {
+	struct qgpu_obj *obj;		/* in_change while listed here */
 	u32 client;
 	u32 channel;
 	bool disable;
+	bool ok;			/* RM answered NV_OK */
 };
 
 struct qgpu_sched {
@@ -167,45 +187,90 @@ static struct qgpu_cg *next_holder(struct qgpu_sched *s, struct qgpu_cg *after)
 	return first;
 }
 
-static bool is_gpu_channel(const struct qgpu_sched *s, const struct qgpu_obj *obj)
-{
-	return obj->kind == QGPU_OBJ_CHANNEL && obj->gpu == (int)s->gpu;
-}
-
 static void sense(struct qgpu_sched *s)
 {
-	struct qgpu_client *client;
 	struct qgpu_obj *obj;
 
-	list_for_each_entry(client, &qgpu_clients, node)
-		list_for_each_entry(obj, &client->objects, node)
-			if (is_gpu_channel(s, obj) && qgpu_channel_pending(client->cg, obj))
-				client->cg->busy = true;
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry(obj, &qgpu_gpu_channels[s->gpu], gpu_node)
+		if (qgpu_channel_pending(obj->client->cg, obj))
+			obj->client->cg->busy = true;
 }
 
-/* Queue a control for every channel on this GPU whose state differs from its cgroup's plan. */
-static void plan_channels(struct qgpu_sched *s)
+/*
+ * Queue a control for every channel on this GPU whose state differs from its cgroup's plan, up
+ * to MAX_CHANGES. One that failed lately waits for its retry time unless @now.
+ */
+static void plan_channels(struct qgpu_sched *s, bool now)
 {
-	struct qgpu_client *client;
 	struct qgpu_obj *obj;
 
-	list_for_each_entry(client, &qgpu_clients, node) {
-		struct qgpu_cg *cg = client->cg;
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry(obj, &qgpu_gpu_channels[s->gpu], gpu_node) {
+		struct qgpu_cg *cg = obj->client->cg;
 		bool open = gated_here(s, cg) ? cg->open : true;
+		struct change *c;
 
-		list_for_each_entry(obj, &client->objects, node) {
-			struct change *c;
-
-			if (!is_gpu_channel(s, obj) || obj->enabled == open ||
-			    s->nr_changes == MAX_CHANGES)
-				continue;
-			c = &s->changes[s->nr_changes++];
-			c->client = client->handle;
-			c->channel = obj->handle;
-			c->disable = !open;
-			obj->enabled = open;
-		}
+		if (obj->enabled == open || obj->in_change)
+			continue;
+		if (!now && obj->ch_failures && time_before(jiffies, obj->ch_retry))
+			continue;
+		if (s->nr_changes == MAX_CHANGES)
+			return;
+		c = &s->changes[s->nr_changes++];
+		c->obj = obj;
+		c->client = obj->client->handle;
+		c->channel = obj->handle;
+		c->disable = !open;
+		c->ok = false;
+		obj->in_change = true;
 	}
+}
+
+/*
+ * After apply(): what RM carried out becomes the channels' state; a failure is retried later.
+ * Channels untracked meanwhile are freed here. Return: how many RM carried out.
+ */
+static u32 settle(struct qgpu_sched *s)
+{
+	u32 i, done = 0;
+
+	lockdep_assert_held(&qgpu_lock);
+	for (i = 0; i < s->nr_changes; i++) {
+		struct change *c = &s->changes[i];
+		struct qgpu_obj *obj = c->obj;
+
+		obj->in_change = false;
+		done += c->ok;
+		if (obj->dead) {
+			kfree(obj);
+			continue;
+		}
+		if (c->ok) {
+			obj->enabled = !c->disable;
+			obj->ch_failures = 0;
+			continue;
+		}
+		if (obj->ch_failures < 16)
+			obj->ch_failures++;
+		obj->ch_retry = jiffies +
+			msecs_to_jiffies(min(CH_RETRY_MIN_MS << (obj->ch_failures - 1),
+					     CH_RETRY_MAX_MS));
+	}
+	s->nr_changes = 0;
+	return done;
+}
+
+/* Whether every channel on this GPU is open, as RM last carried out. */
+static bool all_open(struct qgpu_sched *s)
+{
+	struct qgpu_obj *obj;
+
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry(obj, &qgpu_gpu_channels[s->gpu], gpu_node)
+		if (!obj->enabled)
+			return false;
+	return true;
 }
 
 /* One pass; false when nothing on this GPU is gated and every channel is open. */
@@ -216,6 +281,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 	struct qgpu_cg *cg, *holder;
 	bool any = false, online_now = false;
 
+	lockdep_assert_held(&qgpu_lock);
 	s->last = now;
 	s->nr_changes = 0;
 	list_for_each_entry(cg, &qgpu_cgroups, node) {
@@ -238,8 +304,10 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		s->holder = 0;
 		s->last = 0;
 		s->period_end = 0;
-		plan_channels(s);
-		return s->nr_changes > 0;
+		plan_channels(s, false);
+		s->wake_in_ns = (u64)clamp(qgpu_poll_us, 50U, 5000U) * NSEC_PER_USEC;
+		/* Stay awake while channels wait to be reopened, even ones backing off. */
+		return s->nr_changes > 0 || !all_open(s);
 	}
 
 	sense(s);
@@ -300,33 +368,38 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		if (gated_here(s, cg))
 			cg->open = cg->class == QGPU_CLASS_ONLINE ||
 				   (cg == holder && !s->online_busy);
-	plan_channels(s);
+	plan_channels(s, false);
 	return true;
 }
 
-static void apply_batch(struct qgpu_sched *s, struct change *c, u32 n, bool disable)
+static void apply_batch(struct qgpu_sched *s, struct change **c, u32 n, bool disable)
 {
 	u32 clients[NV2080_DISABLE_CHANNELS_MAX], channels[NV2080_DISABLE_CHANNELS_MAX];
 	u32 i;
 
 	for (i = 0; i < n; i++) {
-		clients[i] = c[i].client;
-		channels[i] = c[i].channel;
+		clients[i] = c[i]->client;
+		channels[i] = c[i]->channel;
 	}
 	if (qgpu_rmapi_set_channels(s->hclient, s->hsubdevice, disable, clients, channels, n) ==
-	    NV_OK)
+	    NV_OK) {
+		for (i = 0; i < n; i++)
+			c[i]->ok = true;
 		return;
+	}
 	/* All or nothing: one channel freed meanwhile fails the batch, so go one by one. */
-	for (i = 0; i < n; i++)
-		if (qgpu_rmapi_set_channels(s->hclient, s->hsubdevice, disable, &clients[i],
-					    &channels[i], 1) != NV_OK)
+	for (i = 0; i < n; i++) {
+		c[i]->ok = qgpu_rmapi_set_channels(s->hclient, s->hsubdevice, disable, &clients[i],
+						   &channels[i], 1) == NV_OK;
+		if (!c[i]->ok)
 			s->rm_errors++;
+	}
 }
 
-/* Closing before opening, so two offline cgroups never run side by side. */
+/* Closing before opening, so two offline cgroups never run side by side. Without qgpu_lock. */
 static void apply(struct qgpu_sched *s)
 {
-	struct change batch[NV2080_DISABLE_CHANNELS_MAX];
+	struct change *batch[NV2080_DISABLE_CHANNELS_MAX];
 	int pass;
 
 	if (!s->nr_changes)
@@ -345,7 +418,7 @@ static void apply(struct qgpu_sched *s)
 		for (i = 0; i < s->nr_changes; i++) {
 			if (s->changes[i].disable != disable)
 				continue;
-			batch[n++] = s->changes[i];
+			batch[n++] = &s->changes[i];
 			if (n == ARRAY_SIZE(batch)) {
 				apply_batch(s, batch, n, disable);
 				n = 0;
@@ -363,18 +436,17 @@ static int sched_thread(void *data)
 	sched_set_fifo_low(current);
 	while (!kthread_should_stop()) {
 		ktime_t now = ktime_get(), wake;
-		u64 periods;
 		bool active;
 
 		mutex_lock(&qgpu_lock);
-		periods = s->nr_periods;
 		active = step(s, now);
-		periods = s->nr_periods - periods;
 		mutex_unlock(&qgpu_lock);
-		apply(s);
-		/* Once a period: configurations of cgroups that were removed are dropped. */
-		if (periods)
-			qgpu_reap_cgroups();
+		if (s->nr_changes) {
+			apply(s);
+			mutex_lock(&qgpu_lock);
+			settle(s);
+			mutex_unlock(&qgpu_lock);
+		}
 		if (!active) {
 			if (s->rm_open) {
 				qgpu_rmapi_gpu_close(s->hclient);
@@ -394,24 +466,50 @@ static int sched_thread(void *data)
 	return 0;
 }
 
-/* Every channel back open and the kernel client freed: what unloading leaves behind. */
+/*
+ * Every channel back open and the kernel client freed: what unloading leaves behind. The hooks
+ * are gone, so no channel is added; pass after pass until none is left closed, or RM has
+ * refused every call of UNLOAD_TRIES passes in a row.
+ */
 static void sched_release(struct qgpu_sched *s)
 {
 	struct qgpu_cg *cg;
+	u32 planned, done, reopened = 0, stuck = 0;
 
 	mutex_lock(&qgpu_lock);
 	list_for_each_entry(cg, &qgpu_cgroups, node)
 		if (gated_here(s, cg))
 			cg->open = true;
-	s->nr_changes = 0;
-	plan_channels(s);
 	mutex_unlock(&qgpu_lock);
-	apply(s);
+	while (stuck < UNLOAD_TRIES) {
+		mutex_lock(&qgpu_lock);
+		s->nr_changes = 0;
+		plan_channels(s, true);
+		planned = s->nr_changes;
+		mutex_unlock(&qgpu_lock);
+		if (!planned)
+			break;
+		apply(s);
+		mutex_lock(&qgpu_lock);
+		done = settle(s);
+		mutex_unlock(&qgpu_lock);
+		reopened += done;
+		stuck = done ? 0 : stuck + 1;
+	}
+	if (stuck)
+		pr_err("gpu%u: %u channels reopened, some stay closed: RM refused %u passes\n",
+		       s->gpu, reopened, stuck);
 	if (s->rm_open)
 		qgpu_rmapi_gpu_close(s->hclient);
 	s->rm_open = false;
 }
 
+/**
+ * qgpu_sched_init() - a scheduler per GPU; its thread only where the RM entry is bound
+ *
+ * Context: module init, before the hooks.
+ * Return: 0, or -ENOMEM or a kthread error (nothing is left behind).
+ */
 int qgpu_sched_init(void)
 {
 	int i, err;
@@ -444,6 +542,11 @@ err_free:
 	return err;
 }
 
+/**
+ * qgpu_sched_exit() - stop the schedulers, every channel they closed reopened first
+ *
+ * Context: module exit, after the hooks are gone; takes qgpu_lock.
+ */
 void qgpu_sched_exit(void)
 {
 	int i;
@@ -462,6 +565,12 @@ void qgpu_sched_exit(void)
 	}
 }
 
+/**
+ * qgpu_sched_kick() - wake a GPU's scheduler: its configuration or its cgroups changed
+ * @gpu: the GPU; out of range does nothing
+ *
+ * Context: any process context; qgpu_lock may or may not be held.
+ */
 void qgpu_sched_kick(u32 gpu)
 {
 	struct qgpu_sched *s = gpu < QGPU_MAX_GPUS ? scheds[gpu] : NULL;
@@ -472,12 +581,37 @@ void qgpu_sched_kick(u32 gpu)
 	wake_up(&s->wq);
 }
 
-/* Fixed-share caps must fit in the period: the shares of one GPU sum to at most 100. */
+/**
+ * qgpu_sched_kick_all() - wake every GPU's scheduler: which cgroup governs which changed
+ *
+ * Context: any process context; qgpu_lock may or may not be held.
+ */
+void qgpu_sched_kick_all(void)
+{
+	u32 gpu;
+
+	for (gpu = 0; gpu < QGPU_MAX_GPUS; gpu++)
+		qgpu_sched_kick(gpu);
+}
+
+/**
+ * qgpu_sched_check_shares() - whether fixed-share caps fit in the period
+ * @gpu: the GPU
+ * @policy: the policy the GPU would run
+ * @skip_cg: a cgroup whose share is left out (it is being replaced), or 0
+ * @extra_share: a share to add (the replacement)
+ *
+ * The shares of one GPU sum to at most QGPU_SHARE_MAX under fixed-share.
+ *
+ * Context: qgpu_lock held.
+ * Return: 0 if they fit (or the policy is not fixed-share), else -EINVAL.
+ */
 int qgpu_sched_check_shares(u32 gpu, u8 policy, u64 skip_cg, u32 extra_share)
 {
 	struct qgpu_cg *cg;
 	u32 sum = extra_share;
 
+	lockdep_assert_held(&qgpu_lock);
 	if (policy != QGPU_POLICY_FIXED_SHARE)
 		return 0;
 	list_for_each_entry(cg, &qgpu_cgroups, node)
@@ -486,11 +620,22 @@ int qgpu_sched_check_shares(u32 gpu, u8 policy, u64 skip_cg, u32 extra_share)
 	return sum > QGPU_SHARE_MAX ? -EINVAL : 0;
 }
 
-/* Under qgpu_lock. @policy or @period_us < 0: unchanged. */
+/**
+ * qgpu_sched_set_gpu() - set a GPU's policy and period
+ * @gpu: the GPU
+ * @policy: enum qgpu_policy, or < 0 to leave it
+ * @period_us: the period, or < 0 to leave it
+ *
+ * All or nothing. The caller kicks the scheduler once qgpu_lock is dropped.
+ *
+ * Context: qgpu_lock held.
+ * Return: 0, or -EINVAL for a bad GPU, policy or period, or shares that would not fit.
+ */
 int qgpu_sched_set_gpu(u32 gpu, int policy, int period_us)
 {
 	struct qgpu_sched *s;
 
+	lockdep_assert_held(&qgpu_lock);
 	if (gpu >= QGPU_MAX_GPUS || !scheds[gpu])
 		return -EINVAL;
 	s = scheds[gpu];
@@ -509,11 +654,18 @@ int qgpu_sched_set_gpu(u32 gpu, int policy, int period_us)
 	return 0;
 }
 
-/* Under qgpu_lock. */
+/**
+ * qgpu_sched_view() - a GPU's scheduler state, for GPU_GET and sysfs
+ * @gpu: the GPU, < QGPU_MAX_GPUS
+ * @view: filled in
+ *
+ * Context: qgpu_lock held.
+ */
 void qgpu_sched_view(u32 gpu, struct qgpu_gpu_view *view)
 {
 	struct qgpu_sched *s = scheds[gpu];
 
+	lockdep_assert_held(&qgpu_lock);
 	view->policy = s->policy;
 	view->period_us = s->period_us;
 	view->nr_periods = s->nr_periods;

@@ -27,6 +27,12 @@ static const char * const policy_aliases[] = {
 static struct kobject *root;
 static struct kobject *gpus[QGPU_MAX_GPUS];
 
+/**
+ * qgpu_policy_name() - a policy's name, as sysfs shows it
+ * @policy: enum qgpu_policy
+ *
+ * Return: the name; "?" for an unknown policy.
+ */
 const char *qgpu_policy_name(u8 policy)
 {
 	return policy < ARRAY_SIZE(policy_names) ? policy_names[policy] : "?";
@@ -57,7 +63,31 @@ static ssize_t cgroups_show(struct kobject *kobj, struct kobj_attribute *attr, c
 	return sysfs_emit(buf, "%u\n", n);
 }
 
+static ssize_t rm_version_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%s\n", qgpu_rmapi_version());
+}
+
+static ssize_t events_sent_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	u64 sent, dropped;
+
+	qgpu_event_counts(&sent, &dropped);
+	return sysfs_emit(buf, "%llu\n", sent);
+}
+
+static ssize_t events_dropped_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	u64 sent, dropped;
+
+	qgpu_event_counts(&sent, &dropped);
+	return sysfs_emit(buf, "%llu\n", dropped);
+}
+
 static struct kobj_attribute version_attr = __ATTR_RO(version);
+static struct kobj_attribute rm_version_attr = __ATTR_RO(rm_version);
+static struct kobj_attribute events_sent_attr = __ATTR_RO(events_sent);
+static struct kobj_attribute events_dropped_attr = __ATTR_RO(events_dropped);
 static struct kobj_attribute target_attr = __ATTR_RO(target);
 static struct kobj_attribute hooked_attr = __ATTR_RO(hooked);
 static struct kobj_attribute cgroups_attr = __ATTR_RO(cgroups);
@@ -67,6 +97,9 @@ static struct attribute *root_attrs[] = {
 	&target_attr.attr,
 	&hooked_attr.attr,
 	&cgroups_attr.attr,
+	&rm_version_attr.attr,
+	&events_sent_attr.attr,
+	&events_dropped_attr.attr,
 	NULL,
 };
 
@@ -244,6 +277,12 @@ static struct attribute *gpu_attrs[] = {
 
 static const struct attribute_group gpu_group = { .attrs = gpu_attrs };
 
+/**
+ * qgpu_sysfs_init() - create /sys/kernel/qgpu
+ *
+ * Context: module init.
+ * Return: 0, or -ENOMEM or a sysfs error (nothing is left behind).
+ */
 int qgpu_sysfs_init(void)
 {
 	char name[8];
@@ -279,6 +318,11 @@ err_put:
 	return err;
 }
 
+/**
+ * qgpu_sysfs_exit() - remove /sys/kernel/qgpu
+ *
+ * Context: module exit, or init unwinding.
+ */
 void qgpu_sysfs_exit(void)
 {
 	int i;

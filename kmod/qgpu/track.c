@@ -2,38 +2,140 @@
 /*
  * qgpu: the RM objects of each cgroup, from the driver's answers.
  *
- * A client is charged to the cgroup of the process that allocated it, and so is everything
- * below it, whoever uses the fd later (fd passing moves no charge). Objects are dropped with
- * RM_FREE (with their descendants, as RM frees them) and with the file their client lives on.
- * All of it runs under qgpu_lock.
+ * Which cgroup governs what (Kubernetes runs a pod's processes in container scopes below the
+ * pod slice that the daemon configures):
+ *
+ *  - A configured cgroup governs itself and every cgroup below it; the nearest configured
+ *    ancestor (or the cgroup itself) wins. Its memory limit, time slices, tenant guard and
+ *    statistics apply to all of them. A cgroup with no configured ancestor governs itself.
+ *  - A client's origin is the cgroup v2 of the process that allocated it, taken at that
+ *    RM_ALLOC (a client from before qgpu was loaded: the process that first uses it). The
+ *    client, and everything below it, is charged to the cgroup that governs its origin,
+ *    whoever uses the fd later (fd passing moves no charge) and wherever the allocating process
+ *    moves afterwards (as memcg keeps charges where they were made). Moving into a child cgroup
+ *    changes nothing: the child is governed by the same configured ancestor.
+ *  - When the configuration changes (a cgroup configured, unconfigured or reaped), every
+ *    client is charged again to the cgroup that governs its origin now, with all it holds
+ *    (memory, TSGs, channels); the scheduler and the timeslices follow at their next pass. The
+ *    client holds a reference on its origin cgroup, so this works after the origin is removed.
+ *  - The tenant guard asks which cgroup governs the calling process at the time of the call.
+ *
+ * The configured ids are also kept in a sorted array under a seqlock, so the hooks can find the
+ * cgroup governing a process without qgpu_lock (qgpu_current_cgroup_id()).
+ *
+ * Objects are dropped with RM_FREE (with their descendants, as RM frees them) and with the file
+ * their client lives on. A channel is also on its GPU's list (qgpu_gpu_channels), which the
+ * scheduler walks instead of every object. All of it runs under qgpu_lock.
  */
 #include <linux/cgroup.h>
 #include <linux/lockdep.h>
 #include <linux/mm.h>
 #include <linux/sched.h>
+#include <linux/seqlock.h>
 #include <linux/slab.h>
+#include <linux/sort.h>
 
 #include "qgpu.h"
 
 LIST_HEAD(qgpu_cgroups);
 unsigned int qgpu_nr_configured;
 LIST_HEAD(qgpu_clients);
+struct list_head qgpu_gpu_channels[QGPU_MAX_GPUS];
 static LIST_HEAD(mappings);
 
+/* The configured cgroup ids, sorted: written under qgpu_lock, read by anyone under cfg_seq. */
+static DEFINE_SEQLOCK(cfg_seq);
+static u64 cfg_ids[QGPU_MAX_CGROUPS];
+static unsigned int cfg_n;
+
+/**
+ * qgpu_track_init() - set up the per-GPU channel lists
+ *
+ * Context: module init, before anything is tracked.
+ */
+void qgpu_track_init(void)
+{
+	int i;
+
+	for (i = 0; i < QGPU_MAX_GPUS; i++)
+		INIT_LIST_HEAD(&qgpu_gpu_channels[i]);
+}
+
+/* Under read_seqbegin(&cfg_seq). */
+static bool cfg_has(u64 id)
+{
+	unsigned int lo = 0, hi = cfg_n;
+
+	while (lo < hi) {
+		unsigned int mid = lo + (hi - lo) / 2;
+		u64 v = READ_ONCE(cfg_ids[mid]);
+
+		if (v == id)
+			return true;
+		if (v < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/*
+ * The id of the nearest configured cgroup at or above @cgrp, else @cgrp's own. @cgrp must stay
+ * valid (a reference, or RCU with the task's css_set): its ancestors are pinned by it.
+ */
+static u64 governing_id(struct cgroup *cgrp)
+{
+	struct cgroup *c;
+	unsigned int seq;
+	u64 id;
+
+	do {
+		seq = read_seqbegin(&cfg_seq);
+		id = cgroup_id(cgrp);
+		for (c = cgrp; c; c = cgroup_parent(c)) {
+			if (cfg_has(cgroup_id(c))) {
+				id = cgroup_id(c);
+				break;
+			}
+		}
+	} while (read_seqretry(&cfg_seq, seq));
+	return id;
+}
+
+/**
+ * qgpu_current_cgroup_id() - the cgroup that governs the calling process
+ *
+ * The nearest configured cgroup at or above the caller's cgroup v2, else the caller's own
+ * (see the header of track.c). Takes no qgpu lock, so it may be called with or without
+ * qgpu_lock held; a configuration change racing with it gives the answer before or after.
+ *
+ * Context: process context.
+ * Return: a cgroup id.
+ */
 u64 qgpu_current_cgroup_id(void)
 {
 	u64 id;
 
 	rcu_read_lock();
-	id = cgroup_id(task_dfl_cgroup(current));
+	id = governing_id(task_dfl_cgroup(current));
 	rcu_read_unlock();
 	return id;
 }
 
+/**
+ * qgpu_cg_get() - the record of one cgroup, by its exact id
+ * @id: the cgroup id (no ancestor lookup: qgpu_current_cgroup_id() did that for a caller)
+ * @create: make an empty record if there is none
+ *
+ * Context: qgpu_lock held.
+ * Return: the record, valid while qgpu_lock is held; NULL if there is none (or no memory).
+ */
 struct qgpu_cg *qgpu_cg_get(u64 id, bool create)
 {
 	struct qgpu_cg *cg;
 
+	lockdep_assert_held(&qgpu_lock);
 	list_for_each_entry(cg, &qgpu_cgroups, node)
 		if (cg->id == id)
 			return cg;
@@ -47,28 +149,124 @@ struct qgpu_cg *qgpu_cg_get(u64 id, bool create)
 	return cg;
 }
 
+/**
+ * qgpu_cg_put_if_unused() - drop a cgroup's record if it is neither configured nor charged
+ * @cg: the record; not to be used after this call
+ *
+ * Context: qgpu_lock held.
+ */
 void qgpu_cg_put_if_unused(struct qgpu_cg *cg)
 {
+	lockdep_assert_held(&qgpu_lock);
 	if (cg->configured || cg->clients || cg->mem_used)
 		return;
 	list_del(&cg->node);
 	kfree(cg);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	u64 x = *(const u64 *)a, y = *(const u64 *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Charge @client, with all it holds, to @to instead. */
+static void client_move(struct qgpu_client *client, struct qgpu_cg *to)
+{
+	struct qgpu_cg *from = client->cg;
+	struct qgpu_obj *obj;
+
+	list_for_each_entry(obj, &client->objects, node) {
+		qgpu_gate_move(obj, from, to);
+		if (obj->kind == QGPU_OBJ_TSG) {
+			from->tsgs--;
+			to->tsgs++;
+		} else if (obj->kind == QGPU_OBJ_CHANNEL) {
+			from->channels--;
+			to->channels++;
+		}
+	}
+	from->clients--;
+	to->clients++;
+	client->cg = to;
+}
+
+/* The record of the cgroup governing @client's origin now; the current one if unknown. */
+static struct qgpu_cg *governing_cg(struct qgpu_client *client, struct qgpu_cg *fallback)
+{
+	struct qgpu_cg *cg;
+
+	if (!client->origin)
+		return fallback;
+	cg = qgpu_cg_get(governing_id(client->origin), true);
+	return cg ? cg : fallback;
+}
+
+/**
+ * qgpu_cg_config_changed() - follow a change of which cgroups are configured
+ *
+ * Rebuilds the configured set the hooks read, charges every client to the cgroup that governs
+ * its origin now (see the header), and drops the records left unused. A caller's pointers to
+ * unconfigured records may be stale afterwards.
+ *
+ * Context: qgpu_lock held, after setting or clearing a record's configured flag.
+ */
+void qgpu_cg_config_changed(void)
+{
+	struct qgpu_client *client;
+	struct qgpu_cg *cg, *tmp;
+	unsigned int n = 0;
+
+	lockdep_assert_held(&qgpu_lock);
+	write_seqlock(&cfg_seq);
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		if (cg->configured && n < ARRAY_SIZE(cfg_ids))
+			cfg_ids[n++] = cg->id;
+	sort(cfg_ids, n, sizeof(cfg_ids[0]), cmp_u64, NULL);
+	cfg_n = n;
+	write_sequnlock(&cfg_seq);
+
+	list_for_each_entry(client, &qgpu_clients, node) {
+		cg = governing_cg(client, client->cg);
+		if (cg != client->cg)
+			client_move(client, cg);
+	}
+	list_for_each_entry_safe(cg, tmp, &qgpu_cgroups, node)
+		qgpu_cg_put_if_unused(cg);
+}
+
+/**
+ * qgpu_client_find() - a tracked RM client
+ * @handle: its handle
+ *
+ * Context: qgpu_lock held.
+ * Return: the client, valid while qgpu_lock is held; NULL if it is not tracked.
+ */
 struct qgpu_client *qgpu_client_find(u32 handle)
 {
 	struct qgpu_client *client;
 
+	lockdep_assert_held(&qgpu_lock);
 	list_for_each_entry(client, &qgpu_clients, node)
 		if (client->handle == handle)
 			return client;
 	return NULL;
 }
 
+/**
+ * qgpu_obj_find() - a tracked object of a client
+ * @client: the client
+ * @handle: the object's handle
+ *
+ * Context: qgpu_lock held.
+ * Return: the object, valid while qgpu_lock is held; NULL if it is not tracked.
+ */
 struct qgpu_obj *qgpu_obj_find(struct qgpu_client *client, u32 handle)
 {
 	struct qgpu_obj *obj;
 
+	lockdep_assert_held(&qgpu_lock);
 	list_for_each_entry(obj, &client->objects, node)
 		if (obj->handle == handle)
 			return obj;
@@ -98,15 +296,23 @@ static enum qgpu_obj_kind kind_of(u32 hclass)
 static struct qgpu_client *client_new(struct qgpu_cg *cg, struct file *file, u32 handle)
 {
 	struct qgpu_client *client = kzalloc(sizeof(*client), GFP_KERNEL);
+	struct cgroup *origin;
 
 	if (!client)
 		return NULL;
+	/* The allocating process's own cgroup: pinned, so its ancestors stay walkable. */
+	rcu_read_lock();
+	origin = task_dfl_cgroup(current);
+	if (!cgroup_tryget(origin))
+		origin = NULL;
+	rcu_read_unlock();
 	client->handle = handle;
 	client->file = file;
-	client->cg = cg;
+	client->origin = origin;
+	client->cg = governing_cg(client, cg);
 	INIT_LIST_HEAD(&client->objects);
 	list_add_tail(&client->node, &qgpu_clients);
-	cg->clients++;
+	client->cg->clients++;
 	return client;
 }
 
@@ -149,13 +355,19 @@ struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hcl
 	obj->parent = hparent;
 	obj->kind = kind_of(hclass);
 	obj->enabled = true;
+	obj->client = client;
+	INIT_LIST_HEAD(&obj->gpu_node);
 	parent = qgpu_obj_find(client, hparent);
 	obj->gpu = obj->kind == QGPU_OBJ_DEVICE ? (int)device_index : parent ? parent->gpu : -1;
 	list_add_tail(&obj->node, &client->objects);
-	if (obj->kind == QGPU_OBJ_TSG)
+	if (obj->kind == QGPU_OBJ_TSG) {
 		client->cg->tsgs++;
-	else if (obj->kind == QGPU_OBJ_CHANNEL)
+	} else if (obj->kind == QGPU_OBJ_CHANNEL) {
 		client->cg->channels++;
+		/* Its GPU's run queue: the scheduler walks only these. */
+		if (obj->gpu >= 0 && obj->gpu < QGPU_MAX_GPUS)
+			list_add_tail(&obj->gpu_node, &qgpu_gpu_channels[obj->gpu]);
+	}
 	return obj;
 }
 
@@ -170,6 +382,13 @@ static void obj_drop(struct qgpu_client *client, struct qgpu_obj *obj)
 		cg->channels--;
 	qgpu_userd_obj_drop(client->handle, obj);
 	list_del(&obj->node);
+	list_del_init(&obj->gpu_node);
+	/* A scheduler is changing it in RM right now: that scheduler frees it (sched.c). */
+	if (obj->in_change) {
+		obj->dead = true;
+		obj->client = NULL;
+		return;
+	}
 	kfree(obj);
 }
 
@@ -206,15 +425,26 @@ static void client_drop(struct qgpu_client *client)
 		obj_drop(client, obj);
 	qgpu_userd_forget(client->handle, 0);
 	list_del(&client->node);
+	if (client->origin)
+		cgroup_put(client->origin);
 	kfree(client);
 	cg->clients--;
 	qgpu_cg_put_if_unused(cg);
 }
 
+/**
+ * qgpu_track_free() - forget what a successful RM_FREE freed
+ * @hclient: the client (hRoot)
+ * @hobject: the object freed, with its descendants; the client itself (or 0) frees it all
+ *
+ * Context: qgpu_lock held.
+ */
 void qgpu_track_free(u32 hclient, u32 hobject)
 {
-	struct qgpu_client *client = qgpu_client_find(hclient);
+	struct qgpu_client *client;
 
+	lockdep_assert_held(&qgpu_lock);
+	client = qgpu_client_find(hclient);
 	if (!client)
 		return;
 	if (hobject == hclient || hobject == 0)
@@ -223,11 +453,18 @@ void qgpu_track_free(u32 hclient, u32 hobject)
 		subtree_drop(client, hobject, 0);
 }
 
+/**
+ * qgpu_track_file_released() - forget the clients and mapping contexts of a closed file
+ * @file: the file the driver has released
+ *
+ * Context: qgpu_lock held.
+ */
 void qgpu_track_file_released(struct file *file)
 {
 	struct qgpu_client *client, *ctmp;
 	struct qgpu_mapping *m, *mtmp;
 
+	lockdep_assert_held(&qgpu_lock);
 	list_for_each_entry_safe(client, ctmp, &qgpu_clients, node)
 		if (client->file == file)
 			client_drop(client);
@@ -239,10 +476,19 @@ void qgpu_track_file_released(struct file *file)
 	}
 }
 
+/**
+ * qgpu_track_mapping() - note what the next mmap of a file maps (RM_MAP_MEMORY succeeded)
+ * @file: the file RM_MAP_MEMORY named
+ * @p: the RM_MAP_MEMORY answer (client, object, offset, address)
+ *
+ * Context: qgpu_lock held.
+ */
 void qgpu_track_mapping(struct file *file, const struct nvos33_params_with_fd *p)
 {
-	struct qgpu_mapping *m = qgpu_mapping_of(file);
+	struct qgpu_mapping *m;
 
+	lockdep_assert_held(&qgpu_lock);
+	m = qgpu_mapping_of(file);
 	if (!m) {
 		m = kzalloc(sizeof(*m), GFP_KERNEL);
 		if (!m)
@@ -256,22 +502,36 @@ void qgpu_track_mapping(struct file *file, const struct nvos33_params_with_fd *p
 	m->linear = p->pLinearAddress;
 }
 
+/**
+ * qgpu_mapping_of() - the mapping context of a file
+ * @file: the file
+ *
+ * Context: qgpu_lock held.
+ * Return: the context, valid while qgpu_lock is held; NULL if there is none.
+ */
 struct qgpu_mapping *qgpu_mapping_of(struct file *file)
 {
 	struct qgpu_mapping *m;
 
+	lockdep_assert_held(&qgpu_lock);
 	list_for_each_entry(m, &mappings, node)
 		if (m->file == file)
 			return m;
 	return NULL;
 }
 
+/**
+ * qgpu_track_exit() - forget everything tracked (module exit, after the schedulers stopped)
+ *
+ * Context: no one else can reach the tracker any more; takes qgpu_lock for lockdep's sake.
+ */
 void qgpu_track_exit(void)
 {
 	struct qgpu_client *client, *ctmp;
 	struct qgpu_mapping *m, *mtmp;
 	struct qgpu_cg *cg, *cgtmp;
 
+	mutex_lock(&qgpu_lock);
 	list_for_each_entry_safe(client, ctmp, &qgpu_clients, node)
 		client_drop(client);
 	qgpu_userd_exit();
@@ -284,6 +544,10 @@ void qgpu_track_exit(void)
 		kfree(cg);
 	}
 	qgpu_nr_configured = 0;
+	write_seqlock(&cfg_seq);
+	cfg_n = 0;
+	write_sequnlock(&cfg_seq);
+	mutex_unlock(&qgpu_lock);
 }
 
 /*
@@ -291,6 +555,13 @@ void qgpu_track_exit(void)
  * outrun qgpu's slices (numbers: 580.142's src/common/sdk/nvidia/inc/ctrl/ctrla06c.h,
  * ctrla06f/ctrla06fgpfifo.h, ctrl2080/ctrl2080fifo.h, ctrl2080/ctrl2080gr.h). The tenant guard
  * decides what becomes of them (tenant_verdict() in ioctl.c).
+ */
+
+/**
+ * qgpu_scheduling_control() - whether an RM control lets a tenant steer its own scheduling
+ * @cmd: the control command
+ *
+ * Return: true for the controls listed above.
  */
 bool qgpu_scheduling_control(u32 cmd)
 {

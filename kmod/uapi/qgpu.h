@@ -18,6 +18,15 @@
  *                                     each class's TSG timeslice (root may write; see below)
  *   /sys/kernel/qgpu/gpuN/nr_periods  periods run
  *   /sys/kernel/qgpu/gpuN/online_busy 1 while an online cgroup on the GPU has work
+ *   /sys/kernel/qgpu/rm_version       the driver version whose in-kernel RM entry qgpu uses
+ *                                     (empty: none, time slicing is off)
+ *   /sys/kernel/qgpu/events_sent      events multicast since load
+ *   /sys/kernel/qgpu/events_dropped   OOM and DENIED events dropped past the rate limit
+ *
+ * A configured cgroup governs every cgroup below it (the nearest configured ancestor wins):
+ * its memory limit, time slices and tenant guard apply to the processes of all of them, and
+ * their objects are counted in its statistics. Events are sent only while the "events" group
+ * has a listener; OOM and DENIED together at most QGPU_EVENT_RATE_PER_SEC a second.
  *
  * Every command is all or nothing: a message that fails validation changes nothing.
  *
@@ -107,5 +116,8 @@ enum qgpu_event {
 	QGPU_EVENT_DENIED = 2,		/* the tenant guard refused a control */
 	QGPU_EVENT_CGROUP_GONE = 3,	/* a configured cgroup was removed; its config is dropped */
 };
+
+/* OOM and DENIED events multicast per second at most, together; the rest are counted. */
+#define QGPU_EVENT_RATE_PER_SEC	100
 
 #endif /* _UAPI_QPOLICY_QGPU_H */

@@ -952,6 +952,9 @@ READ_ONLY_FILES = [
     SYSFS / "cgroups",
     GPU0 / "nr_periods",
     GPU0 / "online_busy",
+    SYSFS / "rm_version",
+    SYSFS / "events_sent",
+    SYSFS / "events_dropped",
 ]
 
 

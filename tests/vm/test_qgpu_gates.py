@@ -8,7 +8,7 @@ import pytest
 
 from qpolicy.enforcers.kmod.error import KmodError
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import kernel_log
+from tests.vm.conftest import DEBUGFS, kernel_log
 from tests.vm.qgpu_env import cgroups, qgpu_loaded, refcount, stats_of, tenant
 
 GIB = 1 << 30
@@ -110,18 +110,23 @@ def test_a_gated_tenants_other_preemption_levers_are_refused() -> None:
 
 
 def test_without_the_drivers_rm_entry_gates_hold_and_time_slicing_is_refused() -> None:
-    """A driver that refuses qgpu's version for its kernel RM entry (as nvidia.ko does when
-    rm_version= is wrong) costs the time slices, not the gates."""
+    """A driver whose kernel RM entry qgpu refuses (one of another branch than the 580 its
+    RM ABI was written for; nvmock poses as one) costs the time slices, not the gates."""
     log_lines = len(kernel_log().splitlines())
-    with qgpu_loaded(rm_version="1.0.0") as client, cgroups(1) as (cg,):
-        refused = [line for line in kernel_log().splitlines()[log_lines:] if "1.0.0" in line]
-        assert len(refused) == 1 and "time slicing is off" in refused[0], refused
-        with pytest.raises(KmodError) as error:
-            client.set_gpu(0, "fixed-share", 50_000)
-        assert error.value.errno == errno.EOPNOTSUPP
-        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=GIB)
-        out = tenant(cg, "vidmem", "1024", "1")
-        assert out["statuses"] == [NvStatus.NV_OK, NvStatus.NV_ERR_NO_MEMORY]
-        assert stats_of(client, cg).mem_used == 0
+    (DEBUGFS / "kapi_version").write_text("575.64.05\n")
+    try:
+        with qgpu_loaded() as client, cgroups(1) as (cg,):
+            said = kernel_log().splitlines()[log_lines:]
+            refused = [line for line in said if "575.64.05" in line]
+            assert len(refused) == 1 and "time slicing is off" in refused[0], refused
+            with pytest.raises(KmodError) as error:
+                client.set_gpu(0, "fixed-share", 50_000)
+            assert error.value.errno == errno.EOPNOTSUPP
+            client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=GIB)
+            out = tenant(cg, "vidmem", "1024", "1")
+            assert out["statuses"] == [NvStatus.NV_OK, NvStatus.NV_ERR_NO_MEMORY]
+            assert stats_of(client, cg).mem_used == 0
+    finally:
+        (DEBUGFS / "kapi_version").write_text("\n")
     # Nothing of the entry was kept: nvmock is free to go.
     assert refcount("nvmock") == 0

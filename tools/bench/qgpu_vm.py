@@ -3,8 +3,12 @@
 Run by ``make bench-vm`` (through tools/vm/run); writes build/vm/bench-qgpu.json.
 
 1. Hook overhead per ioctl: rounds alternate unhooked and hooked runs of tools/bench/ioctlbench
-   so that the VM's drift falls on both; the hooked runs are from a process in a cgroup qgpu
-   gates (the full path: cgroup lookup, tracker, guard).
+   so that the VM's drift falls on both; the hooked runs are from a process in a container
+   cgroup below a pod cgroup that qgpu gates (the full path: cgroup hierarchy lookup, tracker,
+   guard). With QGPU_BASELINE (a qgpu.ko built from an older commit by
+   tools/bench/qgpu_baseline.sh; ``make bench-vm`` builds BASELINE=20a672a) each round also
+   runs hooked by that module, so both costs come from the same run.
+   BENCH_ONLY=hook stops after this part.
 2. The kmod issue's targets on nvmock's engine (ground truth: its debugfs): fixed-share 50/30/20,
    a lone fixed-share pod, burst-share hand-back, and online requests next to an offline
    trainer, native and gated.
@@ -32,6 +36,13 @@ BENCH = ROOT / "tools" / "bench" / "ioctlbench" / "ioctlbench"
 NVMOCK = ROOT / "kmod" / "nvmock" / "nvmock.ko"
 QGPU = ROOT / "kmod" / "qgpu" / "qgpu.ko"
 CGROUP = Path("/sys/fs/cgroup/qgpu-bench")
+# Where the benchmark runs: a container below the configured pod cgroup (the Kubernetes shape;
+# a qgpu.ko from before the cgroup hierarchy was followed would not see it as gated, so the
+# baseline gates the container itself).
+CONTAINER = CGROUP / "ctr"
+BASELINE = Path(os.environ["QGPU_BASELINE"]) if os.environ.get("QGPU_BASELINE") else None
+BASELINE_REV = os.environ.get("QGPU_BASELINE_REV", "baseline")
+ONLY = os.environ.get("BENCH_ONLY", "")
 OUT = ROOT / "build" / "vm" / "bench-qgpu.json"
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 ITERATIONS = os.environ.get("ITERATIONS", "20000")
@@ -46,7 +57,7 @@ ONLINE_HOLD_US = int(os.environ["ONLINE_HOLD_US"]) if "ONLINE_HOLD_US" in os.env
 def run_bench(in_cgroup: bool) -> dict[str, float]:
     def enter() -> None:
         if in_cgroup:
-            (CGROUP / "cgroup.procs").write_text(str(os.getpid()))
+            (CONTAINER / "cgroup.procs").write_text(str(os.getpid()))
 
     out = subprocess.run(
         [str(BENCH), ITERATIONS], capture_output=True, text=True, check=True, preexec_fn=enter
@@ -54,27 +65,50 @@ def run_bench(in_cgroup: bool) -> dict[str, float]:
     return dict(json.loads(out.stdout))
 
 
+def hooked_by(module: Path, gated: Path) -> dict[str, float]:
+    """One ioctlbench run with ``module`` loaded and the cgroup ``gated`` configured."""
+    subprocess.run(["insmod", str(module), "target=nvmock"], check=True)
+    try:
+        with QgpuClient.open() as client:
+            client.set_cgroup(cgroup_id(gated), 0, "offline", 100)
+            result = run_bench(True)
+            client.del_cgroup(cgroup_id(gated))
+    finally:
+        subprocess.run(["rmmod", "qgpu"], check=True)
+    return result
+
+
 def hook_overhead() -> dict[str, object]:
-    CGROUP.mkdir(exist_ok=True)
+    CONTAINER.mkdir(parents=True, exist_ok=True)
     plain: list[dict[str, float]] = []
     hooked: list[dict[str, float]] = []
+    baseline: list[dict[str, float]] = []
     run_bench(False)  # warm up
     for _ in range(ROUNDS):
         plain.append(run_bench(False))
-        subprocess.run(["insmod", str(QGPU), "target=nvmock"], check=True)
-        with QgpuClient.open() as client:
-            client.set_cgroup(cgroup_id(CGROUP), 0, "offline", 100)
-            hooked.append(run_bench(True))
-            client.del_cgroup(cgroup_id(CGROUP))
-        subprocess.run(["rmmod", "qgpu"], check=True)
+        hooked.append(hooked_by(QGPU, CGROUP))
+        if BASELINE is not None:
+            baseline.append(hooked_by(BASELINE, CONTAINER))
+    CONTAINER.rmdir()
     CGROUP.rmdir()
     result: dict[str, object] = {"rounds": ROUNDS, "iterations": int(ITERATIONS)}
-    print(f"{'ioctl':<12} {'nvmock ns':>10} {'hooked ns':>10} {'ratio':>6}")
+    if BASELINE is not None:
+        result["baseline"] = BASELINE_REV
+    head = f"{'ioctl':<12} {'nvmock ns':>10} {'hooked ns':>10} {'ratio':>6}"
+    if BASELINE is not None:
+        head += f" {BASELINE_REV + ' ns':>12} {'ratio':>6}"
+    print(head)
     for key in KEYS:
         a = statistics.median(r[key] for r in plain)
         b = statistics.median(r[key] for r in hooked)
-        result[key] = {"unhooked_ns": a, "hooked_ns": b, "ratio": b / a}
-        print(f"{key.removesuffix('_ns'):<12} {a:>10.0f} {b:>10.0f} {b / a:>6.2f}")
+        row: dict[str, float] = {"unhooked_ns": a, "hooked_ns": b, "ratio": b / a}
+        line = f"{key.removesuffix('_ns'):<12} {a:>10.0f} {b:>10.0f} {b / a:>6.2f}"
+        if BASELINE is not None:
+            c = statistics.median(r[key] for r in baseline)
+            row.update({"baseline_hooked_ns": c, "baseline_ratio": c / a})
+            line += f" {c:>12.0f} {c / a:>6.2f}"
+        result[key] = row
+        print(line)
     return result
 
 
@@ -142,6 +176,11 @@ def main() -> int:
     if not Path("/sys/kernel/debug/nvmock").exists():
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
     result: dict[str, object] = {"hook": hook_overhead()}
+    if ONLY == "hook":
+        subprocess.run(["rmmod", "nvmock"], check=True)
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(result, indent=2) + "\n")
+        return 0
     params = ["target=nvmock"]
     if ONLINE_HOLD_US is not None:
         params.append(f"online_hold_us={ONLINE_HOLD_US}")

@@ -1,0 +1,113 @@
+"""The state qgpu keeps of each channel is what RM carried out, at any scale.
+
+Unloading reopens every channel qgpu closed, however many (here a thousand, past what one
+scheduler pass changes); a FIFO_DISABLE_CHANNELS that RM failed is tried again until it is
+carried out. Ground truth: nvmock's channels (debugfs gpu0/channels) and its record of the
+kernel client's ops (debugfs kapi), with failures injected by debugfs kapi_fail_control.
+
+Run on single-threaded TCG like test_qgpu_safety.py (VM_QEMU_OPTS="-accel tcg,thread=single"):
+the module is unloaded while its scheduler runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from qpolicy.enforcers.kmod.client import QgpuClient
+from tests.vm.conftest import DEBUGFS, objects
+from tests.vm.qgpu_env import cgroups, insmod, loaded, qgpu_loaded, rmmod
+from tests.vm.test_qgpu_rmapi import FIFO_DISABLE_CHANNELS, OP_CONTROL, kapi
+from tests.vm.worker import Worker
+
+CHANNELS = 1000
+NV_ERR_INVALID_STATE = 0x40
+
+
+def channel_states(pid: int, gpu: int = 0) -> list[bool]:
+    """Whether each of the process's channels is enabled, from nvmock."""
+    out = []
+    for line in (DEBUGFS / f"gpu{gpu}" / "channels").read_text().splitlines():
+        words = line.split()
+        fields = dict(zip(words[1::2], words[2::2], strict=False))
+        if int(fields["pid"]) == pid:
+            out.append(fields["enabled"] == "1")
+    return out
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float) -> float:
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < timeout, f"no {what} in {timeout} s"
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_unloading_reopens_a_thousand_closed_channels() -> None:
+    with cgroups(1) as (pod,):
+        insmod()
+        try:
+            worker = Worker(pod.path)
+            try:
+                assert worker.ask(f"channels {CHANNELS}") == {"channels": CHANNELS}
+                with QgpuClient.open() as client:
+                    # 1 % of a second: closed nearly all the time (never-mapped channels count
+                    # as busy, so the slice runs out at once).
+                    client.set_gpu(0, "fixed-share", 1_000_000)
+                    client.set_cgroup(pod.id, 0, "offline", 1)
+                took = wait_for(
+                    "every channel closed",
+                    lambda: channel_states(worker.pid).count(False) == CHANNELS,
+                    timeout=30,
+                )
+                print(f"{CHANNELS} channels closed in {took:.2f} s")
+                started = time.monotonic()
+                result = rmmod()
+                assert result.returncode == 0, result.stderr
+                print(f"rmmod took {time.monotonic() - started:.2f} s")
+                states = channel_states(worker.pid)
+                assert len(states) == CHANNELS
+                assert states.count(True) == CHANNELS, f"{states.count(False)} left closed"
+                # The kernel client went with the module.
+                assert objects()["clients"] == 1
+            finally:
+                worker.close()
+        finally:
+            if loaded():
+                rmmod()
+
+
+def test_a_failed_close_is_tried_again_until_rm_carries_it_out() -> None:
+    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+        client.set_gpu(0, "best-effort", 50_000)
+        busy = Worker(online.path)
+        victim = Worker(offline.path)
+        try:
+            assert busy.ask("channels 1") == {"channels": 1}
+            assert victim.ask("channels 1") == {"channels": 1}
+            # RM fails the next four FIFO_DISABLE_CHANNELS: the batch and the one-by-one call
+            # of the first try, then the retries.
+            (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 4")
+            # An online cgroup that always has work: offline channels are closed for good,
+            # so there is no later change that would close them by the way.
+            client.set_cgroup(online.id, 0, "online", 50)
+            client.set_cgroup(offline.id, 0, "offline", 50)
+            took = wait_for("the offline channel closed", lambda: channel_states(victim.pid)
+                            == [False], timeout=10)  # fmt: skip
+            print(f"closed {took:.2f} s after configuring")
+            failed = [
+                op
+                for op in kapi()[1]
+                if op.op == OP_CONTROL
+                and op.what == FIFO_DISABLE_CHANNELS
+                and op.status == NV_ERR_INVALID_STATE
+            ]
+            assert len(failed) == 4, failed
+            assert channel_states(busy.pid) == [True]
+            # It stays closed.
+            time.sleep(0.5)
+            assert channel_states(victim.pid) == [False]
+        finally:
+            (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 0")
+            busy.close()
+            victim.close()
