@@ -139,6 +139,193 @@ _Static_assert(sizeof_field(struct nvos34_params, status) == 4,
 _Static_assert(offsetof(struct nvos34_params, flags) == 28, "offsetof(NVOS34_PARAMETERS, flags)");
 _Static_assert(sizeof_field(struct nvos34_params, flags) == 4,
 	       "sizeof(((NVOS34_PARAMETERS *)0)->flags)");
+_Static_assert(sizeof(struct nvos55_params) == 28, "sizeof(NVOS55_PARAMETERS)");
+_Static_assert(offsetof(struct nvos55_params, hClient) == 0,
+	       "offsetof(NVOS55_PARAMETERS, hClient)");
+_Static_assert(sizeof_field(struct nvos55_params, hClient) == 4,
+	       "sizeof(((NVOS55_PARAMETERS *)0)->hClient)");
+_Static_assert(offsetof(struct nvos55_params, hParent) == 4,
+	       "offsetof(NVOS55_PARAMETERS, hParent)");
+_Static_assert(sizeof_field(struct nvos55_params, hParent) == 4,
+	       "sizeof(((NVOS55_PARAMETERS *)0)->hParent)");
+_Static_assert(offsetof(struct nvos55_params, hObject) == 8,
+	       "offsetof(NVOS55_PARAMETERS, hObject)");
+_Static_assert(sizeof_field(struct nvos55_params, hObject) == 4,
+	       "sizeof(((NVOS55_PARAMETERS *)0)->hObject)");
+_Static_assert(offsetof(struct nvos55_params, hClientSrc) == 12,
+	       "offsetof(NVOS55_PARAMETERS, hClientSrc)");
+_Static_assert(sizeof_field(struct nvos55_params, hClientSrc) == 4,
+	       "sizeof(((NVOS55_PARAMETERS *)0)->hClientSrc)");
+_Static_assert(offsetof(struct nvos55_params, hObjectSrc) == 16,
+	       "offsetof(NVOS55_PARAMETERS, hObjectSrc)");
+_Static_assert(sizeof_field(struct nvos55_params, hObjectSrc) == 4,
+	       "sizeof(((NVOS55_PARAMETERS *)0)->hObjectSrc)");
+_Static_assert(offsetof(struct nvos55_params, flags) == 20, "offsetof(NVOS55_PARAMETERS, flags)");
+_Static_assert(sizeof_field(struct nvos55_params, flags) == 4,
+	       "sizeof(((NVOS55_PARAMETERS *)0)->flags)");
+_Static_assert(offsetof(struct nvos55_params, status) == 24, "offsetof(NVOS55_PARAMETERS, status)");
+_Static_assert(sizeof_field(struct nvos55_params, status) == 4,
+	       "sizeof(((NVOS55_PARAMETERS *)0)->status)");
+_Static_assert(sizeof(struct nvos32_params) == 184, "sizeof(NVOS32_PARAMETERS)");
+_Static_assert(offsetof(struct nvos32_params, hRoot) == 0, "offsetof(NVOS32_PARAMETERS, hRoot)");
+_Static_assert(sizeof_field(struct nvos32_params, hRoot) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->hRoot)");
+_Static_assert(offsetof(struct nvos32_params, hObjectParent) == 4,
+	       "offsetof(NVOS32_PARAMETERS, hObjectParent)");
+_Static_assert(sizeof_field(struct nvos32_params, hObjectParent) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->hObjectParent)");
+_Static_assert(offsetof(struct nvos32_params, function) == 8,
+	       "offsetof(NVOS32_PARAMETERS, function)");
+_Static_assert(sizeof_field(struct nvos32_params, function) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->function)");
+_Static_assert(offsetof(struct nvos32_params, hVASpace) == 12,
+	       "offsetof(NVOS32_PARAMETERS, hVASpace)");
+_Static_assert(sizeof_field(struct nvos32_params, hVASpace) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->hVASpace)");
+_Static_assert(offsetof(struct nvos32_params, ivcHeapNumber) == 16,
+	       "offsetof(NVOS32_PARAMETERS, ivcHeapNumber)");
+_Static_assert(sizeof_field(struct nvos32_params, ivcHeapNumber) == 2,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->ivcHeapNumber)");
+_Static_assert(offsetof(struct nvos32_params, status) == 20, "offsetof(NVOS32_PARAMETERS, status)");
+_Static_assert(sizeof_field(struct nvos32_params, status) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->status)");
+_Static_assert(offsetof(struct nvos32_params, total) == 24, "offsetof(NVOS32_PARAMETERS, total)");
+_Static_assert(sizeof_field(struct nvos32_params, total) == 8,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->total)");
+_Static_assert(offsetof(struct nvos32_params, free) == 32, "offsetof(NVOS32_PARAMETERS, free)");
+_Static_assert(sizeof_field(struct nvos32_params, free) == 8,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->free)");
+_Static_assert(offsetof(struct nvos32_params, owner) == 40,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.owner)");
+_Static_assert(sizeof_field(struct nvos32_params, owner) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.owner)");
+_Static_assert(offsetof(struct nvos32_params, hMemory) == 44,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.hMemory)");
+_Static_assert(sizeof_field(struct nvos32_params, hMemory) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.hMemory)");
+_Static_assert(offsetof(struct nvos32_params, type) == 48,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.type)");
+_Static_assert(sizeof_field(struct nvos32_params, type) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.type)");
+_Static_assert(offsetof(struct nvos32_params, flags) == 52,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.flags)");
+_Static_assert(sizeof_field(struct nvos32_params, flags) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.flags)");
+_Static_assert(offsetof(struct nvos32_params, attr) == 56,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.attr)");
+_Static_assert(sizeof_field(struct nvos32_params, attr) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.attr)");
+_Static_assert(offsetof(struct nvos32_params, format) == 60,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.format)");
+_Static_assert(sizeof_field(struct nvos32_params, format) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.format)");
+_Static_assert(offsetof(struct nvos32_params, comprCovg) == 64,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.comprCovg)");
+_Static_assert(sizeof_field(struct nvos32_params, comprCovg) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.comprCovg)");
+_Static_assert(offsetof(struct nvos32_params, zcullCovg) == 68,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.zcullCovg)");
+_Static_assert(sizeof_field(struct nvos32_params, zcullCovg) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.zcullCovg)");
+_Static_assert(offsetof(struct nvos32_params, partitionStride) == 72,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.partitionStride)");
+_Static_assert(sizeof_field(struct nvos32_params, partitionStride) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.partitionStride)");
+_Static_assert(offsetof(struct nvos32_params, width) == 76,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.width)");
+_Static_assert(sizeof_field(struct nvos32_params, width) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.width)");
+_Static_assert(offsetof(struct nvos32_params, height) == 80,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.height)");
+_Static_assert(sizeof_field(struct nvos32_params, height) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.height)");
+_Static_assert(offsetof(struct nvos32_params, size) == 88,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.size)");
+_Static_assert(sizeof_field(struct nvos32_params, size) == 8,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.size)");
+_Static_assert(offsetof(struct nvos32_params, alignment) == 96,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.alignment)");
+_Static_assert(sizeof_field(struct nvos32_params, alignment) == 8,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.alignment)");
+_Static_assert(offsetof(struct nvos32_params, offset) == 104,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.offset)");
+_Static_assert(sizeof_field(struct nvos32_params, offset) == 8,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.offset)");
+_Static_assert(offsetof(struct nvos32_params, limit) == 112,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.limit)");
+_Static_assert(sizeof_field(struct nvos32_params, limit) == 8,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.limit)");
+_Static_assert(offsetof(struct nvos32_params, address) == 120,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.address)");
+_Static_assert(sizeof_field(struct nvos32_params, address) == 8,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.address)");
+_Static_assert(offsetof(struct nvos32_params, rangeBegin) == 128,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.rangeBegin)");
+_Static_assert(sizeof_field(struct nvos32_params, rangeBegin) == 8,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.rangeBegin)");
+_Static_assert(offsetof(struct nvos32_params, rangeEnd) == 136,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.rangeEnd)");
+_Static_assert(sizeof_field(struct nvos32_params, rangeEnd) == 8,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.rangeEnd)");
+_Static_assert(offsetof(struct nvos32_params, attr2) == 144,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.attr2)");
+_Static_assert(sizeof_field(struct nvos32_params, attr2) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.attr2)");
+_Static_assert(offsetof(struct nvos32_params, ctagOffset) == 148,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.ctagOffset)");
+_Static_assert(sizeof_field(struct nvos32_params, ctagOffset) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.ctagOffset)");
+_Static_assert(offsetof(struct nvos32_params, numaNode) == 152,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSize.numaNode)");
+_Static_assert(sizeof_field(struct nvos32_params, numaNode) == 4,
+	       "sizeof(((NVOS32_PARAMETERS *)0)->data.AllocSize.numaNode)");
+_Static_assert(sizeof(struct nv0000_handle_info_params) == 16,
+	       "sizeof(NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS)");
+_Static_assert(offsetof(struct nv0000_handle_info_params, hObject) == 0,
+	       "offsetof(NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS, hObject)");
+_Static_assert(sizeof_field(struct nv0000_handle_info_params, hObject) == 4,
+	       "sizeof(((NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS *)0)->hObject)");
+_Static_assert(offsetof(struct nv0000_handle_info_params, index) == 4,
+	       "offsetof(NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS, index)");
+_Static_assert(sizeof_field(struct nv0000_handle_info_params, index) == 4,
+	       "sizeof(((NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS *)0)->index)");
+_Static_assert(offsetof(struct nv0000_handle_info_params, data) == 8,
+	       "offsetof(NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS, data)");
+_Static_assert(sizeof_field(struct nv0000_handle_info_params, data) == 8,
+	       "sizeof(((NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS *)0)->data)");
+_Static_assert(sizeof(struct nv0000_objects_are_duplicates_params) == 12,
+	       "sizeof(NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS)");
+_Static_assert(offsetof(struct nv0000_objects_are_duplicates_params, hObject1) == 0,
+	       "offsetof(NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS, hObject1)");
+_Static_assert(sizeof_field(struct nv0000_objects_are_duplicates_params, hObject1) == 4,
+	       "sizeof(((NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS *)0)->hObject1)");
+_Static_assert(offsetof(struct nv0000_objects_are_duplicates_params, hObject2) == 4,
+	       "offsetof(NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS, hObject2)");
+_Static_assert(sizeof_field(struct nv0000_objects_are_duplicates_params, hObject2) == 4,
+	       "sizeof(((NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS *)0)->hObject2)");
+_Static_assert(offsetof(struct nv0000_objects_are_duplicates_params, bDuplicates) == 8,
+	       "offsetof(NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS, bDuplicates)");
+_Static_assert(sizeof_field(struct nv0000_objects_are_duplicates_params, bDuplicates) == 1,
+	       "sizeof(((NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS *)0)->bDuplicates)");
+_Static_assert(sizeof(struct nv0041_surface_info_params) == 16,
+	       "sizeof(NV0041_CTRL_GET_SURFACE_INFO_PARAMS)");
+_Static_assert(offsetof(struct nv0041_surface_info_params, surfaceInfoListSize) == 0,
+	       "offsetof(NV0041_CTRL_GET_SURFACE_INFO_PARAMS, surfaceInfoListSize)");
+_Static_assert(sizeof_field(struct nv0041_surface_info_params, surfaceInfoListSize) == 4,
+	       "sizeof(((NV0041_CTRL_GET_SURFACE_INFO_PARAMS *)0)->surfaceInfoListSize)");
+_Static_assert(offsetof(struct nv0041_surface_info_params, surfaceInfoList) == 8,
+	       "offsetof(NV0041_CTRL_GET_SURFACE_INFO_PARAMS, surfaceInfoList)");
+_Static_assert(sizeof_field(struct nv0041_surface_info_params, surfaceInfoList) == 8,
+	       "sizeof(((NV0041_CTRL_GET_SURFACE_INFO_PARAMS *)0)->surfaceInfoList)");
+_Static_assert(sizeof(struct nv0041_surface_info) == 8, "sizeof(NV0041_CTRL_SURFACE_INFO)");
+_Static_assert(offsetof(struct nv0041_surface_info, index) == 0,
+	       "offsetof(NV0041_CTRL_SURFACE_INFO, index)");
+_Static_assert(sizeof_field(struct nv0041_surface_info, index) == 4,
+	       "sizeof(((NV0041_CTRL_SURFACE_INFO *)0)->index)");
+_Static_assert(offsetof(struct nv0041_surface_info, data) == 4,
+	       "offsetof(NV0041_CTRL_SURFACE_INFO, data)");
+_Static_assert(sizeof_field(struct nv0041_surface_info, data) == 4,
+	       "sizeof(((NV0041_CTRL_SURFACE_INFO *)0)->data)");
 _Static_assert(sizeof(struct nvos33_params_with_fd) == 56,
 	       "sizeof(nv_ioctl_nvos33_parameters_with_fd)");
 _Static_assert(offsetof(struct nvos33_params_with_fd, hClient) == 0,
@@ -864,6 +1051,58 @@ _Static_assert(NVRM_GP_ENTRY_SIZE == 8, "NVC86F_GP_ENTRY__SIZE");
 _Static_assert(NVRM_GP_ENTRY1_LENGTH_SHIFT == 10, "(0 ? NVC86F_GP_ENTRY1_LENGTH)");
 _Static_assert(NVRM_GP_ENTRY1_LENGTH_MASK == 2097151,
 	       "((1u << ((1 ? NVC86F_GP_ENTRY1_LENGTH) - (0 ? NVC86F_GP_ENTRY1_LENGTH) + 1)) - 1)");
+_Static_assert(NV_MEMORY_FABRIC == 248, "NV_MEMORY_FABRIC");
+_Static_assert(NVOS32_FUNCTION_ALLOC_SIZE == 2, "NVOS32_FUNCTION_ALLOC_SIZE");
+_Static_assert(NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED == 16384,
+	       "NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED");
+_Static_assert(NVOS32_ALLOC_FLAGS_VIRTUAL == 524288, "NVOS32_ALLOC_FLAGS_VIRTUAL");
+_Static_assert(NVOS32_ATTR_PAGE_SIZE_SHIFT == 23, "(0 ? NVOS32_ATTR_PAGE_SIZE)");
+_Static_assert(NVOS32_ATTR_PAGE_SIZE_MASK == 3,
+	       "((1u << ((1 ? NVOS32_ATTR_PAGE_SIZE) - (0 ? NVOS32_ATTR_PAGE_SIZE) + 1)) - 1)");
+_Static_assert(NVOS32_ATTR_PAGE_SIZE_DEFAULT == 0, "NVOS32_ATTR_PAGE_SIZE_DEFAULT");
+_Static_assert(NVOS32_ATTR_PAGE_SIZE_4KB == 1, "NVOS32_ATTR_PAGE_SIZE_4KB");
+_Static_assert(NVOS32_ATTR_PAGE_SIZE_BIG == 2, "NVOS32_ATTR_PAGE_SIZE_BIG");
+_Static_assert(NVOS32_ATTR_PAGE_SIZE_HUGE == 3, "NVOS32_ATTR_PAGE_SIZE_HUGE");
+_Static_assert(NVOS32_ATTR_LOCATION_SHIFT == 25, "(0 ? NVOS32_ATTR_LOCATION)");
+_Static_assert(NVOS32_ATTR_LOCATION_MASK == 3,
+	       "((1u << ((1 ? NVOS32_ATTR_LOCATION) - (0 ? NVOS32_ATTR_LOCATION) + 1)) - 1)");
+_Static_assert(NVOS32_ATTR_LOCATION_VIDMEM == 0, "NVOS32_ATTR_LOCATION_VIDMEM");
+_Static_assert(NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT == 20, "(0 ? NVOS32_ATTR2_PAGE_SIZE_HUGE)");
+_Static_assert(NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK == 3,
+	       "nvos.h");
+_Static_assert(NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB == 2, "NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB");
+_Static_assert(NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO == 3330,
+	       "NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO");
+_Static_assert(NV0000_HANDLE_INFO_INDEX_PARENT == 1,
+	       "NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_PARENT");
+_Static_assert(NV0000_HANDLE_INFO_INDEX_CLASSID == 2,
+	       "NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_CLASSID");
+_Static_assert(NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES == 3335,
+	       "NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES");
+_Static_assert(NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD == 15621,
+	       "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD");
+_Static_assert(NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD == 15622,
+	       "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD");
+_Static_assert(NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD == 15627,
+	       "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD");
+_Static_assert(NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD == 15628,
+	       "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD");
+_Static_assert(NV0041_CTRL_CMD_GET_SURFACE_INFO == 4260112, "NV0041_CTRL_CMD_GET_SURFACE_INFO");
+_Static_assert(NV0041_CTRL_SURFACE_INFO_INDEX_ATTRS == 1, "NV0041_CTRL_SURFACE_INFO_INDEX_ATTRS");
+_Static_assert(NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_LO == 2,
+	       "NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_LO");
+_Static_assert(NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_HI == 3,
+	       "NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_HI");
+_Static_assert(NV0041_CTRL_SURFACE_INFO_INDEX_COMPR_COVERAGE == 5,
+	       "NV0041_CTRL_SURFACE_INFO_INDEX_COMPR_COVERAGE");
+_Static_assert(NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE == 7,
+	       "NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE");
+_Static_assert(NV0041_CTRL_SURFACE_INFO_INDEX_ADDR_SPACE_TYPE == 9,
+	       "NV0041_CTRL_SURFACE_INFO_INDEX_ADDR_SPACE_TYPE");
+_Static_assert(NV0000_ADDR_SPACE_TYPE_SYSMEM == 1,
+	       "NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_SYSMEM");
+_Static_assert(NV0000_ADDR_SPACE_TYPE_VIDMEM == 2,
+	       "NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_VIDMEM");
 _Static_assert(NVRM_MAX_IOCTL_SIZE == 16384, "NV_ABSOLUTE_MAX_IOCTL_SIZE");
 _Static_assert(NVRM_CLIENT_HANDLE_BASE == 3251634176, "RS_CLIENT_HANDLE_BASE");
 _Static_assert(NVRM_OBJECT_HANDLE_BASE == 3404726272, "RS_UNIQUE_HANDLE_BASE");

@@ -68,6 +68,55 @@ PAIRS: tuple[Pair, ...] = (
     Pair("nvos64_params", "NVOS64_PARAMETERS", SDK + "nvos.h"),
     Pair("nvos54_params", "NVOS54_PARAMETERS", SDK + "nvos.h"),
     Pair("nvos34_params", "NVOS34_PARAMETERS", SDK + "nvos.h"),
+    Pair("nvos55_params", "NVOS55_PARAMETERS", SDK + "nvos.h"),
+    Pair(
+        "nvos32_params",
+        "NVOS32_PARAMETERS",
+        SDK + "nvos.h",
+        # qpolicy spells out the union's ALLOC_SIZE member flat (nvrm.h says why)
+        alias={
+            m: "data.AllocSize." + m
+            for m in (
+                "owner",
+                "hMemory",
+                "type",
+                "flags",
+                "attr",
+                "format",
+                "comprCovg",
+                "zcullCovg",
+                "partitionStride",
+                "width",
+                "height",
+                "size",
+                "alignment",
+                "offset",
+                "limit",
+                "address",
+                "rangeBegin",
+                "rangeEnd",
+                "attr2",
+                "ctagOffset",
+                "numaNode",
+            )
+        },
+    ),
+    Pair(
+        "nv0000_handle_info_params",
+        "NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS",
+        SDK + "ctrl/ctrl0000/ctrl0000client.h",
+    ),
+    Pair(
+        "nv0000_objects_are_duplicates_params",
+        "NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS",
+        SDK + "ctrl/ctrl0000/ctrl0000client.h",
+    ),
+    Pair(
+        "nv0041_surface_info_params",
+        "NV0041_CTRL_GET_SURFACE_INFO_PARAMS",
+        SDK + "ctrl/ctrl0041.h",
+    ),
+    Pair("nv0041_surface_info", "NV0041_CTRL_SURFACE_INFO", SDK + "ctrl/ctrl0041.h"),
     Pair(
         "nvos33_params_with_fd",
         "nv_ioctl_nvos33_parameters_with_fd",
@@ -233,6 +282,22 @@ CONSTANT_ALIAS = {
     "NVRM_GP_ENTRY1_LENGTH_MASK": (
         "((1u << ((1 ? NVC86F_GP_ENTRY1_LENGTH) - (0 ? NVC86F_GP_ENTRY1_LENGTH) + 1)) - 1)"
     ),
+    "NV0000_HANDLE_INFO_INDEX_PARENT": "NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_PARENT",
+    "NV0000_HANDLE_INFO_INDEX_CLASSID": "NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_CLASSID",
+    "NV0000_ADDR_SPACE_TYPE_SYSMEM": "NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_SYSMEM",
+    "NV0000_ADDR_SPACE_TYPE_VIDMEM": "NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_VIDMEM",
+    "NVOS32_ATTR_PAGE_SIZE_SHIFT": "(0 ? NVOS32_ATTR_PAGE_SIZE)",
+    "NVOS32_ATTR_PAGE_SIZE_MASK": (
+        "((1u << ((1 ? NVOS32_ATTR_PAGE_SIZE) - (0 ? NVOS32_ATTR_PAGE_SIZE) + 1)) - 1)"
+    ),
+    "NVOS32_ATTR_LOCATION_SHIFT": "(0 ? NVOS32_ATTR_LOCATION)",
+    "NVOS32_ATTR_LOCATION_MASK": (
+        "((1u << ((1 ? NVOS32_ATTR_LOCATION) - (0 ? NVOS32_ATTR_LOCATION) + 1)) - 1)"
+    ),
+    "NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT": "(0 ? NVOS32_ATTR2_PAGE_SIZE_HUGE)",
+    "NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK": (
+        "((1u << ((1 ? NVOS32_ATTR2_PAGE_SIZE_HUGE) - (0 ? NVOS32_ATTR2_PAGE_SIZE_HUGE) + 1)) - 1)"
+    ),
     "NVRM_USERD_GP_GET": "offsetof(Nvc36fControl, GPGet)",
     "NVRM_USERD_GP_PUT": "offsetof(Nvc36fControl, GPPut)",
     "NVRM_USERMODE_DOORBELL": "NVC361_NOTIFY_CHANNEL_PENDING",
@@ -329,6 +394,10 @@ PROBE_HEADERS = (
     "ctrl/ctrl2080/ctrl2080fifo.h",
     "ctrl/ctrl2080/ctrl2080gr.h",
     "ctrl/ctrlc36f.h",
+    "ctrl/ctrl0000/ctrl0000client.h",
+    "ctrl/ctrl0000/ctrl0000unix.h",
+    "ctrl/ctrl0041.h",
+    "class/cl00f8.h",
 )
 
 
@@ -384,7 +453,7 @@ def declared_constants(header_text: str) -> list[str]:
 
 def skipped(member: str) -> bool:
     """Padding and qpolicy's own filler: nothing in the driver corresponds."""
-    return member.startswith("pad") or member == "raw"
+    return member.startswith("pad") or member in ("raw", "rest")
 
 
 # ---------------------------------------------------------------------------------------------
