@@ -92,41 +92,52 @@ def test_qpolicys_headers_compile_with_the_assertions(tmp_path: Path, kernel: bo
     assert result.returncode == 0, result.stderr
 
 
+def compile_mutated(
+    tmp: Path, header: str, old: str, new: str, kernel: bool, regex: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Compile a copy of kmod/uapi in which ``header`` has ``old`` replaced by ``new``."""
+    uapi = copy_uapi(tmp)
+    path = uapi / header
+    text = path.read_text()
+    changed = re.sub(old, new, text) if regex else text.replace(old, new)
+    assert changed != text
+    path.write_text(changed)
+    return compile_headers(uapi, tmp, kernel)
+
+
 def test_a_moved_member_fails_the_build(tmp_path: Path) -> None:
-    uapi = copy_uapi(tmp_path)
-    header = uapi / "nvrm.h"
-    text = header.read_text()
-    swapped = text.replace(
+    result = compile_mutated(
+        tmp_path,
+        "nvrm.h",
         "\t__u32 paramsSize;\n\t__u32 flags;\n\t__u32 status;\n\t__u32 pad;",
         "\t__u32 flags;\n\t__u32 paramsSize;\n\t__u32 status;\n\t__u32 pad;",
+        kernel=False,
     )
-    assert swapped != text
-    header.write_text(swapped)
-    result = compile_headers(uapi, tmp_path, kernel=False)
     assert result.returncode != 0
     assert "offsetof(NVOS64_PARAMETERS, paramsSize)" in result.stderr
 
 
 def test_a_wrong_constant_fails_the_build(tmp_path: Path) -> None:
-    uapi = copy_uapi(tmp_path)
-    header = uapi / "nvrm.h"
-    text = header.read_text()
-    wrong = re.sub(r"(#define NV_ESC_RM_ALLOC\s+)0x2B", r"\g<1>0x2C", text)
-    assert wrong != text
-    header.write_text(wrong)
-    result = compile_headers(uapi, tmp_path, kernel=False)
+    result = compile_mutated(
+        tmp_path,
+        "nvrm.h",
+        r"(#define NV_ESC_RM_ALLOC\s+)0x2B",
+        r"\g<1>0x2C",
+        kernel=False,
+        regex=True,
+    )
     assert result.returncode != 0
     assert '"NV_ESC_RM_ALLOC"' in result.stderr
 
 
 def test_a_wrong_kernel_member_fails_the_build(tmp_path: Path) -> None:
-    uapi = copy_uapi(tmp_path)
-    header = uapi / "nvrm_kapi.h"
-    text = header.read_text()
     # NVOS21 in the op union where the driver has NVOS64: the bug the issue found
-    wrong = text.replace("struct nvos64_params alloc;", "struct nvos21_params alloc;")
-    assert wrong != text
-    header.write_text(wrong)
-    result = compile_headers(uapi, tmp_path, kernel=True)
+    result = compile_mutated(
+        tmp_path,
+        "nvrm_kapi.h",
+        "struct nvos64_params alloc;",
+        "struct nvos21_params alloc;",
+        kernel=True,
+    )
     assert result.returncode != 0
     assert "nvidia_kernel_rmapi_ops_t" in result.stderr or "NVOS64" in result.stderr
