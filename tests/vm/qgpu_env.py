@@ -18,6 +18,7 @@ from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient
 from qpolicy.telemetry.cgroups import cgroup_id
 from tests.vm.conftest import ROOT, processes
 from tests.vm.gpuload import Gpuload
+from tests.vm.linetenant import LineTenant
 
 QGPU = ROOT / "kmod" / "qgpu" / "qgpu.ko"
 SYSFS = Path("/sys/kernel/qgpu")
@@ -117,36 +118,13 @@ def tenant(cg: Cgroup, *args: str) -> dict[str, Any]:
     return dict(json.loads(result.stdout))
 
 
-class HeldTenant:
+class HeldTenant(LineTenant):
     """tests/vm/tenant.py's ``hold`` inside a cgroup: a process with a TSG of its own, which
     sends its own timeslice controls when asked."""
 
     def __init__(self, cg: Cgroup) -> None:
-        def enter() -> None:
-            (cg.path / "cgroup.procs").write_text(str(os.getpid()))
-
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.vm.tenant", "hold"],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            preexec_fn=enter,
-        )
-        hello = self._answer()
-        self.pid, self.client, self.tsg = hello["pid"], hello["client"], hello["tsg"]
-
-    def _answer(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, f"the tenant ended: rc {self.proc.wait()}"
-        return dict(json.loads(line))
-
-    def ask(self, command: str) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return self._answer()
+        super().__init__(cg.path, "tests.vm.tenant", "hold")
+        self.pid, self.client, self.tsg = self.hello["pid"], self.hello["client"], self.hello["tsg"]
 
     def set_timeslice(self, us: int, target: HeldTenant | None = None) -> int:
         """The tenant's own SET_TIMESLICE on its TSG (or naming ``target``'s client and TSG):
@@ -159,18 +137,6 @@ class HeldTenant:
         answer = self.ask("get")
         assert answer["status"] == 0, answer
         return int(answer["timeslice_us"])
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        if self.proc.poll() is None:
-            with suppress(BrokenPipeError):
-                self.proc.stdin.write("quit\n")
-                self.proc.stdin.flush()
-        with suppress(BrokenPipeError):
-            self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-        self.proc.stdout.close()
-        assert self.proc.returncode == 0, f"the tenant ended with rc {self.proc.returncode}"
 
 
 @contextmanager

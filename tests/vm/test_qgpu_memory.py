@@ -4,62 +4,29 @@ its own arguments meanwhile."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import ROOT, objects
+from tests.vm.conftest import objects
+from tests.vm.linetenant import LineTenant
 from tests.vm.qgpu_env import Cgroup, cgroups, qgpu_loaded, stats_of
 
 MIB = 1 << 20
 KIB_64 = 64 << 10
 
 
-class MemTenant:
+class MemTenant(LineTenant):
     """tests/vm/memtenant.py inside a cgroup: a client and device that live until closed."""
 
     def __init__(self, cg: Cgroup) -> None:
-        def enter() -> None:
-            (cg.path / "cgroup.procs").write_text(str(os.getpid()))
+        super().__init__(cg.path, "tests.vm.memtenant", timeout=60.0)
+        self.client, self.device = int(self.hello["client"]), int(self.hello["device"])
 
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.vm.memtenant"],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            preexec_fn=enter,
-        )
-        hello = self._answer()
-        self.client, self.device = int(hello["client"]), int(hello["device"])
-
-    def _answer(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, f"the tenant ended: rc {self.proc.wait()}"
-        return dict(json.loads(line))
-
-    def ask(self, *words: object) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(" ".join(str(w) for w in words) + "\n")
-        self.proc.stdin.flush()
-        return self._answer()
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        if self.proc.poll() is None:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-        self.proc.stdout.close()
-        assert self.proc.returncode == 0, f"the tenant ended with rc {self.proc.returncode}"
+    def ask(self, *words: object) -> dict[str, Any]:  # type: ignore[override]
+        return super().ask(" ".join(str(w) for w in words))
 
 
 @contextmanager

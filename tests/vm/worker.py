@@ -18,14 +18,12 @@ from __future__ import annotations
 import json
 import os
 import struct
-import subprocess
 import sys
 from collections import Counter
-from contextlib import suppress
 from pathlib import Path
-from typing import Any
 
 from qpolicy.nvrm import abi
+from tests.vm.linetenant import LineTenant
 from tests.vm.rmclient import Rm, channel_params, memory_params, tsg_params
 from tests.vm.tenant import DEVICE_PARAMS
 
@@ -76,52 +74,18 @@ def main() -> int:
     return 0
 
 
-class Worker:
+class Worker(LineTenant):
     """This module run as a process placed in the cgroup directory ``cgroup``."""
 
     def __init__(self, cgroup: Path) -> None:
-        def enter() -> None:
-            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.vm.worker"],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            preexec_fn=enter,
-        )
-        hello = self._answer()
-        self.pid, self.client, self.tsg = hello["pid"], hello["client"], hello["tsg"]
-
-    def _answer(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, f"the worker ended: rc {self.proc.wait()}"
-        return dict(json.loads(line))
-
-    def ask(self, command: str) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return self._answer()
+        super().__init__(cgroup, "tests.vm.worker", timeout=60.0)
+        self.pid, self.client, self.tsg = self.hello["pid"], self.hello["client"], self.hello["tsg"]
 
     def alloc(self, mib: int) -> int:
         return int(self.ask(f"alloc {mib}")["status"])
 
     def deny(self, n: int) -> dict[int, int]:
         return {int(k): v for k, v in self.ask(f"deny {n}")["statuses"].items()}
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        with suppress(BrokenPipeError):
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
-        with suppress(BrokenPipeError):
-            self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-        self.proc.stdout.close()
-        assert self.proc.returncode == 0, f"the worker ended with rc {self.proc.returncode}"
 
 
 if __name__ == "__main__":
