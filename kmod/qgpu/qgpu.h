@@ -46,7 +46,11 @@ struct qgpu_cg {
 
 	/* scheduler state, per period (CFS-bandwidth style) */
 	bool open;			/* its channels are meant to run now */
-	bool busy;			/* work pending at the last look */
+	bool busy;			/* work pending at the last look, or held (userd.c) */
+	u64 hold_ns;			/* open time it still counts as busy (userd.c) */
+	bool moved;			/* this pass: GP_GET moved in a channel read */
+	bool started;			/* its work was seen on the GPU since it was opened */
+	ktime_t opened;			/* when it was last opened */
 	bool busy_in_period;
 	u8 idle_looks;			/* looks in a row it held the GPU with nothing pending */
 	bool throttled_in_period;
@@ -83,8 +87,7 @@ struct qgpu_obj {
 	u64 userd_offset;		/* where in that object */
 	struct qgpu_userd *userd;	/* how to read it; NULL: qgpu cannot */
 	u64 userd_blind;		/* ns: since when qgpu cannot */
-	u64 userd_look;			/* ns: the last look */
-	u64 userd_hold_ns;		/* open time it still counts as busy */
+	u32 userd_get;			/* GP_GET at the last look */
 	/* channel: a scheduler's FIFO_DISABLE_CHANNELS for it is in flight (sched.c) */
 	bool in_change;
 	bool dead;			/* untracked while in_change: the scheduler frees it */
@@ -163,7 +166,10 @@ void qgpu_userd_unmap(u32 hclient, u32 hmemory, u64 linear);
 void qgpu_userd_file_released(struct file *file);
 void qgpu_userd_obj_drop(u32 hclient, struct qgpu_obj *obj);
 void qgpu_userd_exit(void);
-bool qgpu_channel_pending(const struct qgpu_cg *cg, struct qgpu_obj *ch);
+#define QGPU_LOOK_PENDING	BIT(0)
+#define QGPU_LOOK_MOVED		BIT(1)
+unsigned int qgpu_channel_look(const struct qgpu_cg *cg, struct qgpu_obj *ch, u64 now);
+bool qgpu_cg_busy(struct qgpu_cg *cg, bool pending, u64 dt);
 
 /* rmapi.c: the driver's in-kernel RM entry */
 int qgpu_rmapi_init(void);

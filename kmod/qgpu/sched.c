@@ -6,7 +6,11 @@
  * priority keeps the tenants' CPU load from delaying it). Each pass it
  *   - reads every gated channel's USERD: GP_PUT ahead of GP_GET means work is pending;
  *   - accounts the time since the last pass the way CFS bandwidth does: open time while busy,
- *     throttled time while busy and closed, periods busy and periods throttled;
+ *     throttled time while busy and closed, periods busy and periods throttled; an offline
+ *     cgroup's slice runs down while it is open and busy, from when its work is seen on the GPU
+ *     after it was opened (at most start_grace_us later): the switch to it, RM's call and the
+ *     GPU's context switch, is nobody's time, so a fixed cost per turn does not come off small
+ *     shares more than large ones;
  *   - at a period boundary refills the offline cgroups' slices from the policy
  *     (fixed-share: share x period, a cap; burst-share: the period split among the busy cgroups
  *     in proportion to their shares; best-effort: split equally);
@@ -50,6 +54,11 @@ unsigned int qgpu_poll_us = 250;
 module_param_named(poll_us, qgpu_poll_us, uint, 0444);
 MODULE_PARM_DESC(poll_us, "How often a GPU's scheduler looks at its channels, us (50-5000)");
 
+static unsigned int start_grace_us = 2000;
+module_param(start_grace_us, uint, 0644);
+MODULE_PARM_DESC(start_grace_us,
+		 "A turn's slice runs from when its work reaches the GPU, at most this long after it began, us");
+
 static unsigned int online_hold_us = 1000;
 module_param(online_hold_us, uint, 0644);
 MODULE_PARM_DESC(online_hold_us,
@@ -85,6 +94,7 @@ struct qgpu_sched {
 	ktime_t online_seen;
 	bool online_busy;
 	u64 holder;			/* cgroup id of the offline cgroup that has the GPU */
+	u64 ran;			/* offline cgroup that had it last; 0: online since */
 	u64 nr_periods;
 	u64 switches;
 	u64 rm_errors;
@@ -187,14 +197,44 @@ static struct qgpu_cg *next_holder(struct qgpu_sched *s, struct qgpu_cg *after)
 	return first;
 }
 
-static void sense(struct qgpu_sched *s)
+/*
+ * Which gated cgroups count as busy at this pass. Channels of ungated cgroups are not read (no
+ * one schedules them), and a cgroup's channels are read only until one shows work pending: the
+ * hold that follows is the cgroup's (qgpu_cg_busy()). A pass thus reads one channel of each busy
+ * cgroup and every channel of the idle ones, each a PCIe round trip on a real GPU.
+ *
+ * A cgroup given the GPU after another cgroup had it has started once its work is seen on the
+ * GPU: GP_GET moved in a channel read (the GPU fetched from it) or nothing of it waits to be
+ * fetched. Until then the GPU is switching to it, which is charged to no one's slice.
+ */
+static void sense(struct qgpu_sched *s, u64 now, u64 dt)
 {
 	struct qgpu_obj *obj;
+	struct qgpu_cg *cg;
 
 	lockdep_assert_held(&qgpu_lock);
-	list_for_each_entry(obj, &qgpu_gpu_channels[s->gpu], gpu_node)
-		if (qgpu_channel_pending(obj->client->cg, obj))
-			obj->client->cg->busy = true;
+	/* Every gated cgroup's busy is false here (step()): now "a channel showed work". */
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		cg->moved = false;
+	list_for_each_entry(obj, &qgpu_gpu_channels[s->gpu], gpu_node) {
+		unsigned int look;
+
+		cg = obj->client->cg;
+		if (!gated_here(s, cg) || cg->busy)
+			continue;
+		look = qgpu_channel_look(cg, obj, now);
+		cg->busy = look & QGPU_LOOK_PENDING;
+		cg->moved |= look & QGPU_LOOK_MOVED;
+	}
+	list_for_each_entry(cg, &qgpu_cgroups, node) {
+		if (!gated_here(s, cg))
+			continue;
+		if (cg->moved || !cg->busy ||
+		    ktime_to_ns(ktime_sub(ns_to_ktime(now), cg->opened)) >=
+		    (u64)start_grace_us * NSEC_PER_USEC)
+			cg->started = true;
+		cg->busy = qgpu_cg_busy(cg, cg->busy, dt);
+	}
 }
 
 /*
@@ -291,7 +331,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		if (cg->busy) {
 			if (cg->open) {
 				cg->open_ns += dt;
-				if (cg->class == QGPU_CLASS_OFFLINE)
+				if (cg->class == QGPU_CLASS_OFFLINE && cg->started)
 					cg->slice_ns -= dt;
 			} else {
 				cg->throttled_ns += dt;
@@ -310,7 +350,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		return s->nr_changes > 0 || !all_open(s);
 	}
 
-	sense(s);
+	sense(s, ktime_to_ns(now), dt);
 	list_for_each_entry(cg, &qgpu_cgroups, node) {
 		if (!gated_here(s, cg))
 			continue;
@@ -364,10 +404,23 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 	s->wake_in_ns = (u64)clamp(qgpu_poll_us, 50U, 5000U) * NSEC_PER_USEC;
 	if (holder && !s->online_busy)
 		s->wake_in_ns = clamp_t(s64, holder->slice_ns, 20 * NSEC_PER_USEC, s->wake_in_ns);
-	list_for_each_entry(cg, &qgpu_cgroups, node)
-		if (gated_here(s, cg))
-			cg->open = cg->class == QGPU_CLASS_ONLINE ||
-				   (cg == holder && !s->online_busy);
+	list_for_each_entry(cg, &qgpu_cgroups, node) {
+		bool open;
+
+		if (!gated_here(s, cg))
+			continue;
+		open = cg->class == QGPU_CLASS_ONLINE || (cg == holder && !s->online_busy);
+		if (open && !cg->open) {
+			/*
+			 * A turn after someone else's begins with a context switch (sense());
+			 * after a turn of its own the GPU has nothing to switch.
+			 */
+			cg->started = s->ran == cg->id;
+			cg->opened = now;
+		}
+		cg->open = open;
+	}
+	s->ran = s->online_busy ? 0 : holder ? holder->id : s->ran;
 	plan_channels(s, false);
 	return true;
 }

@@ -7,10 +7,11 @@
  * fetcher moves GP_GET past an entry when it fetches it, not when the work is done. So
  * GP_PUT != GP_GET says "submitted work not yet fetched", and nothing in USERD says "a fetched
  * kernel is still running": right after a long kernel is fetched its channel reads idle. qgpu
- * counts a channel as busy while GP_PUT != GP_GET and, after the last look that saw it so, for
- * busy_hold_us more of the time qgpu leaves the channel open (a closed channel's hold does not
- * run down: work taken off the GPU by FIFO_DISABLE_CHANNELS is still owed its time). A kernel
- * that runs longer than that after its fetch reads idle before it ends; busy_hold_us is the knob.
+ * counts a cgroup as busy while one of its channels shows GP_PUT != GP_GET and, after the last
+ * look that saw one so, for busy_hold_us more of the time qgpu leaves the cgroup open (a closed
+ * cgroup's hold does not run down: work taken off the GPU by FIFO_DISABLE_CHANNELS is still
+ * owed its time). A kernel that runs longer than that after its fetch reads idle before it
+ * ends; busy_hold_us is the knob.
  * What that costs: an online cgroup in such a kernel lets offline work in beside it (they share
  * the GPU by the hardware's timeslices), and an offline holder in one passes the GPU on and is
  * closed with its kernel preempted; the kernel runs again when its cgroup is next opened, which
@@ -39,7 +40,9 @@
  *
  * Everything here runs under qgpu_lock.
  */
+#include <linux/build_bug.h>
 #include <linux/io.h>
+#include <linux/io-64-nonatomic-lo-hi.h>
 #include <linux/ktime.h>
 #include <linux/lockdep.h>
 #include <linux/mm.h>
@@ -361,46 +364,85 @@ void qgpu_userd_exit(void)
 	}
 }
 
-static bool read_pending(const struct qgpu_userd *r)
+/*
+ * GP_GET and GP_PUT sit side by side in one aligned 8-byte word: one 64-bit read takes both, a
+ * single PCIe read where USERD is in BAR1 (each uncached read costs the CPU a round trip to the
+ * GPU, about a microsecond on real hosts, and a pass reads every gated channel).
+ */
+static_assert(NVRM_USERD_GP_GET + 4 == NVRM_USERD_GP_PUT);
+static_assert(IS_ALIGNED(NVRM_USERD_GP_GET, 8));
+
+/* The channel's GP_GET and GP_PUT, in one read. */
+static void read_gets(const struct qgpu_userd *r, u32 *get, u32 *put)
 {
-	u32 get, put;
+	u64 both;
 
-	if (r->io) {
-		get = readl(r->io + r->in_page + NVRM_USERD_GP_GET);
-		put = readl(r->io + r->in_page + NVRM_USERD_GP_PUT);
-	} else {
-		const u8 *slot = page_address(r->page) + r->in_page;
-
-		get = READ_ONCE(*(const u32 *)(slot + NVRM_USERD_GP_GET));
-		put = READ_ONCE(*(const u32 *)(slot + NVRM_USERD_GP_PUT));
-	}
-	return get != put;
+	if (r->io)
+		both = readq(r->io + r->in_page + NVRM_USERD_GP_GET);
+	else
+		both = READ_ONCE(*(const u64 *)(page_address(r->page) + r->in_page +
+						NVRM_USERD_GP_GET));
+	*get = lower_32_bits(both);
+	*put = upper_32_bits(both);
 }
 
 /**
- * qgpu_channel_pending() - whether a channel counts as busy now (see the top)
+ * qgpu_channel_look() - what a channel's USERD shows now (see the top)
  * @cg: the channel's cgroup
  * @ch: the channel
+ * @now: ktime_get_ns() of this scheduler pass
  *
- * Context: qgpu_lock held; called once a scheduler pass per channel.
- * Return: true if it has work or may have.
+ * QGPU_LOOK_MOVED says GP_GET moved since the previous look at this channel: the GPU fetched
+ * from it in between, so it has been on the engine. A channel qgpu cannot read shows no
+ * movement, and counts as pending as the top says.
+ *
+ * Context: qgpu_lock held.
+ * Return: QGPU_LOOK_PENDING (GP_PUT != GP_GET, or blind and counted busy) and QGPU_LOOK_MOVED.
  */
-bool qgpu_channel_pending(const struct qgpu_cg *cg, struct qgpu_obj *ch)
+unsigned int qgpu_channel_look(const struct qgpu_cg *cg, struct qgpu_obj *ch, u64 now)
 {
-	u64 now = ktime_get_ns(), dt = ch->userd_look ? now - ch->userd_look : 0;
+	unsigned int look = 0;
+	u32 get, put;
 
 	lockdep_assert_held(&qgpu_lock);
-	ch->userd_look = now;
 	if (!ch->userd) {
-		if (cg->class != QGPU_CLASS_ONLINE)
-			return true;
-		return now - ch->userd_blind < (u64)blind_busy_ms * NSEC_PER_MSEC;
+		if (cg->class != QGPU_CLASS_ONLINE ||
+		    now - ch->userd_blind < (u64)blind_busy_ms * NSEC_PER_MSEC)
+			look |= QGPU_LOOK_PENDING;
+		return look;
 	}
-	if (read_pending(ch->userd)) {
-		ch->userd_hold_ns = (u64)busy_hold_us * NSEC_PER_USEC;
+	read_gets(ch->userd, &get, &put);
+	if (get != put)
+		look |= QGPU_LOOK_PENDING;
+	if (get != ch->userd_get)
+		look |= QGPU_LOOK_MOVED;
+	ch->userd_get = get;
+	return look;
+}
+
+/**
+ * qgpu_cg_busy() - whether a cgroup counts as busy, from what its channels showed this pass
+ * @cg: a gated cgroup
+ * @pending: one of its channels showed work pending at this pass
+ * @dt: ns since the previous pass
+ *
+ * A cgroup stays busy for busy_hold_us of open time after a channel of it last showed work
+ * pending (see the top). The hold is the cgroup's, not each channel's: the cgroup is busy while
+ * any of its channels is, so the scheduler can stop reading a cgroup's channels at the first
+ * that shows work. It runs down only while the cgroup was meant to run (cg->open, from the
+ * previous pass): a closed cgroup's work is still owed its time.
+ *
+ * Context: qgpu_lock held; once a scheduler pass per gated cgroup.
+ * Return: true if the cgroup counts as busy now.
+ */
+bool qgpu_cg_busy(struct qgpu_cg *cg, bool pending, u64 dt)
+{
+	lockdep_assert_held(&qgpu_lock);
+	if (pending) {
+		cg->hold_ns = (u64)busy_hold_us * NSEC_PER_USEC;
 		return true;
 	}
-	if (ch->enabled)
-		ch->userd_hold_ns -= min(ch->userd_hold_ns, dt);
-	return ch->userd_hold_ns > 0;
+	if (cg->open)
+		cg->hold_ns -= min(cg->hold_ns, dt);
+	return cg->hold_ns > 0;
 }

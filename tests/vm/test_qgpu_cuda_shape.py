@@ -84,14 +84,26 @@ def test_an_online_cuda_shaped_process_preempts_an_offline_one() -> None:
 
 def test_offline_keeps_what_an_online_cuda_shaped_process_leaves() -> None:
     """As for gpuload's own tree (tests/vm/test_qgpu_slices.py): the online pod asks for about a
-    tenth of the GPU, and the offline pod must keep at least 95 % of its native share."""
+    tenth of the GPU, and the offline pod must keep at least 95 % of its native share.
+
+    With CUDA's 2048 us timeslice the trainer keeps more of the GPU natively than gpuload's own
+    tree does, so the margin is smaller, and one 6 s run of each side varies by a few percent on
+    the VM (its vCPUs stall). Native and qgpu runs alternate, twice each, and their sums are
+    compared: the same target, measured with half the variance of one pair."""
+    native_offline = gated_offline = 0.0
     with qgpu_loaded() as client, cgroups(2) as (online, offline):
-        _, native_offline = _side_by_side(online, offline)
         client.set_gpu(0, "best-effort", PERIOD_US)
-        client.set_cgroup(online.id, 0, "online", 50)
-        client.set_cgroup(offline.id, 0, "offline", 50)
-        _, gated_offline = _side_by_side(online, offline)
-        print(f"cuda-shaped offline share: native {native_offline:.3f}, qgpu {gated_offline:.3f}")
+        for _ in range(2):
+            native_offline += _side_by_side(online, offline)[1]
+            client.set_cgroup(online.id, 0, "online", 50)
+            client.set_cgroup(offline.id, 0, "offline", 50)
+            gated_offline += _side_by_side(online, offline)[1]
+            client.del_cgroup(online.id)
+            client.del_cgroup(offline.id)
+        print(
+            f"cuda-shaped offline share, two runs each: native {native_offline / 2:.3f},"
+            f" qgpu {gated_offline / 2:.3f}"
+        )
         assert gated_offline >= 0.95 * native_offline
 
 
