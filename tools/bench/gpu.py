@@ -119,6 +119,9 @@ SCENARIOS = (
     ),
 )
 
+# Extra arguments for every daemon the bench starts (--daemon-arg): a lever tried as is.
+DAEMON_ARGS: list[str] = []
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -243,6 +246,7 @@ def qpolicy_daemon(
                 f"127.0.0.1:{port}",
                 "--log-level",
                 "info" if keep_log is None else "debug",
+                *DAEMON_ARGS,
             ],
             env={
                 **os.environ,
@@ -342,6 +346,7 @@ def run_once(
     out: dict[str, Any] = {"mode": mode, "n": n, "pods": results}
     if daemon_info is not None:
         out["daemon"] = {k: v for k, v in daemon_info.items() if k != "port"}
+        out["daemon"]["args"] = list(DAEMON_ARGS)
         if cpu_window is not None:
             out["daemon"]["cpu_window_s"] = window
             out["daemon"]["cpu_percent_of_one_core"] = 100 * sum(cpu_window) / window
@@ -540,6 +545,13 @@ def main() -> int:
         "--daemon-logs", action="store_true", help="keep each daemon's debug log next to --out"
     )
     parser.add_argument(
+        "--daemon-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for every qpolicy daemon, e.g. --daemon-arg=--min-turn-ms=400",
+    )
+    parser.add_argument(
         "--profile-daemon",
         action="store_true",
         help="run each daemon under cProfile; its profile is kept next to --out",
@@ -551,6 +563,7 @@ def main() -> int:
         "--solo-from", metavar="JSON", help="reuse the solo throughputs of an earlier run"
     )
     args = parser.parse_args()
+    DAEMON_ARGS.extend(args.daemon_arg)
     if args.table:
         print("\n".join(table(json.loads(Path(args.table).read_text()))))
         return 0
