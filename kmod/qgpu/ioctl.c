@@ -282,14 +282,29 @@ static bool believe(struct file *file, u64 caller, const struct rm_fact *f, u64 
 }
 
 /*
+ * An object whose handle RM is left to pick: a zero handle makes RM generate one and write it
+ * back (clientAssignResourceHandle, src/nvidia/src/libraries/resserv/src/rs_client.c, for
+ * serverAllocResource and serverCopyResource). That handle is known only from the tenant's
+ * buffer, which a tenant thread may rewrite before qgpu reads it: the object would then be
+ * neither tracked, nor charged, nor sliced. So a configured cgroup must name its objects
+ * (clients excepted: what is made under an unknown client is tracked all the same). libcuda
+ * names every object it makes (171 RM_ALLOC in the shipped H200 trace, none with a zero handle).
+ */
+static bool unnamed_refused(const struct qgpu_cg *cg, u32 hnew, bool client)
+{
+	return cg && cg->configured && !hnew && !client;
+}
+
+/*
  * Before the call, on qgpu's one copy: whether to refuse it at once. hroot naming another
  * file's client may not be charged to that client's cgroup, and RM refuses it from here anyway
- * (rmclientValidate, src/nvidia/src/kernel/rmapi/client.c); memory is refused then. Fabric
- * memory is refused to a memory-limited cgroup (its export escapes qgpu), and memory asked for
- * past the limit is refused before RM rounds it up.
+ * (rmclientValidate, src/nvidia/src/kernel/rmapi/client.c); memory is refused then. An object
+ * left for RM to name is refused to a configured cgroup (unnamed_refused()). Fabric memory is
+ * refused to a memory-limited cgroup (its export escapes qgpu), and memory asked for past the
+ * limit is refused before RM rounds it up.
  */
-static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hclass, u64 asked,
-			u64 *cg_id)
+static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hnew, u32 hclass,
+			u64 asked, u64 *cg_id)
 {
 	struct qgpu_client *client;
 	struct qgpu_cg *cg;
@@ -302,6 +317,8 @@ static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hclass, u6
 		cg = qgpu_cg_get(caller, false);
 		if (qgpu_mem_class(hclass))
 			refusal = NV_ERR_INVALID_CLIENT;
+	} else if (unnamed_refused(cg, hnew, is_client_class(hclass))) {
+		refusal = NV_ERR_INSUFFICIENT_PERMISSIONS;
 	} else if (cg && hclass == NV_MEMORY_FABRIC && cg->mem_limit) {
 		refusal = NV_ERR_INSUFFICIENT_PERMISSIONS;
 	} else if (cg && qgpu_mem_class(hclass) && asked && !qgpu_gate_fits(cg, asked)) {
@@ -350,7 +367,7 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 	}
 
 	mutex_lock(&qgpu_obj_lock);
-	refusal = refuse_early(file, caller, a.hroot, a.hclass, asked, &cg_id);
+	refusal = refuse_early(file, caller, a.hroot, a.hnew, a.hclass, asked, &cg_id);
 	if (refusal != NV_OK) {
 		mutex_unlock(&qgpu_obj_lock);
 		answer(uarg, a.status_off, refusal);
@@ -399,6 +416,7 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 	struct rm_pair pairs[2];
 	u32 refusal;
 	bool vidmem;
+	u32 named;
 	long ret;
 
 	if (size != sizeof(*k))
@@ -419,7 +437,10 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 		asked = k->size;
 
 	mutex_lock(&qgpu_obj_lock);
-	refusal = refuse_early(file, caller, k->hRoot,
+	/* Without MEMORY_HANDLE_PROVIDED RM picks hMemory (_nvos32FunctionAllocSize). */
+	named = !vidmem ? 1 :
+		k->flags & NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED ? k->hMemory : 0;
+	refusal = refuse_early(file, caller, k->hRoot, named,
 			       vidmem ? NV01_MEMORY_LOCAL_USER : NV01_MEMORY_SYSTEM, asked, &cg_id);
 	if (refusal != NV_OK) {
 		mutex_unlock(&qgpu_obj_lock);
@@ -457,6 +478,7 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
  * that memory's charge, which stays on its owner while either lives. A duplicate RM cannot
  * relate to tracked memory (from another client: RM answers that question within one client
  * only) is charged to its holder as memory of its own, and refused past the holder's limit.
+ * A duplicate left for RM to name is refused to a configured cgroup (unnamed_refused()).
  * Without the RM entry nothing can be confirmed: refused to a memory-limited cgroup.
  */
 static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), struct file *file,
@@ -469,26 +491,30 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
 	struct rm_pair pair;
 	bool have_after, dup;
 	struct qgpu_cg *cg;
-	bool limited;
+	bool refused;
 	long ret;
 	int i;
 
 	if (size != sizeof(k) || copy_from_user(&k, uarg, sizeof(k)))
 		return orig(file, cmd, arg);
 	mutex_lock(&qgpu_obj_lock);
-	if (!qgpu_rmapi_available()) {
-		mutex_lock(&qgpu_lock);
-		cg = qgpu_cg_get(caller, false);
-		limited = cg && cg->mem_limit;
-		if (limited)
-			cg->denied++;
-		mutex_unlock(&qgpu_lock);
+	mutex_lock(&qgpu_lock);
+	cg = qgpu_cg_get(caller, false);
+	/* Refused: a duplicate RM would name, or any without the RM entry past a limit. */
+	refused = unnamed_refused(cg, k.hObject, false) ||
+		  (!qgpu_rmapi_available() && cg && cg->mem_limit);
+	if (refused)
+		cg->denied++;
+	mutex_unlock(&qgpu_lock);
+	if (refused) {
 		mutex_unlock(&qgpu_obj_lock);
-		if (!limited)
-			return orig(file, cmd, arg);
 		answer(uarg, status_off, NV_ERR_INSUFFICIENT_PERMISSIONS);
 		qgpu_event(QGPU_EVENT_DENIED, caller, 0);
 		return 0;
+	}
+	if (!qgpu_rmapi_available()) {
+		mutex_unlock(&qgpu_obj_lock);
+		return orig(file, cmd, arg);
 	}
 	ret = orig(file, cmd, arg);
 	have_after = !copy_from_user(&after, uarg, sizeof(after));

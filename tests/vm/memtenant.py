@@ -3,6 +3,9 @@ and answers commands from stdin, one JSON object per line (its first line is its
 
     alloc BYTES             RM_ALLOC of device memory: status, handle and size as written back
     vidheap BYTES           the same through VID_HEAP_CONTROL (ALLOC_SIZE, video memory)
+    unnamed BYTES           RM_ALLOC, VID_HEAP_CONTROL and RM_DUP_OBJECT (of the RM_ALLOC's
+                            memory, or of the device if refused) each leaving the new handle
+                            to RM: their statuses, and each success freed
     fabric                  RM_ALLOC of NV_MEMORY_FABRIC
     dup HANDLE [second]     RM_DUP_OBJECT of HANDLE, into this client (or a second one of its own)
     free HANDLE [second]    RM_FREE of HANDLE (in the second client)
@@ -10,8 +13,8 @@ and answers commands from stdin, one JSON object per line (its first line is its
     export HANDLE           OS_UNIX_EXPORT_OBJECT_TO_FD of it
     dmabuf                  NV_ESC_EXPORT_TO_DMABUF_FD: the errno (0: the driver took it)
     foreign CLIENT DEVICE   RM_ALLOC of 1 MiB naming another process's client
-    race_alloc N CLIENT     N allocations of 1 MiB, each freed, while a thread flips hRoot between
-                            this client and CLIENT (another process's)
+    race_alloc N CLIENT     N allocations of 1 MiB, each named and freed, while a thread flips
+                            hRoot between this client and CLIENT (another process's)
     race_free N             N objects of a second client allocated and freed while a thread
                             flips (hRoot, hObjectParent, hObjectOld) between (second, second,
                             object) and (first, first, 0): what a forged free of the first
@@ -100,12 +103,14 @@ class Tenant:
         written = struct.unpack_from("<Q", result.params, 64)[0] if result.params else 0
         return {"status": result.status, "handle": result.handle, "size": written}
 
-    def vidheap(self, size: int) -> dict[str, object]:
+    def vidheap(self, size: int, named: bool = True) -> dict[str, object]:
         arg = bytearray(
             abi.NVOS32.pack(
                 hRoot=self.client,
                 hObjectParent=self.device,
                 function=abi.NVOS32_FUNCTION_ALLOC_SIZE,
+                flags=abi.NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED if named else 0,
+                hMemory=self.rm.name() if named else 0,
                 size=size,
             )
         )
@@ -144,8 +149,8 @@ class Tenant:
         with Flipper(buf, 0, own, theirs):
             for _ in range(rounds):
                 struct.pack_into(
-                    "<IIIQQIIII", buf, 4, self.device, 0, 0x40, ctypes.addressof(params), 0,
-                    128, 0, 0, 0,
+                    "<IIIQQIIII", buf, 4, self.device, self.rm.name(), 0x40,
+                    ctypes.addressof(params), 0, 128, 0, 0, 0,
                 )  # fmt: skip
                 raw_ioctl(self.rm.ctl, abi.Escape.RM_ALLOC, buf)
                 status, handle = (
@@ -159,6 +164,18 @@ class Tenant:
                 else:
                     refused += 1
         return {"ok": ok, "refused": refused}
+
+    def unnamed(self, size: int) -> dict[str, object]:
+        alloc = self.rm.alloc(self.client, self.device, 0x40, memory_params(size), handle=0)
+        heap = self.vidheap(size, named=False)
+        source = alloc.handle if alloc.status == abi.NvStatus.NV_OK else self.device
+        dup, copy = self.rm.dup(self.client, self.device, self.client, source, handle=0)
+        for status, handle in ((alloc.status, alloc.handle), (heap["status"], heap["handle"])):
+            if status == abi.NvStatus.NV_OK:
+                self.rm.free(self.client, self.device, int(str(handle)))
+        if dup == abi.NvStatus.NV_OK:
+            self.rm.free(self.client, self.device, copy)
+        return {"alloc": alloc.status, "vidheap": heap["status"], "dup": dup}
 
     def race_free(self, rounds: int) -> dict[str, object]:
         second, device = self.second_client()
@@ -184,6 +201,8 @@ class Tenant:
             return self.alloc(args[0])
         if verb == "vidheap":
             return self.vidheap(args[0])
+        if verb == "unnamed":
+            return self.unnamed(args[0])
         if verb == "fabric":
             return self.alloc(MIB, cls=abi.NV_MEMORY_FABRIC)
         if verb == "dup":

@@ -1,7 +1,10 @@
 """A small RM client for the VM tests: the escapes a CUDA process sends, issued from Python.
 
 It packs the structs with the layouts of qpolicy.nvrm.abi (the same facts as kmod/uapi/nvrm.h)
-and keeps inner parameter buffers alive while the driver reads and writes them.
+and keeps inner parameter buffers alive while the driver reads and writes them. Like libcuda
+(every RM_ALLOC of the shipped H200 trace names its handle), it names the objects it makes,
+clients excepted; ``handle=0`` leaves the choice to RM, which qgpu refuses to configured
+cgroups (kmod/qgpu/ioctl.c, unnamed_refused()).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ NVOS33_FD = struct.Struct("<IIIIQQQIIiI")
 NVOS55 = struct.Struct("<IIIIIII")  # hClient hParent hObject hClientSrc hObjectSrc flags status
 VERSION = struct.Struct("<II64s")
 CARD = struct.Struct("<B3xIBBBxHHIH2xQQQQI10s2x")
+CLIENT_CLASSES = (0x0, 0x1, 0x41)
+NAMED_BASE = 0x5C100000  # beside gpuload's 0x5C000000 (tools/gpuload), away from RM's 0xCAF00000
 
 
 class RmError(Exception):
@@ -46,6 +51,8 @@ class Alloc:
 class Rm:
     """One process's view: a control fd and a GPU fd registered with it."""
 
+    named = NAMED_BASE  # the last handle name() gave (a class default for bare instances)
+
     def __init__(self, gpu: int = 0, dev: str = "/dev") -> None:
         self.dev = dev
         self.gpu_index = gpu
@@ -53,6 +60,11 @@ class Rm:
         self.gpu = os.open(f"{dev}/nvidia{gpu}", os.O_RDWR | os.O_CLOEXEC)
         self.register(self.gpu)
         self.fds = [self.ctl, self.gpu]
+
+    def name(self) -> int:
+        """A handle for a new object, as libcuda picks them: its own, never reused."""
+        self.named += 1
+        return self.named
 
     def close(self) -> None:
         for fd in self.fds:
@@ -74,8 +86,16 @@ class Rm:
         return fd
 
     def alloc(
-        self, root: int, parent: int, cls: int, params: bytes | None = None, handle: int = 0
+        self,
+        root: int,
+        parent: int,
+        cls: int,
+        params: bytes | None = None,
+        handle: int | None = None,
     ) -> Alloc:
+        """RM_ALLOC; ``handle`` None: named here (a client: by RM); 0: left to RM."""
+        if handle is None:
+            handle = 0 if cls in CLIENT_CLASSES else self.name()
         inner = ctypes.create_string_buffer(params, len(params)) if params is not None else None
         address = ctypes.addressof(inner) if inner is not None else 0
         arg = bytearray(
@@ -86,7 +106,12 @@ class Rm:
         return Alloc(fields[8], fields[2], inner.raw if inner is not None else b"")
 
     def new(
-        self, root: int, parent: int, cls: int, params: bytes | None = None, handle: int = 0
+        self,
+        root: int,
+        parent: int,
+        cls: int,
+        params: bytes | None = None,
+        handle: int | None = None,
     ) -> int:
         result = self.alloc(root, parent, cls, params, handle)
         if result.status != abi.NvStatus.NV_OK:
@@ -107,9 +132,11 @@ class Rm:
         return NVOS54.unpack(arg)[6], inner.raw
 
     def dup(
-        self, client: int, parent: int, src_client: int, src: int, handle: int = 0
+        self, client: int, parent: int, src_client: int, src: int, handle: int | None = None
     ) -> tuple[int, int]:
-        """RM_DUP_OBJECT: (status, the new handle)."""
+        """RM_DUP_OBJECT: (status, the new handle); ``handle`` as for alloc()."""
+        if handle is None:
+            handle = self.name()
         arg = bytearray(NVOS55.pack(client, parent, handle, src_client, src, 0, 0))
         ioctl(self.ctl, abi.Escape.RM_DUP_OBJECT, arg)
         fields = NVOS55.unpack(arg)

@@ -32,7 +32,17 @@ def xfer_alloc(rm: Rm, client: int, device: int, size: int) -> int:
     params = ctypes.create_string_buffer(memory_params(size), 128)
     inner = ctypes.create_string_buffer(
         struct.pack(
-            "<IIIIQQIIII", client, device, 0, 0x40, ctypes.addressof(params), 0, 128, 0, 0, 0
+            "<IIIIQQIIII",
+            client,
+            device,
+            rm.name(),
+            0x40,
+            ctypes.addressof(params),
+            0,
+            128,
+            0,
+            0,
+            0,
         ),
         48,
     )

@@ -184,3 +184,21 @@ def test_a_tenant_racing_its_own_free_arguments_untracks_nothing() -> None:
             assert stats_of(client, cg).clients == 2
             assert tenant.ask("alloc", 8 * MIB)["status"] == NvStatus.NV_ERR_NO_MEMORY
         assert used(client, cg) == 0
+
+
+def test_an_object_left_for_rm_to_name_is_refused_to_a_configured_cgroup() -> None:
+    """With a zero handle RM picks one and writes it back, where a tenant thread could rewrite
+    it before qgpu reads it: the object would go untracked, uncharged and unsliced. A configured
+    cgroup (limited or not) is refused all three ways of making one; an unconfigured cgroup is
+    not (nvmock picks the handles there, as RM does)."""
+    with qgpu_loaded() as client, cgroups(3) as (limited, sliced, free):
+        client.set_cgroup(limited.id, 0, "offline", 50, mem_limit=64 * MIB)
+        client.set_cgroup(sliced.id, 0, "offline", 50)
+        with mem_tenants(limited, sliced, free) as tenants:
+            outcomes = [tenant.ask("unnamed", MIB) for tenant in tenants]
+        denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+        assert outcomes[0] == outcomes[1] == {"alloc": denied, "vidheap": denied, "dup": denied}
+        ok = NvStatus.NV_OK
+        assert outcomes[2] == {"alloc": ok, "vidheap": ok, "dup": ok}
+        assert stats_of(client, limited).denied == 3 and stats_of(client, sliced).denied == 3
+        assert used(client, limited) == 0
