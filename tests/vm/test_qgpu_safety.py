@@ -211,13 +211,16 @@ def configure(client: QgpuClient, a: Cgroup, b: Cgroup, c: Cgroup) -> None:
 
 
 STREAM_STEPS = 100_000
-STREAM = [*SATURATE, "--steps", str(STREAM_STEPS), "--vidmem-mib", "1", "--seconds", "0.2"]
+# The soak's processes are shaped like CUDA's (gpuload --tree cuda: 4 TSGs, 20 channels, USERD
+# in a video memory object); QGPU_SOAK_TREE=simple gives gpuload's one-channel tree.
+SOAK = [*SATURATE, "--tree", os.environ.get("QGPU_SOAK_TREE", "cuda")]
+STREAM = [*SOAK, "--steps", str(STREAM_STEPS), "--vidmem-mib", "1", "--seconds", "0.2"]
 
 
 def check_gating(pod: Cgroup, neighbour: Cgroup, timeout: float = 30.0) -> None:
     """A saturating gpuload started in ``pod`` under the loaded instance gets tracked and
     throttled; on failure, what the module and the load say."""
-    load = in_cgroup(pod, [*SATURATE, "--seconds", "30"]).ready()
+    load = in_cgroup(pod, [*SOAK, "--seconds", "30"]).ready()
     try:
         with QgpuClient.open() as client:
             started = time.monotonic()
@@ -234,13 +237,13 @@ def check_gating(pod: Cgroup, neighbour: Cgroup, timeout: float = 30.0) -> None:
 
 
 def test_load_unload_cycles_under_gated_load() -> None:
-    """CYCLES loads and unloads of qgpu while gpuload keeps both GPUs busy. Each load gates
-    three cgroups; every tenth cycle a short gpuload starts in a gated cgroup, so that the
-    instance loaded then tracks live channels (and some unloads come while it sets up, inside
-    the driver); every hundredth cycle waits until the scheduler has closed that gpuload's
-    channel before unloading. A third gpuload allocates and frees device memory without a
-    pause, so that unloads meet ioctls in flight (rmmod is refused while one runs through the
-    module). gpuload fails on its own if its work stops for 30 s."""
+    """CYCLES loads and unloads of qgpu while gpuload (CUDA-shaped: SOAK) keeps both GPUs busy.
+    Each load gates three cgroups; every tenth cycle a short gpuload starts in a gated cgroup,
+    so that the instance loaded then tracks live channels (and some unloads come while it sets
+    up, inside the driver); every hundredth cycle waits until the scheduler has closed that
+    gpuload's channels before unloading. A third gpuload allocates and frees device memory
+    without a pause, so that unloads meet ioctls in flight (rmmod is refused while one runs
+    through the module). gpuload fails on its own if its work stops for 30 s."""
     log_lines = len(kernel_log().splitlines())
     churn_every, check_every = 10, 100
     refusals = checked = 0
@@ -254,8 +257,8 @@ def test_load_unload_cycles_under_gated_load() -> None:
             configure(client, a, b, c)
         # Long runners on both GPUs, set up under the first instance only.
         runners = [
-            in_cgroup(a, [*SATURATE, "--seconds", "100000"]).ready(),
-            in_cgroup(c, [*SATURATE, "--gpu", "1", "--seconds", "100000"]).ready(),
+            in_cgroup(a, [*SOAK, "--seconds", "100000"]).ready(),
+            in_cgroup(c, [*SOAK, "--gpu", "1", "--seconds", "100000"]).ready(),
         ]
         # And a process always in the driver: allocating and freeing device memory.
         streamer = in_cgroup(b, STREAM)
@@ -273,7 +276,7 @@ def test_load_unload_cycles_under_gated_load() -> None:
             assert (SYSFS / "hooked").read_text() == "1\n"
             if cycle % churn_every == 0:
                 pod = (a, b)[cycle // churn_every % 2]
-                churn.append(in_cgroup(pod, [*SATURATE, "--seconds", "1.5", "--steps", "20"]))
+                churn.append(in_cgroup(pod, [*SOAK, "--seconds", "1.5", "--steps", "20"]))
             if cycle % check_every == 0:
                 # This instance's scheduler gates: it closes a channel it tracks in ``a``.
                 check_gating(a, b)
