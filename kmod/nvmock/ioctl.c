@@ -298,7 +298,8 @@ static const struct escape_desc escapes[] = {
 	{ NV_ESC_SYS_PARAMS, sizeof(struct nvrm_sys_params), 0, CTL, esc_sys_params, 0 },
 	{ NV_ESC_NUMA_INFO, 560, 0, GPU, NULL, 4 },
 	{ NV_ESC_SET_NUMA_STATUS, 4, 0, GPU, NULL, -1 },
-	{ NV_ESC_EXPORT_TO_DMABUF_FD, 2608, 0, GPU, NULL, -1 },
+	{ NV_ESC_EXPORT_TO_DMABUF_FD, sizeof(struct nvrm_export_dmabuf_fd), 0, GPU,
+	  nvmock_export_dmabuf, 0 },
 	{ NV_ESC_WAIT_OPEN_COMPLETE, sizeof(struct nvrm_wait_open_complete), 0, ANY,
 	  esc_wait_open_complete, 0 },
 };

@@ -59,6 +59,7 @@ static int nvmock_release(struct inode *inode, struct file *file)
 	nvmock_free_clients_of(file);
 	mutex_lock(&nvmock_lock);
 	nvmock_map_release(nf);
+	nvmock_export_release(nf);
 	mutex_unlock(&nvmock_lock);
 	if (nf->ctl)
 		fput(nf->ctl);

@@ -156,6 +156,9 @@ struct nvmock_file {
 	bool attached;		/* ATTACH_GPUS_TO_FD is allowed once */
 	bool sys_params_set;
 	struct nvmock_map_ctx map;
+	/* export.c: an object exported to this control file, in RM's export client. */
+	bool export_set;
+	u32 export_handle;
 };
 
 struct nvmock_process {
@@ -218,6 +221,16 @@ const char *nvmock_kind_name(enum nvmock_kind kind);
 /* control.c */
 u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *p,
 		      bool kernel_params);
+
+/* export.c */
+u32 nvmock_export_to_fd(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			void *params);
+u32 nvmock_import_from_fd(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			  void *params);
+void nvmock_export_release(struct nvmock_file *nf);
+long nvmock_export_dmabuf(struct file *file, void *arg, u32 size);
+u32 nvmock_fabric_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent,
+			bool have_params);
 
 /* mmap.c */
 struct nvmock_buf *nvmock_buf_alloc(size_t size);

@@ -518,6 +518,8 @@ u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, 
 	u32 status;
 	int err;
 
+	if (hclass == NV_MEMORY_FABRIC)
+		return nvmock_fabric_alloc(caller, hroot, hparent, uparams || kparams);
 	if (!desc)
 		return NV_ERR_INVALID_CLASS;
 	/*

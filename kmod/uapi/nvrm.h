@@ -59,6 +59,7 @@
 
 /* RM status codes (nvstatuscodes.h). */
 #define NV_OK					0x00
+#define NV_ERR_IN_USE				0x17
 #define NV_ERR_INSERT_DUPLICATE_NAME		0x19
 #define NV_ERR_INSUFFICIENT_RESOURCES		0x1A
 #define NV_ERR_INSUFFICIENT_PERMISSIONS		0x1B
@@ -73,12 +74,14 @@
 #define NV_ERR_INVALID_OBJECT_OLD		0x35
 #define NV_ERR_INVALID_OBJECT_PARENT		0x36
 #define NV_ERR_INVALID_PARAM_STRUCT		0x3A
+#define NV_ERR_INVALID_PARAMETER		0x3B
 #define NV_ERR_INVALID_POINTER			0x3D
 #define NV_ERR_INVALID_REQUEST			0x3F
 #define NV_ERR_INVALID_STATE			0x40
 #define NV_ERR_NO_MEMORY			0x51
 #define NV_ERR_NOT_SUPPORTED			0x56
 #define NV_ERR_OBJECT_NOT_FOUND			0x57
+#define NV_ERR_OPERATING_SYSTEM			0x59
 #define NV_ERR_STATE_IN_USE			0x63
 #define NV_ERR_GENERIC				0xFFFF
 
@@ -608,6 +611,70 @@ struct nv0041_surface_info {
 };
 
 /* Every number above that the driver also defines, checked against its headers. */
+/*
+ * Export of an RM object to an fd of /dev/nvidiactl and import from it (ctrl0000unix.h;
+ * cliresCtrlCmdOsUnixExportObjectToFd and ...ImportObjectFromFd in src/nvidia/arch/nvalloc/unix/
+ * src/os.c). The driver's NV0000_CTRL_OS_UNIX_EXPORT_OBJECT (a type and a union holding one
+ * struct rmObject) is spelled flat.
+ */
+#define NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_NONE	0
+#define NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM	1
+#define NV0000_EXPORT_FLAGS_EMPTY_FD			0x1u	/* FLAGS_EMPTY_FD 0:0 */
+
+/* NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS (24) */
+struct nv0000_export_object_to_fd_params {
+	__u32 type;
+	__u32 hDevice;
+	__u32 hParent;
+	__u32 hObject;
+	__s32 fd;
+	__u32 flags;
+};
+
+/* NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS (20): hObject is in/out (0: RM picks). */
+struct nv0000_import_object_from_fd_params {
+	__s32 fd;
+	__u32 type;
+	__u32 hDevice;
+	__u32 hParent;
+	__u32 hObject;
+};
+
+/* NV_ESC_EXPORT_TO_DMABUF_FD's argument, nv_ioctl_export_to_dma_buf_fd_t (2608; nv-ioctl.h). */
+#define NV_DMABUF_EXPORT_MAX_HANDLES			128
+#define NV_DMABUF_EXPORT_MAPPING_TYPE_DEFAULT		0
+#define NV_DMABUF_EXPORT_MAPPING_TYPE_FORCE_PCIE	1
+
+struct nvrm_export_dmabuf_fd {
+	__s32 fd;
+	__u32 hClient;
+	__u32 totalObjects;
+	__u32 numObjects;
+	__u32 index;
+	__u32 pad0;
+	__u64 totalSize;
+	__u8 mappingType;
+	__u8 bAllowMmap;
+	__u8 pad1[2];
+	__u32 handles[NV_DMABUF_EXPORT_MAX_HANDLES];
+	__u64 offsets[NV_DMABUF_EXPORT_MAX_HANDLES];
+	__u64 sizes[NV_DMABUF_EXPORT_MAX_HANDLES];
+	__u32 status;
+	__u32 pad2;
+};
+
+/* NV00F8_ALLOCATION_PARAMETERS (48; class/cl00f8.h): NV_MEMORY_FABRIC's, under a subdevice. */
+struct nv00f8_alloc_params {
+	__u64 alignment;
+	__u64 allocSize;
+	__u64 pageSize;
+	__u32 allocFlags;
+	__u32 pad;
+	__u64 mapOffset;
+	__u32 hVidMem;
+	__u32 mapFlags;
+};
+
 #include "nvrm_layout.h"
 
 #endif /* _UAPI_QPOLICY_NVRM_H */

@@ -326,6 +326,133 @@ _Static_assert(offsetof(struct nv0041_surface_info, data) == 4,
 	       "offsetof(NV0041_CTRL_SURFACE_INFO, data)");
 _Static_assert(sizeof_field(struct nv0041_surface_info, data) == 4,
 	       "sizeof(((NV0041_CTRL_SURFACE_INFO *)0)->data)");
+_Static_assert(sizeof(struct nv0000_export_object_to_fd_params) == 24,
+	       "sizeof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS)");
+_Static_assert(offsetof(struct nv0000_export_object_to_fd_params, type) == 0,
+	       "offsetof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS, object.type)");
+_Static_assert(sizeof_field(struct nv0000_export_object_to_fd_params, type) == 4,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS *)0)->object.type)");
+_Static_assert(offsetof(struct nv0000_export_object_to_fd_params, hDevice) == 4,
+	       "ctrl0000unix.h");
+_Static_assert(sizeof_field(struct nv0000_export_object_to_fd_params, hDevice) == 4,
+	       "ctrl0000unix.h");
+_Static_assert(offsetof(struct nv0000_export_object_to_fd_params, hParent) == 8,
+	       "ctrl0000unix.h");
+_Static_assert(sizeof_field(struct nv0000_export_object_to_fd_params, hParent) == 4,
+	       "ctrl0000unix.h");
+_Static_assert(offsetof(struct nv0000_export_object_to_fd_params, hObject) == 12,
+	       "ctrl0000unix.h");
+_Static_assert(sizeof_field(struct nv0000_export_object_to_fd_params, hObject) == 4,
+	       "ctrl0000unix.h");
+_Static_assert(offsetof(struct nv0000_export_object_to_fd_params, fd) == 16,
+	       "offsetof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS, fd)");
+_Static_assert(sizeof_field(struct nv0000_export_object_to_fd_params, fd) == 4,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS *)0)->fd)");
+_Static_assert(offsetof(struct nv0000_export_object_to_fd_params, flags) == 20,
+	       "offsetof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS, flags)");
+_Static_assert(sizeof_field(struct nv0000_export_object_to_fd_params, flags) == 4,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS *)0)->flags)");
+_Static_assert(sizeof(struct nv0000_import_object_from_fd_params) == 20,
+	       "sizeof(NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS)");
+_Static_assert(offsetof(struct nv0000_import_object_from_fd_params, fd) == 0,
+	       "offsetof(NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS, fd)");
+_Static_assert(sizeof_field(struct nv0000_import_object_from_fd_params, fd) == 4,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS *)0)->fd)");
+_Static_assert(offsetof(struct nv0000_import_object_from_fd_params, type) == 4,
+	       "offsetof(NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS, object.type)");
+_Static_assert(sizeof_field(struct nv0000_import_object_from_fd_params, type) == 4,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS *)0)->object.type)");
+_Static_assert(offsetof(struct nv0000_import_object_from_fd_params, hDevice) == 8,
+	       "ctrl0000unix.h");
+_Static_assert(sizeof_field(struct nv0000_import_object_from_fd_params, hDevice) == 4,
+	       "ctrl0000unix.h");
+_Static_assert(offsetof(struct nv0000_import_object_from_fd_params, hParent) == 12,
+	       "ctrl0000unix.h");
+_Static_assert(sizeof_field(struct nv0000_import_object_from_fd_params, hParent) == 4,
+	       "ctrl0000unix.h");
+_Static_assert(offsetof(struct nv0000_import_object_from_fd_params, hObject) == 16,
+	       "ctrl0000unix.h");
+_Static_assert(sizeof_field(struct nv0000_import_object_from_fd_params, hObject) == 4,
+	       "ctrl0000unix.h");
+_Static_assert(sizeof(struct nvrm_export_dmabuf_fd) == 2608,
+	       "sizeof(nv_ioctl_export_to_dma_buf_fd_t)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, fd) == 0,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, fd)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, fd) == 4,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->fd)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, hClient) == 4,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, hClient)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, hClient) == 4,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->hClient)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, totalObjects) == 8,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, totalObjects)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, totalObjects) == 4,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->totalObjects)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, numObjects) == 12,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, numObjects)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, numObjects) == 4,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->numObjects)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, index) == 16,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, index)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, index) == 4,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->index)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, totalSize) == 24,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, totalSize)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, totalSize) == 8,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->totalSize)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, mappingType) == 32,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, mappingType)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, mappingType) == 1,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->mappingType)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, bAllowMmap) == 33,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, bAllowMmap)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, bAllowMmap) == 1,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->bAllowMmap)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, handles) == 36,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, handles)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, handles) == 512,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->handles)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, offsets) == 552,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, offsets)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, offsets) == 1024,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->offsets)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, sizes) == 1576,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, sizes)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, sizes) == 1024,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->sizes)");
+_Static_assert(offsetof(struct nvrm_export_dmabuf_fd, status) == 2600,
+	       "offsetof(nv_ioctl_export_to_dma_buf_fd_t, status)");
+_Static_assert(sizeof_field(struct nvrm_export_dmabuf_fd, status) == 4,
+	       "sizeof(((nv_ioctl_export_to_dma_buf_fd_t *)0)->status)");
+_Static_assert(sizeof(struct nv00f8_alloc_params) == 48, "sizeof(NV00F8_ALLOCATION_PARAMETERS)");
+_Static_assert(offsetof(struct nv00f8_alloc_params, alignment) == 0,
+	       "offsetof(NV00F8_ALLOCATION_PARAMETERS, alignment)");
+_Static_assert(sizeof_field(struct nv00f8_alloc_params, alignment) == 8,
+	       "sizeof(((NV00F8_ALLOCATION_PARAMETERS *)0)->alignment)");
+_Static_assert(offsetof(struct nv00f8_alloc_params, allocSize) == 8,
+	       "offsetof(NV00F8_ALLOCATION_PARAMETERS, allocSize)");
+_Static_assert(sizeof_field(struct nv00f8_alloc_params, allocSize) == 8,
+	       "sizeof(((NV00F8_ALLOCATION_PARAMETERS *)0)->allocSize)");
+_Static_assert(offsetof(struct nv00f8_alloc_params, pageSize) == 16,
+	       "offsetof(NV00F8_ALLOCATION_PARAMETERS, pageSize)");
+_Static_assert(sizeof_field(struct nv00f8_alloc_params, pageSize) == 8,
+	       "sizeof(((NV00F8_ALLOCATION_PARAMETERS *)0)->pageSize)");
+_Static_assert(offsetof(struct nv00f8_alloc_params, allocFlags) == 24,
+	       "offsetof(NV00F8_ALLOCATION_PARAMETERS, allocFlags)");
+_Static_assert(sizeof_field(struct nv00f8_alloc_params, allocFlags) == 4,
+	       "sizeof(((NV00F8_ALLOCATION_PARAMETERS *)0)->allocFlags)");
+_Static_assert(offsetof(struct nv00f8_alloc_params, mapOffset) == 32,
+	       "offsetof(NV00F8_ALLOCATION_PARAMETERS, map.offset)");
+_Static_assert(sizeof_field(struct nv00f8_alloc_params, mapOffset) == 8,
+	       "sizeof(((NV00F8_ALLOCATION_PARAMETERS *)0)->map.offset)");
+_Static_assert(offsetof(struct nv00f8_alloc_params, hVidMem) == 40,
+	       "offsetof(NV00F8_ALLOCATION_PARAMETERS, map.hVidMem)");
+_Static_assert(sizeof_field(struct nv00f8_alloc_params, hVidMem) == 4,
+	       "sizeof(((NV00F8_ALLOCATION_PARAMETERS *)0)->map.hVidMem)");
+_Static_assert(offsetof(struct nv00f8_alloc_params, mapFlags) == 44,
+	       "offsetof(NV00F8_ALLOCATION_PARAMETERS, map.flags)");
+_Static_assert(sizeof_field(struct nv00f8_alloc_params, mapFlags) == 4,
+	       "sizeof(((NV00F8_ALLOCATION_PARAMETERS *)0)->map.flags)");
 _Static_assert(sizeof(struct nvos33_params_with_fd) == 56,
 	       "sizeof(nv_ioctl_nvos33_parameters_with_fd)");
 _Static_assert(offsetof(struct nvos33_params_with_fd, hClient) == 0,
@@ -954,6 +1081,7 @@ _Static_assert(NV_ESC_SET_NUMA_STATUS == 216, "NV_ESC_SET_NUMA_STATUS");
 _Static_assert(NV_ESC_EXPORT_TO_DMABUF_FD == 217, "NV_ESC_EXPORT_TO_DMABUF_FD");
 _Static_assert(NV_ESC_WAIT_OPEN_COMPLETE == 218, "NV_ESC_WAIT_OPEN_COMPLETE");
 _Static_assert(NV_OK == 0, "NV_OK");
+_Static_assert(NV_ERR_IN_USE == 23, "NV_ERR_IN_USE");
 _Static_assert(NV_ERR_INSERT_DUPLICATE_NAME == 25, "NV_ERR_INSERT_DUPLICATE_NAME");
 _Static_assert(NV_ERR_INSUFFICIENT_RESOURCES == 26, "NV_ERR_INSUFFICIENT_RESOURCES");
 _Static_assert(NV_ERR_INSUFFICIENT_PERMISSIONS == 27, "NV_ERR_INSUFFICIENT_PERMISSIONS");
@@ -968,12 +1096,14 @@ _Static_assert(NV_ERR_INVALID_OBJECT_NEW == 52, "NV_ERR_INVALID_OBJECT_NEW");
 _Static_assert(NV_ERR_INVALID_OBJECT_OLD == 53, "NV_ERR_INVALID_OBJECT_OLD");
 _Static_assert(NV_ERR_INVALID_OBJECT_PARENT == 54, "NV_ERR_INVALID_OBJECT_PARENT");
 _Static_assert(NV_ERR_INVALID_PARAM_STRUCT == 58, "NV_ERR_INVALID_PARAM_STRUCT");
+_Static_assert(NV_ERR_INVALID_PARAMETER == 59, "NV_ERR_INVALID_PARAMETER");
 _Static_assert(NV_ERR_INVALID_POINTER == 61, "NV_ERR_INVALID_POINTER");
 _Static_assert(NV_ERR_INVALID_REQUEST == 63, "NV_ERR_INVALID_REQUEST");
 _Static_assert(NV_ERR_INVALID_STATE == 64, "NV_ERR_INVALID_STATE");
 _Static_assert(NV_ERR_NO_MEMORY == 81, "NV_ERR_NO_MEMORY");
 _Static_assert(NV_ERR_NOT_SUPPORTED == 86, "NV_ERR_NOT_SUPPORTED");
 _Static_assert(NV_ERR_OBJECT_NOT_FOUND == 87, "NV_ERR_OBJECT_NOT_FOUND");
+_Static_assert(NV_ERR_OPERATING_SYSTEM == 89, "NV_ERR_OPERATING_SYSTEM");
 _Static_assert(NV_ERR_STATE_IN_USE == 99, "NV_ERR_STATE_IN_USE");
 _Static_assert(NV_ERR_GENERIC == 65535, "NV_ERR_GENERIC");
 _Static_assert(NV01_ROOT == 0, "NV01_ROOT");
@@ -1103,6 +1233,16 @@ _Static_assert(NV0000_ADDR_SPACE_TYPE_SYSMEM == 1,
 	       "NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_SYSMEM");
 _Static_assert(NV0000_ADDR_SPACE_TYPE_VIDMEM == 2,
 	       "NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE_VIDMEM");
+_Static_assert(NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_NONE == 0,
+	       "NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_NONE");
+_Static_assert(NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM == 1,
+	       "NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM");
+_Static_assert(NV0000_EXPORT_FLAGS_EMPTY_FD == 1,
+	       "(1u << (0 ? NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_FLAGS_EMPTY_FD))");
+_Static_assert(NV_DMABUF_EXPORT_MAX_HANDLES == 128, "NV_DMABUF_EXPORT_MAX_HANDLES");
+_Static_assert(NV_DMABUF_EXPORT_MAPPING_TYPE_DEFAULT == 0, "NV_DMABUF_EXPORT_MAPPING_TYPE_DEFAULT");
+_Static_assert(NV_DMABUF_EXPORT_MAPPING_TYPE_FORCE_PCIE == 1,
+	       "NV_DMABUF_EXPORT_MAPPING_TYPE_FORCE_PCIE");
 _Static_assert(NVRM_MAX_IOCTL_SIZE == 16384, "NV_ABSOLUTE_MAX_IOCTL_SIZE");
 _Static_assert(NVRM_CLIENT_HANDLE_BASE == 3251634176, "RS_CLIENT_HANDLE_BASE");
 _Static_assert(NVRM_OBJECT_HANDLE_BASE == 3404726272, "RS_UNIQUE_HANDLE_BASE");

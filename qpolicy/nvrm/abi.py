@@ -362,6 +362,24 @@ NVOS55 = Layout(  # RM_DUP_OBJECT
 )
 NV_IOCTL_XFER = Layout("nv_ioctl_xfer_t", 16, (("cmd", 0, "I"), ("size", 4, "I"), ("ptr", 8, "Q")))
 NV_IOCTL_REGISTER_FD = Layout("nv_ioctl_register_fd_t", 4, (("ctl_fd", 0, "i"),))
+NV_IOCTL_EXPORT_TO_DMA_BUF_FD = Layout(  # NV_ESC_EXPORT_TO_DMABUF_FD; 128 handles at most
+    "nv_ioctl_export_to_dma_buf_fd_t",
+    2608,
+    (
+        ("fd", 0, "i"),
+        ("hClient", 4, "I"),
+        ("totalObjects", 8, "I"),
+        ("numObjects", 12, "I"),
+        ("index", 16, "I"),
+        ("totalSize", 24, "Q"),
+        ("mappingType", 32, "B"),
+        ("bAllowMmap", 33, "B"),
+        ("handles0", 36, "I"),
+        ("offsets0", 552, "Q"),
+        ("sizes0", 1576, "Q"),
+        ("status", 2600, "I"),
+    ),
+)
 NV_IOCTL_ALLOC_OS_EVENT = Layout(
     "nv_ioctl_alloc_os_event_t",
     16,
@@ -552,6 +570,19 @@ NV0080_ALLOC_PARAMETERS = Layout(
     (("deviceId", 0, "I"), ("hClientShare", 4, "I"), ("flags", 16, "I"), ("vaMode", 48, "I")),
 )
 NV2080_ALLOC_PARAMETERS = Layout("NV2080_ALLOC_PARAMETERS", 4, (("subDeviceId", 0, "I"),))
+NV00F8_ALLOCATION_PARAMETERS = Layout(  # NV_MEMORY_FABRIC
+    "NV00F8_ALLOCATION_PARAMETERS",
+    48,
+    (
+        ("alignment", 0, "Q"),
+        ("allocSize", 8, "Q"),
+        ("pageSize", 16, "Q"),
+        ("allocFlags", 24, "I"),
+        ("mapOffset", 32, "Q"),
+        ("hVidMem", 40, "I"),
+        ("mapFlags", 44, "I"),
+    ),
+)
 NV_CTXSHARE_ALLOCATION_PARAMETERS = Layout(
     "NV_CTXSHARE_ALLOCATION_PARAMETERS",
     12,
@@ -885,6 +916,7 @@ def control_name(cmd: int) -> str:
 
 class NvStatus(IntEnum):
     NV_OK = 0x00
+    NV_ERR_IN_USE = 0x17
     NV_ERR_INSERT_DUPLICATE_NAME = 0x19
     NV_ERR_INSUFFICIENT_RESOURCES = 0x1A
     NV_ERR_INSUFFICIENT_PERMISSIONS = 0x1B
@@ -899,12 +931,14 @@ class NvStatus(IntEnum):
     NV_ERR_INVALID_OBJECT_OLD = 0x35
     NV_ERR_INVALID_OBJECT_PARENT = 0x36
     NV_ERR_INVALID_PARAM_STRUCT = 0x3A
+    NV_ERR_INVALID_PARAMETER = 0x3B
     NV_ERR_INVALID_POINTER = 0x3D
     NV_ERR_INVALID_REQUEST = 0x3F
     NV_ERR_INVALID_STATE = 0x40
     NV_ERR_NO_MEMORY = 0x51
     NV_ERR_NOT_SUPPORTED = 0x56
     NV_ERR_OBJECT_NOT_FOUND = 0x57
+    NV_ERR_OPERATING_SYSTEM = 0x59
     NV_ERR_STATE_IN_USE = 0x63
     NV_ERR_GENERIC = 0xFFFF
 

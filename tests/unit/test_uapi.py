@@ -31,6 +31,14 @@ STRUCTS: dict[str, abi.Layout] = {
     "nv0000_handle_info_params": abi.NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS,
     "nv0000_objects_are_duplicates_params": abi.NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS,
     "nv0041_surface_info_params": abi.NV0041_CTRL_GET_SURFACE_INFO_PARAMS,
+    "nv0000_export_object_to_fd_params": abi.CONTROLS[
+        abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD
+    ].params,
+    "nv0000_import_object_from_fd_params": abi.CONTROLS[
+        abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD
+    ].params,
+    "nvrm_export_dmabuf_fd": abi.NV_IOCTL_EXPORT_TO_DMA_BUF_FD,
+    "nv00f8_alloc_params": abi.NV00F8_ALLOCATION_PARAMETERS,
     "nv0041_surface_info": abi.NV0041_CTRL_SURFACE_INFO,
     "nvrm_card_info": abi.NV_IOCTL_CARD_INFO,
     "nvrm_api_version": abi.NV_IOCTL_RM_API_VERSION,

@@ -10,8 +10,20 @@ and answers commands from stdin, one JSON object per line (its first line is its
     dup HANDLE [second]     RM_DUP_OBJECT of HANDLE, into this client (or a second one of its own)
     free HANDLE [second]    RM_FREE of HANDLE (in the second client)
     size HANDLE             the size RM reports for it (GET_SURFACE_INFO)
-    export HANDLE           OS_UNIX_EXPORT_OBJECT_TO_FD of it
-    dmabuf                  NV_ESC_EXPORT_TO_DMABUF_FD: the errno (0: the driver took it)
+    fabric_sub              the same under a subdevice (fabric's parent)
+    export HANDLE           OS_UNIX_EXPORT_OBJECT_TO_FD of it into a new /dev/nvidiactl fd, kept
+                            open: status and the fd
+    export_to HANDLE FD [DEVICE]  the same into fd FD as it is (-1, a GPU fd, ...), hDevice DEVICE
+    import PID FD           OS_UNIX_IMPORT_OBJECT_FROM_FD, under the device, of the fd FD of
+                            process PID (taken with pidfd_getfd, closed after): status, handle
+    import_from FD [PARENT] the same from this process's fd FD as it is
+    closefd FD              close an fd this process holds
+    newfd NODE              open /dev/NODE and keep it: the fd
+    write HANDLE VALUE      map the memory (RM_MAP_MEMORY on a new GPU fd, mmap) and write a u64
+    read HANDLE             map it and read that u64 back
+    dmabuf [FD [OBJECTS]]   NV_ESC_EXPORT_TO_DMABUF_FD of the first 64 KiB of OBJECTS handles
+                            (0 by default: a bad count) into FD (-1: a new dma-buf): the errno
+                            (0: the driver took the call) and the status
     foreign CLIENT DEVICE   RM_ALLOC of 1 MiB naming another process's client
     race_alloc N CLIENT     N allocations of 1 MiB, each named and freed, while a thread flips
                             hRoot between this client and CLIENT (another process's)
@@ -26,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
 import struct
 import sys
@@ -66,6 +79,24 @@ class Flipper:
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+LIBC.syscall.restype = ctypes.c_long
+SYS_PIDFD_GETFD = 438
+DMABUF = struct.Struct("<iIIIIIQBB2x128I4x128Q128QII")  # nv_ioctl_export_to_dma_buf_fd_t
+EXPORT = abi.CONTROLS[abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD].params
+IMPORT = abi.CONTROLS[abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD].params
+
+
+def take_fd(pid: int, fd: int) -> int:
+    """A copy of another process's open file (pidfd_getfd), as SCM_RIGHTS would hand it over."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        got = LIBC.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+    finally:
+        os.close(pidfd)
+    if got < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(got)
 
 
 def raw_ioctl(fd: int, nr: int, buf: ctypes.Array[ctypes.c_char]) -> None:
@@ -84,6 +115,7 @@ class Tenant:
         self.device = self.rm.new(self.client, self.client, 0x80, DEVICE_PARAMS)
         self.second = 0
         self.second_device = 0
+        self.sub = 0
 
     def hello(self) -> dict[str, object]:
         return {"pid": os.getpid(), "client": self.client, "device": self.device}
@@ -123,23 +155,77 @@ class Tenant:
         status, new = self.rm.dup(client, device, self.client, handle)
         return {"status": status, "handle": new}
 
-    def export(self, handle: int) -> dict[str, object]:
-        params = abi.CONTROLS[abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD].params.pack(
-            type=1, hDevice=self.device, hParent=self.device, hObject=handle, fd=-1
+    def export_to(self, handle: int, fd: int, device: int | None = None) -> int:
+        params = EXPORT.pack(
+            type=1,
+            hDevice=self.device if device is None else device,
+            hParent=self.device,
+            hObject=handle,
+            fd=fd,
         )
         status, _ = self.rm.control(
             self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD, params
         )
-        return {"status": status}
+        return status
 
-    def dmabuf(self) -> dict[str, object]:
-        buf = ctypes.create_string_buffer(2608)
-        struct.pack_into("<iI", buf, 0, -1, self.client)
+    def export(self, handle: int) -> dict[str, object]:
+        """As the user library does: a new control fd to hold the export."""
+        fd = os.open("/dev/nvidiactl", os.O_RDWR | os.O_CLOEXEC)
+        status = self.export_to(handle, fd)
+        if status != abi.NvStatus.NV_OK:
+            os.close(fd)
+            fd = -1
+        return {"status": status, "fd": fd}
+
+    def import_from(self, fd: int, parent: int = 0) -> dict[str, object]:
+        params = IMPORT.pack(fd=fd, type=1, hParent=parent or self.device)
+        status, out = self.rm.control(
+            self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD, params
+        )
+        return {"status": status, "handle": IMPORT.unpack(out)["hObject"]}
+
+    def import_remote(self, pid: int, fd: int) -> dict[str, object]:
+        local = take_fd(pid, fd)
+        try:
+            return self.import_from(local)
+        finally:
+            os.close(local)
+
+    def access(self, handle: int, value: int | None) -> dict[str, object]:
+        """Map the memory's first page through a new GPU fd; write or read a u64 there."""
+        target = self.rm.open_gpu()
+        try:
+            status, _ = self.rm.map_memory(self.client, self.device, handle, 4096, target)
+            if status != abi.NvStatus.NV_OK:
+                return {"status": status}
+            with mmap.mmap(target, 4096, mmap.MAP_SHARED) as view:
+                if value is not None:
+                    struct.pack_into("<Q", view, 0, value)
+                return {"status": status, "value": struct.unpack_from("<Q", view, 0)[0]}
+        finally:
+            os.close(target)
+            self.rm.fds.remove(target)
+
+    def dmabuf(self, fd: int, objects: int) -> dict[str, object]:
+        handles = [int(str(self.alloc(1 << 16)["handle"])) for _ in range(objects)]
+        pad = [0] * (128 - objects)
+        sizes = [1 << 16] * objects + pad
+        header = (fd, self.client, max(objects, 1), objects, 0, 0, sum(sizes), 0, 0)
+        packed = DMABUF.pack(*header, *handles, *pad, *([0] * 128), *sizes, 0, 0)
+        buf = ctypes.create_string_buffer(packed, DMABUF.size)
+        errno = 0
         try:
             raw_ioctl(self.rm.gpu, abi.Escape.EXPORT_TO_DMABUF_FD, buf)
         except OSError as error:
-            return {"errno": error.errno}
-        return {"errno": 0}
+            errno = error.errno or -1
+        for handle in handles:
+            self.rm.free(self.client, self.client, handle)
+        return {"errno": errno, "status": DMABUF.unpack(buf.raw)[-2]}
+
+    def subdevice(self) -> int:
+        if not self.sub:
+            self.sub = self.rm.new(self.client, self.device, 0x2080, struct.pack("<I", 0))
+        return self.sub
 
     def race_alloc(self, rounds: int, other: int) -> dict[str, object]:
         params = ctypes.create_string_buffer(memory_params(MIB), 128)
@@ -195,7 +281,8 @@ class Tenant:
         return {"freed": freed}
 
     def command(self, words: list[str]) -> dict[str, object]:
-        verb, args = words[0], [int(w, 0) for w in words[1:] if w != "second"]
+        verb = words[0]
+        args = [] if verb == "newfd" else [int(w, 0) for w in words[1:] if w != "second"]
         second = "second" in words
         if verb == "alloc":
             return self.alloc(args[0])
@@ -213,10 +300,28 @@ class Tenant:
         if verb == "size":
             status, size = self.rm.mem_size(self.client, args[0])
             return {"status": status, "size": size}
+        if verb == "fabric_sub":
+            return self.alloc(MIB, cls=abi.NV_MEMORY_FABRIC, device=self.subdevice())
         if verb == "export":
             return self.export(args[0])
+        if verb == "export_to":
+            device = args[2] if len(args) > 2 else None
+            return {"status": self.export_to(args[0], args[1], device)}
+        if verb == "import":
+            return self.import_remote(args[0], args[1])
+        if verb == "import_from":
+            return self.import_from(*args)
+        if verb == "closefd":
+            os.close(args[0])
+            return {}
+        if verb == "newfd":
+            return {"fd": os.open(f"/dev/{words[1]}", os.O_RDWR | os.O_CLOEXEC)}
+        if verb == "write":
+            return self.access(args[0], args[1])
+        if verb == "read":
+            return self.access(args[0], None)
         if verb == "dmabuf":
-            return self.dmabuf()
+            return self.dmabuf(args[0] if args else -1, args[1] if len(args) > 1 else 0)
         if verb == "foreign":
             return self.alloc(MIB, client=args[0], device=args[1])
         if verb == "race_alloc":

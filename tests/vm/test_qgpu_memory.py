@@ -10,7 +10,7 @@ from typing import Any
 
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import objects
+from tests.vm.conftest import DEBUGFS, objects
 from tests.vm.linetenant import LineTenant
 from tests.vm.qgpu_env import Cgroup, cgroups, qgpu_loaded, stats_of
 
@@ -39,6 +39,12 @@ def mem_tenants(*cgs: Cgroup) -> Iterator[list[MemTenant]]:
     finally:
         for tenant in tenants:
             tenant.close()
+
+
+def fb_used(gpu: int = 0) -> int:
+    """Device memory nvmock has allocated on a GPU (debugfs gpuN/memory)."""
+    lines = (DEBUGFS / f"gpu{gpu}" / "memory").read_text().splitlines()
+    return int(dict(line.split() for line in lines)["fb_used"])
 
 
 def used(client: QgpuClient, cg: Cgroup) -> int:
@@ -124,7 +130,8 @@ def test_a_duplicate_keeps_the_memory_charged_to_its_owner() -> None:
 
 def test_exports_and_fabric_memory_are_refused_to_a_memory_limited_cgroup() -> None:
     """What qgpu cannot follow once it leaves a tenant's clients: refused where a limit holds,
-    the driver's answer elsewhere (nvmock does not model export to fd or fabric memory)."""
+    the driver's answer elsewhere (nvmock models export to fd; dma-buf export and fabric memory
+    get the answers of a GPU without them, after the driver's argument checks)."""
     with qgpu_loaded() as client, cgroups(2) as (limited, free):
         client.set_cgroup(limited.id, 0, "offline", 50, mem_limit=64 * MIB)
         client.set_cgroup(free.id, 0, "offline", 50)
@@ -132,14 +139,49 @@ def test_exports_and_fabric_memory_are_refused_to_a_memory_limited_cgroup() -> N
             denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
             handle = inside.ask("alloc", MIB)["handle"]
             assert inside.ask("export", handle)["status"] == denied
-            assert inside.ask("dmabuf")["errno"] == 1  # EPERM
-            assert inside.ask("fabric")["status"] == denied
+            assert inside.ask("dmabuf", -1, 1)["errno"] == 1  # EPERM
+            assert inside.ask("fabric_sub")["status"] == denied
             handle = outside.ask("alloc", MIB)["handle"]
-            assert outside.ask("export", handle)["status"] == NvStatus.NV_ERR_NOT_SUPPORTED
-            assert outside.ask("dmabuf")["errno"] == 0
-            assert outside.ask("fabric")["status"] == NvStatus.NV_ERR_INVALID_CLASS
+            exported = outside.ask("export", handle)
+            assert exported["status"] == NvStatus.NV_OK
+            outside.ask("closefd", exported["fd"])
+            dmabuf = outside.ask("dmabuf", -1, 1)
+            assert dmabuf == {"errno": 0, "status": NvStatus.NV_ERR_NOT_SUPPORTED}
+            assert outside.ask("fabric_sub")["status"] == NvStatus.NV_ERR_NOT_SUPPORTED
             assert stats_of(client, limited).denied == 3
             assert used(client, limited) == MIB
+
+
+def test_export_and_import_pass_through_for_an_unlimited_cgroup() -> None:
+    """An fd export from one process and its import in another, in configured cgroups without a
+    memory limit: qgpu lets both through and the memory works on the importer's side after the
+    exporter has let go of it; an importer in a memory-limited cgroup is refused (the import
+    would hold memory qgpu cannot charge). Nothing stays charged once the processes are gone."""
+    base = fb_used()
+    with qgpu_loaded() as client, cgroups(3) as (one, two, limited):
+        client.set_cgroup(one.id, 0, "offline", 50)
+        client.set_cgroup(two.id, 0, "offline", 50)
+        client.set_cgroup(limited.id, 0, "offline", 50, mem_limit=64 * MIB)
+        with mem_tenants(one, two, limited) as (owner, other, capped):
+            handle = owner.ask("alloc", 8 * MIB)["handle"]
+            assert owner.ask("write", handle, 0xC0FFEE)["value"] == 0xC0FFEE
+            exported = owner.ask("export", handle)
+            assert exported["status"] == NvStatus.NV_OK
+            pid, fd = owner.hello["pid"], exported["fd"]
+            refused = capped.ask("import", pid, fd)
+            assert refused["status"] == NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+            assert stats_of(client, limited).denied == 1
+            imported = other.ask("import", pid, fd)
+            assert imported["status"] == NvStatus.NV_OK
+            assert owner.ask("free", handle)["status"] == NvStatus.NV_OK
+            owner.ask("closefd", fd)
+            assert fb_used() == base + 8 * MIB
+            assert other.ask("read", imported["handle"]) == {"status": 0, "value": 0xC0FFEE}
+            assert other.ask("size", imported["handle"]) == {"status": 0, "size": 8 * MIB}
+            assert used(client, limited) == 0
+        assert fb_used() == base
+        for cg in (one, two, limited):
+            assert used(client, cg) == 0
 
 
 def test_another_files_client_is_never_charged() -> None:

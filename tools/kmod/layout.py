@@ -118,6 +118,31 @@ PAIRS: tuple[Pair, ...] = (
     ),
     Pair("nv0041_surface_info", "NV0041_CTRL_SURFACE_INFO", SDK + "ctrl/ctrl0041.h"),
     Pair(
+        "nv0000_export_object_to_fd_params",
+        "NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_PARAMS",
+        SDK + "ctrl/ctrl0000/ctrl0000unix.h",
+        alias={
+            "type": "object.type",
+            **{m: "object.data.rmObject." + m for m in ("hDevice", "hParent", "hObject")},
+        },
+    ),
+    Pair(
+        "nv0000_import_object_from_fd_params",
+        "NV0000_CTRL_OS_UNIX_IMPORT_OBJECT_FROM_FD_PARAMS",
+        SDK + "ctrl/ctrl0000/ctrl0000unix.h",
+        alias={
+            "type": "object.type",
+            **{m: "object.data.rmObject." + m for m in ("hDevice", "hParent", "hObject")},
+        },
+    ),
+    Pair("nvrm_export_dmabuf_fd", "nv_ioctl_export_to_dma_buf_fd_t", KOPEN + "nv-ioctl.h"),
+    Pair(
+        "nv00f8_alloc_params",
+        "NV00F8_ALLOCATION_PARAMETERS",
+        SDK + "class/cl00f8.h",
+        alias={"mapOffset": "map.offset", "hVidMem": "map.hVidMem", "mapFlags": "map.flags"},
+    ),
+    Pair(
         "nvos33_params_with_fd",
         "nv_ioctl_nvos33_parameters_with_fd",
         UNIX + "nv-unix-nvos-params-wrappers.h",
@@ -281,6 +306,9 @@ CONSTANT_ALIAS = {
     "NVRM_GP_ENTRY1_LENGTH_SHIFT": "(0 ? NVC86F_GP_ENTRY1_LENGTH)",
     "NVRM_GP_ENTRY1_LENGTH_MASK": (
         "((1u << ((1 ? NVC86F_GP_ENTRY1_LENGTH) - (0 ? NVC86F_GP_ENTRY1_LENGTH) + 1)) - 1)"
+    ),
+    "NV0000_EXPORT_FLAGS_EMPTY_FD": (
+        "(1u << (0 ? NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_FLAGS_EMPTY_FD))"
     ),
     "NV0000_HANDLE_INFO_INDEX_PARENT": "NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_PARENT",
     "NV0000_HANDLE_INFO_INDEX_CLASSID": "NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO_INDEX_CLASSID",
