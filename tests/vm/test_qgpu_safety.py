@@ -465,7 +465,7 @@ print(json.dumps(info))
 
 HOLDER = r"""
 import array, json, socket, sys
-from tests.vm.rmclient import Rm, memory_params
+from tests.vm.rmclient import NAMED_BASE, Rm, memory_params
 
 sock = socket.socket(fileno=int(sys.argv[1]))
 fds = array.array("i")
@@ -476,6 +476,7 @@ for level, kind, data in ancillary:
 info = json.loads(message)
 rm = Rm.__new__(Rm)
 rm.ctl, rm.fds = fds[0], list(fds)
+rm.named = NAMED_BASE + 0x10000  # the owner named its objects in this client from NAMED_BASE
 print(json.dumps({"fds": len(fds)}), flush=True)
 for line in sys.stdin:
     word, *args = line.split()
