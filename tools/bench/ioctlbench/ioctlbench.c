@@ -33,10 +33,17 @@ static int rm(unsigned int nr, void *arg, size_t size)
 	return ioctl(ctl, _IOC(_IOC_READ | _IOC_WRITE, NVRM_IOCTL_MAGIC, nr, size), arg);
 }
 
+/*
+ * Objects are named here, as libcuda names them (qgpu refuses configured cgroups an object left
+ * for RM to name); a client's handle is RM's choice.
+ */
+static uint32_t next_handle = 0x5C200000u;
+
 static uint32_t alloc(uint32_t root, uint32_t parent, uint32_t cls, void *params)
 {
 	struct nvos64_params p = {
 		.hRoot = root, .hObjectParent = parent, .hClass = cls,
+		.hObjectNew = cls == NV01_ROOT_CLIENT ? 0 : ++next_handle,
 		.pAllocParms = (uintptr_t)params,
 	};
 
