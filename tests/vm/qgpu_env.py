@@ -16,8 +16,8 @@ from typing import Any
 
 from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient
 from qpolicy.telemetry.cgroups import cgroup_id
-from tests.vm.conftest import ROOT, processes
-from tests.vm.gpuload import Gpuload
+from tests.vm.conftest import ROOT, processes, reset
+from tests.vm.gpuload import Gpuload, start_together
 from tests.vm.linetenant import LineTenant
 
 QGPU = ROOT / "kmod" / "qgpu" / "qgpu.ko"
@@ -109,6 +109,33 @@ def run_in_cgroup(
 
 def gpu_seconds(pid: int, gpu: int = 0) -> float:
     return processes(gpu).get(pid, 0) / 1e9
+
+
+def fixed_shares(
+    client: QgpuClient, cgs: list[Cgroup], shares: tuple[int, ...], load: list[str], period_us: int
+) -> tuple[list[dict[str, Any]], list[float]]:
+    """Fixed-share ``shares`` (offline) for ``cgs``, one gpuload ``load`` in each, started
+    together: their reports and the percent of the GPU time each got (nvmock's ground truth)."""
+    client.set_gpu(0, "fixed-share", period_us)
+    for cg, share in zip(cgs, shares, strict=True):
+        client.set_cgroup(cg.id, 0, "offline", share)
+    reset()
+    loads = start_together(*(load for _ in cgs), cgroups=[str(c.path) for c in cgs])
+    reports = [one.result() for one in loads]
+    seconds = [gpu_seconds(one.pid) for one in loads]
+    return reports, [s / sum(seconds) * 100 for s in seconds]
+
+
+def side_by_side(
+    online: Cgroup, offline: Cgroup, request: list[str], saturate: list[str]
+) -> tuple[dict[str, Any], float]:
+    """Online requests (``request``) next to a saturating offline pod (``saturate``), started
+    together: the online report and the offline pod's share of the GPU."""
+    reset()
+    infer, train = start_together(request, saturate, cgroups=[str(online.path), str(offline.path)])
+    served = infer.result()
+    wall = train.result()["elapsed_s"]
+    return served, gpu_seconds(train.pid) / wall
 
 
 def tenant(cg: Cgroup, *args: str) -> dict[str, Any]:

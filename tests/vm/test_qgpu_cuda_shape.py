@@ -11,9 +11,15 @@ from typing import Any
 import pytest
 
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import reset
-from tests.vm.gpuload import start_together
-from tests.vm.qgpu_env import Cgroup, cgroups, gpu_seconds, in_cgroup, qgpu_loaded, stats_of
+from tests.vm.qgpu_env import (
+    Cgroup,
+    cgroups,
+    fixed_shares,
+    in_cgroup,
+    qgpu_loaded,
+    side_by_side,
+    stats_of,
+)
 
 CUDA = ["--tree", "cuda"]
 SATURATE = [*CUDA, "--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
@@ -35,17 +41,10 @@ USERD_MEMORY_MIB = 2  # the video memory --tree cuda allocates for rings and USE
 
 def test_fixed_shares_hold_for_cuda_shaped_processes() -> None:
     with qgpu_loaded() as client, cgroups(3) as cgs:
-        client.set_gpu(0, "fixed-share", PERIOD_US)
-        for cg, share in zip(cgs, (50, 30, 20), strict=True):
-            client.set_cgroup(cg.id, 0, "offline", share)
-        reset()
-        loads = start_together(
-            *([*SATURATE, "--seconds", "6"] for _ in cgs), cgroups=[str(c.path) for c in cgs]
+        reports, shares = fixed_shares(
+            client, cgs, (50, 30, 20), [*SATURATE, "--seconds", "6"], PERIOD_US
         )
-        reports = [load.result() for load in loads]
         assert all(report["tree"] == "cuda" and report["kernels"] > 0 for report in reports)
-        seconds = [gpu_seconds(load.pid) for load in loads]
-        shares = [s / sum(seconds) * 100 for s in seconds]
         print("cuda-shaped fixed-share 50/30/20 ->", [round(s, 2) for s in shares])
         for got, want in zip(shares, (50, 30, 20), strict=True):
             assert got == pytest.approx(want, abs=2)
@@ -54,15 +53,9 @@ def test_fixed_shares_hold_for_cuda_shaped_processes() -> None:
 
 
 def _side_by_side(online: Cgroup, offline: Cgroup) -> tuple[dict[str, Any], float]:
-    reset()
-    infer, train = start_together(
-        [*REQUEST, "--seconds", "6"],
-        [*SATURATE, "--seconds", "6"],
-        cgroups=[str(online.path), str(offline.path)],
+    return side_by_side(
+        online, offline, [*REQUEST, "--seconds", "6"], [*SATURATE, "--seconds", "6"]
     )
-    served = infer.result()
-    wall = train.result()["elapsed_s"]
-    return served, gpu_seconds(train.pid) / wall
 
 
 def test_an_online_cuda_shaped_process_preempts_an_offline_one() -> None:

@@ -15,8 +15,15 @@ from typing import Any
 import pytest
 
 from tests.vm.conftest import processes, reset
-from tests.vm.gpuload import start_together
-from tests.vm.qgpu_env import Cgroup, cgroups, gpu_seconds, in_cgroup, qgpu_loaded
+from tests.vm.qgpu_env import (
+    Cgroup,
+    cgroups,
+    fixed_shares,
+    gpu_seconds,
+    in_cgroup,
+    qgpu_loaded,
+    side_by_side,
+)
 
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
 PERIOD_US = 50_000
@@ -24,17 +31,9 @@ PERIOD_US = 50_000
 
 def test_fixed_share_50_30_20_within_two_points() -> None:
     with qgpu_loaded() as client, cgroups(3) as cgs:
-        client.set_gpu(0, "fixed-share", PERIOD_US)
-        for cg, share in zip(cgs, (50, 30, 20), strict=True):
-            client.set_cgroup(cg.id, 0, "offline", share)
-        reset()
-        loads = start_together(
-            *([*SATURATE, "--seconds", "6"] for _ in cgs), cgroups=[str(c.path) for c in cgs]
+        _, shares = fixed_shares(
+            client, cgs, (50, 30, 20), [*SATURATE, "--seconds", "6"], PERIOD_US
         )
-        for load in loads:
-            load.result()
-        seconds = [gpu_seconds(load.pid) for load in loads]
-        shares = [s / sum(seconds) * 100 for s in seconds]
         print("fixed-share 50/30/20 ->", [round(s, 2) for s in shares])
         for got, want in zip(shares, (50, 30, 20), strict=True):
             assert got == pytest.approx(want, abs=2)
@@ -61,17 +60,9 @@ def test_the_switch_to_a_turn_is_charged_to_no_slice() -> None:
     qgpu starts a slice when the pod's work is seen on the GPU (sched.c): the shares hold. The
     grace that bounds the wait (start_grace_us, 2 ms) is raised past the VM's 3 ms switch."""
     with nvmock_switch_us(3000), qgpu_loaded(start_grace_us=10_000) as client, cgroups(3) as cgs:
-        client.set_gpu(0, "fixed-share", PERIOD_US)
-        for cg, share in zip(cgs, (50, 30, 20), strict=True):
-            client.set_cgroup(cg.id, 0, "offline", share)
-        reset()
-        loads = start_together(
-            *([*SATURATE, "--seconds", "6"] for _ in cgs), cgroups=[str(c.path) for c in cgs]
+        _, shares = fixed_shares(
+            client, cgs, (50, 30, 20), [*SATURATE, "--seconds", "6"], PERIOD_US
         )
-        for load in loads:
-            load.result()
-        seconds = [gpu_seconds(load.pid) for load in loads]
-        shares = [s / sum(seconds) * 100 for s in seconds]
         print("fixed-share 50/30/20 with 3 ms switches ->", [round(s, 2) for s in shares])
         for got, want in zip(shares, (50, 30, 20), strict=True):
             assert got == pytest.approx(want, abs=2)
@@ -139,17 +130,9 @@ REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--p
 
 
 def _side_by_side(online: Cgroup, offline: Cgroup) -> tuple[dict[str, Any], float]:
-    """Online requests next to a saturating offline pod: the online report and the offline
-    pod's share of the GPU."""
-    reset()
-    infer, train = start_together(
-        [*REQUEST, "--seconds", "6"],
-        [*SATURATE, "--seconds", "6"],
-        cgroups=[str(online.path), str(offline.path)],
+    return side_by_side(
+        online, offline, [*REQUEST, "--seconds", "6"], [*SATURATE, "--seconds", "6"]
     )
-    served = infer.result()
-    wall = train.result()["elapsed_s"]
-    return served, gpu_seconds(train.pid) / wall
 
 
 def test_online_requests_go_first_and_offline_keeps_what_they_leave() -> None:
