@@ -8,17 +8,13 @@ counted as busy for ever and one online CUDA process kept every offline channel 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
-from tests.vm.conftest import ROOT, processes, reset
+from tests.vm.conftest import processes, reset
 from tests.vm.gpuload import start_together
+from tests.vm.linetenant import LineTenant
 from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, in_cgroup, qgpu_loaded
 
 PERIOD_US = 50_000
@@ -26,45 +22,12 @@ SLOT = 0x2200  # not page-aligned: slots are 512 bytes
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
 
 
-class UserdTenant:
+class UserdTenant(LineTenant):
     """tests/vm/userd_tenant.py in a cgroup: a CUDA-shaped channel whose GP_PUT and GP_GET the
     test writes (the engine never fetches from it)."""
 
     def __init__(self, cg: Cgroup, *args: str) -> None:
-        def enter() -> None:
-            (cg.path / "cgroup.procs").write_text(str(os.getpid()))
-
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.vm.userd_tenant", str(SLOT), *args],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=enter,
-        )
-        self.hello = self._answer()
-
-    def _answer(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            assert self.proc.stderr is not None
-            raise AssertionError(f"userd_tenant ended: {self.proc.stderr.read()}")
-        return dict(json.loads(line))
-
-    def ask(self, command: str) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return self._answer()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
-            assert self.proc.wait(timeout=30) == 0
+        super().__init__(cg.path, "tests.vm.userd_tenant", str(SLOT), *args)
 
 
 @contextmanager
