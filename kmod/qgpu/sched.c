@@ -207,7 +207,7 @@ static struct qgpu_cg *next_holder(struct qgpu_sched *s, struct qgpu_cg *after)
  * GPU: GP_GET moved in a channel read (the GPU fetched from it) or nothing of it waits to be
  * fetched. Until then the GPU is switching to it, which is charged to no one's slice.
  */
-static void sense(struct qgpu_sched *s, u64 now, u64 dt)
+static void sense(struct qgpu_sched *s, ktime_t now, u64 dt)
 {
 	struct qgpu_obj *obj;
 	struct qgpu_cg *cg;
@@ -222,16 +222,14 @@ static void sense(struct qgpu_sched *s, u64 now, u64 dt)
 		cg = obj->client->cg;
 		if (!gated_here(s, cg) || cg->busy)
 			continue;
-		look = qgpu_channel_look(cg, obj, now);
+		look = qgpu_channel_look(cg, obj, ktime_to_ns(now));
 		cg->busy = look & QGPU_LOOK_PENDING;
 		cg->moved |= look & QGPU_LOOK_MOVED;
 	}
 	list_for_each_entry(cg, &qgpu_cgroups, node) {
 		if (!gated_here(s, cg))
 			continue;
-		if (cg->moved || !cg->busy ||
-		    ktime_to_ns(ktime_sub(ns_to_ktime(now), cg->opened)) >=
-		    (u64)start_grace_us * NSEC_PER_USEC)
+		if (cg->moved || !cg->busy || ktime_us_delta(now, cg->opened) >= start_grace_us)
 			cg->started = true;
 		cg->busy = qgpu_cg_busy(cg, cg->busy, dt);
 	}
@@ -350,7 +348,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		return s->nr_changes > 0 || !all_open(s);
 	}
 
-	sense(s, ktime_to_ns(now), dt);
+	sense(s, now, dt);
 	list_for_each_entry(cg, &qgpu_cgroups, node) {
 		if (!gated_here(s, cg))
 			continue;
