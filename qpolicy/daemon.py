@@ -1,8 +1,9 @@
 """``qpolicy daemon``: the node agent. Read the desired state, let the backend enforce it, publish.
 
 Everything that schedules runs on one real-time loop thread: the refresh of the desired state and
-of the probe (every tick), the backend's own timers (an rm backend's period loops), and the view
-published for the exporter and ``qpolicy status`` (every second). The daemon does not know which
+of the probe (every tick), the backend's own timers (an rm backend's period loops), the view
+published for ``qpolicy status`` (every second) and, with the probe's ioctl counters, the view a
+Prometheus scrape asks for (built on the loop thread when it comes). The daemon does not know which
 enforcer it drives: it hands the admitted desired state to its backend
 (:class:`~qpolicy.backends.base.Backend`) when it changes and asks it for counters when it
 publishes.
@@ -21,6 +22,7 @@ import logging
 import os
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -47,6 +49,9 @@ log = logging.getLogger(__name__)
 PRUNE_EVERY_S = 10.0
 # How often the view is rebuilt (scrapes come far less often).
 PUBLISH_EVERY_S = 1.0
+# How long a scrape waits for the loop thread to read the probe's counters (Prometheus gives a
+# scrape 10 s by default); after that it is served the last view.
+SCRAPE_WAIT_S = 2.0
 
 
 class ProbeMode(StrEnum):
@@ -129,6 +134,8 @@ class Daemon:
         )
         self._pruned_at = clock()
         self._view = NodeView()
+        self._scraped: tuple[float, NodeView] | None = None  # (when, the view with counters)
+        self._loop_thread: int | None = None  # while run() serves
         self._started = time.time()
 
     def _cgroup_root(self) -> Path | None:
@@ -143,7 +150,33 @@ class Daemon:
     # -- the view ------------------------------------------------------------------------------
 
     def snapshot(self) -> NodeView:
-        return self._view
+        """The view the exporter serves: the published one, with the probe's ioctl counters read
+        now (at most once per ``PUBLISH_EVERY_S``, however many scrape). Called from the
+        exporter's threads: the view is built on the loop thread, which owns the probe and the
+        backend; a loop that does not answer within ``SCRAPE_WAIT_S`` gets the last view."""
+        if self.probe is None:
+            return self._view  # the published view has everything
+        if self._loop_thread is None or threading.get_ident() == self._loop_thread:
+            return self._scraped_view()
+        built: list[NodeView] = []
+        done = threading.Event()
+
+        def build() -> None:
+            try:
+                built.append(self._scraped_view())
+            finally:
+                done.set()
+
+        self.loop.call_soon(build)
+        if done.wait(SCRAPE_WAIT_S) and built:
+            return built[0]
+        return self._scraped[1] if self._scraped is not None else self._view
+
+    def _scraped_view(self) -> NodeView:
+        now = self._clock()
+        if self._scraped is None or now - self._scraped[0] >= PUBLISH_EVERY_S:
+            self._scraped = (now, self._build_view(counters=True))
+        return self._scraped[1]
 
     def tick(self) -> None:
         """Refresh the sources and publish a new view."""
@@ -163,8 +196,14 @@ class Daemon:
         self.backend.refresh()
 
     def publish(self) -> None:
-        """Build the view the exporter serves and write what ``qpolicy status`` reads."""
+        """Build the view and write what ``qpolicy status`` reads. The probe's ioctl counters
+        are left out: only the exporter shows them, and they are read when it is scraped
+        (:meth:`snapshot`), not every second."""
         self.backend.publish()
+        self._view = self._build_view(counters=False)
+        self._write_status()
+
+    def _build_view(self, counters: bool) -> NodeView:
         sources = {"state": self.desired.file.up}
         for source in self.desired.sources:
             sources[source.name] = source.up
@@ -176,16 +215,14 @@ class Daemon:
         own = self.backend.view()
         if own is not None:
             # The backend makes the node up (the simulator); what the daemon refused is real.
-            self._view = NodeView(
+            return NodeView(
                 pods=own.pods,
                 gpus=own.gpus,
                 sources={**own.sources, **sources},
                 refused=refused_pods(self.desired),
                 probe_lost_events=self.probe.lost if self.probe is not None else None,
             )
-        else:
-            self._view = node_view(self.desired, self.probe, self.backend, sources)
-        self._write_status()
+        return node_view(self.desired, self.probe, self.backend, sources, counters)
 
     def _write_status(self) -> None:
         document: dict[str, Any] = {
@@ -245,8 +282,10 @@ class Daemon:
             publish_us = max(PUBLISH_EVERY_S, self.config.tick_s) * 1e6
             self.loop.every(tick_us, self.refresh, slack_us=tick_us / 2)
             self.loop.every(publish_us, self.publish, slack_us=publish_us / 2)
+            self._loop_thread = threading.get_ident()
             self.loop.run()
         finally:
+            self._loop_thread = None
             self.close()
         return 0
 

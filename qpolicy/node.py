@@ -27,15 +27,16 @@ from qpolicy.telemetry.view import (
 
 
 def attribute(
-    state: DesiredState, probe: ProbeSource | None
+    state: DesiredState, probe: ProbeSource | None, counters: bool = True
 ) -> tuple[dict[str, DriverActivity], list[CgroupActivity]]:
-    """Activity per pod (a pod named by a cgroup path owns its subtree) and the rest."""
+    """Activity per pod (a pod named by a cgroup path owns its subtree) and the rest; without
+    the probe's ioctl counters where ``counters`` is false (ProbeSource.activity)."""
     owned: dict[str, DriverActivity] = {}
     unmanaged: list[CgroupActivity] = []
     if probe is None:
         return owned, unmanaged
     paths = sorted((pod for pod in state.pods if pod.startswith("/")), key=len, reverse=True)
-    for cgroup in probe.activity().values():
+    for cgroup in probe.activity(counters).values():
         owner = next((pod for pod in paths if within(cgroup.path, pod)), None)
         if owner is None:
             unmanaged.append(cgroup)
@@ -50,10 +51,11 @@ def node_view(
     probe: ProbeSource | None,
     backend: Backend,
     sources: Mapping[str, bool],
+    counters: bool = True,
 ) -> NodeView:
     state = desired.state
     names = desired.names()
-    owned, unmanaged = attribute(state, probe)
+    owned, unmanaged = attribute(state, probe, counters)
     pods: list[PodView] = []
     gpus: list[GpuView] = []
     for index in state.gpu_indices():

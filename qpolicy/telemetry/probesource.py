@@ -8,6 +8,7 @@ which GPUs a cgroup uses from the minors of the /dev/nvidiaN files its processes
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -107,8 +108,16 @@ class ProbeSource:
         if close is not None:
             close()
 
-    def activity(self) -> Mapping[int, CgroupActivity]:
-        """Per cgroup id that the probe has seen: its path, driver activity and GPUs."""
+    def activity(self, counters: bool = True) -> Mapping[int, CgroupActivity]:
+        """Per cgroup id that the probe has seen: its path, driver activity and GPUs.
+
+        ``counters=False`` leaves out the ioctl counters (by escape, control, allocation class,
+        latency): they are four hash maps whose batch read walks every bucket of their
+        ``max_entries`` (up to 131 072): read every second, 15 % of the daemon's CPU with 10
+        busy pods (py-spy on an H100, BENCHMARKS.md 2026-11-25). Only the exporter shows them,
+        so the daemon reads them when it is scraped. Launches come from the small per-cgroup map
+        the rm enforcer reads anyway.
+        """
         held: dict[int, DriverActivity] = {}
         tracker = self.view.tracker
         for pid, proc in tracker.processes.items():
@@ -123,12 +132,21 @@ class ProbeSource:
             )
             previous = held.get(proc.cgroup)
             held[proc.cgroup] = one if previous is None else merge(previous, one)
-        counters = self.probe.counters()
         found: dict[int, CgroupActivity] = {}
-        for cgid in set(counters) | set(held):
+        if not counters:
+            launches = self.launches()
+            for cgid in set(launches) | set(held):
+                path = self.view.cgroups.path_of(cgid) or f"cgroup#{cgid}"
+                base = held.get(cgid, DriverActivity())
+                if cgid in launches:
+                    base = dataclasses.replace(base, launches=launches[cgid])
+                found[cgid] = CgroupActivity(path, base, frozenset(self._gpus.get(cgid, ())))
+            return found
+        read = self.probe.counters()
+        for cgid in set(read) | set(held):
             path = self.view.cgroups.path_of(cgid) or f"cgroup#{cgid}"
             base = held.get(cgid, DriverActivity())
-            count = counters.get(cgid)
+            count = read.get(cgid)
             if count is not None:
                 base = DriverActivity(
                     ioctls=dict(count.escapes),

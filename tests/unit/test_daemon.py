@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -27,6 +28,7 @@ from qpolicy.backends.observe import ObserveBackend
 from qpolicy.backends.rm import RmBackend
 from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode
 from qpolicy.errors import QPolicyError
+from qpolicy.instance import STATUS_NAME
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.runtime.virtual import EventLoop
 from qpolicy.sim.gpu import SimGpu
@@ -295,6 +297,63 @@ def test_probe_activity_is_attributed_to_the_pod_owning_the_cgroup(tmp_path: Pat
     assert (stray.pod_class, stray.gpu, stray.share_target) == ("unmanaged", "1", None)
     assert stray.activity.ioctls == {"CARD_INFO": 1}
     agent.close()
+
+
+def test_the_ioctl_counters_are_read_at_a_scrape_on_the_loop_thread_not_every_second(
+    tmp_path: Path,
+) -> None:
+    from qpolicy.telemetry.cgroups import CgroupMap
+    from qpolicy.telemetry.probe import CgroupCounters
+    from qpolicy.telemetry.probesource import ProbeSource
+    from tests.unit.test_telemetry_live import FakeProbe
+
+    class CountingProbe(FakeProbe):
+        """The four counter maps (counters) and the launch map (launches) read apart."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.counter_reads: list[int] = []  # the thread of each read
+
+        def counters(self) -> dict[int, CgroupCounters]:
+            self.counter_reads.append(threading.get_ident())
+            return super().counters()
+
+        def launches(self) -> dict[int, int]:
+            return {cgid: c.launches for cgid, c in self.counts.items()}
+
+    root = tmp_path / "cgroup"
+    (root / "kube" / "web" / "ctr").mkdir(parents=True)
+    cgroups = CgroupMap(root=root)
+    web = cgroups.id_of("/kube/web/ctr")
+    probe = CountingProbe()
+    probe.counts = {web: CgroupCounters(web, ioctls=3, escapes={"RM_ALLOC": 3}, launches=42)}
+    store = StateStore(tmp_path / "state")
+    store.update(lambda s: s.with_pod(PodSpec("/kube/web", 0, PodClass.ONLINE, 30)))
+    config = DaemonConfig(state_dir=tmp_path / "state", metrics_addr=None, probe=ProbeMode.ON)
+    agent = Daemon(config, ObserveBackend, probe_loader=lambda: ProbeSource(probe, cgroups))
+    for _ in range(3):
+        agent.tick()
+    assert probe.counter_reads == []
+    status = json.loads((tmp_path / "state" / STATUS_NAME).read_text())
+    assert [(p["id"], p["launches"]) for p in status["pods"]] == [("/kube/web", 42)]
+
+    runner = threading.Thread(target=agent.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while agent._loop_thread is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loop_thread = agent._loop_thread
+        assert loop_thread is not None
+        (pod,) = agent.snapshot().pods  # from this thread, as the exporter's would
+        assert pod.activity.ioctls == {"RM_ALLOC": 3} and pod.activity.launches == 42
+        assert probe.counter_reads == [loop_thread]
+        agent.snapshot()  # a second scrape within a second: the same read
+        assert probe.counter_reads == [loop_thread]
+    finally:
+        agent.stop()
+        runner.join(timeout=10)
+    assert not runner.is_alive()
 
 
 def test_probe_that_cannot_load(tmp_path: Path) -> None:
