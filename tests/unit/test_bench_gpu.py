@@ -53,3 +53,14 @@ def test_an_unstable_solo_is_reported_not_divided_by(p99: float) -> None:
         assert "x solo" not in verdict
     else:
         assert "p99 2.22x solo" in verdict and verdict.endswith("MISSES")
+
+
+def test_the_run_on_the_gpu_is_reported_beside_the_latency_and_does_not_decide() -> None:
+    q = {"online_p50_ms": 0.6, "online_p99_ms": 0.9, "trainer_it_per_s": 290.0}
+    solo = {"p50_ms": 0.55, "p99_ms": 0.71}
+    plain = gpu._online_verdict(TRAINER_8192, q, report(solo, q, TRAINER_8192.name))
+    timed = {**q, "online_run_p50_ms": 0.52}
+    solo_timed = {**solo, "run_p50_ms": 0.40}
+    verdict = gpu._online_verdict(TRAINER_8192, timed, report(solo_timed, timed, TRAINER_8192.name))
+    assert "its run on the GPU p50 1.30x solo's" in verdict
+    assert verdict.endswith(": meets") and plain.endswith(": meets")
