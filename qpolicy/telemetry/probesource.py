@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,10 @@ def merge(a: DriverActivity, b: DriverActivity) -> DriverActivity:
     )
 
 
+# How old a read of the launch counters a published view may take (it is rebuilt every second).
+LAUNCHES_FRESH_S = 0.5
+
+
 class ProbeSource:
     def __init__(self, probe: Source, cgroups: CgroupMap | None = None) -> None:
         self.probe = probe
@@ -49,6 +54,8 @@ class ProbeSource:
         self.error: str | None = None
         self._gpus: dict[int, set[int]] = defaultdict(set)
         self._lost = 0
+        self._launches: tuple[float, dict[int, int]] | None = None  # (when, the last read)
+        self._held_cache: tuple[int, dict[int, DriverActivity]] | None = None
         # Called with the pid of every process that exits (the rm enforcer lets go of its files).
         self.on_exit: list[Callable[[int], None]] = []
 
@@ -100,8 +107,18 @@ class ProbeSource:
         """CUDA launches per cgroup id, read fresh (cheap where the probe offers it)."""
         cheap = getattr(self.probe, "launches", None)
         if cheap is not None:
-            return dict(cheap())
-        return {cgid: c.launches for cgid, c in self.probe.counters().items()}
+            read = dict(cheap())
+        else:
+            read = {cgid: c.launches for cgid, c in self.probe.counters().items()}
+        self._launches = (time.monotonic(), read)
+        return dict(read)
+
+    def recent_launches(self, max_age_s: float = LAUNCHES_FRESH_S) -> dict[int, int]:
+        """The last read of :meth:`launches` if it is at most ``max_age_s`` old, else a new one:
+        the rm enforcer reads them at every look, and a view needs no fresher ones."""
+        if self._launches is not None and time.monotonic() - self._launches[0] <= max_age_s:
+            return dict(self._launches[1])
+        return self.launches()
 
     def close(self) -> None:
         close = getattr(self.probe, "close", None)
@@ -118,23 +135,10 @@ class ProbeSource:
         so the daemon reads them when it is scraped. Launches come from the small per-cgroup map
         the rm enforcer reads anyway.
         """
-        held: dict[int, DriverActivity] = {}
-        tracker = self.view.tracker
-        for pid, proc in tracker.processes.items():
-            if proc.cgroup is None:
-                continue
-            summary = tracker.summary(pid)
-            one = DriverActivity(
-                tsgs=summary.tsgs,
-                channels=summary.channel_count,
-                device_memory=summary.device_bytes,
-                processes=1,
-            )
-            previous = held.get(proc.cgroup)
-            held[proc.cgroup] = one if previous is None else merge(previous, one)
+        held = self._held()
         found: dict[int, CgroupActivity] = {}
         if not counters:
-            launches = self.launches()
+            launches = self.recent_launches()
             for cgid in set(launches) | set(held):
                 path = self.view.cgroups.path_of(cgid) or f"cgroup#{cgid}"
                 base = held.get(cgid, DriverActivity())
@@ -161,3 +165,26 @@ class ProbeSource:
                 )
             found[cgid] = CgroupActivity(path, base, frozenset(self._gpus.get(cgid, ())))
         return found
+
+    def _held(self) -> Mapping[int, DriverActivity]:
+        """What each cgroup's processes hold (TSGs, channels, device memory), from the tracker;
+        kept while the tracker is unchanged (a summary walks every RM object of a process, and
+        busy CUDA processes make no ioctls between their allocations)."""
+        tracker = self.view.tracker
+        if self._held_cache is not None and self._held_cache[0] == tracker.generation:
+            return self._held_cache[1]
+        held: dict[int, DriverActivity] = {}
+        for pid, proc in tracker.processes.items():
+            if proc.cgroup is None:
+                continue
+            summary = tracker.summary(pid)
+            one = DriverActivity(
+                tsgs=summary.tsgs,
+                channels=summary.channel_count,
+                device_memory=summary.device_bytes,
+                processes=1,
+            )
+            previous = held.get(proc.cgroup)
+            held[proc.cgroup] = one if previous is None else merge(previous, one)
+        self._held_cache = (tracker.generation, held)
+        return held

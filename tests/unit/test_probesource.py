@@ -1,0 +1,73 @@
+"""The probe as the daemon's source: what a published view reads, and what it keeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from qpolicy.telemetry.cgroups import CgroupMap
+from qpolicy.telemetry.probe import CgroupCounters
+from qpolicy.telemetry.probesource import ProbeSource
+from qpolicy.telemetry.wire import ProbeRecord
+from tests.unit.test_telemetry_live import FakeProbe, rm_alloc
+
+
+class ReadCounting(FakeProbe):
+    def __init__(self) -> None:
+        super().__init__()
+        self.launch_reads = 0
+
+    def launches(self) -> dict[int, int]:
+        self.launch_reads += 1
+        return {cgid: c.launches for cgid, c in self.counts.items()}
+
+
+def source(tmp_path: Path) -> tuple[ProbeSource, ReadCounting, int]:
+    root = tmp_path / "cgroup"
+    (root / "pod").mkdir(parents=True)
+    cgroups = CgroupMap(root=root)
+    cgid = cgroups.id_of("/pod")
+    probe = ReadCounting()
+    probe.counts = {cgid: CgroupCounters(cgid, ioctls=1, escapes={"RM_ALLOC": 1}, launches=5)}
+    return ProbeSource(probe, cgroups), probe, cgid
+
+
+def test_a_view_takes_the_launches_of_a_recent_look_and_reads_them_when_none_is_recent(
+    tmp_path: Path,
+) -> None:
+    src, probe, cgid = source(tmp_path)
+    assert src.launches() == {cgid: 5} and probe.launch_reads == 1
+    probe.counts[cgid] = CgroupCounters(cgid, launches=9)
+    # The enforcer's look a moment ago stands for the view.
+    assert src.activity(counters=False)[cgid].activity.launches == 5
+    assert probe.launch_reads == 1
+    assert src.recent_launches(max_age_s=0.0) == {cgid: 9} and probe.launch_reads == 2
+
+
+def test_what_processes_hold_is_recomputed_when_the_tracker_changes(tmp_path: Path) -> None:
+    src, probe, cgid = source(tmp_path)
+    probe.pending = [
+        ProbeRecord("open", ts=0, tid=10, ret=5, s="/dev/nvidiactl", pid=10, cgroup=cgid),
+        rm_alloc(10, cgid, 0xC1D00001, 0, 0x41),
+        rm_alloc(10, cgid, 0x2, 0xC1D00001, 0x80),
+    ]
+    src.refresh()
+    tracker = src.view.tracker
+    summaries = []
+    summary = tracker.summary
+
+    def counted(pid: int | None) -> object:
+        summaries.append(pid)
+        return summary(pid)
+
+    tracker.summary = counted  # type: ignore[method-assign,assignment]
+    before = src.activity(counters=False)[cgid].activity
+    assert (before.tsgs, before.processes) == (0, 1) and summaries == [10]
+    src.activity(counters=False)
+    src.activity()
+    assert summaries == [10]  # the tracker did not change: nothing walked again
+    probe.pending = [rm_alloc(10, cgid, 0x3, 0x2, 0xA06C)]
+    src.refresh()
+    after = src.activity(counters=False)[cgid].activity
+    assert after.tsgs == 1 and summaries == [10, 10]
+    assert src.activity()[cgid].activity.tsgs == 1  # and with the counters read too
+    assert src.activity()[cgid].activity.ioctls == {"RM_ALLOC": 1}
