@@ -8,6 +8,7 @@ one failing lever does not end the run, and the recommendation follows the rules
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -195,6 +196,41 @@ def test_the_recommendation_prefers_a_setting_that_keeps_the_trainer() -> None:
     # Nothing beats native by 10 %: no lever, and why.
     rec = recommend([native, phase("meh", "setting", 2.6, 100.0)])
     assert rec["lever"] is None and "beat native's online p99 (2.80 ms) by 10%" in rec["why"]
+
+
+def timed(lever: str, p50: float, p99: float, kind: str = "setting") -> dict[str, Any]:
+    return {**phase(lever, kind, p99, 100.0), "online": {"p50_ms": p50, "p99_ms": p99}}
+
+
+def test_the_recommendation_is_the_lever_nearest_solo_on_both_targets() -> None:
+    native = {**phase("native", "baseline", 2.8, 100.0), "online": {"p50_ms": 1.7, "p99_ms": 2.8}}
+    solo = {**phase("solo", "baseline", 0.8, 0.0), "online": {"p50_ms": 0.5, "p99_ms": 0.8}}
+    # The lowest p99 by a hair, with a p50 far from solo's, against one near on both.
+    hair = timed("hair", p50=0.85, p99=1.00)
+    near = timed("near", p50=0.62, p99=1.05)
+    rec = recommend([native, solo, hair, near])
+    assert rec["lever"] == "near" and rec["online_p50_ms"] == 0.62
+    assert (
+        "the nearest to solo's 0.50 / 0.80 ms: 1.03 x the bound of its worse target" in rec["why"]
+    )
+    # Without solo, the p99 alone.
+    assert recommend([native, hair, near])["lever"] == "hair"
+    # A solo too noisy for its p99 to divide by: the p50 decides (p99 2.0 > 2 x 0.5).
+    noisy = {**solo, "online": {"p50_ms": 0.5, "p99_ms": 2.0}}
+    worse_tail = timed("tail", p50=0.60, p99=2.4)
+    assert recommend([native, noisy, hair, worse_tail])["lever"] == "tail"
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_the_recorded_doctor_runs_recommend_what_was_nearest_solo(gpu: str) -> None:
+    # The phases measured on 2026-11-24 (580.159.04). By the lowest p99 the H100's pick was
+    # timeslice+rebuild (1.025 ms) and the H200's cilp+timeslice (0.981 ms), each a few requests
+    # ahead of the next; GPreempt's 1 us / 1 s pair had the lowest p50 on both and was the
+    # better lever in `make bench-gpu` on an H200 on 2026-11-26 (3 001 requests: p50 / p99 0.62 /
+    # 0.87 ms against 0.68 / 1.18 with the engine's 128 / 8192 us).
+    results = Path(__file__).parents[2] / "tools" / "gpu" / "results"
+    report = json.loads((results / f"2026-11-24-doctor-{gpu}.json").read_text())
+    assert recommend(report["phases"])["lever"] == "timeslice-1us"
 
 
 def test_the_cache_round_trips_and_ignores_what_it_cannot_read(tmp_path: Path) -> None:
