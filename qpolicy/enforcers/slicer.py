@@ -33,7 +33,10 @@ before it), the pod holding the GPU going idle (it cannot before its idle time r
 looked at then), and every ``poll_us`` while a pod may wake up outside a turn (an idle pod left
 open, idle GPU time a work-conserving policy may hand out). A sensor read on demand is read at
 those wake-ups (:attr:`SliceScheduler.refresh`): the rm enforcer's loop costs CPU per wake-up, a
-GSP control per change (BENCHMARKS.md, 2026-11-25).
+GSP control per change (BENCHMARKS.md, 2026-11-25). A look at the holder while every other planned
+pod is offline, closed and busy asks for the holder alone: nothing another pod does can change
+what the look decides (a closed pod cannot go idle), and the turn's end, which reads everyone,
+comes at most a turn later.
 """
 
 from __future__ import annotations
@@ -122,8 +125,12 @@ class SliceScheduler:
         self._efficiency: dict[str, float] = {}
         self._wake: Cancellable | None = None
         #: Called before each look the scheduler's own timer wakes it for: a sensor that is read
-        #: on demand is then read only when something can change (see :meth:`_look_at`).
-        self.refresh: Callable[[], None] | None = None
+        #: on demand is then read only when something can change (see :meth:`_look_at`); with
+        #: the pods it needs fresh, or None for all.
+        self.refresh: Callable[[AbstractSet[str] | None], None] | None = None
+        # The look the next wake-up is for, (pod, when), and whether only that pod needs reading.
+        self._look: tuple[str, float] | None = None
+        self._look_alone = False
         self.wakeups = 0
         #: Called when an offline pod with nothing planned this period starts launching.
         self.on_wake: Callable[[], None] | None = None
@@ -315,11 +322,14 @@ class SliceScheduler:
     def _on_timer(self) -> None:
         self.wakeups += 1
         if self.refresh is not None:
-            self.refresh()
+            alone = self._look[0] if self._look_alone and self._look is not None else None
+            self.refresh(None if alone is None else frozenset((alone,)))
         self._tick()
 
     def _tick(self) -> None:
         self._wake = None
+        self._look = None
+        self._look_alone = False
         plan = self._plan
         if plan is None:
             return
@@ -340,7 +350,24 @@ class SliceScheduler:
         if self._close_woken(plan, now):
             wake = min(wake, now + self.poll_us)
         if wake < self._period_end:
+            look = self._look
+            self._look_alone = look is not None and wake == look[1] and self._others_settled(
+                plan, look[0]
+            )
             self._wake = self.clock.at(max(wake, now), self._on_timer)
+
+    def _others_settled(self, plan: Plan, holder: str) -> bool:
+        """Whether every planned pod but ``holder`` is offline, closed and busy: then only the
+        holder's activity can change what a look at it decides."""
+        return all(
+            s.pod == holder
+            or (
+                s.pod_class is PodClass.OFFLINE
+                and not self._enabled.get(s.pod, True)
+                and self._busy(s.pod)
+            )
+            for s in plan.slices
+        )
 
     def _advance_turns(self, plan: Plan, now: float) -> float:
         """Move the offline turns along; return when to look again."""
@@ -395,7 +422,9 @@ class SliceScheduler:
         sooner (never sooner than ``poll_us`` either). A pod that keeps launching is then looked at
         once a grace, and one that stops is seen idle within two graces of its last launch.
         """
-        return now + max(self.poll_us, self.idle_grace_us - self.sensor.idle_for_us(pod))
+        when = now + max(self.poll_us, self.idle_grace_us - self.sensor.idle_for_us(pod))
+        self._look = (pod, when)
+        return when
 
     def _peek_successor(self, plan: Plan, now: float, turn: _Turn) -> str | None:
         """The pod whose turn follows ``turn`` if it ended now (without changing anything)."""

@@ -231,6 +231,13 @@ def _import_bpf() -> Any:
     return BPF
 
 
+def _libbcc() -> Any:
+    """bcc's ctypes handle on libbcc (its bpf_* calls), once bcc is imported."""
+    from bcc.libbcc import lib
+
+    return lib
+
+
 CAP_SYS_ADMIN = 21
 CAP_PERFMON = 38
 CAP_BPF = 39
@@ -469,6 +476,23 @@ class NvProbe:
     def launches(self) -> dict[int, int]:
         """CUDA launches per cgroup id: one map, read at every poll of the rm enforcer."""
         return {_number(k): int(v.launches) for k, v in self._items(b"stats")}
+
+    def launches_of(self, cgroups: Iterable[int]) -> dict[int, int]:
+        """The launch counters of ``cgroups`` only, one map lookup each (no entry: none yet).
+
+        A batch read of the whole map walks all of its buckets and has bcc allocate arrays for
+        all of its entries; a look at the pod holding the GPU needs one or two cgroups
+        (`make bench probemaps`).
+        """
+        table = self._loaded()[b"stats"]
+        key, leaf = table.Key(), table.Leaf()
+        lookup, fd = _libbcc().bpf_lookup_elem, table.map_fd
+        found: dict[int, int] = {}
+        for cgroup in cgroups:
+            key.value = cgroup
+            if lookup(fd, ctypes.byref(key), ctypes.byref(leaf)) == 0:
+                found[cgroup] = int(leaf.launches)
+        return found
 
     def _items(self, name: bytes) -> list[tuple[Any, Any]]:
         """A map's entries, in batches where the kernel has BPF_MAP_LOOKUP_BATCH (5.6).

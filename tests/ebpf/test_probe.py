@@ -420,6 +420,9 @@ def test_launches_are_counted_per_cgroup(
     # one-by-one read it falls back to where the kernel has no batch lookup.
     batched = probe.launches()
     assert (batched[a.id], batched[b.id]) == (14, 140)
+    # The look at a holder reads its cgroups one by one: the same counts, none for a cgroup that
+    # never launched.
+    assert probe.launches_of([b.id, 987654321]) == {b.id: 140}
     probe._batch_lookup = False
     try:
         assert probe.launches() == batched

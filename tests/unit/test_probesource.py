@@ -71,3 +71,20 @@ def test_what_processes_hold_is_recomputed_when_the_tracker_changes(tmp_path: Pa
     assert after.tsgs == 1 and summaries == [10, 10]
     assert src.activity()[cgid].activity.tsgs == 1  # and with the counters read too
     assert src.activity()[cgid].activity.ioctls == {"RM_ALLOC": 1}
+
+
+def test_single_counters_come_from_the_probe_where_it_reads_them_one_by_one(
+    tmp_path: Path,
+) -> None:
+    src, probe, cgid = source(tmp_path)
+    # A probe without single reads: the whole map, filtered.
+    assert src.launches_of([cgid, 42]) == {cgid: 5} and probe.launch_reads == 1
+
+    class Single(ReadCounting):
+        def launches_of(self, cgroups: list[int]) -> dict[int, int]:
+            return {c: 7 for c in cgroups if c == cgid}
+
+    single = Single()
+    single.counts = dict(probe.counts)
+    src = ProbeSource(single, src.view.cgroups)
+    assert src.launches_of([cgid, 42]) == {cgid: 7} and single.launch_reads == 0

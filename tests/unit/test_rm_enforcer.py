@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -156,6 +157,8 @@ class FakeResolver:
         self.driver = driver
         self._groups = groups
         self._launches: dict[str, int] = dict.fromkeys(groups, 0)
+        self.partial_reads: list[frozenset[str]] = []
+        self.open_unread: list[set[str]] = []
 
     def groups(self, pod: str) -> list[ClientChannels]:
         return list(self._groups.get(pod, []))
@@ -165,6 +168,19 @@ class FakeResolver:
             if any((g.client, g.channels[0]) not in self.driver.disabled for g in groups):
                 self._launches[pod] += 1
         return dict(self._launches)
+
+    def launches_of(self, pods: AbstractSet[str]) -> dict[str, int]:
+        self.partial_reads.append(frozenset(pods))
+        # Which of the other pods had a channel open when only ``pods`` were read.
+        self.open_unread.append(
+            {
+                pod
+                for pod, groups in self._groups.items()
+                if pod not in pods
+                and any((g.client, g.channels[0]) not in self.driver.disabled for g in groups)
+            }
+        )
+        return {pod: count for pod, count in self.launches().items() if pod in pods}
 
 
 @dataclass
@@ -766,6 +782,7 @@ def test_ten_busy_pods_wake_the_loop_only_when_a_turn_can_end(
     assert r.control.last_plan is not None and r.control.last_plan.period_us == 2_000_000
     sensor, scheduler = r.enforcer.sensor, r.enforcer.scheduler
     polls, wakeups, calls = sensor.polls, scheduler.wakeups, len(r.driver.calls)
+    r.resolver.partial_reads.clear()
     start = {p.id: sensor.gpu_time_us(p.id) for p in pods}
     seconds = 10.0  # five whole periods
     r.loop.run_until(r.loop.now + seconds * 1e6)
@@ -774,12 +791,53 @@ def test_ten_busy_pods_wake_the_loop_only_when_a_turn_can_end(
     assert (sensor.polls - polls) / seconds <= bound
     assert (scheduler.wakeups - wakeups) / seconds <= grace_looks + turn_ends
     assert (len(r.driver.calls) - calls) / seconds <= 2 * turn_ends
+    # The looks at the holder read its counters alone (the other nine are closed and busy: a
+    # closed pod cannot go idle); only turn ends and period steps read everyone.
+    partial = r.resolver.partial_reads
+    assert all(len(pods_read) == 1 for pods_read in partial)
+    full = (sensor.polls - polls) - len(partial)
+    assert full / seconds <= turn_ends + steps + 1 and len(partial) / seconds >= grace_looks / 2
     # And the shares stay on target: a tenth each, within 1 % of it.
     used = {p.id: sensor.gpu_time_us(p.id) - start[p.id] for p in pods}
     total = sum(used.values())
     assert total / (seconds * 1e6) > 0.98
     for pod, time_us in used.items():
         assert time_us / total == pytest.approx(0.1, rel=0.01), pod
+
+
+def test_a_look_reads_the_holder_alone_only_while_no_other_pod_is_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open pod may start launching at any time: a look that read only the holder would miss
+    it. /c never launches and is left open (watched every 25 ms); /a and /b take 200 ms turns
+    until /a's job ends, and the looks at /a going idle then fall due with the watch over /c."""
+    pods = [PodSpec("/a", 0), PodSpec("/b", 0), PodSpec("/c", 0)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BEST_EFFORT, min_turn_us=200_000)
+    original = r.resolver.launches
+    ends_at = 3.1e6
+    stopped: dict[str, int] = {}
+
+    def launches() -> dict[str, int]:
+        counts = {**original(), "/c": 0}
+        if r.loop.now >= ends_at:
+            counts["/a"] = stopped.setdefault("/a", counts["/a"])
+        return counts
+
+    r.resolver.launches = launches  # type: ignore[method-assign]
+    r.loop.run_until(6e6)
+    assert r.enforcer.sensor.idle_for_us("/a") > 2e6  # /a's idleness was seen
+    # No look read one pod while another was open (/c until its turn, /a once idle).
+    assert all(not unread for unread in r.resolver.open_unread), r.resolver.open_unread
+
+
+def test_a_look_at_the_holder_reads_it_alone_when_the_others_are_closed_and_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/a", 0), PodSpec("/b", 0), PodSpec("/c", 0)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BEST_EFFORT, min_turn_us=200_000)
+    r.loop.run_until(3e6)
+    assert r.resolver.partial_reads and all(not u for u in r.resolver.open_unread)
+    assert all(len(read) == 1 for read in r.resolver.partial_reads)
 
 
 def test_a_turn_switch_writes_no_record_once_turns_came_round_and_closed_groups_stay_listed(

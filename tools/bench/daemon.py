@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -57,6 +58,8 @@ from qpolicy.telemetry.probesource import ProbeSource
 from qpolicy.telemetry.wire import ProbeRecord
 
 TARGET_PERCENT = 2.0
+# One single-key read of the launch map (`make bench probemaps`: launches_of_one_us).
+MAP_LOOKUP_S = 2e-6
 RM_ALLOC = 0xC030462B
 CLIENT = 0xC1D00001
 
@@ -115,6 +118,11 @@ class _BusyProbe:
         _spin(self.map_read_s)
         self._launches += 1
         return dict.fromkeys(self._cgroups, self._launches)
+
+    def launches_of(self, cgroups: list[int]) -> dict[int, int]:
+        _spin(MAP_LOOKUP_S * len(cgroups))
+        self._launches += 1
+        return {cg: self._launches for cg in cgroups if cg in self._cgroups}
 
     def node_of(self, major: int, minor: int) -> Node:
         return self.devices.node_of(major, minor)
@@ -180,15 +188,17 @@ class _Counts:
 
     def __init__(self) -> None:
         self.polls = 0
+        self.partial = 0  # of them, looks that read the holder's counters alone
         self.callbacks = 0
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[_Counts]:
         poll, call = RmUsageSensor.poll, RealtimeLoop._call
 
-        def counted_poll(sensor: RmUsageSensor) -> None:
+        def counted_poll(sensor: RmUsageSensor, pods: AbstractSet[str] | None = None) -> None:
             self.polls += 1
-            poll(sensor)
+            self.partial += pods is not None
+            poll(sensor, pods)
 
         def counted_call(loop: RealtimeLoop, callback: Callable[[], None]) -> None:
             self.callbacks += 1
@@ -277,11 +287,13 @@ def measure(
                 before = resource.getrusage(resource.RUSAGE_SELF)
                 controls = sum(libc.controls.values())
                 callbacks, polls, waits = counts.callbacks, counts.polls, wake.waits
+                partial = counts.partial
                 time.sleep(seconds)
                 after = resource.getrusage(resource.RUSAGE_SELF)
                 controls = sum(libc.controls.values()) - controls
                 callbacks = counts.callbacks - callbacks
                 polls = counts.polls - polls
+                partial = counts.partial - partial
                 waits = wake.waits - waits
             finally:
                 agent.stop()
@@ -297,6 +309,7 @@ def measure(
         "loop_wakeups_per_s": round(waits / seconds, 1),
         "loop_callbacks_per_s": round(callbacks / seconds, 1),
         "sensor_polls_per_s": round(polls / seconds, 1),
+        "holder_only_polls_per_s": round(partial / seconds, 1),
     }
 
 
@@ -337,6 +350,7 @@ def virtual(seconds: float = 20.0) -> dict[str, Any]:
                 r.loop.run_until(4.05e6)  # stretched periods from here
                 start = {p.id: r.enforcer.sensor.gpu_time_us(p.id) for p in pods}
                 polls, calls, processed = counts.polls, len(r.driver.calls), r.loop.processed
+                partial = counts.partial
                 r.loop.run_until(r.loop.now + seconds * 1e6)
                 jobs = len(r.driver.calls) - calls  # each control job is a callback too
                 results[f"{name}, {label}"] = {
@@ -344,6 +358,7 @@ def virtual(seconds: float = 20.0) -> dict[str, Any]:
                         (r.loop.processed - processed - jobs) / seconds, 2
                     ),
                     "sensor_polls_per_s": round((counts.polls - polls) / seconds, 2),
+                    "holder_only_polls_per_s": round((counts.partial - partial) / seconds, 2),
                     "rm_controls_per_s": round(jobs / seconds, 2),
                     "gpu_time_per_wall": [
                         round(

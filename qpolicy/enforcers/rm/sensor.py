@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Set as AbstractSet
 
 from qpolicy.enforcers.rm.control import RmChannelControl
 from qpolicy.enforcers.rm.resolver import PodResolver
@@ -37,18 +38,22 @@ class RmUsageSensor:
         # Per pod: open time since its last launch, and the pod's open time, as of the last poll.
         self._open_idle: dict[str, float] = {}
         self._open_seen: dict[str, float] = {}
+        # When the sensor was last read (for all pods or some), and each pod's last read.
         self._polled_at: float | None = None
+        self._pod_polled_at: dict[str, float] = {}
         self._busy: dict[str, bool] = {}
         self._unused: dict[str, float] = {}
         self.throttled_us: dict[str, float] = {}
         self.polls = 0
 
-    def poll(self) -> None:
+    def poll(self, pods: AbstractSet[str] | None = None) -> None:
+        """Read the launch counters of every pod, or of ``pods`` only (the others keep what
+        the last read found; their time is accounted at their next read)."""
         self.polls += 1
         now = self.control.loop.now
-        since = now - self._polled_at if self._polled_at is not None else 0.0
+        previous = self._polled_at if self._polled_at is not None else now
         self._polled_at = now
-        launches = self.resolver.launches()
+        launches = self.resolver.launches() if pods is None else self.resolver.launches_of(pods)
         for pod in launches:
             if pod not in self._count:
                 self.control.track(pod)
@@ -68,7 +73,9 @@ class RmUsageSensor:
             if past_grace > 0:
                 self._unused[pod] = self._unused.get(pod, 0.0) + past_grace
         debug = log.isEnabledFor(logging.DEBUG)
-        for pod in self._count:
+        for pod in self._count if pods is None else [p for p in pods if p in self._count]:
+            since = now - self._pod_polled_at.get(pod, previous)
+            self._pod_polled_at[pod] = now
             # Unknown pods have never been touched: their channels are as the tenant left them.
             is_open = is_open_now.get(pod, True)
             seen = self._open_seen.get(pod)
