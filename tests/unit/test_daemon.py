@@ -305,27 +305,13 @@ def test_the_ioctl_counters_are_read_at_a_scrape_on_the_loop_thread_not_every_se
     from qpolicy.telemetry.cgroups import CgroupMap
     from qpolicy.telemetry.probe import CgroupCounters
     from qpolicy.telemetry.probesource import ProbeSource
-    from tests.unit.test_telemetry_live import FakeProbe
-
-    class CountingProbe(FakeProbe):
-        """The four counter maps (counters) and the launch map (launches) read apart."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.counter_reads: list[int] = []  # the thread of each read
-
-        def counters(self) -> dict[int, CgroupCounters]:
-            self.counter_reads.append(threading.get_ident())
-            return super().counters()
-
-        def launches(self) -> dict[int, int]:
-            return {cgid: c.launches for cgid, c in self.counts.items()}
+    from tests.unit.test_probesource import ReadCounting
 
     root = tmp_path / "cgroup"
     (root / "kube" / "web" / "ctr").mkdir(parents=True)
     cgroups = CgroupMap(root=root)
     web = cgroups.id_of("/kube/web/ctr")
-    probe = CountingProbe()
+    probe = ReadCounting()
     probe.counts = {web: CgroupCounters(web, ioctls=3, escapes={"RM_ALLOC": 3}, launches=42)}
     store = StateStore(tmp_path / "state")
     store.update(lambda s: s.with_pod(PodSpec("/kube/web", 0, PodClass.ONLINE, 30)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from qpolicy.telemetry.cgroups import CgroupMap
@@ -12,9 +13,17 @@ from tests.unit.test_telemetry_live import FakeProbe, rm_alloc
 
 
 class ReadCounting(FakeProbe):
+    """The four counter maps (``counters``, by the thread that read them) and the launch map
+    (``launches``) read apart, as the probe reads them."""
+
     def __init__(self) -> None:
         super().__init__()
         self.launch_reads = 0
+        self.counter_reads: list[int] = []
+
+    def counters(self) -> dict[int, CgroupCounters]:
+        self.counter_reads.append(threading.get_ident())
+        return super().counters()
 
     def launches(self) -> dict[int, int]:
         self.launch_reads += 1
