@@ -158,6 +158,9 @@ class Daemon:
             return self._view  # the published view has everything
         if self._loop_thread is None or threading.get_ident() == self._loop_thread:
             return self._scraped_view()
+        scraped = self._scraped  # one read of a tuple the loop thread replaces whole
+        if scraped is not None and self._clock() - scraped[0] < PUBLISH_EVERY_S:
+            return scraped[1]  # many scrapers: the loop is asked once a second, not per scrape
         built: list[NodeView] = []
         done = threading.Event()
 
