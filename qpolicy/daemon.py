@@ -158,9 +158,9 @@ class Daemon:
             return self._view  # the published view has everything
         if self._loop_thread is None or threading.get_ident() == self._loop_thread:
             return self._scraped_view()
-        scraped = self._scraped  # one read of a tuple the loop thread replaces whole
-        if scraped is not None and self._clock() - scraped[0] < PUBLISH_EVERY_S:
-            return scraped[1]  # many scrapers: the loop is asked once a second, not per scrape
+        recent = self._recent_scrape()
+        if recent is not None:
+            return recent  # many scrapers: the loop is asked once a second, not per scrape
         built: list[NodeView] = []
         done = threading.Event()
 
@@ -175,11 +175,20 @@ class Daemon:
             return built[0]
         return self._scraped[1] if self._scraped is not None else self._view
 
+    def _recent_scrape(self) -> NodeView | None:
+        """The last view with the counters if it is under ``PUBLISH_EVERY_S`` old (one read of a
+        tuple the loop thread replaces whole: safe from any thread)."""
+        scraped = self._scraped
+        if scraped is not None and self._clock() - scraped[0] < PUBLISH_EVERY_S:
+            return scraped[1]
+        return None
+
     def _scraped_view(self) -> NodeView:
-        now = self._clock()
-        if self._scraped is None or now - self._scraped[0] >= PUBLISH_EVERY_S:
-            self._scraped = (now, self._build_view(counters=True))
-        return self._scraped[1]
+        view = self._recent_scrape()
+        if view is None:
+            view = self._build_view(counters=True)
+            self._scraped = (self._clock(), view)
+        return view
 
     def tick(self) -> None:
         """Refresh the sources and publish a new view."""

@@ -117,7 +117,7 @@ def recommend(phases: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "online_p99_ms": p99,
         "native_p99_ms": base_p99,
         "trainer_keeps": round(keeps, 3),
-        "why": f"online p50 {_ms({'p50_ms': p50}, 'p50_ms')} / p99 {p99:.2f} ms against native "
+        "why": f"online p50 {_fmt(p50)} / p99 {p99:.2f} ms against native "
         f"{_ms(native['online'], 'p50_ms')} / {base_p99:.2f} ms{nearest}, trainer keeps "
         f"{keeps:.0%}"
         + (" (no setting did as well: a control at every request)" if per_request else ""),
@@ -137,7 +137,10 @@ def _distance_from_solo(p50: float | None, p99: float, solo: dict[str, Any] | No
 
 
 def _ms(online: dict[str, Any], key: str) -> str:
-    value = online.get(key)
+    return _fmt(online.get(key))
+
+
+def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 

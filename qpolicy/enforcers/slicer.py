@@ -128,9 +128,10 @@ class SliceScheduler:
         #: on demand is then read only when something can change (see :meth:`_look_at`); with
         #: the pods it needs fresh, or None for all.
         self.refresh: Callable[[AbstractSet[str] | None], None] | None = None
-        # The look the next wake-up is for, (pod, when), and whether only that pod needs reading.
+        # The look a tick schedules, (pod, when); and the pod whose counters alone the next
+        # wake-up reads, where that look is what it wakes for and nobody else can change.
         self._look: tuple[str, float] | None = None
-        self._look_alone = False
+        self._read_alone: str | None = None
         self.wakeups = 0
         #: Called when an offline pod with nothing planned this period starts launching.
         self.on_wake: Callable[[], None] | None = None
@@ -322,14 +323,14 @@ class SliceScheduler:
     def _on_timer(self) -> None:
         self.wakeups += 1
         if self.refresh is not None:
-            alone = self._look[0] if self._look_alone and self._look is not None else None
+            alone = self._read_alone
             self.refresh(None if alone is None else frozenset((alone,)))
         self._tick()
 
     def _tick(self) -> None:
         self._wake = None
         self._look = None
-        self._look_alone = False
+        self._read_alone = None
         plan = self._plan
         if plan is None:
             return
@@ -351,9 +352,8 @@ class SliceScheduler:
             wake = min(wake, now + self.poll_us)
         if wake < self._period_end:
             look = self._look
-            self._look_alone = look is not None and wake == look[1] and self._others_settled(
-                plan, look[0]
-            )
+            if look is not None and wake == look[1] and self._others_settled(plan, look[0]):
+                self._read_alone = look[0]
             self._wake = self.clock.at(max(wake, now), self._on_timer)
 
     def _others_settled(self, plan: Plan, holder: str) -> bool:

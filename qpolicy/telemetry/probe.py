@@ -474,7 +474,8 @@ class NvProbe:
         )
 
     def launches(self) -> dict[int, int]:
-        """CUDA launches per cgroup id: one map, read at every poll of the rm enforcer."""
+        """CUDA launches per cgroup id: one map, read whole at the rm enforcer's polls of every
+        pod (:meth:`launches_of` reads single cgroups)."""
         return {_number(k): int(v.launches) for k, v in self._items(b"stats")}
 
     def launches_of(self, cgroups: Iterable[int]) -> dict[int, int]:
@@ -499,8 +500,7 @@ class NvProbe:
 
         bcc's item iteration costs two syscalls per entry; for the 40 cgroups of a GPU host a
         batch reads the launch counters in a quarter of the time and every counter map in a third
-        (`sudo python tools/bench/run.py probemaps`, BENCHMARKS.md 2026-11-24), at 40 polls and
-        one publish a second.
+        (`sudo python tools/bench/run.py probemaps`, BENCHMARKS.md 2026-11-24).
         """
         table = self._loaded()[name]
         if self._batch_lookup:

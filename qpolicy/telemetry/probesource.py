@@ -146,33 +146,24 @@ class ProbeSource:
         the rm enforcer reads anyway.
         """
         held = self._held()
+        read = self.probe.counters() if counters else {}
+        launches = {} if counters else self.recent_launches()
         found: dict[int, CgroupActivity] = {}
-        if not counters:
-            launches = self.recent_launches()
-            for cgid in set(launches) | set(held):
-                path = self.view.cgroups.path_of(cgid) or f"cgroup#{cgid}"
-                base = held.get(cgid, DriverActivity())
-                if cgid in launches:
-                    base = dataclasses.replace(base, launches=launches[cgid])
-                found[cgid] = CgroupActivity(path, base, frozenset(self._gpus.get(cgid, ())))
-            return found
-        read = self.probe.counters()
-        for cgid in set(read) | set(held):
+        for cgid in set(read) | set(launches) | set(held):
             path = self.view.cgroups.path_of(cgid) or f"cgroup#{cgid}"
             base = held.get(cgid, DriverActivity())
             count = read.get(cgid)
             if count is not None:
-                base = DriverActivity(
+                base = dataclasses.replace(
+                    base,
                     ioctls=dict(count.escapes),
                     ioctl_latency=Histogram.from_log2_us(
                         count.latency_log2, count.latency_sum_ns / 1e9
                     ),
                     launches=count.launches,
-                    tsgs=base.tsgs,
-                    channels=base.channels,
-                    device_memory=base.device_memory,
-                    processes=base.processes,
                 )
+            elif cgid in launches:
+                base = dataclasses.replace(base, launches=launches[cgid])
             found[cgid] = CgroupActivity(path, base, frozenset(self._gpus.get(cgid, ())))
         return found
 

@@ -1,8 +1,9 @@
 """The probe's map reads as the daemon makes them: bcc's item iteration against batch lookups,
 and the single-cgroup read of a look at the pod holding the GPU.
 
-The rm enforcer reads the per-cgroup launch counters at every poll (40 a second) and the daemon
-reads every counter map at every publish (once a second). The kernel maps are filled from
+The rm enforcer reads the per-cgroup launch counters at every poll that reads every pod (turn
+ends, period steps; a look at the holder reads its cgroup alone), and the daemon reads every
+counter map when Prometheus scrapes it. The kernel maps are filled from
 userspace with what a GPU host holds: 40 cgroups, 8 ioctl codes and 8 controls each. Each read
 runs both ways on the same loaded probe (``NvProbe._batch_lookup`` off, then on), so the
 comparison is from one run.
