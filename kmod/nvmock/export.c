@@ -186,7 +186,7 @@ u32 nvmock_export_to_fd(const struct nvmock_caller *caller, struct nvmock_object
 		goto err_free;
 	}
 	nf = nvmock_file_of(file);
-	if (nf->export_set) {
+	if (nf->export_handle) {
 		status = NV_ERR_STATE_IN_USE;
 		goto err_put;
 	}
@@ -201,7 +201,6 @@ u32 nvmock_export_to_fd(const struct nvmock_caller *caller, struct nvmock_object
 			goto err_put;
 		}
 	}
-	nf->export_set = true;
 	nf->export_handle = hexport;
 	fput(file);
 	return NV_OK;
@@ -242,7 +241,7 @@ u32 nvmock_import_from_fd(const struct nvmock_caller *caller, struct nvmock_obje
 	if (!file)
 		return NV_ERR_INVALID_PARAMETER;
 	nf = nvmock_file_of(file);
-	if (!nf->export_set || !nf->export_handle) {
+	if (!nf->export_handle) {
 		fput(file);
 		return NV_ERR_INVALID_PARAMETER;
 	}
@@ -264,9 +263,8 @@ u32 nvmock_import_from_fd(const struct nvmock_caller *caller, struct nvmock_obje
 void nvmock_export_release(struct nvmock_file *nf)
 {
 	lockdep_assert_held(&nvmock_lock);
-	if (nf->export_set && nf->export_handle)
+	if (nf->export_handle)
 		export_free(nf->export_handle);
-	nf->export_set = false;
 	nf->export_handle = 0;
 }
 

@@ -156,8 +156,7 @@ struct nvmock_file {
 	bool attached;		/* ATTACH_GPUS_TO_FD is allowed once */
 	bool sys_params_set;
 	struct nvmock_map_ctx map;
-	/* export.c: an object exported to this control file, in RM's export client. */
-	bool export_set;
+	/* export.c: an object exported to this control file, in RM's export client; 0: none. */
 	u32 export_handle;
 };
 
