@@ -26,7 +26,6 @@ NVOS33_FD = struct.Struct("<IIIIQQQIIiI")
 NVOS55 = struct.Struct("<IIIIIII")  # hClient hParent hObject hClientSrc hObjectSrc flags status
 VERSION = struct.Struct("<II64s")
 CARD = struct.Struct("<B3xIBBBxHHIH2xQQQQI10s2x")
-CLIENT_CLASSES = (0x0, 0x1, 0x41)
 NAMED_BASE = 0x5C100000  # beside gpuload's 0x5C000000 (tools/gpuload), away from RM's 0xCAF00000
 
 
@@ -95,7 +94,7 @@ class Rm:
     ) -> Alloc:
         """RM_ALLOC; ``handle`` None: named here (a client: by RM); 0: left to RM."""
         if handle is None:
-            handle = 0 if cls in CLIENT_CLASSES else self.name()
+            handle = 0 if abi.class_kind(cls) is abi.Kind.CLIENT else self.name()
         inner = ctypes.create_string_buffer(params, len(params)) if params is not None else None
         address = ctypes.addressof(inner) if inner is not None else 0
         arg = bytearray(
