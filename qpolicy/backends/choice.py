@@ -19,7 +19,7 @@ from pathlib import Path
 from qpolicy.backends.base import Backend, BackendContext
 from qpolicy.backends.kmod import KmodBackend
 from qpolicy.backends.observe import ObserveBackend
-from qpolicy.backends.rm import RmBackend
+from qpolicy.backends.rm import DEFAULT_MIN_TURN_MS, RmBackend
 from qpolicy.enforcers.kmod.client import QgpuClient, connect
 from qpolicy.enforcers.kmod.sysfs import SYSFS_ROOT
 from qpolicy.errors import QPolicyError, ValidationError
@@ -80,7 +80,7 @@ def choose_enforcer(
 def backend_factory(
     kind: EnforcerKind,
     *,
-    min_turn_ms: float = 200.0,
+    min_turn_ms: float = DEFAULT_MIN_TURN_MS,
     is_root: Callable[[], bool] = lambda: os.geteuid() == 0,
     kmod_connect: Callable[[], QgpuClient] = connect,
 ) -> Callable[[BackendContext], Backend]:

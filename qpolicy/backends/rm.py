@@ -43,6 +43,14 @@ class _Gpu:
     enforcer: RmEnforcer
 
 
+#: The shortest turn an offline pod gets when pods take turns (the period is stretched to fit).
+#: Each hand-over is two GSP controls, ~0.8 ms of the daemon's CPU each on H100 and H200
+#: (BENCHMARKS.md, 2026-11-26): at 400 ms turns that is ~0.4 % of a core whatever the number of
+#: pods, at 200 ms ~0.8 %. The price: a pod waits (pods - 1) x 400 ms between turns, and a pod
+#: that wakes while a repeating plan runs may wait up to one turn for the GPU.
+DEFAULT_MIN_TURN_MS = 400.0
+
+
 class RmBackend:
     kind = "rm"
 
@@ -50,7 +58,7 @@ class RmBackend:
         self,
         context: BackendContext,
         *,
-        min_turn_ms: float = 200.0,
+        min_turn_ms: float = DEFAULT_MIN_TURN_MS,
         worker: Worker | None = None,
         files: BorrowedFiles | None = None,
         gpus: Callable[[], Sequence[GpuInfo]] = node_gpus,

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from qpolicy.backends.base import BackendFactory
+from qpolicy.backends.rm import DEFAULT_MIN_TURN_MS
 from qpolicy.backends.choice import (
     EnforcerKind,
     backend_factory,
@@ -134,10 +135,10 @@ def daemon(
             "--min-turn-ms",
             metavar="MS",
             help="rm enforcer: the shortest turn an offline pod gets when pods take turns; the "
-            "period is stretched to fit (each hand-over costs two RM controls, ~1 ms of CPU "
+            "period is stretched to fit (each hand-over costs two RM controls, ~0.8 ms of CPU "
             "each). 0: turns as short as the period makes them.",
         ),
-    ] = "200",
+    ] = f"{DEFAULT_MIN_TURN_MS:g}",
     log_level: Annotated[
         str,
         typer.Option(
