@@ -15,13 +15,13 @@ from typing import Annotated
 import typer
 
 from qpolicy.backends.base import BackendFactory
-from qpolicy.backends.rm import DEFAULT_MIN_TURN_MS
 from qpolicy.backends.choice import (
     EnforcerKind,
     backend_factory,
     choose_enforcer,
     in_kubernetes,
 )
+from qpolicy.backends.rm import DEFAULT_MIN_TURN_MS
 from qpolicy.cli.simulate import load_scenario_argument, sim_backend
 from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode, install_signal_handlers
 from qpolicy.desired.source import PodSource
