@@ -26,6 +26,7 @@ from qpolicy.enforcers.rm.control import RmChannelControl
 from qpolicy.enforcers.rm.enforcer import RmEnforcer, RmShared
 from qpolicy.enforcers.rm.record import RECORD_NAME, RmRecord, process_start_time, recover
 from qpolicy.enforcers.rm.resolver import GpuLocator, ProbeResolver
+from qpolicy.enforcers.slicer import SliceScheduler
 from qpolicy.enforcers.strategy import DEFAULT, OnlineStrategy
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.nvrm import abi, rmctl
@@ -790,6 +791,7 @@ def test_ten_busy_pods_wake_the_loop_only_when_a_turn_can_end(
     assert r.control.last_plan is not None and r.control.last_plan.period_us == period_us
     sensor, scheduler = r.enforcer.sensor, r.enforcer.scheduler
     polls, wakeups, calls = sensor.polls, scheduler.wakeups, len(r.driver.calls)
+    quick = scheduler.quick_looks
     r.resolver.partial_reads.clear()
     start = {p.id: sensor.gpu_time_us(p.id) for p in pods}
     seconds = 3 * period_us / 1e6  # three whole periods
@@ -807,12 +809,68 @@ def test_ten_busy_pods_wake_the_loop_only_when_a_turn_can_end(
     assert all(len(pods_read) == 1 for pods_read in partial)
     full = (sensor.polls - polls) - len(partial)
     assert full / seconds <= turn_ends + steps + 1 and len(partial) / seconds >= grace_looks / 2
+    # Each found the holder busy and went no further (test_a_quick_look_decides_as_a_tick_would).
+    assert scheduler.quick_looks - quick == len(partial)
     # And the shares stay on target: a tenth each, within 1 % of it.
     used = {p.id: sensor.gpu_time_us(p.id) - start[p.id] for p in pods}
     total = sum(used.values())
     assert total / (seconds * 1e6) > 0.98
     for pod, time_us in used.items():
         assert time_us / total == pytest.approx(0.1, rel=0.01), pod
+
+
+@pytest.mark.parametrize(
+    ("pods", "pauses"),
+    [
+        # Ten busy pods: every look at the holder finds it busy.
+        ([PodSpec(f"/p{i}", 0) for i in range(10)], {}),
+        # Holders going idle in the middle of their turns (and back), next to closed, busy pods.
+        (
+            [PodSpec(f"/p{i}", 0) for i in range(4)],
+            {"/p1": (3.03e6, 5.5e6), "/p2": (7.01e6, 7.3e6)},
+        ),
+        (
+            [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=30), PodSpec("/c", 0, share=20)],
+            {"/b": (4.1e6, 6e6)},
+        ),
+    ],
+)
+def test_a_quick_look_decides_as_a_tick_would(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pods: list[PodSpec],
+    pauses: dict[str, tuple[float, float]],
+) -> None:
+    """A look at the holder that finds it busy skips the tick (SliceScheduler._look_again): the
+    controls, their times and every pod's GPU time must be what full ticks give."""
+
+    def run(quick: bool) -> tuple[list[tuple[float, str, int, bool]], dict[str, float], int]:
+        with monkeypatch.context() as m:
+            if not quick:
+                m.setattr(SliceScheduler, "_look_again", lambda self, holder, due: self._tick())
+            policy = GpuPolicy.FIXED_SHARE if pods[0].share else GpuPolicy.BEST_EFFORT
+            state = tmp_path / ("quick" if quick else "ticks")
+            state.mkdir()
+            r = rig(state, m, pods, policy, min_turn_us=200_000)
+            original = r.resolver.launches
+            frozen: dict[str, int] = {}
+
+            def launches() -> dict[str, int]:
+                counts = original()
+                for pod, (start, end) in pauses.items():
+                    if start <= r.loop.now < end:
+                        counts[pod] = frozen.setdefault(pod, counts[pod])
+                        r.resolver._launches[pod] = counts[pod]
+                return counts
+
+            r.resolver.launches = launches  # type: ignore[method-assign]
+            r.loop.run_until(12e6)
+            used = {p.id: r.enforcer.sensor.gpu_time_us(p.id) for p in pods}
+            return list(r.driver.calls), used, r.enforcer.scheduler.quick_looks
+
+    calls, used, quick_looks = run(quick=True)
+    assert quick_looks > 50
+    assert (calls, used) == run(quick=False)[:2]
 
 
 def test_a_look_reads_the_holder_alone_only_while_no_other_pod_is_open(
