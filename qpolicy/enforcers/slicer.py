@@ -332,8 +332,12 @@ class SliceScheduler:
     def _on_timer(self) -> None:
         self.wakeups += 1
         alone = self._read_alone
-        if self.refresh is not None:
-            self.refresh(None if alone is None else frozenset((alone,)))
+        if self.refresh is None:
+            # A sensor that is always fresh (the simulator's) was not read for the holder
+            # alone: everything it says may have changed, so the tick looks at everything.
+            self._tick()
+            return
+        self.refresh(None if alone is None else frozenset((alone,)))
         if alone is not None and self._busy(alone):
             due = self._alone_due
             if self._turn_end is not None:
