@@ -27,6 +27,12 @@ and answers commands from stdin, one JSON object per line (its first line is its
     foreign CLIENT DEVICE   RM_ALLOC of 1 MiB naming another process's client
     race_alloc N CLIENT     N allocations of 1 MiB, each named and freed, while a thread flips
                             hRoot between this client and CLIENT (another process's)
+    burst THREADS N BYTES [keep]  THREADS threads at once, each making N allocations of BYTES (each
+                            freed again at once unless keep): how many RM made (ok), how many
+                            were answered NV_ERR_NO_MEMORY (refused), any other statuses
+    free_during_alloc BYTES MS  a thread allocates BYTES in a second client; MS later, while that
+                            call may still be in flight, this one frees the second client:
+                            both statuses
     race_free N             N objects of a second client allocated and freed while a thread
                             flips (hRoot, hObjectParent, hObjectOld) between (second, second,
                             object) and (first, first, 0): what a forged free of the first
@@ -43,12 +49,14 @@ import os
 import struct
 import sys
 import threading
+import time
 
 from qpolicy.nvrm import abi
 from tests.vm.rmclient import NVOS00, NVOS64, Rm, ioctl, memory_params
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 MIB = 1 << 20
+FLAGS = ("second", "keep")
 
 
 class Flipper:
@@ -263,6 +271,57 @@ class Tenant:
             self.rm.free(self.client, self.device, copy)
         return {"alloc": alloc.status, "vidheap": heap["status"], "dup": dup}
 
+    def burst(self, threads: int, count: int, size: int, keep: bool) -> dict[str, object]:
+        lock = threading.Lock()
+        start = threading.Barrier(threads)
+        made: list[int] = []
+        refused = 0
+        other: list[int] = []
+
+        def run() -> None:
+            nonlocal refused
+            start.wait()
+            for _ in range(count):
+                with lock:
+                    handle = self.rm.name()
+                status = self.rm.alloc(
+                    self.client, self.device, 0x40, memory_params(size), handle
+                ).status
+                with lock:
+                    if status == abi.NvStatus.NV_OK:
+                        made.append(handle)
+                    elif status == abi.NvStatus.NV_ERR_NO_MEMORY:
+                        refused += 1
+                    else:
+                        other.append(status)
+                if status == abi.NvStatus.NV_OK and not keep:
+                    self.rm.free(self.client, self.client, handle)
+
+        workers = [threading.Thread(target=run) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return {"ok": len(made), "refused": refused, "other": other}
+
+    def free_during_alloc(self, size: int, delay_ms: int) -> dict[str, object]:
+        second, device = self.second_client()
+        handle = self.rm.name()
+        statuses: dict[str, int] = {}
+
+        def alloc() -> None:
+            statuses["alloc"] = self.rm.alloc(
+                second, device, 0x40, memory_params(size), handle
+            ).status
+
+        worker = threading.Thread(target=alloc)
+        worker.start()
+        time.sleep(delay_ms / 1000)
+        statuses["free"] = self.rm.free(second, second, second)
+        worker.join()
+        self.second = self.second_device = 0
+        return dict(statuses)
+
     def race_free(self, rounds: int) -> dict[str, object]:
         second, device = self.second_client()
         buf = ctypes.create_string_buffer(NVOS00.size)
@@ -282,7 +341,7 @@ class Tenant:
 
     def command(self, words: list[str]) -> dict[str, object]:
         verb = words[0]
-        args = [] if verb == "newfd" else [int(w, 0) for w in words[1:] if w != "second"]
+        args = [] if verb == "newfd" else [int(w, 0) for w in words[1:] if w not in FLAGS]
         second = "second" in words
         if verb == "alloc":
             return self.alloc(args[0])
@@ -328,6 +387,10 @@ class Tenant:
             return self.race_alloc(args[0], args[1])
         if verb == "race_free":
             return self.race_free(args[0])
+        if verb == "free_during_alloc":
+            return self.free_during_alloc(args[0], args[1])
+        if verb == "burst":
+            return self.burst(args[0], args[1], args[2], "keep" in words)
         raise ValueError(words)
 
 
