@@ -279,7 +279,7 @@ static bool learn(struct file *file, u64 caller, const struct rm_pair *pairs, in
 			continue;
 		if (qgpu_rmapi_free(f.hclient, f.handle) == NV_OK) {
 			mutex_lock(&qgpu_lock);
-			qgpu_track_freeing(f.hclient, false);
+			qgpu_track_freeing(file, f.hclient, false);
 			mutex_unlock(&qgpu_lock);
 			answer(uarg, status_off, NV_ERR_NO_MEMORY);
 			qgpu_event(QGPU_EVENT_OOM, cg_id, 0);
@@ -616,7 +616,7 @@ static void untrack_if_gone(struct file *file, u32 hclient, u32 hobject)
 	u64 seq;
 
 	mutex_lock(&qgpu_lock);
-	seq = qgpu_track_freeing(hclient, whole);
+	seq = qgpu_track_freeing(file, hclient, whole);
 	client = qgpu_client_find(hclient);
 	known = client && client->file == file && (whole || qgpu_obj_find(client, hobject));
 	mutex_unlock(&qgpu_lock);

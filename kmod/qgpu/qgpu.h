@@ -167,7 +167,7 @@ struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hcl
 				  u32 hparent, u32 hnew, u32 hclass, u32 device_index);
 void qgpu_track_free(u32 hclient, u32 hobject);
 u64 qgpu_track_seq(void);
-u64 qgpu_track_freeing(u32 hclient, bool whole);
+u64 qgpu_track_freeing(struct file *file, u32 hclient, bool whole);
 bool qgpu_track_freed_since(u32 hclient, u64 seq);
 bool qgpu_track_added_since(u32 hclient, u32 hobject, u64 seq);
 void qgpu_track_confirmed(struct qgpu_client *client, struct qgpu_obj *obj);

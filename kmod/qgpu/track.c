@@ -487,20 +487,25 @@ u64 qgpu_track_seq(void)
 
 /**
  * qgpu_track_freeing() - note that an RM_FREE in @hclient returned from the driver
+ * @file: the file it was sent through
  * @hclient: the client it named
  * @whole: it named the client itself
  *
- * An allocation in @hclient whose query began before this will ask RM again.
+ * An allocation in @hclient whose query began before this will ask RM again. A free naming a
+ * client tracked on another file is not noted: RM refuses it (rmclientValidate), and qgpu
+ * untracks nothing for it either, so it cannot make another tenant's accounts ask again.
  *
  * Context: qgpu_lock held.
  * Return: the event's number.
  */
-u64 qgpu_track_freeing(u32 hclient, bool whole)
+u64 qgpu_track_freeing(struct file *file, u32 hclient, bool whole)
 {
 	struct qgpu_client *client;
 
 	lockdep_assert_held(&qgpu_lock);
 	client = qgpu_client_find(hclient);
+	if (client && client->file != file)
+		return obj_seq;
 	++obj_seq;
 	if (client)
 		client->freed = obj_seq;
