@@ -19,7 +19,8 @@
  *			VID_HEAP_CONTROL and DUP_OBJECT answer that much later, outside every
  *			lock (a test's delay, not the driver's behaviour); "0 0" disarms it
  *   slow_kapi		the same for the in-kernel RM entry's ops sent from that thread group's
- *			context (a hook's queries of RM run in the tenant's)
+ *			context (a hook's queries of RM run in the tenant's); for both, a
+ *			thread's id instead names that thread alone
  *   gpuN/engine	context switches, time spent switching and running
  *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
  *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels

@@ -36,16 +36,18 @@ struct escape_desc {
 struct nvmock_slow nvmock_slow_calls;
 
 /**
- * nvmock_slow_wait() - sleep as a test asked, if the calling thread group is the one named
+ * nvmock_slow_wait() - sleep as a test asked, if the caller is the one named
  * @slow: the delay a debugfs file set (slow_calls, slow_kapi)
+ *
+ * The id names a thread group (all its threads) or a thread (that one alone).
  *
  * Context: process context, no lock held.
  */
 void nvmock_slow_wait(struct nvmock_slow *slow)
 {
-	pid_t tgid = atomic_read(&slow->tgid);
+	pid_t id = atomic_read(&slow->tgid);
 
-	if (tgid && tgid == task_tgid_nr(current))
+	if (id && (id == task_tgid_nr(current) || id == task_pid_nr(current)))
 		msleep_interruptible(atomic_read(&slow->ms));
 }
 

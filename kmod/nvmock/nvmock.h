@@ -305,7 +305,7 @@ void nvmock_bar1_show(struct seq_file *m);
 /* debugfs.c */
 /* A test's delay of one thread group's calls (debugfs slow_calls, slow_kapi). */
 struct nvmock_slow {
-	atomic_t tgid;			/* 0: nobody */
+	atomic_t tgid;			/* a thread group or a thread; 0: nobody */
 	atomic_t ms;
 };
 
