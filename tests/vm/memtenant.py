@@ -33,6 +33,10 @@ and answers commands from stdin, one JSON object per line (its first line is its
     free_during_alloc BYTES MS  a thread allocates BYTES in a second client; MS later, while that
                             call may still be in flight, this one frees the second client:
                             both statuses
+    realloc_during_free SMALL BIG MS  an object of SMALL bytes freed by a thread whose queries of
+                            RM (qgpu's, after its call) answer MS late (nvmock's slow_kapi for
+                            that thread alone); once RM freed it, this thread makes the same
+                            handle again with BIG bytes: the three statuses
     race_free N             N objects of a second client allocated and freed while a thread
                             flips (hRoot, hObjectParent, hObjectOld) between (second, second,
                             object) and (first, first, 0): what a forged free of the first
@@ -57,6 +61,7 @@ from tests.vm.rmclient import NVOS00, NVOS64, Rm, ioctl, memory_params
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 MIB = 1 << 20
 FLAGS = ("second", "keep")
+SLOW_KAPI = "/sys/kernel/debug/nvmock/slow_kapi"
 
 
 class Flipper:
@@ -322,6 +327,32 @@ class Tenant:
         self.second = self.second_device = 0
         return dict(statuses)
 
+    def realloc_during_free(self, small: int, big: int, delay_ms: int) -> dict[str, object]:
+        handle = self.rm.name()
+        params = memory_params(small)
+        statuses = {"first": self.rm.alloc(self.client, self.device, 0x40, params, handle).status}
+        armed = threading.Event()
+
+        def free() -> None:
+            with open(SLOW_KAPI, "w") as knob:
+                knob.write(f"{threading.get_native_id()} {delay_ms}")
+            armed.set()
+            statuses["free"] = self.rm.free(self.client, self.client, handle)
+
+        worker = threading.Thread(target=free)
+        worker.start()
+        armed.wait()
+        deadline = time.monotonic() + 30
+        while self.rm.mem_size(self.client, handle)[0] == abi.NvStatus.NV_OK:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        params = memory_params(big)
+        statuses["again"] = self.rm.alloc(self.client, self.device, 0x40, params, handle).status
+        worker.join()
+        with open(SLOW_KAPI, "w") as knob:
+            knob.write("0 0")
+        return dict(statuses)
+
     def race_free(self, rounds: int) -> dict[str, object]:
         second, device = self.second_client()
         buf = ctypes.create_string_buffer(NVOS00.size)
@@ -387,6 +418,8 @@ class Tenant:
             return self.race_alloc(args[0], args[1])
         if verb == "race_free":
             return self.race_free(args[0])
+        if verb == "realloc_during_free":
+            return self.realloc_during_free(args[0], args[1], args[2])
         if verb == "free_during_alloc":
             return self.free_during_alloc(args[0], args[1])
         if verb == "burst":

@@ -371,3 +371,21 @@ def test_a_client_freed_while_its_allocation_is_accounted_leaves_nothing_behind(
             assert stats.clients == 1, stats  # the tenant's first client only
             assert stats.mem_used == 0 and stats.oom == 0, stats
             assert tenant.ask("alloc", 64 * MIB)["status"] == NvStatus.NV_OK
+
+
+def test_a_handle_made_again_while_its_free_is_accounted_stays_charged() -> None:
+    """RM frees an object and, before qgpu has recorded that free (its query of RM is slowed to
+    2 s for the freeing thread alone), the tenant makes the same handle again, bigger. qgpu must
+    replace the old record with the new object's size, and the free's late account must not
+    drop the new object: it stays charged at its own size and the limit holds."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=16 * MIB)
+        with mem_tenants(cg) as (tenant,):
+            base = fb_used()
+            out = tenant.ask("realloc_during_free", MIB, 8 * MIB, 2000)
+            assert set(out.values()) == {NvStatus.NV_OK}, out
+            assert fb_used() - base == 8 * MIB
+            assert used(client, cg) == 8 * MIB
+            assert tenant.ask("alloc", 9 * MIB)["status"] == NvStatus.NV_ERR_NO_MEMORY
+            assert tenant.ask("alloc", 8 * MIB)["status"] == NvStatus.NV_OK
+        assert used(client, cg) == 0
