@@ -53,13 +53,17 @@ bench: venv
 	$(BIN)/python tools/bench/run.py
 
 # qgpu.ko in the VM against the unhooked mock driver: cost per ioctl, shares, online latency.
-# The hook cost is reported against qgpu.ko as it was at BASELINE, built beside it.
+# The hook cost is reported against qgpu.ko as it was at BASELINE, built beside it, and also at
+# BEFORE if given (a change's before and after in the same run). BENCH_ONLY=hook: the cost alone.
 BASELINE ?= 20a672a
+BEFORE ?=
 bench-vm: venv
 	$(MAKE) -s -C tools/bench/ioctlbench
 	baseline=$$(tools/bench/qgpu_baseline.sh $(BASELINE)) && \
+	before=$$($(if $(BEFORE),tools/bench/qgpu_baseline.sh $(BEFORE),true)) && \
 	tools/vm/run env PYTHONDONTWRITEBYTECODE=1 QGPU_BASELINE=$$baseline \
-		QGPU_BASELINE_REV=$(BASELINE) $(BIN)/python tools/bench/qgpu_vm.py
+		QGPU_BASELINE_REV=$(BASELINE) QGPU_BEFORE=$$before QGPU_BEFORE_REV=$(BEFORE) \
+		BENCH_ONLY=$(BENCH_ONLY) $(BIN)/python tools/bench/qgpu_vm.py
 
 # On a GPU machine, as root, with the system Python that has PyTorch (no venv there): native
 # time-slicing vs MPS vs the rm enforcer. ARGS go to tools/bench/gpu.py.

@@ -15,13 +15,19 @@
  *			fault); a count of 0 disarms it
  *   kapi_version	write a version: nvidia_get_rm_ops takes and answers that version as
  *			its own, as another driver would (a test's pose); an empty line: its own
+ *   slow_calls		write a thread group id and ms ("1234 500"): its RM_ALLOC, RM_FREE,
+ *			VID_HEAP_CONTROL and DUP_OBJECT answer that much later, outside every
+ *			lock (a test's delay, not the driver's behaviour); "0 0" disarms it
+ *   slow_kapi		the same for the in-kernel RM entry's ops sent from that thread group's
+ *			context (a hook's queries of RM run in the tenant's); for both, a
+ *			thread's id instead names that thread alone
  *   gpuN/engine	context switches, time spent switching and running
  *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
  *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels
  *   gpuN/channels	per channel: chid, TSG, enabled, scheduled, faulted, GP_GET, GPU time,
  *			GP_PUT as its process wrote it, whether fetched work is left to run
- *   gpuN/memory	device memory size and use
- *   gpuN/reset		write anything: statistics back to zero
+ *   gpuN/memory	device memory size, use, and the most used at once (fb_peak)
+ *   gpuN/reset		write anything: statistics back to zero, fb_peak to the use now
  */
 #include <linux/debugfs.h>
 #include <linux/seq_file.h>
@@ -153,7 +159,8 @@ static int memory_show(struct seq_file *m, void *unused)
 	struct nvmock_gpu *gpu = m->private;
 
 	mutex_lock(&nvmock_lock);
-	seq_printf(m, "fb_size %llu\nfb_used %llu\n", gpu->fb_size, gpu->fb_used);
+	seq_printf(m, "fb_size %llu\nfb_used %llu\nfb_peak %llu\n", gpu->fb_size, gpu->fb_used,
+		   gpu->fb_peak);
 	mutex_unlock(&nvmock_lock);
 	return 0;
 }
@@ -235,9 +242,41 @@ static const struct file_operations kapi_version_fops = {
 static ssize_t reset_write(struct file *file, const char __user *buf, size_t count,
 			   loff_t *ppos)
 {
-	nvmock_engine_reset_stats(file->private_data);
+	struct nvmock_gpu *gpu = file->private_data;
+
+	nvmock_engine_reset_stats(gpu);
+	mutex_lock(&nvmock_lock);
+	gpu->fb_peak = gpu->fb_used;
+	mutex_unlock(&nvmock_lock);
 	return count;
 }
+
+static ssize_t slow_write(struct file *file, const char __user *buf, size_t count,
+			  loff_t *ppos)
+{
+	struct nvmock_slow *slow = file->private_data;
+	char text[32];
+	unsigned int ms;
+	int tgid;
+
+	if (!count || count >= sizeof(text))
+		return -EINVAL;
+	if (copy_from_user(text, buf, count))
+		return -EFAULT;
+	text[count] = '\0';
+	if (sscanf(text, "%d %u", &tgid, &ms) != 2 || tgid < 0 || ms > 10000)
+		return -EINVAL;
+	atomic_set(&slow->ms, ms);
+	atomic_set(&slow->tgid, tgid);
+	return count;
+}
+
+static const struct file_operations slow_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.write = slow_write,
+	.llseek = noop_llseek,
+};
 
 static const struct file_operations reset_fops = {
 	.owner = THIS_MODULE,
@@ -258,6 +297,8 @@ void nvmock_debugfs_init(void)
 	debugfs_create_file("kapi_fail", 0200, root, NULL, &kapi_fail_fops);
 	debugfs_create_file("kapi_fail_control", 0200, root, NULL, &kapi_fail_control_fops);
 	debugfs_create_file("kapi_version", 0200, root, NULL, &kapi_version_fops);
+	debugfs_create_file("slow_calls", 0200, root, &nvmock_slow_calls, &slow_fops);
+	debugfs_create_file("slow_kapi", 0200, root, &nvmock_slow_kapi, &slow_fops);
 	for (i = 0; i < nvmock_num_gpus; i++) {
 		struct nvmock_gpu *gpu = &nvmock_gpus[i];
 		char name[16];

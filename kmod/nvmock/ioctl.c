@@ -7,7 +7,9 @@
  * copied in whole and copied back whole, whatever happened, unless copying itself failed.
  * NV_ESC_IOCTL_XFER_CMD carries a larger argument by pointer.
  */
+#include <linux/delay.h>
 #include <linux/file.h>
+#include <linux/sched.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
@@ -25,6 +27,34 @@ struct escape_desc {
 	long (*handler)(struct file *file, void *arg, u32 size);
 	int status_off;
 };
+
+/*
+ * A test's delay (debugfs slow_calls), not the driver's behaviour: the RM_ALLOC, RM_FREE,
+ * VID_HEAP_CONTROL and DUP_OBJECT calls of one thread group answer late, after the work and
+ * outside nvmock_lock, as a slow round trip that holds no lock of the caller's.
+ */
+struct nvmock_slow nvmock_slow_calls;
+
+/**
+ * nvmock_slow_wait() - sleep as a test asked, if the caller is the one named
+ * @slow: the delay a debugfs file set (slow_calls, slow_kapi)
+ *
+ * The id names a thread group (all its threads) or a thread (that one alone).
+ *
+ * Context: process context, no lock held.
+ */
+void nvmock_slow_wait(struct nvmock_slow *slow)
+{
+	pid_t id = atomic_read(&slow->tgid);
+
+	if (id && (id == task_tgid_nr(current) || id == task_pid_nr(current)))
+		msleep_interruptible(atomic_read(&slow->ms));
+}
+
+static void slow_answer(void)
+{
+	nvmock_slow_wait(&nvmock_slow_calls);
+}
 
 static struct file *control_file(struct file *file)
 {
@@ -48,6 +78,7 @@ static long esc_rm_alloc(struct file *file, void *arg, u32 size)
 	/* RM answers the root classes as NV01_ROOT_CLIENT. */
 	if (*status == NV_OK && (p->hClass == NV01_ROOT || p->hClass == NV01_ROOT_NON_PRIV))
 		p->hClass = NV01_ROOT_CLIENT;
+	slow_answer();
 	return 0;
 }
 
@@ -59,6 +90,7 @@ static long esc_rm_free(struct file *file, void *arg, u32 size)
 	mutex_lock(&nvmock_lock);
 	p->status = nvmock_rm_free(&caller, p->hRoot, p->hObjectParent, p->hObjectOld);
 	mutex_unlock(&nvmock_lock);
+	slow_answer();
 	return 0;
 }
 
@@ -123,6 +155,7 @@ static long esc_rm_vid_heap_control(struct file *file, void *arg, u32 size)
 		p->limit = mem.limit;
 		p->attr = mem.attr;
 	}
+	slow_answer();
 	return 0;
 }
 
@@ -135,6 +168,7 @@ static long esc_rm_dup_object(struct file *file, void *arg, u32 size)
 	p->status = nvmock_rm_dup(&caller, p->hClient, p->hParent, &p->hObject, p->hClientSrc,
 				  p->hObjectSrc);
 	mutex_unlock(&nvmock_lock);
+	slow_answer();
 	return 0;
 }
 

@@ -216,11 +216,18 @@ static void run_op(struct nvrm_kernel_op *op)
 }
 
 /* The stack is not looked at, as in the open driver (NV_ENTER_RM_RUNTIME ignores it). */
+/*
+ * A test's delay (debugfs slow_kapi), not the driver's behaviour: the ops a thread group's
+ * context sends (a hook's queries run in the tenant's) answer late, outside nvmock_lock.
+ */
+struct nvmock_slow nvmock_slow_kapi;
+
 static void rmapi_op(void *sp, void *ops_cmd)
 {
 	mutex_lock(&nvmock_lock);
 	run_op(ops_cmd);
 	mutex_unlock(&nvmock_lock);
+	nvmock_slow_wait(&nvmock_slow_kapi);
 }
 
 u32 nvidia_get_rm_ops(struct nvrm_kernel_ops *ops)

@@ -184,6 +184,7 @@ struct nvmock_gpu {
 	u32 gpu_id;
 	u64 fb_size;
 	u64 fb_used;
+	u64 fb_peak;			/* fb_used's most since load or the last reset */
 	struct list_head va_list;
 	struct page *usermode_page;
 	struct ida chids;
@@ -302,6 +303,15 @@ void nvmock_bar1_free(void *vaddr, size_t size);
 void nvmock_bar1_show(struct seq_file *m);
 
 /* debugfs.c */
+/* A test's delay of one thread group's calls (debugfs slow_calls, slow_kapi). */
+struct nvmock_slow {
+	atomic_t tgid;			/* a thread group or a thread; 0: nobody */
+	atomic_t ms;
+};
+
+extern struct nvmock_slow nvmock_slow_calls;
+extern struct nvmock_slow nvmock_slow_kapi;
+void nvmock_slow_wait(struct nvmock_slow *slow);
 void nvmock_debugfs_init(void);
 void nvmock_debugfs_exit(void);
 

@@ -337,8 +337,10 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 		kfree(mem);
 		return NV_ERR_NO_MEMORY;
 	}
-	if (obj->kind == NVMOCK_VIDMEM)
+	if (obj->kind == NVMOCK_VIDMEM) {
 		gpu->fb_used += p->size;
+		gpu->fb_peak = max(gpu->fb_peak, gpu->fb_used);
+	}
 	obj->mem = mem;
 	/* RM answers in the parameters: where the memory is and its last byte. */
 	p->offset = mem->va;

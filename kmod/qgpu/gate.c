@@ -8,18 +8,20 @@
  * same client). It stays on the cgroup it was first charged to until the last of them is gone,
  * so freeing the original while a duplicate lives moves nothing off the owner.
  *
- * qgpu_obj_lock serializes the tenant calls whose outcome qgpu learns from RM afterwards
- * (RM_ALLOC, RM_FREE, RM_DUP_OBJECT, RM_VID_HEAP_CONTROL): between the driver's answer and RM's
- * account of it no other such call can add or remove objects. It is taken before qgpu_lock and
- * is held across the driver's ioctl, which takes RM's own API lock for these calls anyway.
+ * No lock is held across the driver's call. A device-memory allocation is charged in two steps,
+ * as memcg's try_charge and commit: before the call, under qgpu_lock, the size the tenant asked
+ * for (on qgpu's one copy of the argument) is reserved against the cgroup's limit, or the call
+ * refused; after it, again under qgpu_lock, the reservation is released and what RM reports it
+ * allocated is charged, if it fits beside the charges and the other reservations (else RM frees
+ * it again: ioctl.c). A cgroup's charges and reservations together stay within its limit, so
+ * concurrent allocations of one cgroup cannot make RM hold more of its device memory than the
+ * limit (plus RM's rounding of a call in flight), even between the driver's answer and qgpu's
+ * settling of it.
  */
 #include <linux/lockdep.h>
 #include <linux/slab.h>
 
 #include "qgpu.h"
-
-/* Serializes tenant calls that add or remove RM objects, with what qgpu learns of them. */
-DEFINE_MUTEX(qgpu_obj_lock);
 
 struct qgpu_mem {
 	u32 refs;			/* tracked objects that reference it */
@@ -42,13 +44,64 @@ bool qgpu_mem_class(u32 hclass)
  * @cg: the cgroup to charge
  * @bytes: the size
  *
+ * What @cg has charged and what it has reserved for allocations in flight both count.
+ *
  * Context: qgpu_lock held.
  * Return: true when @cg has no limit or @bytes fit under it.
  */
 bool qgpu_gate_fits(const struct qgpu_cg *cg, u64 bytes)
 {
+	u64 held = cg->mem_used + cg->mem_reserved;
+
 	lockdep_assert_held(&qgpu_lock);
-	return !cg->mem_limit || (bytes <= cg->mem_limit && cg->mem_used <= cg->mem_limit - bytes);
+	return !cg->mem_limit || (bytes <= cg->mem_limit && held <= cg->mem_limit - bytes);
+}
+
+/**
+ * qgpu_gate_reserve() - reserve @bytes under @cg's limit for an allocation about to be sent
+ * @cg: the cgroup the allocation will be charged to
+ * @bytes: the size asked for
+ * @resv: filled with the reservation, to settle with qgpu_gate_unreserve() once RM answered
+ *
+ * A cgroup without a limit reserves nothing (@resv is left empty) and always fits. A cgroup
+ * with a reservation is not dropped (qgpu_cg_put_if_unused()) until the reservation is settled.
+ *
+ * Context: qgpu_lock held.
+ * Return: true if @bytes fit beside @cg's charges and reservations (and are now reserved).
+ */
+bool qgpu_gate_reserve(struct qgpu_cg *cg, u64 bytes, struct qgpu_resv *resv)
+{
+	lockdep_assert_held(&qgpu_lock);
+	resv->cg = NULL;
+	resv->bytes = 0;
+	if (!qgpu_gate_fits(cg, bytes))
+		return false;
+	if (cg->mem_limit && bytes) {
+		cg->mem_reserved += bytes;
+		resv->cg = cg;
+		resv->bytes = bytes;
+	}
+	return true;
+}
+
+/**
+ * qgpu_gate_unreserve() - release a reservation (the allocation was answered)
+ * @resv: the reservation; NULL or empty: nothing to release. Empty afterwards.
+ *
+ * Context: qgpu_lock held.
+ */
+void qgpu_gate_unreserve(struct qgpu_resv *resv)
+{
+	struct qgpu_cg *cg;
+
+	lockdep_assert_held(&qgpu_lock);
+	if (!resv || !resv->cg)
+		return;
+	cg = resv->cg;
+	cg->mem_reserved -= min(cg->mem_reserved, resv->bytes);
+	resv->cg = NULL;
+	resv->bytes = 0;
+	qgpu_cg_put_if_unused(cg);
 }
 
 /**

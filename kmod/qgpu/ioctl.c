@@ -140,7 +140,9 @@ struct rm_charge {
  * Record what RM confirmed. A client goes to the caller's cgroup; an object to its client's,
  * unless that client lives on another file (never charged for what this file did). Memory is
  * charged RM's size, or refused (*refuse set, nothing recorded) past the limit, or when RM did
- * not say its size and the cgroup has a limit, or for fabric memory in a limited cgroup.
+ * not say its size and the cgroup has a limit, or for fabric memory in a limited cgroup. A
+ * record RM's answer agrees with is left as it is; one it does not is of an object freed since
+ * and is replaced.
  * Context: qgpu_lock held.
  */
 static struct qgpu_obj *track_fact(struct file *file, u64 caller, const struct rm_fact *f,
@@ -154,8 +156,11 @@ static struct qgpu_obj *track_fact(struct file *file, u64 caller, const struct r
 	lockdep_assert_held(&qgpu_lock);
 	*refuse = false;
 	if (f->hclient == f->handle) {
-		if (qgpu_client_find(f->handle))
+		client = qgpu_client_find(f->handle);
+		if (client) {
+			qgpu_track_confirmed(client, NULL);
 			return NULL;
+		}
 		cg = qgpu_cg_get(caller, true);
 		if (cg) {
 			qgpu_track_alloc(cg, file, 0, 0, f->handle, f->hclass, 0);
@@ -164,8 +169,16 @@ static struct qgpu_obj *track_fact(struct file *file, u64 caller, const struct r
 		return NULL;
 	}
 	client = qgpu_client_find(f->hclient);
-	if (client && (client->file != file || qgpu_obj_find(client, f->handle)))
+	if (client && client->file != file)
 		return NULL;
+	obj = client ? qgpu_obj_find(client, f->handle) : NULL;
+	if (obj && qgpu_track_agrees(obj, f->hparent, f->hclass, f->sized ? f->bytes : 0)) {
+		qgpu_track_confirmed(client, obj);
+		return NULL;
+	}
+	/* RM has another object there now: the record is of one freed since. */
+	if (obj)
+		qgpu_track_free(f->hclient, f->handle);
 	cg = client ? client->cg : qgpu_cg_get(caller, true);
 	if (!cg)
 		return NULL;
@@ -194,17 +207,50 @@ static struct qgpu_obj *track_fact(struct file *file, u64 caller, const struct r
 }
 
 /*
- * Learn what the call made at each candidate and record it; memory refused is freed through
- * the kernel client and the call answered NV_ERR_NO_MEMORY at status_off. Returns whether a
- * gated cgroup got a new TSG (its timeslice may be qgpu's: timeslice.c).
- * Context: qgpu_obj_lock held, qgpu_lock not.
+ * How many times an account that a free in the same client crossed is asked of RM again; the
+ * last answer is then taken as it is (see learn() and untrack_if_gone()).
+ */
+#define ACCOUNT_TRIES	8
+
+/*
+ * What RM has at one candidate, asked with no lock held; returns with qgpu_lock held, and
+ * whether RM knows the handle. The answer is asked again while an RM_FREE in its client
+ * returned during the query (track.c): the object might be gone already, or its client.
+ */
+static bool rm_fact_locked(const struct rm_pair *pair, struct rm_fact *f)
+{
+	bool known;
+	int tries;
+	u64 seq;
+
+	for (tries = 1; ; tries++) {
+		mutex_lock(&qgpu_lock);
+		seq = qgpu_track_seq();
+		mutex_unlock(&qgpu_lock);
+		known = rm_fact(pair->hclient, pair->handle, f);
+		mutex_lock(&qgpu_lock);
+		if (!known || tries >= ACCOUNT_TRIES || !qgpu_track_freed_since(f->hclient, seq))
+			return known;
+		mutex_unlock(&qgpu_lock);
+	}
+}
+
+/*
+ * Learn what the call made at each candidate and record it, settling the call's reservation
+ * (@resv, may be NULL) on the first record; memory refused is freed through the kernel client
+ * and the call answered NV_ERR_NO_MEMORY at status_off. Returns whether a gated cgroup got a
+ * new TSG (its timeslice may be qgpu's: timeslice.c).
+ * Context: no qgpu lock held.
  */
 static bool learn(struct file *file, u64 caller, const struct rm_pair *pairs, int n,
-		  const struct rm_charge *how, void __user *uarg, unsigned int status_off)
+		  const struct rm_charge *how, struct qgpu_resv *resv, void __user *uarg,
+		  unsigned int status_off)
 {
+	struct qgpu_client *client;
 	struct qgpu_obj *obj;
+	struct qgpu_cg *cg;
 	struct rm_fact f;
-	bool kick = false, refuse;
+	bool kick = false, refuse, known;
 	u64 cg_id = 0;
 	int i, j;
 
@@ -213,39 +259,44 @@ static bool learn(struct file *file, u64 caller, const struct rm_pair *pairs, in
 			if (pairs[j].hclient == pairs[i].hclient &&
 			    pairs[j].handle == pairs[i].handle)
 				break;
-		if (j < i || !rm_fact(pairs[i].hclient, pairs[i].handle, &f))
+		if (j < i)
 			continue;
-		mutex_lock(&qgpu_lock);
-		obj = track_fact(file, caller, &f, how, &refuse);
+		known = rm_fact_locked(&pairs[i], &f);
+		/* What RM allocated is charged in place of what was reserved (gate.c). */
+		qgpu_gate_unreserve(resv);
+		refuse = false;
+		obj = known ? track_fact(file, caller, &f, how, &refuse) : NULL;
 		if (obj && obj->kind == QGPU_OBJ_TSG) {
-			struct qgpu_client *client = qgpu_client_find(f.hclient);
-
+			client = qgpu_client_find(f.hclient);
 			kick |= client && client->cg->configured;
 		}
 		if (refuse) {
-			struct qgpu_client *client = qgpu_client_find(f.hclient);
-
+			client = qgpu_client_find(f.hclient);
 			cg_id = client ? client->cg->id : caller;
 		}
 		mutex_unlock(&qgpu_lock);
 		if (!refuse)
 			continue;
 		if (qgpu_rmapi_free(f.hclient, f.handle) == NV_OK) {
+			mutex_lock(&qgpu_lock);
+			qgpu_track_freeing(file, f.hclient, false);
+			mutex_unlock(&qgpu_lock);
 			answer(uarg, status_off, NV_ERR_NO_MEMORY);
 			qgpu_event(QGPU_EVENT_OOM, cg_id, 0);
 			continue;
 		}
 		/* RM kept it: charged past the limit rather than not at all. */
 		mutex_lock(&qgpu_lock);
-		{
-			struct qgpu_client *client = qgpu_client_find(f.hclient);
-			struct qgpu_cg *cg = client ? client->cg : qgpu_cg_get(caller, true);
-
-			obj = cg ? qgpu_track_alloc(cg, file, f.hclient, f.hparent, f.handle,
-						    f.hclass, how->device_index) : NULL;
-			if (obj)
-				qgpu_gate_charge(obj, cg, f.bytes);
-		}
+		client = qgpu_client_find(f.hclient);
+		cg = client ? client->cg : qgpu_cg_get(caller, true);
+		obj = NULL;
+		if (cg && !(client && qgpu_obj_find(client, f.handle)))
+			obj = qgpu_track_alloc(cg, file, f.hclient, f.hparent, f.handle, f.hclass,
+					       how->device_index);
+		if (obj)
+			qgpu_gate_charge(obj, cg, f.bytes);
+		else if (cg)
+			qgpu_cg_put_if_unused(cg);
 		mutex_unlock(&qgpu_lock);
 	}
 	return kick;
@@ -253,10 +304,10 @@ static bool learn(struct file *file, u64 caller, const struct rm_pair *pairs, in
 
 /*
  * Without the RM entry: the driver's status and handle as written back, the class and size of
- * qgpu's own copy (a tenant racing its buffer is not caught then).
+ * qgpu's own copy (a tenant racing its buffer is not caught then), settling the reservation.
  */
 static bool believe(struct file *file, u64 caller, const struct rm_fact *f, u64 asked,
-		    const struct rm_charge *how, void __user *uarg, unsigned int status_off)
+		    const struct rm_charge *how, struct qgpu_resv *resv)
 {
 	struct qgpu_client *client;
 	struct qgpu_obj *obj;
@@ -264,6 +315,8 @@ static bool believe(struct file *file, u64 caller, const struct rm_fact *f, u64 
 	bool kick = false;
 
 	mutex_lock(&qgpu_lock);
+	/* What was reserved is charged now: it fit then. */
+	qgpu_gate_unreserve(resv);
 	client = qgpu_client_find(f->hclient);
 	cg = client ? client->cg : qgpu_cg_get(caller, true);
 	if (f->hclient == f->handle || !client || client->file == file) {
@@ -301,10 +354,11 @@ static bool unnamed_refused(const struct qgpu_cg *cg, u32 hnew, bool client)
  * (rmclientValidate, src/nvidia/src/kernel/rmapi/client.c); memory is refused then. An object
  * left for RM to name is refused to a configured cgroup (unnamed_refused()). Fabric memory is
  * refused to a memory-limited cgroup (its export escapes qgpu), and memory asked for past the
- * limit is refused before RM rounds it up.
+ * limit is refused before RM rounds it up. Memory let through is reserved in @resv (gate.c),
+ * for the caller to settle once RM answered.
  */
 static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hnew, u32 hclass,
-			u64 asked, u64 *cg_id)
+			u64 asked, u64 *cg_id, struct qgpu_resv *resv)
 {
 	struct qgpu_client *client;
 	struct qgpu_cg *cg;
@@ -321,7 +375,7 @@ static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hnew, u32 
 		refusal = NV_ERR_INSUFFICIENT_PERMISSIONS;
 	} else if (cg && hclass == NV_MEMORY_FABRIC && cg->mem_limit) {
 		refusal = NV_ERR_INSUFFICIENT_PERMISSIONS;
-	} else if (cg && qgpu_mem_class(hclass) && asked && !qgpu_gate_fits(cg, asked)) {
+	} else if (cg && qgpu_mem_class(hclass) && asked && !qgpu_gate_reserve(cg, asked, resv)) {
 		refusal = NV_ERR_NO_MEMORY;
 	}
 	*cg_id = cg ? cg->id : caller;
@@ -336,9 +390,20 @@ static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hnew, u32 
 	return refusal;
 }
 
+/* What is left of a reservation once the call is accounted for goes back. */
+static void settle(struct qgpu_resv *resv)
+{
+	if (!resv->cg)
+		return;
+	mutex_lock(&qgpu_lock);
+	qgpu_gate_unreserve(resv);
+	mutex_unlock(&qgpu_lock);
+}
+
 static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), struct file *file,
 		     unsigned int cmd, unsigned long arg, void __user *uarg, u32 size)
 {
+	struct qgpu_resv resv = { 0 };
 	u64 caller = qgpu_current_cgroup_id(), asked = 0, cg_id;
 	struct rm_charge how = { 0 };
 	struct rm_alloc a, after;
@@ -366,10 +431,8 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 		how.userd_off = 0;
 	}
 
-	mutex_lock(&qgpu_obj_lock);
-	refusal = refuse_early(file, caller, a.hroot, a.hnew, a.hclass, asked, &cg_id);
+	refusal = refuse_early(file, caller, a.hroot, a.hnew, a.hclass, asked, &cg_id, &resv);
 	if (refusal != NV_OK) {
-		mutex_unlock(&qgpu_obj_lock);
 		answer(uarg, a.status_off, refusal);
 		return 0;
 	}
@@ -380,7 +443,7 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 		pairs[0] = (struct rm_pair){ a.hroot, a.hnew };
 		pairs[1] = have_after ? (struct rm_pair){ after.hroot, after.hnew } :
 			   (struct rm_pair){ 0, 0 };
-		kick = learn(file, caller, pairs, 2, &how, uarg, a.status_off);
+		kick = learn(file, caller, pairs, 2, &how, &resv, uarg, a.status_off);
 	} else if (!ret && have_after && after.status == NV_OK) {
 		struct rm_fact f = {
 			.hclient = is_client_class(a.hclass) ? after.hnew : a.hroot,
@@ -389,11 +452,11 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 			.hparent = a.hparent,
 		};
 
-		kick = believe(file, caller, &f, asked, &how, uarg, a.status_off);
+		kick = believe(file, caller, &f, asked, &how, &resv);
 	} else {
 		kick = false;
 	}
-	mutex_unlock(&qgpu_obj_lock);
+	settle(&resv);
 	if (kick)
 		qgpu_timeslice_kick();
 	return ret;
@@ -412,6 +475,7 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 	u64 caller = qgpu_current_cgroup_id(), asked = 0, cg_id;
 	const unsigned int status_off = offsetof(struct nvos32_params, status);
 	struct nvos32_params *k, *after;
+	struct qgpu_resv resv = { 0 };
 	struct rm_charge how = { 0 };
 	struct rm_pair pairs[2];
 	u32 refusal;
@@ -436,14 +500,13 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 	if (vidmem)
 		asked = k->size;
 
-	mutex_lock(&qgpu_obj_lock);
 	/* Without MEMORY_HANDLE_PROVIDED RM picks hMemory (_nvos32FunctionAllocSize). */
 	named = !vidmem ? 1 :
 		k->flags & NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED ? k->hMemory : 0;
 	refusal = refuse_early(file, caller, k->hRoot, named,
-			       vidmem ? NV01_MEMORY_LOCAL_USER : NV01_MEMORY_SYSTEM, asked, &cg_id);
+			       vidmem ? NV01_MEMORY_LOCAL_USER : NV01_MEMORY_SYSTEM, asked, &cg_id,
+			       &resv);
 	if (refusal != NV_OK) {
-		mutex_unlock(&qgpu_obj_lock);
 		answer(uarg, status_off, refusal);
 		kfree(k);
 		return 0;
@@ -454,7 +517,7 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 	if (qgpu_rmapi_available()) {
 		pairs[0] = (struct rm_pair){ k->hRoot, k->hMemory };
 		pairs[1] = (struct rm_pair){ after->hRoot, after->hMemory };
-		learn(file, caller, pairs, 2, &how, uarg, status_off);
+		learn(file, caller, pairs, 2, &how, &resv, uarg, status_off);
 	} else if (!ret && vidmem && after->status == NV_OK) {
 		struct rm_fact f = {
 			.hclient = k->hRoot,
@@ -463,9 +526,9 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 			.hparent = k->hObjectParent,
 		};
 
-		believe(file, caller, &f, asked, &how, uarg, status_off);
+		believe(file, caller, &f, asked, &how, &resv);
 	}
-	mutex_unlock(&qgpu_obj_lock);
+	settle(&resv);
 	kfree(k);
 	return ret;
 }
@@ -497,7 +560,6 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
 
 	if (size != sizeof(k) || copy_from_user(&k, uarg, sizeof(k)))
 		return orig(file, cmd, arg);
-	mutex_lock(&qgpu_obj_lock);
 	mutex_lock(&qgpu_lock);
 	cg = qgpu_cg_get(caller, false);
 	/* Refused: a duplicate RM would name, or any without the RM entry past a limit. */
@@ -507,15 +569,12 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
 		cg->denied++;
 	mutex_unlock(&qgpu_lock);
 	if (refused) {
-		mutex_unlock(&qgpu_obj_lock);
 		answer(uarg, status_off, NV_ERR_INSUFFICIENT_PERMISSIONS);
 		qgpu_event(QGPU_EVENT_DENIED, caller, 0);
 		return 0;
 	}
-	if (!qgpu_rmapi_available()) {
-		mutex_unlock(&qgpu_obj_lock);
+	if (!qgpu_rmapi_available())
 		return orig(file, cmd, arg);
-	}
 	ret = orig(file, cmd, arg);
 	have_after = !copy_from_user(&after, uarg, sizeof(after));
 	for (i = 0; i < 2; i++) {
@@ -534,16 +593,18 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
 			 qgpu_rmapi_objects_are_duplicates(p->hClient, p->hObject,
 							   after.hObjectSrc, &dup) == NV_OK && dup)
 			how.dup_of = after.hObjectSrc;
-		learn(file, caller, &pair, 1, &how, uarg, status_off);
+		learn(file, caller, &pair, 1, &how, NULL, uarg, status_off);
 	}
-	mutex_unlock(&qgpu_obj_lock);
 	return ret;
 }
 
 /*
  * What an RM_FREE freed, as RM confirms it: the client is gone (NV_ERR_INVALID_CLIENT) or the
- * object is (NV_ERR_OBJECT_NOT_FOUND). Only this file's clients are looked at.
- * Context: qgpu_obj_lock held, qgpu_lock not.
+ * object is (NV_ERR_OBJECT_NOT_FOUND). Only this file's clients are looked at. An allocation in
+ * the same client whose account is in flight learns of this free (qgpu_track_freeing()); if RM
+ * confirmed what this would drop while it asked (a handle made again), RM is asked again, and
+ * the record is kept if that goes on (charged too long rather than not at all).
+ * Context: no qgpu lock held.
  */
 static void untrack_if_gone(struct file *file, u32 hclient, u32 hobject)
 {
@@ -551,18 +612,30 @@ static void untrack_if_gone(struct file *file, u32 hclient, u32 hobject)
 	struct qgpu_client *client;
 	u32 status, cls;
 	bool known;
+	int tries;
+	u64 seq;
 
 	mutex_lock(&qgpu_lock);
+	seq = qgpu_track_freeing(file, hclient, whole);
 	client = qgpu_client_find(hclient);
 	known = client && client->file == file && (whole || qgpu_obj_find(client, hobject));
 	mutex_unlock(&qgpu_lock);
 	if (!known)
 		return;
-	status = qgpu_rmapi_handle_info(hclient, whole ? hclient : hobject,
-					NV0000_HANDLE_INFO_INDEX_CLASSID, &cls);
-	if (status != NV_ERR_INVALID_CLIENT && (whole || status != NV_ERR_OBJECT_NOT_FOUND))
-		return;
-	mutex_lock(&qgpu_lock);
+	for (tries = 1; ; tries++) {
+		status = qgpu_rmapi_handle_info(hclient, whole ? hclient : hobject,
+						NV0000_HANDLE_INFO_INDEX_CLASSID, &cls);
+		if (status != NV_ERR_INVALID_CLIENT &&
+		    (whole || status != NV_ERR_OBJECT_NOT_FOUND))
+			return;
+		mutex_lock(&qgpu_lock);
+		if (!qgpu_track_added_since(hclient, hobject, seq))
+			break;
+		seq = qgpu_track_seq();
+		mutex_unlock(&qgpu_lock);
+		if (tries >= ACCOUNT_TRIES)
+			return;
+	}
 	client = qgpu_client_find(hclient);
 	if (client && client->file == file)
 		qgpu_track_free(hclient, hobject);
@@ -578,7 +651,6 @@ static long rm_free(long (*orig)(struct file *, unsigned int, unsigned long), st
 
 	if (size != sizeof(k) || copy_from_user(&k, uarg, sizeof(k)))
 		return orig(file, cmd, arg);
-	mutex_lock(&qgpu_obj_lock);
 	/* RM tears down its mappings of what it frees: qgpu stops reading them first. */
 	mutex_lock(&qgpu_lock);
 	qgpu_userd_forget(k.hRoot, k.hObjectOld);
@@ -595,7 +667,6 @@ static long rm_free(long (*orig)(struct file *, unsigned int, unsigned long), st
 		qgpu_track_free(k.hRoot, k.hObjectOld);
 		mutex_unlock(&qgpu_lock);
 	}
-	mutex_unlock(&qgpu_obj_lock);
 	return ret;
 }
 

@@ -6,6 +6,11 @@
  * statistics. It is never held while calling into the driver: the driver takes its own lock,
  * and its in-kernel RM entry sleeps. The schedulers read channels' USERD under it, through
  * readers that userd.c drops under it before RM may tear down what they read.
+ *
+ * No qgpu lock is held across a tenant's call into the driver either, nor across the kernel
+ * client's queries that follow it (ioctl.c): device memory is reserved before the call and
+ * settled after it (gate.c), and what RM reports is committed under qgpu_lock only if no free
+ * in the same client ended between the query and the commit (track.c).
  */
 #ifndef _QGPU_H
 #define _QGPU_H
@@ -40,6 +45,7 @@ struct qgpu_cg {
 	u64 mem_limit;			/* 0: none */
 
 	u64 mem_used;
+	u64 mem_reserved;		/* asked for by allocations in flight (gate.c) */
 	u32 clients;
 	u32 tsgs;
 	u32 channels;
@@ -80,6 +86,7 @@ struct qgpu_obj {
 	enum qgpu_obj_kind kind;
 	int gpu;			/* -1 until known (inherited from the device) */
 	struct qgpu_mem *mem;		/* device memory: its charge (gate.c), shared by dups */
+	u64 seq;			/* when RM last confirmed it (qgpu_track_seq()) */
 	bool enabled;			/* channel: as qgpu last left it (RM's default: on) */
 
 	/* channel: its USERD and what qgpu makes of it (userd.c) */
@@ -110,6 +117,14 @@ struct qgpu_client {
 	struct cgroup *origin;		/* the allocating process's cgroup, referenced; or NULL */
 	struct qgpu_cg *cg;		/* charged for everything below it: governs origin */
 	struct list_head objects;
+	u64 freed;			/* when an RM_FREE in it last returned (track.c) */
+	u64 added;			/* when RM last confirmed it or an object in it */
+};
+
+/* Device memory reserved for an allocation in flight (gate.c). */
+struct qgpu_resv {
+	struct qgpu_cg *cg;		/* NULL: none */
+	u64 bytes;
 };
 
 /* A mapping context: RM_MAP_MEMORY put (client, object) on a file, mmap will map it. */
@@ -151,6 +166,12 @@ struct qgpu_obj *qgpu_obj_find(struct qgpu_client *client, u32 handle);
 struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient,
 				  u32 hparent, u32 hnew, u32 hclass, u32 device_index);
 void qgpu_track_free(u32 hclient, u32 hobject);
+u64 qgpu_track_seq(void);
+u64 qgpu_track_freeing(struct file *file, u32 hclient, bool whole);
+bool qgpu_track_freed_since(u32 hclient, u64 seq);
+bool qgpu_track_added_since(u32 hclient, u32 hobject, u64 seq);
+void qgpu_track_confirmed(struct qgpu_client *client, struct qgpu_obj *obj);
+bool qgpu_track_agrees(struct qgpu_obj *obj, u32 hparent, u32 hclass, u64 bytes);
 void qgpu_track_file_released(struct file *file);
 void qgpu_track_mapping(struct file *file, const struct nvos33_params_with_fd *p);
 struct qgpu_mapping *qgpu_mapping_of(struct file *file);
@@ -188,9 +209,10 @@ u32 qgpu_rmapi_mem_size(u32 hclient, u32 hmemory, u64 *bytes);
 u32 qgpu_rmapi_objects_are_duplicates(u32 hclient, u32 hobject1, u32 hobject2, bool *dup);
 
 /* gate.c: device memory charges */
-extern struct mutex qgpu_obj_lock;
 bool qgpu_mem_class(u32 hclass);
 bool qgpu_gate_fits(const struct qgpu_cg *cg, u64 bytes);
+bool qgpu_gate_reserve(struct qgpu_cg *cg, u64 bytes, struct qgpu_resv *resv);
+void qgpu_gate_unreserve(struct qgpu_resv *resv);
 int qgpu_gate_charge(struct qgpu_obj *obj, struct qgpu_cg *cg, u64 bytes);
 void qgpu_gate_share(struct qgpu_obj *obj, const struct qgpu_obj *orig);
 void qgpu_gate_put(struct qgpu_obj *obj);

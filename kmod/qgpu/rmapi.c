@@ -38,9 +38,10 @@ MODULE_PARM_DESC(rm_version, "target=nvidia: the driver's exact version, for its
 static struct nvrm_kernel_ops rm_ops;
 static char bound_version[64];
 /*
- * The driver's stack may be used by one thread at a time: the GPUs' threads share it. It may
- * be NULL after a successful alloc_stack (nvidia.ko built without an alternate stack, as the
- * open modules are), and is passed back as it came.
+ * The driver's stack may be used by one thread at a time: the GPUs' threads and the hooks'
+ * queries share it. It may be NULL after a successful alloc_stack (nvidia.ko built without an
+ * alternate stack, as the open modules are), and is passed back as it came; a NULL stack is
+ * nothing to share, and the calls then go to RM at once, as the tenants' own ioctls do.
  */
 static DEFINE_MUTEX(rm_stack_lock);
 static void *rm_stack;
@@ -174,6 +175,10 @@ const char *qgpu_rmapi_version(void)
  */
 static void rm_op(struct nvrm_kernel_op *call)
 {
+	if (!rm_stack) {
+		rm_ops.op(NULL, call);
+		return;
+	}
 	mutex_lock(&rm_stack_lock);
 	rm_ops.op(rm_stack, call);
 	mutex_unlock(&rm_stack_lock);

@@ -26,6 +26,17 @@
  * Objects are dropped with RM_FREE (with their descendants, as RM frees them) and with the file
  * their client lives on. A channel is also on its GPU's list (qgpu_gpu_channels), which the
  * scheduler walks instead of every object. All of it runs under qgpu_lock.
+ *
+ * What RM says about an object is learnt through the kernel client with no lock held (ioctl.c),
+ * so an RM_ALLOC's account and an RM_FREE's of the same client can cross: a free can end at RM
+ * after an allocation's query said the object was there, or an object can be made again at a
+ * handle after a free's query said it was gone. Every such event takes a number from one
+ * counter (qgpu_track_seq()): a client records when an RM_FREE in it last returned (freed) and
+ * when RM last confirmed it or an object in it (added), an object when RM last confirmed it.
+ * An allocation's account is committed only if no free of its client returned since the query
+ * began (qgpu_track_freed_since()), a free's only if RM confirmed nothing it would drop since
+ * (qgpu_track_added_since()); otherwise RM is asked again. A free of a client qgpu does not
+ * track, or of a whole client, is recorded globally (orphan_freed), as its record may be gone.
  */
 #include <linux/cgroup.h>
 #include <linux/lockdep.h>
@@ -42,6 +53,10 @@ unsigned int qgpu_nr_configured;
 LIST_HEAD(qgpu_clients);
 struct list_head qgpu_gpu_channels[QGPU_MAX_GPUS];
 static LIST_HEAD(mappings);
+
+/* Events of RM_ALLOC and RM_FREE accounts (see the header); under qgpu_lock. */
+static u64 obj_seq;
+static u64 orphan_freed;
 
 /* The configured cgroup ids, sorted: written under qgpu_lock, read by anyone under cfg_seq. */
 static DEFINE_SEQLOCK(cfg_seq);
@@ -158,7 +173,7 @@ struct qgpu_cg *qgpu_cg_get(u64 id, bool create)
 void qgpu_cg_put_if_unused(struct qgpu_cg *cg)
 {
 	lockdep_assert_held(&qgpu_lock);
-	if (cg->configured || cg->clients || cg->mem_used)
+	if (cg->configured || cg->clients || cg->mem_used || cg->mem_reserved)
 		return;
 	list_del(&cg->node);
 	kfree(cg);
@@ -313,6 +328,7 @@ static struct qgpu_client *client_new(struct qgpu_cg *cg, struct file *file, u32
 	INIT_LIST_HEAD(&client->objects);
 	list_add_tail(&client->node, &qgpu_clients);
 	client->cg->clients++;
+	client->added = ++obj_seq;
 	return client;
 }
 
@@ -356,6 +372,8 @@ struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hcl
 	obj->kind = kind_of(hclass);
 	obj->enabled = true;
 	obj->client = client;
+	obj->seq = ++obj_seq;
+	client->added = obj->seq;
 	INIT_LIST_HEAD(&obj->gpu_node);
 	parent = qgpu_obj_find(client, hparent);
 	obj->gpu = obj->kind == QGPU_OBJ_DEVICE ? (int)device_index : parent ? parent->gpu : -1;
@@ -454,6 +472,125 @@ void qgpu_track_free(u32 hclient, u32 hobject)
 }
 
 /**
+ * qgpu_track_seq() - the number of the latest allocation or free event (see the header)
+ *
+ * Taken before a query of RM, to tell afterwards whether anything crossed it.
+ *
+ * Context: qgpu_lock held.
+ * Return: the counter's value.
+ */
+u64 qgpu_track_seq(void)
+{
+	lockdep_assert_held(&qgpu_lock);
+	return obj_seq;
+}
+
+/**
+ * qgpu_track_freeing() - note that an RM_FREE in @hclient returned from the driver
+ * @file: the file it was sent through
+ * @hclient: the client it named
+ * @whole: it named the client itself
+ *
+ * An allocation in @hclient whose query began before this will ask RM again. A free naming a
+ * client tracked on another file is not noted: RM refuses it (rmclientValidate), and qgpu
+ * untracks nothing for it either, so it cannot make another tenant's accounts ask again.
+ *
+ * Context: qgpu_lock held.
+ * Return: the event's number.
+ */
+u64 qgpu_track_freeing(struct file *file, u32 hclient, bool whole)
+{
+	struct qgpu_client *client;
+
+	lockdep_assert_held(&qgpu_lock);
+	client = qgpu_client_find(hclient);
+	if (client && client->file != file)
+		return obj_seq;
+	++obj_seq;
+	if (client)
+		client->freed = obj_seq;
+	if (!client || whole)
+		orphan_freed = obj_seq;
+	return obj_seq;
+}
+
+/**
+ * qgpu_track_freed_since() - whether an RM_FREE in @hclient returned after event @seq
+ * @hclient: the client an allocation's account is about
+ * @seq: qgpu_track_seq() before the query of RM
+ *
+ * Context: qgpu_lock held.
+ * Return: true if the account may be stale: RM is to be asked again.
+ */
+bool qgpu_track_freed_since(u32 hclient, u64 seq)
+{
+	struct qgpu_client *client;
+
+	lockdep_assert_held(&qgpu_lock);
+	client = qgpu_client_find(hclient);
+	return client ? client->freed > seq : orphan_freed > seq;
+}
+
+/**
+ * qgpu_track_added_since() - whether RM confirmed, after event @seq, what a free would drop
+ * @hclient: the client a free's account is about
+ * @hobject: the object freed; the client itself or 0 for the whole client
+ * @seq: qgpu_track_seq() before the query of RM
+ *
+ * Context: qgpu_lock held.
+ * Return: true if the account may be stale: RM is to be asked again.
+ */
+bool qgpu_track_added_since(u32 hclient, u32 hobject, u64 seq)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+
+	lockdep_assert_held(&qgpu_lock);
+	client = qgpu_client_find(hclient);
+	if (!client)
+		return false;
+	if (hobject == hclient || !hobject)
+		return client->added > seq;
+	obj = qgpu_obj_find(client, hobject);
+	return obj && obj->seq > seq;
+}
+
+/**
+ * qgpu_track_confirmed() - note that RM confirmed a tracked client or object again
+ * @client: the client
+ * @obj: the object, or NULL for the client itself
+ *
+ * Context: qgpu_lock held.
+ */
+void qgpu_track_confirmed(struct qgpu_client *client, struct qgpu_obj *obj)
+{
+	lockdep_assert_held(&qgpu_lock);
+	client->added = ++obj_seq;
+	if (obj)
+		obj->seq = obj_seq;
+}
+
+/**
+ * qgpu_track_agrees() - whether a tracked object is what RM now has at its handle
+ * @obj: the tracked object
+ * @hparent: the parent RM reports
+ * @hclass: the class RM reports
+ * @bytes: device memory: the size RM reports; 0 when RM did not say
+ *
+ * A handle can be freed and made again between RM's answer and qgpu's account of it: a record
+ * that disagrees with RM is of the old object, and is to be dropped (with what is below it).
+ *
+ * Context: qgpu_lock held.
+ * Return: true if the record agrees with RM's answer.
+ */
+bool qgpu_track_agrees(struct qgpu_obj *obj, u32 hparent, u32 hclass, u64 bytes)
+{
+	lockdep_assert_held(&qgpu_lock);
+	return obj->kind == kind_of(hclass) && obj->parent == hparent &&
+	       (!bytes || qgpu_gate_bytes(obj) == bytes);
+}
+
+/**
  * qgpu_track_file_released() - forget the clients and mapping contexts of a closed file
  * @file: the file the driver has released
  *
@@ -465,9 +602,13 @@ void qgpu_track_file_released(struct file *file)
 	struct qgpu_mapping *m, *mtmp;
 
 	lockdep_assert_held(&qgpu_lock);
-	list_for_each_entry_safe(client, ctmp, &qgpu_clients, node)
-		if (client->file == file)
+	list_for_each_entry_safe(client, ctmp, &qgpu_clients, node) {
+		if (client->file == file) {
 			client_drop(client);
+			/* An account of it in flight through another file asks RM again. */
+			orphan_freed = ++obj_seq;
+		}
+	}
 	list_for_each_entry_safe(m, mtmp, &mappings, node) {
 		if (m->file == file) {
 			list_del(&m->node);

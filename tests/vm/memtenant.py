@@ -27,6 +27,16 @@ and answers commands from stdin, one JSON object per line (its first line is its
     foreign CLIENT DEVICE   RM_ALLOC of 1 MiB naming another process's client
     race_alloc N CLIENT     N allocations of 1 MiB, each named and freed, while a thread flips
                             hRoot between this client and CLIENT (another process's)
+    burst THREADS N BYTES [keep]  THREADS threads at once, each making N allocations of BYTES (each
+                            freed again at once unless keep): how many RM made (ok), how many
+                            were answered NV_ERR_NO_MEMORY (refused), any other statuses
+    free_during_alloc BYTES MS  a thread allocates BYTES in a second client; MS later, while that
+                            call may still be in flight, this one frees the second client:
+                            both statuses
+    realloc_during_free SMALL BIG MS  an object of SMALL bytes freed by a thread whose queries of
+                            RM (qgpu's, after its call) answer MS late (nvmock's slow_kapi for
+                            that thread alone); once RM freed it, this thread makes the same
+                            handle again with BIG bytes: the three statuses
     race_free N             N objects of a second client allocated and freed while a thread
                             flips (hRoot, hObjectParent, hObjectOld) between (second, second,
                             object) and (first, first, 0): what a forged free of the first
@@ -43,12 +53,15 @@ import os
 import struct
 import sys
 import threading
+import time
 
 from qpolicy.nvrm import abi
 from tests.vm.rmclient import NVOS00, NVOS64, Rm, ioctl, memory_params
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 MIB = 1 << 20
+FLAGS = ("second", "keep")
+SLOW_KAPI = "/sys/kernel/debug/nvmock/slow_kapi"
 
 
 class Flipper:
@@ -263,6 +276,83 @@ class Tenant:
             self.rm.free(self.client, self.device, copy)
         return {"alloc": alloc.status, "vidheap": heap["status"], "dup": dup}
 
+    def burst(self, threads: int, count: int, size: int, keep: bool) -> dict[str, object]:
+        lock = threading.Lock()
+        start = threading.Barrier(threads)
+        made: list[int] = []
+        refused = 0
+        other: list[int] = []
+
+        def run() -> None:
+            nonlocal refused
+            start.wait()
+            for _ in range(count):
+                with lock:
+                    handle = self.rm.name()
+                status = self.rm.alloc(
+                    self.client, self.device, 0x40, memory_params(size), handle
+                ).status
+                with lock:
+                    if status == abi.NvStatus.NV_OK:
+                        made.append(handle)
+                    elif status == abi.NvStatus.NV_ERR_NO_MEMORY:
+                        refused += 1
+                    else:
+                        other.append(status)
+                if status == abi.NvStatus.NV_OK and not keep:
+                    self.rm.free(self.client, self.client, handle)
+
+        workers = [threading.Thread(target=run) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return {"ok": len(made), "refused": refused, "other": other}
+
+    def free_during_alloc(self, size: int, delay_ms: int) -> dict[str, object]:
+        second, device = self.second_client()
+        handle = self.rm.name()
+        statuses: dict[str, int] = {}
+
+        def alloc() -> None:
+            statuses["alloc"] = self.rm.alloc(
+                second, device, 0x40, memory_params(size), handle
+            ).status
+
+        worker = threading.Thread(target=alloc)
+        worker.start()
+        time.sleep(delay_ms / 1000)
+        statuses["free"] = self.rm.free(second, second, second)
+        worker.join()
+        self.second = self.second_device = 0
+        return dict(statuses)
+
+    def realloc_during_free(self, small: int, big: int, delay_ms: int) -> dict[str, object]:
+        handle = self.rm.name()
+        params = memory_params(small)
+        statuses = {"first": self.rm.alloc(self.client, self.device, 0x40, params, handle).status}
+        armed = threading.Event()
+
+        def free() -> None:
+            with open(SLOW_KAPI, "w") as knob:
+                knob.write(f"{threading.get_native_id()} {delay_ms}")
+            armed.set()
+            statuses["free"] = self.rm.free(self.client, self.client, handle)
+
+        worker = threading.Thread(target=free)
+        worker.start()
+        armed.wait()
+        deadline = time.monotonic() + 30
+        while self.rm.mem_size(self.client, handle)[0] == abi.NvStatus.NV_OK:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        params = memory_params(big)
+        statuses["again"] = self.rm.alloc(self.client, self.device, 0x40, params, handle).status
+        worker.join()
+        with open(SLOW_KAPI, "w") as knob:
+            knob.write("0 0")
+        return dict(statuses)
+
     def race_free(self, rounds: int) -> dict[str, object]:
         second, device = self.second_client()
         buf = ctypes.create_string_buffer(NVOS00.size)
@@ -282,7 +372,7 @@ class Tenant:
 
     def command(self, words: list[str]) -> dict[str, object]:
         verb = words[0]
-        args = [] if verb == "newfd" else [int(w, 0) for w in words[1:] if w != "second"]
+        args = [] if verb == "newfd" else [int(w, 0) for w in words[1:] if w not in FLAGS]
         second = "second" in words
         if verb == "alloc":
             return self.alloc(args[0])
@@ -328,6 +418,12 @@ class Tenant:
             return self.race_alloc(args[0], args[1])
         if verb == "race_free":
             return self.race_free(args[0])
+        if verb == "realloc_during_free":
+            return self.realloc_during_free(args[0], args[1], args[2])
+        if verb == "free_during_alloc":
+            return self.free_during_alloc(args[0], args[1])
+        if verb == "burst":
+            return self.burst(args[0], args[1], args[2], "keep" in words)
         raise ValueError(words)
 
 

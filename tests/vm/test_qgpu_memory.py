@@ -4,13 +4,14 @@ its own arguments meanwhile."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import DEBUGFS, objects
+from tests.vm.conftest import DEBUGFS, objects, reset
 from tests.vm.linetenant import LineTenant
 from tests.vm.qgpu_env import Cgroup, cgroups, qgpu_loaded, stats_of
 
@@ -28,6 +29,15 @@ class MemTenant(LineTenant):
     def ask(self, *words: object) -> dict[str, Any]:  # type: ignore[override]
         return super().ask(" ".join(str(w) for w in words))
 
+    def send(self, *words: object) -> None:
+        """A command whose answer is read later (answer()): the tenant works on it meanwhile."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(" ".join(str(w) for w in words) + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self) -> dict[str, Any]:
+        return self._answer()
+
 
 @contextmanager
 def mem_tenants(*cgs: Cgroup) -> Iterator[list[MemTenant]]:
@@ -41,10 +51,37 @@ def mem_tenants(*cgs: Cgroup) -> Iterator[list[MemTenant]]:
             tenant.close()
 
 
+def fb_memory(gpu: int = 0) -> dict[str, int]:
+    """nvmock's debugfs gpuN/memory: fb_size, fb_used, and fb_peak (the most used at once
+    since the last reset)."""
+    lines = (DEBUGFS / f"gpu{gpu}" / "memory").read_text().splitlines()
+    return {key: int(value) for key, value in (line.split() for line in lines)}
+
+
 def fb_used(gpu: int = 0) -> int:
     """Device memory nvmock has allocated on a GPU (debugfs gpuN/memory)."""
-    lines = (DEBUGFS / f"gpu{gpu}" / "memory").read_text().splitlines()
-    return int(dict(line.split() for line in lines)["fb_used"])
+    return fb_memory(gpu)["fb_used"]
+
+
+@contextmanager
+def slow_calls(pid: int, ms: int, which: str = "slow_calls") -> Iterator[None]:
+    """nvmock answers the object calls (RM_ALLOC, RM_FREE, VID_HEAP_CONTROL, DUP_OBJECT) of
+    process ``pid`` ``ms`` late, after the work and outside its locks (debugfs slow_calls: a
+    test's delay standing in for a GSP round trip, not a model of the driver); with
+    ``which="slow_kapi"``, the in-kernel RM entry's ops sent from that process's context (the
+    queries qgpu's hooks make after its calls) instead."""
+    (DEBUGFS / which).write_text(f"{pid} {ms}")
+    try:
+        yield
+    finally:
+        (DEBUGFS / which).write_text("0 0")
+
+
+def wait_for(check: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
 
 
 def used(client: QgpuClient, cg: Cgroup) -> int:
@@ -244,3 +281,111 @@ def test_an_object_left_for_rm_to_name_is_refused_to_a_configured_cgroup() -> No
         assert outcomes[2] == {"alloc": ok, "vidheap": ok, "dup": ok}
         assert stats_of(client, limited).denied == 3 and stats_of(client, sliced).denied == 3
         assert used(client, limited) == 0
+
+
+def test_concurrent_allocations_of_a_cgroup_never_take_more_than_its_limit() -> None:
+    """Four threads of one memory-limited tenant allocate at once, each call held 100 ms in the
+    driver after RM made the memory (slow_calls). qgpu holds no lock across the driver's call,
+    so the calls are in flight together; what each asked for is reserved against the limit
+    before the call (and settled after), so RM never holds more of the tenant's memory than its
+    limit, even for a moment (nvmock's fb_peak), and what is charged afterwards is exactly what
+    is live."""
+    limit = 8 * MIB
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=limit)
+        with mem_tenants(cg) as (tenant,):
+            base = fb_used()
+            reset()  # fb_peak from here
+            with slow_calls(tenant.hello["pid"], 100):
+                churn = tenant.ask("burst", 4, 6, 6 * MIB)
+                kept = tenant.ask("burst", 4, 4, MIB, "keep")
+            peak = fb_memory()["fb_peak"]
+            assert churn["other"] == [] and kept["other"] == []
+            # Both outcomes happened: the calls did overlap.
+            assert churn["ok"] > 0 and churn["refused"] > 0, churn
+            assert peak - base <= limit, (peak - base) / MIB
+            assert (kept["ok"], kept["refused"]) == (8, 8)
+            assert used(client, cg) == limit == fb_used() - base
+            assert stats_of(client, cg).oom == churn["refused"] + kept["refused"]
+        assert used(client, cg) == 0
+
+
+def test_an_allocation_does_not_wait_for_another_tenants_driver_call() -> None:
+    """nvidia.ko keeps no lock of qgpu's across an RM_ALLOC's round trip to GSP (hundreds of µs
+    to ms), so one tenant's calls must not wait for another's there. Tenant A's calls are held
+    3 s in the driver (slow_calls); while A's allocation, and then A's free, is in flight,
+    tenant B allocates and frees at once, and both are charged right. The same while qgpu's
+    queries of RM after A's allocation are slow (2 s each, slow_kapi): B's queries do not wait
+    for A's."""
+    with qgpu_loaded() as client, cgroups(2) as (a, b):
+        client.set_cgroup(a.id, 0, "offline", 50, mem_limit=64 * MIB)
+        client.set_cgroup(b.id, 0, "offline", 50, mem_limit=64 * MIB)
+        with mem_tenants(a, b) as (slow, quick):
+            base = fb_used()
+            took = []
+            with slow_calls(slow.hello["pid"], 3000):
+                slow.send("alloc", 2 * MIB)
+                wait_for(lambda: fb_used() == base + 2 * MIB)  # made, the answer held back
+                start = time.monotonic()
+                out = quick.ask("alloc", MIB)
+                assert out["status"] == NvStatus.NV_OK
+                assert quick.ask("free", out["handle"])["status"] == NvStatus.NV_OK
+                took.append(time.monotonic() - start)
+                held = slow.answer()
+                assert held["status"] == NvStatus.NV_OK
+                assert used(client, a) == 2 * MIB and used(client, b) == 0
+                slow.send("free", held["handle"])
+                wait_for(lambda: fb_used() == base)  # freed, the answer held back
+                start = time.monotonic()
+                out = quick.ask("alloc", MIB)
+                assert out["status"] == NvStatus.NV_OK
+                took.append(time.monotonic() - start)
+                assert slow.answer()["status"] == NvStatus.NV_OK
+            assert used(client, a) == 0 and used(client, b) == MIB
+            with slow_calls(slow.hello["pid"], 2000, "slow_kapi"):
+                slow.send("alloc", 4 * MIB)
+                wait_for(lambda: fb_used() == base + 5 * MIB)  # made, qgpu asking RM
+                start = time.monotonic()
+                out = quick.ask("alloc", MIB)
+                assert out["status"] == NvStatus.NV_OK
+                took.append(time.monotonic() - start)
+                assert slow.answer()["status"] == NvStatus.NV_OK
+            assert max(took) < 1.0, took
+            assert used(client, a) == 4 * MIB and used(client, b) == 2 * MIB
+
+
+def test_a_client_freed_while_its_allocation_is_accounted_leaves_nothing_behind() -> None:
+    """RM frees a client (and the memory just made in it) after qgpu's queries said that memory
+    was there, but before qgpu recorded it: qgpu must not record it then, nor bring the client's
+    record back. qgpu's queries from the tenant are slowed (slow_kapi, 500 ms each) and the
+    client is freed 700 ms into its allocation's account."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=64 * MIB)
+        with mem_tenants(cg) as (tenant,):
+            base, vidmem = fb_used(), objects()["vidmem"]
+            with slow_calls(tenant.hello["pid"], 500, "slow_kapi"):
+                out = tenant.ask("free_during_alloc", 4 * MIB, 700)
+            assert out["free"] == NvStatus.NV_OK, out
+            assert fb_used() == base and objects()["vidmem"] == vidmem
+            stats = stats_of(client, cg)
+            assert stats.clients == 1, stats  # the tenant's first client only
+            assert stats.mem_used == 0 and stats.oom == 0, stats
+            assert tenant.ask("alloc", 64 * MIB)["status"] == NvStatus.NV_OK
+
+
+def test_a_handle_made_again_while_its_free_is_accounted_stays_charged() -> None:
+    """RM frees an object and, before qgpu has recorded that free (its query of RM is slowed to
+    2 s for the freeing thread alone), the tenant makes the same handle again, bigger. qgpu must
+    replace the old record with the new object's size, and the free's late account must not
+    drop the new object: it stays charged at its own size and the limit holds."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=16 * MIB)
+        with mem_tenants(cg) as (tenant,):
+            base = fb_used()
+            out = tenant.ask("realloc_during_free", MIB, 8 * MIB, 2000)
+            assert set(out.values()) == {NvStatus.NV_OK}, out
+            assert fb_used() - base == 8 * MIB
+            assert used(client, cg) == 8 * MIB
+            assert tenant.ask("alloc", 9 * MIB)["status"] == NvStatus.NV_ERR_NO_MEMORY
+            assert tenant.ask("alloc", 8 * MIB)["status"] == NvStatus.NV_OK
+        assert used(client, cg) == 0

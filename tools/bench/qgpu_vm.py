@@ -7,7 +7,10 @@ Run by ``make bench-vm`` (through tools/vm/run); writes build/vm/bench-qgpu.json
    cgroup below a pod cgroup that qgpu gates (the full path: cgroup hierarchy lookup, tracker,
    guard). With QGPU_BASELINE (a qgpu.ko built from an older commit by
    tools/bench/qgpu_baseline.sh; ``make bench-vm`` builds BASELINE=20a672a) each round also
-   runs hooked by that module, so both costs come from the same run.
+   runs hooked by that module, so both costs come from the same run. With QGPU_BEFORE (``make
+   bench-vm BEFORE=rev``: a recent commit's qgpu.ko, which follows the cgroup hierarchy) each
+   round also runs hooked by that one, gated as the current module is: a change's before and
+   after from the same run.
    BENCH_ONLY=hook stops after this part.
 2. The kmod issue's targets on nvmock's engine (ground truth: its debugfs): fixed-share 50/30/20,
    a lone fixed-share pod, burst-share hand-back, and online requests next to an offline
@@ -42,6 +45,8 @@ CGROUP = Path("/sys/fs/cgroup/qgpu-bench")
 CONTAINER = CGROUP / "ctr"
 BASELINE = Path(os.environ["QGPU_BASELINE"]) if os.environ.get("QGPU_BASELINE") else None
 BASELINE_REV = os.environ.get("QGPU_BASELINE_REV", "baseline")
+BEFORE = Path(os.environ["QGPU_BEFORE"]) if os.environ.get("QGPU_BEFORE") else None
+BEFORE_REV = os.environ.get("QGPU_BEFORE_REV", "before")
 ONLY = os.environ.get("BENCH_ONLY", "")
 OUT = ROOT / "build" / "vm" / "bench-qgpu.json"
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
@@ -83,20 +88,27 @@ def hook_overhead() -> dict[str, object]:
     plain: list[dict[str, float]] = []
     hooked: list[dict[str, float]] = []
     baseline: list[dict[str, float]] = []
+    before: list[dict[str, float]] = []
     run_bench(False)  # warm up
     for _ in range(ROUNDS):
         plain.append(run_bench(False))
         hooked.append(hooked_by(QGPU, CGROUP))
         if BASELINE is not None:
             baseline.append(hooked_by(BASELINE, CONTAINER))
+        if BEFORE is not None:
+            before.append(hooked_by(BEFORE, CGROUP))
     CONTAINER.rmdir()
     CGROUP.rmdir()
     result: dict[str, object] = {"rounds": ROUNDS, "iterations": int(ITERATIONS)}
     if BASELINE is not None:
         result["baseline"] = BASELINE_REV
+    if BEFORE is not None:
+        result["before"] = BEFORE_REV
     head = f"{'ioctl':<12} {'nvmock ns':>10} {'hooked ns':>10} {'ratio':>6}"
     if BASELINE is not None:
         head += f" {BASELINE_REV + ' ns':>12} {'ratio':>6}"
+    if BEFORE is not None:
+        head += f" {BEFORE_REV + ' ns':>12} {'ratio':>6}"
     print(head)
     for key in KEYS:
         a = statistics.median(r[key] for r in plain)
@@ -107,6 +119,10 @@ def hook_overhead() -> dict[str, object]:
             c = statistics.median(r[key] for r in baseline)
             row.update({"baseline_hooked_ns": c, "baseline_ratio": c / a})
             line += f" {c:>12.0f} {c / a:>6.2f}"
+        if BEFORE is not None:
+            d = statistics.median(r[key] for r in before)
+            row.update({"before_hooked_ns": d, "before_ratio": d / a})
+            line += f" {d:>12.0f} {d / a:>6.2f}"
         result[key] = row
         print(line)
     return result
