@@ -11,7 +11,8 @@ target's "GSP control time included" is measured here too (as user time: the spi
 Each read of the probe's launch counters spins ``map_read_us`` (the bcc batch read, measured by
 ``make bench probemaps``).
 
-Target: <= 2 % of one core with 10 busy pods. Side by side, in the same run: the loop with the
+Turns are the daemon's default minimum (400 ms since 2026-11-26); one more row runs the new loop at
+200 ms, the default before, in the same run. Target: <= 2 % of one core with 10 busy pods. Side by side, in the same run: the loop with the
 sensor polled every 25 ms as before (``fixed_poll_us``; the other changes of 2026-11-25, no
 record write per switch and no burst crumbs, are in both), the loop as it is (a look only when a
 turn can end or a pod can change), and the daemon with no enforcer (its probe and publishing
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from qpolicy.backends import rm as rm_backend
 from qpolicy.backends.base import BackendContext
 from qpolicy.backends.observe import ObserveBackend
-from qpolicy.backends.rm import RmBackend
+from qpolicy.backends.rm import DEFAULT_MIN_TURN_MS, RmBackend
 from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode
 from qpolicy.enforcers.rm import enforcer as rm_enforcer
 from qpolicy.enforcers.rm import record
@@ -244,7 +245,7 @@ def measure(
     seconds: float,
     gsp_us: float = 1000.0,
     map_read_us: float = 50.0,
-    min_turn_ms: float = 200.0,
+    min_turn_ms: float = DEFAULT_MIN_TURN_MS,
 ) -> dict[str, float]:
     libc = _fake_rm(gsp_us)
     with tempfile.TemporaryDirectory(prefix="qpolicy-bench-daemon-") as tmp:
@@ -374,7 +375,7 @@ def run(seconds: float = 20.0, gsp_us: float = 1000.0, map_read_us: float = 50.0
     results: dict[str, Any] = {
         "target_percent": TARGET_PERCENT,
         "period_ms": 50,
-        "min_turn_ms": 200,
+        "min_turn_ms": DEFAULT_MIN_TURN_MS,
         "gsp_us_per_control": gsp_us,
         "map_read_us": map_read_us,
         "seconds": seconds,
@@ -385,6 +386,16 @@ def run(seconds: float = 20.0, gsp_us: float = 1000.0, map_read_us: float = 50.0
         for label, fixed in MODES.items():
             results["runs"][f"{pods} pods, {label}"] = measure(
                 pods, fixed_poll_us=fixed, seconds=seconds, gsp_us=gsp_us, map_read_us=map_read_us
+            )
+        if pods == 10:
+            # The default before 2026-11-26 (c), same run: twice the turn switches.
+            results["runs"]["10 pods, after, 200 ms turns"] = measure(
+                pods,
+                fixed_poll_us=None,
+                seconds=seconds,
+                gsp_us=gsp_us,
+                map_read_us=map_read_us,
+                min_turn_ms=200.0,
             )
     results["virtual_time"] = virtual()
     ten = results["runs"]["10 pods, after: looks when due"]
