@@ -1,8 +1,8 @@
 """nvmock's export of memory to an fd of /dev/nvidiactl and import from it, as 580.142 does them
-(cliresCtrlCmdOsUnixExportObjectToFd, ...ImportObjectFromFd, RmExportObject, RmImportObject):
-the memory lives while any handle to it does, the fd's included, and is counted once; bad fds
-and handles get the driver's answers. Also the answers of a GPU with neither dma-buf support nor
-an NVLink fabric."""
+(cliresCtrlCmdOsUnixExportObjectToFd, ...ImportObjectFromFd, their plural ...ObjectsToFd and
+...ObjectsFromFd, RmExportObject, RmImportObject): the memory lives while any handle to it does,
+the fd's included, and is counted once; bad fds, handles and slot ranges get the driver's
+answers. Also the answers of a GPU with neither dma-buf support nor an NVLink fabric."""
 
 from __future__ import annotations
 
