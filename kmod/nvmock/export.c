@@ -23,6 +23,7 @@
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/module.h>
+#include <linux/slab.h>
 
 #include "nvmock.h"
 
@@ -88,8 +89,18 @@ static u32 export_device(struct nvmock_gpu *gpu)
 	return NV_OK;
 }
 
-/* RmExportObject: the object's duplicate in the export client, its handle in *hexport. */
-static u32 export_object(struct nvmock_client *client, u32 hobject, u32 *hexport)
+/*
+ * The device instance RM records for an export: the object's device's deviceInst (nvmock's GPU
+ * index, which is the deviceId the device was allocated with), or NV_MAX_DEVICES
+ * (src/common/sdk/nvidia/inc/nvlimits.h) for an object with no device above it.
+ */
+#define EXPORT_NO_DEVICE	32
+
+/*
+ * RmExportObject: the object's duplicate in the export client, its handle in *hexport and its
+ * device instance in *instance.
+ */
+static u32 export_object(struct nvmock_client *client, u32 hobject, u32 *hexport, u32 *instance)
 {
 	struct nvmock_object *src = nvmock_object_get(client, hobject);
 	u32 status, parent;
@@ -117,9 +128,11 @@ static u32 export_object(struct nvmock_client *client, u32 hobject, u32 *hexport
 				       client->handle, hobject);
 	if (status != NV_OK)
 		goto err_unref;
+	*instance = src->gpu ? src->gpu->index : EXPORT_NO_DEVICE;
 	return NV_OK;
 
 err_unref:
+	*hexport = 0;
 	export_unref();
 	return status;
 }
@@ -145,6 +158,48 @@ static struct file *control_fd(s32 fd)
 	return file;
 }
 
+/*
+ * _initializeExportObjectFd (os.c): a control fd is set up for exports once. One that holds
+ * exports already answers NV_ERR_STATE_IN_USE; a non-zero hDevice must be an object of the
+ * client (NV_ERR_OBJECT_NOT_FOUND) that is a device (NV_ERR_INVALID_PARAMETER), whose instance
+ * every object exported to the fd must then share (NV_MAX_DEVICES for hDevice 0); the fd gets
+ * max empty slots and the metadata (none: left as it is, zero on a new file).
+ */
+static u32 export_fd_init(struct nvmock_file *nf, struct nvmock_client *client, u32 hdevice,
+			  u16 max, const u8 *metadata)
+{
+	u32 instance = EXPORT_NO_DEVICE;
+
+	if (nf->export_handles)
+		return NV_ERR_STATE_IN_USE;
+	if (hdevice) {
+		struct nvmock_object *device = nvmock_object_get(client, hdevice);
+
+		if (!device)
+			return NV_ERR_OBJECT_NOT_FOUND;
+		if (device->kind != NVMOCK_DEVICE)
+			return NV_ERR_INVALID_PARAMETER;
+		instance = device->gpu->index;
+	}
+	/* os_alloc_mem: kmalloc, else vmalloc; zeroed by os_mem_set. */
+	nf->export_handles = kvcalloc(max, sizeof(*nf->export_handles), GFP_KERNEL);
+	if (!nf->export_handles)
+		return NV_ERR_NO_MEMORY;
+	nf->export_max = max;
+	nf->export_instance = instance;
+	if (metadata)
+		memcpy(nf->export_metadata, metadata, sizeof(nf->export_metadata));
+	return NV_OK;
+}
+
+/* The fd's slots go (what they held was freed or never there). */
+static void export_fd_reset(struct nvmock_file *nf)
+{
+	kvfree(nf->export_handles);
+	nf->export_handles = NULL;
+	nf->export_max = 0;
+}
+
 /**
  * nvmock_export_to_fd() - NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD on a client.
  * @caller: who sent the control
@@ -154,9 +209,9 @@ static struct file *control_fd(s32 fd)
  * cliresCtrlCmdOsUnixExportObjectToFd_IMPL (src/nvidia/arch/nvalloc/unix/src/os.c): EMPTY_FD
  * is the user library's and refused here, so are a type other than RM and fd -1
  * (NV_ERR_INVALID_PARAMETER); the object is exported first (its errors come first), then the fd
- * must be a control fd (NV_ERR_INVALID_PARAMETER) with no export yet (_initializeExportObjectFd:
- * NV_ERR_STATE_IN_USE), and a non-zero hDevice must be a device of the client
- * (NV_ERR_OBJECT_NOT_FOUND, NV_ERR_INVALID_PARAMETER). Any failure frees the export again.
+ * must be a control fd (NV_ERR_INVALID_PARAMETER) that _initializeExportObjectFd sets up for one
+ * handle (an fd with exports already, the plural's included: NV_ERR_STATE_IN_USE; hDevice as
+ * export_fd_init says). Any failure frees the export again.
  *
  * Context: nvmock_lock held.
  * Return: an NV status.
@@ -166,10 +221,9 @@ u32 nvmock_export_to_fd(const struct nvmock_caller *caller, struct nvmock_object
 {
 	struct nv0000_export_object_to_fd_params *p = params;
 	struct nvmock_client *client = obj->client;
-	struct nvmock_object *device;
 	struct nvmock_file *nf;
 	struct file *file;
-	u32 hexport = 0;
+	u32 hexport = 0, instance;
 	u32 status;
 
 	lockdep_assert_held(&nvmock_lock);
@@ -177,7 +231,7 @@ u32 nvmock_export_to_fd(const struct nvmock_caller *caller, struct nvmock_object
 		return NV_ERR_INVALID_PARAMETER;
 	if (p->type != NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM || p->fd == -1)
 		return NV_ERR_INVALID_PARAMETER;
-	status = export_object(client, p->hObject, &hexport);
+	status = export_object(client, p->hObject, &hexport, &instance);
 	if (status != NV_OK)
 		return status;
 	file = control_fd(p->fd);
@@ -186,22 +240,11 @@ u32 nvmock_export_to_fd(const struct nvmock_caller *caller, struct nvmock_object
 		goto err_free;
 	}
 	nf = nvmock_file_of(file);
-	if (nf->export_handle) {
-		status = NV_ERR_STATE_IN_USE;
+	status = export_fd_init(nf, client, p->hDevice, 1, NULL);
+	if (status != NV_OK)
 		goto err_put;
-	}
-	if (p->hDevice) {
-		device = nvmock_object_get(client, p->hDevice);
-		if (!device) {
-			status = NV_ERR_OBJECT_NOT_FOUND;
-			goto err_put;
-		}
-		if (device->kind != NVMOCK_DEVICE) {
-			status = NV_ERR_INVALID_PARAMETER;
-			goto err_put;
-		}
-	}
-	nf->export_handle = hexport;
+	/* The singular export does not compare the object's device with hDevice's. */
+	nf->export_handles[0] = hexport;
 	fput(file);
 	return NV_OK;
 
@@ -213,15 +256,139 @@ err_free:
 }
 
 /**
+ * nvmock_export_objects_to_fd() - NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD on a client.
+ * @caller: who sent the control
+ * @obj: the client's root object
+ * @params: struct nv0000_export_objects_to_fd_params, in kernel memory
+ *
+ * cliresCtrlCmdOsUnixExportObjectsToFd_IMPL (os.c), in its order: the fd must be a control fd
+ * (NV_ERR_INVALID_PARAMETER; fd -1 too: making a new fd is the user library's); one that holds
+ * no export yet is set up for maxObjects slots (0: NV_ERR_INVALID_PARAMETER) with hDevice and
+ * the metadata (export_fd_init); one that does keeps its slots, device and metadata, whatever
+ * these say (the singular export's fd has one slot). Then numObjects over 512
+ * NV_ERR_INVALID_PARAMETER, index + numObjects over the fd's slots NV_ERR_OUT_OF_RANGE. Each
+ * non-zero handle is exported (RmExportObject's errors) and its device instance must be the
+ * fd's (NV_ERR_INVALID_PARAMETER); only when all are, the slots [index, index + numObjects)
+ * take them, what a slot held before freed (a 0 handle empties its slot). On any failure the
+ * exports of this call are freed and an fd set up by this call is given its slots back.
+ *
+ * Context: nvmock_lock held.
+ * Return: an NV status.
+ */
+u32 nvmock_export_objects_to_fd(const struct nvmock_caller *caller, struct nvmock_object *obj,
+				void *params)
+{
+	struct nv0000_export_objects_to_fd_params *p = params;
+	struct nvmock_client *client = obj->client;
+	u32 *exported = NULL;
+	struct nvmock_file *nf;
+	struct file *file;
+	bool set_up = false;
+	u32 status, instance, i;
+
+	lockdep_assert_held(&nvmock_lock);
+	file = control_fd(p->fd);
+	if (!file)
+		return NV_ERR_INVALID_PARAMETER;
+	nf = nvmock_file_of(file);
+	if (!nf->export_handles) {
+		if (!p->maxObjects) {
+			status = NV_ERR_INVALID_PARAMETER;
+			goto out;
+		}
+		status = export_fd_init(nf, client, p->hDevice, p->maxObjects, p->metadata);
+		if (status != NV_OK)
+			goto out;
+		set_up = true;
+	}
+	if (p->numObjects > NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS) {
+		status = NV_ERR_INVALID_PARAMETER;
+		goto out;
+	}
+	if ((u32)p->index + p->numObjects > nf->export_max) {
+		status = NV_ERR_OUT_OF_RANGE;
+		goto out;
+	}
+	/*
+	 * RM's array is os_alloc_mem's, not zeroed: on a failure it frees whatever lies past the
+	 * failing entry too. nvmock's is zeroed (see CONFORMANCE.md).
+	 */
+	exported = kcalloc(p->numObjects, sizeof(*exported), GFP_KERNEL);
+	if (!exported) {
+		status = NV_ERR_NO_MEMORY;
+		goto out;
+	}
+	for (i = 0; i < p->numObjects; i++) {
+		if (!p->objects[i])
+			continue;
+		status = export_object(client, p->objects[i], &exported[i], &instance);
+		if (status != NV_OK)
+			goto out;
+		if (instance != nf->export_instance) {
+			status = NV_ERR_INVALID_PARAMETER;
+			goto out;
+		}
+	}
+	for (i = 0; i < p->numObjects; i++) {
+		u32 *slot = &nf->export_handles[p->index + i];
+
+		if (*slot)
+			export_free(*slot);
+		*slot = exported[i];
+	}
+	status = NV_OK;
+out:
+	if (status != NV_OK && exported) {
+		for (i = 0; i < p->numObjects; i++)
+			if (exported[i])
+				export_free(exported[i]);
+	}
+	kfree(exported);
+	if (status != NV_OK && set_up)
+		export_fd_reset(nf);
+	fput(file);
+	return status;
+}
+
+/*
+ * RmImportObject (rmobjexportimport.c): the exported object's kind, when asked for, from
+ * NV0000_CTRL_CMD_CLIENT_GET_ADDR_SPACE_TYPE on the export client (vidmem, sysmem; nvmock
+ * exports no other), then a duplicate of it in the importing client under hparent at *hobject
+ * (0: RM picks, written back); the duplicate's errors are RM_DUP_OBJECT's.
+ */
+static u32 import_object(struct nvmock_client *client, u32 hparent, u32 *hobject, u32 hexport,
+			 u8 *type)
+{
+	struct nvmock_client *holder = nvmock_client_get(export_client);
+	struct nvmock_object *src;
+
+	/* RmValidateHandleAgainstInternalHandles, mapFind: NV_ERR_INVALID_ARGUMENT. */
+	if (!holder || !hexport || hexport == export_client)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (type) {
+		src = nvmock_object_get(holder, hexport);
+		if (!src)
+			return NV_ERR_INVALID_ARGUMENT;
+		if (src->kind == NVMOCK_VIDMEM)
+			*type = NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_VIDMEM;
+		else if (src->kind == NVMOCK_SYSMEM)
+			*type = NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_SYSMEM;
+		else
+			return NV_ERR_INVALID_ARGUMENT;
+	}
+	return nvmock_rm_dup(&rm_internal, client->handle, hparent, hobject, export_client,
+			     hexport);
+}
+
+/**
  * nvmock_import_from_fd() - NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD on a client.
  * @caller: who sent the control
  * @obj: the client's root object
  * @params: struct nv0000_import_object_from_fd_params, in kernel memory
  *
  * cliresCtrlCmdOsUnixImportObjectFromFd_IMPL (os.c): a type other than RM, fd -1, an fd that is
- * not a control fd or holds no exported object: NV_ERR_INVALID_PARAMETER. RmImportObject
- * (rmobjexportimport.c) then duplicates the exported object into this client under hParent, at
- * hObject or (0) a handle RM picks, written back; the duplicate's errors are RM_DUP_OBJECT's.
+ * not a control fd or holds nothing in its first slot: NV_ERR_INVALID_PARAMETER. That slot's
+ * object is then imported (import_object, no kind asked for).
  *
  * Context: nvmock_lock held.
  * Return: an NV status.
@@ -241,12 +408,77 @@ u32 nvmock_import_from_fd(const struct nvmock_caller *caller, struct nvmock_obje
 	if (!file)
 		return NV_ERR_INVALID_PARAMETER;
 	nf = nvmock_file_of(file);
-	if (!nf->export_handle) {
+	if (!nf->export_handles || !nf->export_max || !nf->export_handles[0]) {
 		fput(file);
 		return NV_ERR_INVALID_PARAMETER;
 	}
-	status = nvmock_rm_dup(&rm_internal, obj->client->handle, p->hParent, &p->hObject,
-			       export_client, nf->export_handle);
+	status = import_object(obj->client, p->hParent, &p->hObject, nf->export_handles[0], NULL);
+	fput(file);
+	return status;
+}
+
+/**
+ * nvmock_import_objects_from_fd() - NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD on a client.
+ * @caller: who sent the control
+ * @obj: the client's root object
+ * @params: struct nv0000_import_objects_from_fd_params, in kernel memory
+ *
+ * cliresCtrlCmdOsUnixImportObjectsFromFd_IMPL (os.c): the fd must be a control fd with exports
+ * and numObjects at most 128 (NV_ERR_INVALID_PARAMETER), index + numObjects within its slots
+ * (NV_ERR_OUT_OF_RANGE). Slot index + i is imported under hParent at objects[i] (0: RM picks)
+ * with its kind in objectTypes[i]; an empty slot answers TYPE_NONE and leaves objects[i] as it
+ * is. The first failure stops the loop, and RM frees objects[j] of every j before it that is not
+ * 0: what it imported, and also a handle the caller named for an empty slot, one of its own
+ * objects (the client's own handle excepted here: see CONFORMANCE.md).
+ *
+ * Context: nvmock_lock held.
+ * Return: an NV status.
+ */
+u32 nvmock_import_objects_from_fd(const struct nvmock_caller *caller, struct nvmock_object *obj,
+				  void *params)
+{
+	struct nv0000_import_objects_from_fd_params *p = params;
+	struct nvmock_client *client = obj->client;
+	struct nvmock_file *nf;
+	struct file *file;
+	u32 status = NV_OK;
+	u32 i = 0;
+
+	lockdep_assert_held(&nvmock_lock);
+	file = control_fd(p->fd);
+	if (!file)
+		return NV_ERR_INVALID_PARAMETER;
+	nf = nvmock_file_of(file);
+	if (!nf->export_handles ||
+	    p->numObjects > NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS) {
+		status = NV_ERR_INVALID_PARAMETER;
+		goto out;
+	}
+	if ((u32)p->index + p->numObjects > nf->export_max) {
+		status = NV_ERR_OUT_OF_RANGE;
+		goto out;
+	}
+	for (i = 0; i < p->numObjects; i++) {
+		u32 hexport = nf->export_handles[p->index + i];
+
+		if (!hexport) {
+			p->objectTypes[i] = NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_NONE;
+			continue;
+		}
+		status = import_object(client, p->hParent, &p->objects[i], hexport,
+				       &p->objectTypes[i]);
+		if (status != NV_OK)
+			break;
+	}
+	if (status != NV_OK) {
+		while (i > 0) {
+			i--;
+			if (p->objects[i] && p->objects[i] != client->handle)
+				nvmock_rm_free(&rm_internal, client->handle, client->handle,
+					       p->objects[i]);
+		}
+	}
+out:
 	fput(file);
 	return status;
 }
@@ -262,10 +494,15 @@ u32 nvmock_import_from_fd(const struct nvmock_caller *caller, struct nvmock_obje
  */
 void nvmock_export_release(struct nvmock_file *nf)
 {
+	u32 i;
+
 	lockdep_assert_held(&nvmock_lock);
-	if (nf->export_handle)
-		export_free(nf->export_handle);
-	nf->export_handle = 0;
+	if (!nf->export_handles)
+		return;
+	for (i = 0; i < nf->export_max; i++)
+		if (nf->export_handles[i])
+			export_free(nf->export_handles[i]);
+	export_fd_reset(nf);
 }
 
 /**

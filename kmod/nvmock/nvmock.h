@@ -156,8 +156,15 @@ struct nvmock_file {
 	bool attached;		/* ATTACH_GPUS_TO_FD is allowed once */
 	bool sys_params_set;
 	struct nvmock_map_ctx map;
-	/* export.c: an object exported to this control file, in RM's export client; 0: none. */
-	u32 export_handle;
+	/*
+	 * export.c: what was exported to this control file, as nv_file_private_t keeps it
+	 * (handles, maxHandles, deviceInstance, metadata): export_max slots of handles in RM's
+	 * export client (0: an empty slot); export_handles NULL: the fd holds no export.
+	 */
+	u32 *export_handles;
+	u16 export_max;
+	u32 export_instance;
+	u8 export_metadata[NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE];
 };
 
 struct nvmock_process {
@@ -227,6 +234,10 @@ u32 nvmock_export_to_fd(const struct nvmock_caller *caller, struct nvmock_object
 			void *params);
 u32 nvmock_import_from_fd(const struct nvmock_caller *caller, struct nvmock_object *obj,
 			  void *params);
+u32 nvmock_export_objects_to_fd(const struct nvmock_caller *caller, struct nvmock_object *obj,
+				void *params);
+u32 nvmock_import_objects_from_fd(const struct nvmock_caller *caller, struct nvmock_object *obj,
+				  void *params);
 void nvmock_export_release(struct nvmock_file *nf);
 long nvmock_export_dmabuf(struct file *file, void *arg, u32 size);
 u32 nvmock_fabric_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent,

@@ -82,6 +82,7 @@
 #define NV_ERR_NOT_SUPPORTED			0x56
 #define NV_ERR_OBJECT_NOT_FOUND			0x57
 #define NV_ERR_OPERATING_SYSTEM			0x59
+#define NV_ERR_OUT_OF_RANGE			0x5B
 #define NV_ERR_STATE_IN_USE			0x63
 #define NV_ERR_GENERIC				0xFFFF
 
@@ -638,6 +639,41 @@ struct nv0000_import_object_from_fd_params {
 	__u32 hDevice;
 	__u32 hParent;
 	__u32 hObject;
+};
+
+/*
+ * The plural pair (ctrl0000unix.h; cliresCtrlCmdOsUnixExportObjectsToFd and
+ * ...ImportObjectsFromFd in src/nvidia/arch/nvalloc/unix/src/os.c): up to 512 handles exported
+ * into the slots [index, index + numObjects) of an fd set up for maxObjects, up to 128 imported
+ * from it, each import's memory kind answered in objectTypes.
+ */
+#define NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE		64
+#define NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS	512
+#define NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS	128
+#define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_NONE		0
+#define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_VIDMEM	1
+#define NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_SYSMEM	2
+
+/* NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS (2128) */
+struct nv0000_export_objects_to_fd_params {
+	__s32 fd;
+	__u32 hDevice;
+	__u16 maxObjects;
+	__u8 metadata[NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE];
+	__u8 pad[2];
+	__u32 objects[NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS];
+	__u16 numObjects;
+	__u16 index;
+};
+
+/* NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS (652): objects are in/out (0: RM picks). */
+struct nv0000_import_objects_from_fd_params {
+	__s32 fd;
+	__u32 hParent;
+	__u32 objects[NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS];
+	__u8 objectTypes[NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS];
+	__u16 numObjects;
+	__u16 index;
 };
 
 /* NV_ESC_EXPORT_TO_DMABUF_FD's argument, nv_ioctl_export_to_dma_buf_fd_t (2608; nv-ioctl.h). */

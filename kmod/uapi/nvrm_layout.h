@@ -374,6 +374,62 @@ _Static_assert(offsetof(struct nv0000_import_object_from_fd_params, hObject) == 
 	       "ctrl0000unix.h");
 _Static_assert(sizeof_field(struct nv0000_import_object_from_fd_params, hObject) == 4,
 	       "ctrl0000unix.h");
+_Static_assert(sizeof(struct nv0000_export_objects_to_fd_params) == 2128,
+	       "sizeof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS)");
+_Static_assert(offsetof(struct nv0000_export_objects_to_fd_params, fd) == 0,
+	       "offsetof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS, fd)");
+_Static_assert(sizeof_field(struct nv0000_export_objects_to_fd_params, fd) == 4,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS *)0)->fd)");
+_Static_assert(offsetof(struct nv0000_export_objects_to_fd_params, hDevice) == 4,
+	       "offsetof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS, hDevice)");
+_Static_assert(sizeof_field(struct nv0000_export_objects_to_fd_params, hDevice) == 4,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS *)0)->hDevice)");
+_Static_assert(offsetof(struct nv0000_export_objects_to_fd_params, maxObjects) == 8,
+	       "offsetof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS, maxObjects)");
+_Static_assert(sizeof_field(struct nv0000_export_objects_to_fd_params, maxObjects) == 2,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS *)0)->maxObjects)");
+_Static_assert(offsetof(struct nv0000_export_objects_to_fd_params, metadata) == 10,
+	       "offsetof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS, metadata)");
+_Static_assert(sizeof_field(struct nv0000_export_objects_to_fd_params, metadata) == 64,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS *)0)->metadata)");
+_Static_assert(offsetof(struct nv0000_export_objects_to_fd_params, objects) == 76,
+	       "offsetof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS, objects)");
+_Static_assert(sizeof_field(struct nv0000_export_objects_to_fd_params, objects) == 2048,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS *)0)->objects)");
+_Static_assert(offsetof(struct nv0000_export_objects_to_fd_params, numObjects) == 2124,
+	       "offsetof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS, numObjects)");
+_Static_assert(sizeof_field(struct nv0000_export_objects_to_fd_params, numObjects) == 2,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS *)0)->numObjects)");
+_Static_assert(offsetof(struct nv0000_export_objects_to_fd_params, index) == 2126,
+	       "offsetof(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS, index)");
+_Static_assert(sizeof_field(struct nv0000_export_objects_to_fd_params, index) == 2,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS *)0)->index)");
+_Static_assert(sizeof(struct nv0000_import_objects_from_fd_params) == 652,
+	       "sizeof(NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS)");
+_Static_assert(offsetof(struct nv0000_import_objects_from_fd_params, fd) == 0,
+	       "offsetof(NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS, fd)");
+_Static_assert(sizeof_field(struct nv0000_import_objects_from_fd_params, fd) == 4,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS *)0)->fd)");
+_Static_assert(offsetof(struct nv0000_import_objects_from_fd_params, hParent) == 4,
+	       "offsetof(NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS, hParent)");
+_Static_assert(sizeof_field(struct nv0000_import_objects_from_fd_params, hParent) == 4,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS *)0)->hParent)");
+_Static_assert(offsetof(struct nv0000_import_objects_from_fd_params, objects) == 8,
+	       "offsetof(NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS, objects)");
+_Static_assert(sizeof_field(struct nv0000_import_objects_from_fd_params, objects) == 512,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS *)0)->objects)");
+_Static_assert(offsetof(struct nv0000_import_objects_from_fd_params, objectTypes) == 520,
+	       "offsetof(NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS, objectTypes)");
+_Static_assert(sizeof_field(struct nv0000_import_objects_from_fd_params, objectTypes) == 128,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS *)0)->objectTypes)");
+_Static_assert(offsetof(struct nv0000_import_objects_from_fd_params, numObjects) == 648,
+	       "offsetof(NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS, numObjects)");
+_Static_assert(sizeof_field(struct nv0000_import_objects_from_fd_params, numObjects) == 2,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS *)0)->numObjects)");
+_Static_assert(offsetof(struct nv0000_import_objects_from_fd_params, index) == 650,
+	       "offsetof(NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS, index)");
+_Static_assert(sizeof_field(struct nv0000_import_objects_from_fd_params, index) == 2,
+	       "sizeof(((NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS *)0)->index)");
 _Static_assert(sizeof(struct nvrm_export_dmabuf_fd) == 2608,
 	       "sizeof(nv_ioctl_export_to_dma_buf_fd_t)");
 _Static_assert(offsetof(struct nvrm_export_dmabuf_fd, fd) == 0,
@@ -1104,6 +1160,7 @@ _Static_assert(NV_ERR_NO_MEMORY == 81, "NV_ERR_NO_MEMORY");
 _Static_assert(NV_ERR_NOT_SUPPORTED == 86, "NV_ERR_NOT_SUPPORTED");
 _Static_assert(NV_ERR_OBJECT_NOT_FOUND == 87, "NV_ERR_OBJECT_NOT_FOUND");
 _Static_assert(NV_ERR_OPERATING_SYSTEM == 89, "NV_ERR_OPERATING_SYSTEM");
+_Static_assert(NV_ERR_OUT_OF_RANGE == 91, "NV_ERR_OUT_OF_RANGE");
 _Static_assert(NV_ERR_STATE_IN_USE == 99, "NV_ERR_STATE_IN_USE");
 _Static_assert(NV_ERR_GENERIC == 65535, "NV_ERR_GENERIC");
 _Static_assert(NV01_ROOT == 0, "NV01_ROOT");
@@ -1239,6 +1296,18 @@ _Static_assert(NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM == 1,
 	       "NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TYPE_RM");
 _Static_assert(NV0000_EXPORT_FLAGS_EMPTY_FD == 1,
 	       "(1u << (0 ? NV0000_CTRL_OS_UNIX_EXPORT_OBJECT_TO_FD_FLAGS_EMPTY_FD))");
+_Static_assert(NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE == 64,
+	       "NV0000_OS_UNIX_EXPORT_OBJECT_FD_BUFFER_SIZE");
+_Static_assert(NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS == 512,
+	       "NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_MAX_OBJECTS");
+_Static_assert(NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS == 128,
+	       "NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_TO_FD_MAX_OBJECTS");
+_Static_assert(NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_NONE == 0,
+	       "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_NONE");
+_Static_assert(NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_VIDMEM == 1,
+	       "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_VIDMEM");
+_Static_assert(NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_SYSMEM == 2,
+	       "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_TYPE_SYSMEM");
 _Static_assert(NV_DMABUF_EXPORT_MAX_HANDLES == 128, "NV_DMABUF_EXPORT_MAX_HANDLES");
 _Static_assert(NV_DMABUF_EXPORT_MAPPING_TYPE_DEFAULT == 0, "NV_DMABUF_EXPORT_MAPPING_TYPE_DEFAULT");
 _Static_assert(NV_DMABUF_EXPORT_MAPPING_TYPE_FORCE_PCIE == 1,

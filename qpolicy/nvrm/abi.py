@@ -699,6 +699,36 @@ _EXPORT_OBJECT = (
     ("hParent", 8, "I"),
     ("hObject", 12, "I"),
 )
+# The plural export and import (ctrl0000unix.h): handles into and out of the slots
+# [index, index + numObjects) of an fd; metadata is 64 bytes, named metadata0..63 here.
+EXPORT_OBJECTS_MAX = 512
+IMPORT_OBJECTS_MAX = 128
+IMPORT_OBJECT_TYPE = {0: "NONE", 1: "VIDMEM", 2: "SYSMEM", 3: "FABRIC", 4: "FABRIC_MC"}
+NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS = Layout(
+    "NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS",
+    2128,
+    (
+        ("fd", 0, "i"),
+        ("hDevice", 4, "I"),
+        ("maxObjects", 8, "H"),
+        *((f"metadata{i}", 10 + i, "B") for i in range(64)),
+        *((f"objects{i}", 76 + 4 * i, "I") for i in range(EXPORT_OBJECTS_MAX)),
+        ("numObjects", 2124, "H"),
+        ("index", 2126, "H"),
+    ),
+)
+NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS = Layout(
+    "NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS",
+    652,
+    (
+        ("fd", 0, "i"),
+        ("hParent", 4, "I"),
+        *((f"objects{i}", 8 + 4 * i, "I") for i in range(IMPORT_OBJECTS_MAX)),
+        *((f"objectTypes{i}", 520 + i, "B") for i in range(IMPORT_OBJECTS_MAX)),
+        ("numObjects", 648, "H"),
+        ("index", 650, "H"),
+    ),
+)
 NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS = Layout(
     "NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS",
     16,
@@ -873,11 +903,11 @@ CONTROLS: dict[int, Control] = {
     ),
     NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD: Control(
         "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD",
-        Layout("NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS", 0, ()),
+        NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS,
     ),
     NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD: Control(
         "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD",
-        Layout("NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS", 0, ()),
+        NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS,
     ),
     NV0041_CTRL_CMD_GET_SURFACE_INFO: Control(
         "NV0041_CTRL_CMD_GET_SURFACE_INFO", NV0041_CTRL_GET_SURFACE_INFO_PARAMS
@@ -939,6 +969,7 @@ class NvStatus(IntEnum):
     NV_ERR_NOT_SUPPORTED = 0x56
     NV_ERR_OBJECT_NOT_FOUND = 0x57
     NV_ERR_OPERATING_SYSTEM = 0x59
+    NV_ERR_OUT_OF_RANGE = 0x5B
     NV_ERR_STATE_IN_USE = 0x63
     NV_ERR_GENERIC = 0xFFFF
 

@@ -37,6 +37,8 @@ STRUCTS: dict[str, abi.Layout] = {
     "nv0000_import_object_from_fd_params": abi.CONTROLS[
         abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD
     ].params,
+    "nv0000_export_objects_to_fd_params": abi.NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS,
+    "nv0000_import_objects_from_fd_params": abi.NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS,
     "nvrm_export_dmabuf_fd": abi.NV_IOCTL_EXPORT_TO_DMA_BUF_FD,
     "nv00f8_alloc_params": abi.NV00F8_ALLOCATION_PARAMETERS,
     "nv0041_surface_info": abi.NV0041_CTRL_SURFACE_INFO,
@@ -113,8 +115,11 @@ def test_classes_agree() -> None:
 
 def test_controls_and_device_numbers_agree() -> None:
     defines = _defines()
-    controls = {k: v for k, v in defines.items() if "_CTRL_CMD_" in k}
+    # The import's object types carry _CTRL_CMD_ in the driver's spelling but are no commands.
+    types = {k: v for k, v in defines.items() if "_IMPORT_OBJECT_TYPE_" in k}
+    controls = {k: v for k, v in defines.items() if "_CTRL_CMD_" in k and k not in types}
     assert len(controls) >= 9
+    assert types and all(abi.IMPORT_OBJECT_TYPE[v] == k.rsplit("_", 1)[1] for k, v in types.items())
     for name, value in controls.items():
         assert getattr(abi, name) == value, name
         assert abi.CONTROLS[value].name == name

@@ -17,6 +17,16 @@ and answers commands from stdin, one JSON object per line (its first line is its
     import PID FD           OS_UNIX_IMPORT_OBJECT_FROM_FD, under the device, of the fd FD of
                             process PID (taken with pidfd_getfd, closed after): status, handle
     import_from FD [PARENT] the same from this process's fd FD as it is
+    exports FD DEVICE MAX INDEX COUNT [H...]  OS_UNIX_EXPORT_OBJECTS_TO_FD into fd FD as it is,
+                            hDevice DEVICE, maxObjects MAX, the slots from INDEX, numObjects
+                            COUNT, the handles H first in objects (the rest 0): status
+    imports FD INDEX COUNT [PARENT [H...]]  OS_UNIX_IMPORT_OBJECTS_FROM_FD of COUNT slots from
+                            INDEX, under PARENT (0: the device), objects preset to H (the rest
+                            0): status, the objects and objectTypes as written back
+    imports_remote PID FD INDEX COUNT  the same from the fd FD of process PID
+    device GPU              a second device of this client, on GPU: its handle
+    alloc_under DEVICE BYTES  RM_ALLOC of device memory under DEVICE
+    sysalloc BYTES          RM_ALLOC of system memory (NV01_MEMORY_SYSTEM) under the device
     closefd FD              close an fd this process holds
     newfd NODE              open /dev/NODE and keep it: the fd
     write HANDLE VALUE      map the memory (RM_MAP_MEMORY on a new GPU fd, mmap) and write a u64
@@ -97,6 +107,8 @@ SYS_PIDFD_GETFD = 438
 DMABUF = struct.Struct("<iIIIIIQBB2x128I4x128Q128QII")  # nv_ioctl_export_to_dma_buf_fd_t
 EXPORT = abi.CONTROLS[abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD].params
 IMPORT = abi.CONTROLS[abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD].params
+EXPORTS = abi.NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS
+IMPORTS = abi.NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS
 
 
 def take_fd(pid: int, fd: int) -> int:
@@ -201,6 +213,43 @@ class Tenant:
         local = take_fd(pid, fd)
         try:
             return self.import_from(local)
+        finally:
+            os.close(local)
+
+    def export_many(
+        self, fd: int, device: int, most: int, index: int, count: int, handles: list[int]
+    ) -> dict[str, object]:
+        objects = {f"objects{i}": h for i, h in enumerate(handles)}
+        params = EXPORTS.pack(
+            fd=fd, hDevice=device, maxObjects=most, numObjects=count, index=index, **objects
+        )
+        status, _ = self.rm.control(
+            self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD, params
+        )
+        return {"status": status}
+
+    def import_many(
+        self, fd: int, index: int, count: int, parent: int = 0, *handles: int
+    ) -> dict[str, object]:
+        objects = {f"objects{i}": h for i, h in enumerate(handles)}
+        params = IMPORTS.pack(
+            fd=fd, hParent=parent or self.device, numObjects=count, index=index, **objects
+        )
+        status, out = self.rm.control(
+            self.client, self.client, abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD, params
+        )
+        values = IMPORTS.unpack(out)
+        shown = min(count, abi.IMPORT_OBJECTS_MAX)
+        return {
+            "status": status,
+            "handles": [values[f"objects{i}"] for i in range(shown)],
+            "types": [values[f"objectTypes{i}"] for i in range(shown)],
+        }
+
+    def import_many_remote(self, pid: int, fd: int, index: int, count: int) -> dict[str, object]:
+        local = take_fd(pid, fd)
+        try:
+            return self.import_many(local, index, count)
         finally:
             os.close(local)
 
@@ -401,6 +450,23 @@ class Tenant:
             return self.import_remote(args[0], args[1])
         if verb == "import_from":
             return self.import_from(*args)
+        if verb == "exports":
+            return self.export_many(*args[:5], handles=args[5:])
+        if verb == "imports":
+            return self.import_many(*args)
+        if verb == "imports_remote":
+            return self.import_many_remote(*args)
+        if verb == "device":
+            # RM lets a process at a GPU it holds open (deviceConstruct, osIsGpuAccessible).
+            gpu = os.open(f"/dev/nvidia{args[0]}", os.O_RDWR | os.O_CLOEXEC)
+            self.rm.register(gpu)
+            self.rm.fds.append(gpu)
+            params = struct.pack("<I", args[0]) + DEVICE_PARAMS[4:]
+            return {"handle": self.rm.new(self.client, self.client, 0x80, params)}
+        if verb == "alloc_under":
+            return self.alloc(args[1], device=args[0])
+        if verb == "sysalloc":
+            return self.alloc(args[0], cls=0x3E)
         if verb == "closefd":
             os.close(args[0])
             return {}

@@ -135,6 +135,16 @@ PAIRS: tuple[Pair, ...] = (
             **{m: "object.data.rmObject." + m for m in ("hDevice", "hParent", "hObject")},
         },
     ),
+    Pair(
+        "nv0000_export_objects_to_fd_params",
+        "NV0000_CTRL_OS_UNIX_EXPORT_OBJECTS_TO_FD_PARAMS",
+        SDK + "ctrl/ctrl0000/ctrl0000unix.h",
+    ),
+    Pair(
+        "nv0000_import_objects_from_fd_params",
+        "NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS",
+        SDK + "ctrl/ctrl0000/ctrl0000unix.h",
+    ),
     Pair("nvrm_export_dmabuf_fd", "nv_ioctl_export_to_dma_buf_fd_t", KOPEN + "nv-ioctl.h"),
     Pair(
         "nv00f8_alloc_params",
