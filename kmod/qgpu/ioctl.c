@@ -775,6 +775,41 @@ static void timeslice_carried_out(struct file *file, void __user *uarg,
 		qgpu_timeslice_kick();
 }
 
+/*
+ * A failed IMPORT_OBJECTS_FROM_FD frees, inside RM and with no RM_FREE for qgpu to see, every
+ * non-zero handle of objects[] before the failing slot: what it imported, and also an object of
+ * the caller's own named for a slot with nothing in it (os.c in src/nvidia/arch/nvalloc/unix/src:
+ * cliresCtrlCmdOsUnixImportObjectsFromFd_IMPL). After the call qgpu asks RM about each handle
+ * of its one copy and lets go of what RM no longer has (untrack_if_gone()). A tenant that
+ * rewrites objects[] before RM reads it leaves a record of something freed: charged too long,
+ * not missed.
+ */
+static long rm_import_objects(long (*orig)(struct file *, unsigned int, unsigned long),
+			      struct file *file, unsigned int cmd, unsigned long arg,
+			      const struct nvos54_params *p)
+{
+	struct nv0000_import_objects_from_fd_params *k;
+	unsigned int i, n;
+	long ret;
+
+	if (!qgpu_rmapi_available() || p->paramsSize != sizeof(*k))
+		return orig(file, cmd, arg);
+	k = kmalloc(sizeof(*k), GFP_KERNEL);
+	if (!k)
+		return orig(file, cmd, arg);
+	if (copy_from_user(k, u64_to_user_ptr(p->params), sizeof(*k))) {
+		kfree(k);
+		return orig(file, cmd, arg);
+	}
+	ret = orig(file, cmd, arg);
+	n = min_t(unsigned int, k->numObjects, ARRAY_SIZE(k->objects));
+	for (i = 0; i < n; i++)
+		if (k->objects[i])
+			untrack_if_gone(file, p->hClient, k->objects[i]);
+	kfree(k);
+	return ret;
+}
+
 static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 		       struct file *file, unsigned int cmd, unsigned long arg, void __user *uarg,
 		       u32 size)
@@ -789,11 +824,14 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 	if (size != sizeof(p) || copy_from_user(&p, uarg, sizeof(p)))
 		return orig(file, cmd, arg);
 	if (memory_export_control(p.cmd)) {
-		if (!memory_limited(qgpu_current_cgroup_id()))
-			return orig(file, cmd, arg);
-		answer(uarg, offsetof(struct nvos54_params, status),
-		       NV_ERR_INSUFFICIENT_PERMISSIONS);
-		return 0;
+		if (memory_limited(qgpu_current_cgroup_id())) {
+			answer(uarg, offsetof(struct nvos54_params, status),
+			       NV_ERR_INSUFFICIENT_PERMISSIONS);
+			return 0;
+		}
+		if (p.cmd == NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD)
+			return rm_import_objects(orig, file, cmd, arg, &p);
+		return orig(file, cmd, arg);
 	}
 	if (!qgpu_scheduling_control(p.cmd))
 		return orig(file, cmd, arg);

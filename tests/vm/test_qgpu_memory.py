@@ -221,6 +221,32 @@ def test_export_and_import_pass_through_for_an_unlimited_cgroup() -> None:
             assert used(client, cg) == 0
 
 
+def test_a_failed_plural_import_stops_charging_what_rm_freed_inside_it() -> None:
+    """A failed IMPORT_OBJECTS_FROM_FD frees, inside RM, the caller's own object it named for an
+    empty slot, with no RM_FREE (os.c's unwind; test_nvmock_export.py shows nvmock does it): qgpu
+    asks RM about the handles of its copy after the call and stops charging what is gone. In a
+    configured cgroup without a limit, where the plural controls pass."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50)
+        with mem_tenants(cg) as (tenant,):
+            first = tenant.ask("alloc", 4 * MIB)["handle"]
+            second = tenant.ask("alloc", 2 * MIB)["handle"]
+            own = tenant.ask("alloc", MIB)["handle"]
+            assert used(client, cg) == 7 * MIB
+            ctl = tenant.ask("newfd", "nvidiactl")["fd"]
+            exported = tenant.ask("exports", ctl, tenant.device, 3, 0, 3, first, 0, second)
+            assert exported["status"] == NvStatus.NV_OK
+            # Slot 0 imported where RM picks, slot 1 empty (own named), slot 2 at own: taken.
+            got = tenant.ask("imports", ctl, 0, 3, 0, 0, own, own)
+            assert got["status"] == NvStatus.NV_ERR_INSERT_DUPLICATE_NAME
+            assert tenant.ask("size", own)["status"] == NvStatus.NV_ERR_INVALID_OBJECT_HANDLE
+            assert used(client, cg) == 6 * MIB
+            for handle in (first, second):
+                assert tenant.ask("free", handle)["status"] == NvStatus.NV_OK
+            tenant.ask("closefd", ctl)
+            assert used(client, cg) == 0
+
+
 def test_another_files_client_is_never_charged() -> None:
     with qgpu_loaded() as client, cgroups(2) as (attacker, victim):
         client.set_cgroup(attacker.id, 0, "offline", 50, mem_limit=64 * MIB)
