@@ -12,12 +12,13 @@ Each read of the probe's launch counters spins ``map_read_us`` (the bcc batch re
 ``make bench probemaps``).
 
 Turns are the daemon's default minimum (400 ms since 2026-11-26); one more row runs the new loop at
-200 ms, the default before, in the same run. Target: <= 2 % of one core with 10 busy pods. Side by side, in the same run: the loop with the
-sensor polled every 25 ms as before (``fixed_poll_us``; the other changes of 2026-11-25, no
-record write per switch and no burst crumbs, are in both), the loop as it is (a look only when a
-turn can end or a pod can change), and the daemon with no enforcer (its probe and publishing
-alone: the floor). Shares are checked in virtual time (tests/unit/test_rm_enforcer.py), not here:
-a window of wall time cuts a 2 s period anywhere.
+200 ms, the default before, in the same run. Target: <= 2 % of one core with 10 busy pods. Side
+by side, in the same run: the loop with the sensor polled every 25 ms as before
+(``fixed_poll_us``; the other changes of 2026-11-25, no record write per switch and no burst
+crumbs, are in both), the loop as it is (a look only when a turn can end or a pod can change),
+and the daemon with no enforcer (its probe and publishing alone: the floor). Shares are checked
+in virtual time (tests/unit/test_rm_enforcer.py), not here: a window of wall time cuts a period
+anywhere.
 """
 
 from __future__ import annotations
