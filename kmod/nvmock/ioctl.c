@@ -351,6 +351,59 @@ static const struct escape_desc *find_escape(u32 nr, u32 size)
 	return NULL;
 }
 
+/*
+ * The escapes nvidia_ioctl answers itself (kernel-open/nvidia/nv.c: WAIT_OPEN_COMPLETE before
+ * its switch, then the switch's cases); every other one goes to rm_ioctl with the kernel copy.
+ */
+static bool answered_by_nv_c(u32 nr)
+{
+	switch (nr) {
+	case NV_ESC_WAIT_OPEN_COMPLETE:
+	case NV_ESC_QUERY_DEVICE_INTR:
+	case NV_ESC_CARD_INFO:
+	case NV_ESC_ATTACH_GPUS_TO_FD:
+	case NV_ESC_CHECK_VERSION_STR:
+	case NV_ESC_SYS_PARAMS:
+	case NV_ESC_NUMA_INFO:
+	case NV_ESC_SET_NUMA_STATUS:
+	case NV_ESC_EXPORT_TO_DMABUF_FD:
+		return true;
+	}
+	return false;
+}
+
+static long run_escape(struct file *file, const struct escape_desc *d, void *arg, u32 size)
+{
+	if (d->handler)
+		return d->handler(file, arg, size);
+	if (d->status_off >= 0)
+		*(u32 *)(arg + d->status_off) = NV_ERR_NOT_SUPPORTED;
+	return 0;
+}
+
+/**
+ * rm_ioctl() - the driver's RM entry, with the one kernel copy of a request's argument
+ * @sp: the driver's alternate stack (none in nvmock)
+ * @nv: the GPU's state (nvmock finds it from @nvfp)
+ * @nvfp: the open file
+ * @cmd: the escape number
+ * @data: nvidia_ioctl's kernel copy of the argument, copied back out after the call
+ * @size: its size
+ *
+ * Named and shaped as the driver's (src/nvidia/arch/nvalloc/unix/src/osapi.c: rm_ioctl, called
+ * from nv.c's nvidia_ioctl for every escape it does not answer itself), so that a probe on it
+ * sees in nvmock what it would see in nvidia.ko. It returns what the escape's handler returns
+ * (0 or a negative errno) where RM returns an NV_STATUS that nvidia_ioctl turns into -EINVAL.
+ *
+ * Return: 0, or a negative errno.
+ */
+noinline long rm_ioctl(void *sp, void *nv, struct file *nvfp, u32 cmd, void *data, u32 size)
+{
+	const struct escape_desc *d = find_escape(cmd, size);
+
+	return d ? run_escape(nvfp, d, data, size) : -EINVAL;
+}
+
 static long dispatch(struct file *file, u32 nr, u32 size, void __user *uarg)
 {
 	struct nvmock_file *nf = nvmock_file_of(file);
@@ -370,13 +423,10 @@ static long dispatch(struct file *file, u32 nr, u32 size, void __user *uarg)
 		kfree(arg);
 		return -EFAULT;
 	}
-	if (d->handler) {
-		ret = d->handler(file, arg, size);
-	} else {
-		if (d->status_off >= 0)
-			*(u32 *)(arg + d->status_off) = NV_ERR_NOT_SUPPORTED;
-		ret = 0;
-	}
+	if (answered_by_nv_c(nr))
+		ret = run_escape(file, d, arg, size);
+	else
+		ret = rm_ioctl(NULL, NULL, file, nr, arg, size);
 	if (copy_to_user(uarg, arg, size))
 		ret = -EFAULT;
 	kfree(arg);

@@ -254,6 +254,7 @@ int nvmock_mmap(struct file *file, struct vm_area_struct *vma);
 
 /* ioctl.c */
 long nvmock_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
+long rm_ioctl(void *sp, void *nv, struct file *nvfp, u32 cmd, void *data, u32 size);
 
 /* engine.c */
 int nvmock_engine_start(struct nvmock_gpu *gpu);

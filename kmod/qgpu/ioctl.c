@@ -810,6 +810,33 @@ static long rm_import_objects(long (*orig)(struct file *, unsigned int, unsigned
 	return ret;
 }
 
+/*
+ * An RM_CONTROL qgpu lets through, held to what qgpu read where its caller's cgroup is
+ * configured (rmprobe.c): a command, object or parameter block rewritten after qgpu's read
+ * reaches RM refused.
+ */
+static long passed_as_read(long (*orig)(struct file *, unsigned int, unsigned long),
+			   struct file *file, unsigned int cmd, unsigned long arg,
+			   const struct nvos54_params *p)
+{
+	u64 id = qgpu_current_cgroup_id();
+	struct qgpu_cg *cg;
+	bool configured;
+	int slot = -1;
+	long ret;
+
+	mutex_lock(&qgpu_lock);
+	cg = qgpu_cg_get(id, false);
+	configured = cg && (cg->configured || cg->mem_limit);
+	mutex_unlock(&qgpu_lock);
+	if (configured)
+		slot = qgpu_expect(NV_ESC_RM_CONTROL, p, offsetof(struct nvos54_params, status),
+				   offsetof(struct nvos54_params, status));
+	ret = orig(file, cmd, arg);
+	qgpu_expect_done(slot);
+	return ret;
+}
+
 static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 		       struct file *file, unsigned int cmd, unsigned long arg, void __user *uarg,
 		       u32 size)
@@ -834,7 +861,7 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 		return orig(file, cmd, arg);
 	}
 	if (!qgpu_scheduling_control(p.cmd))
-		return orig(file, cmd, arg);
+		return passed_as_read(orig, file, cmd, arg, &p);
 	/* A timeslice request's value, read once: the TSG's own from now on (timeslice.c). */
 	timeslice = p.cmd == NVA06C_CTRL_CMD_SET_TIMESLICE &&
 		    p.paramsSize == sizeof(struct nva06c_timeslice_params) &&
@@ -846,7 +873,7 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 	mutex_unlock(&qgpu_lock);
 	verdict = gated ? tenant_verdict(&p) : PASS;
 	if (verdict == PASS) {
-		ret = orig(file, cmd, arg);
+		ret = passed_as_read(orig, file, cmd, arg, &p);
 		if (timeslice && !ret)
 			timeslice_carried_out(file, uarg, &p, us);
 		return ret;

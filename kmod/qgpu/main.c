@@ -40,14 +40,16 @@ static int __init qgpu_init(void)
 	err = qgpu_sysfs_init();
 	if (err)
 		goto err_genl;
+	qgpu_rmprobe_init();
 	/* Last: tenants are policed only once everything they can reach is in place. */
 	err = qgpu_hook_init();
 	if (err)
-		goto err_sysfs;
+		goto err_rmprobe;
 	pr_info("hooked %s\n", qgpu_target);
 	return 0;
 
-err_sysfs:
+err_rmprobe:
+	qgpu_rmprobe_exit();
 	qgpu_sysfs_exit();
 err_genl:
 	qgpu_genl_exit();
@@ -63,6 +65,7 @@ err_rmapi:
 static void __exit qgpu_exit(void)
 {
 	qgpu_hook_exit();
+	qgpu_rmprobe_exit();
 	qgpu_sysfs_exit();
 	qgpu_genl_exit();
 	/*

@@ -145,6 +145,15 @@ extern unsigned int qgpu_nr_configured;
 /* hook.c */
 int qgpu_hook_init(void);
 void qgpu_hook_exit(void);
+
+/* rmprobe.c: the driver's own copy of a request checked against qgpu's. */
+#define QGPU_EXPECT_MAX	48
+int qgpu_rmprobe_init(void);
+void qgpu_rmprobe_exit(void);
+int qgpu_expect(u32 cmd, const void *arg, u32 len, u32 status_off);
+void qgpu_expect_done(int slot);
+u64 qgpu_rewrites(u64 *missed);
+void qgpu_rm_return(void);	/* rmprobe.c's asm: returns to rm_ioctl's caller */
 bool qgpu_hooked(void);
 
 /* ioctl.c: the ioctl, mmap and release wrappers' bodies */

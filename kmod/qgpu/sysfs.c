@@ -84,7 +84,27 @@ static ssize_t events_dropped_show(struct kobject *kobj, struct kobj_attribute *
 	return sysfs_emit(buf, "%llu\n", dropped);
 }
 
+/* Requests refused because the driver's copy differed from qgpu's, and those never checked. */
+static ssize_t rewrites_refused_show(struct kobject *kobj, struct kobj_attribute *attr,
+				     char *buf)
+{
+	u64 missed;
+
+	return sysfs_emit(buf, "%llu\n", qgpu_rewrites(&missed));
+}
+
+static ssize_t rewrites_unchecked_show(struct kobject *kobj, struct kobj_attribute *attr,
+				       char *buf)
+{
+	u64 missed;
+
+	qgpu_rewrites(&missed);
+	return sysfs_emit(buf, "%llu\n", missed);
+}
+
 static struct kobj_attribute version_attr = __ATTR_RO(version);
+static struct kobj_attribute rewrites_refused_attr = __ATTR_RO(rewrites_refused);
+static struct kobj_attribute rewrites_unchecked_attr = __ATTR_RO(rewrites_unchecked);
 static struct kobj_attribute rm_version_attr = __ATTR_RO(rm_version);
 static struct kobj_attribute events_sent_attr = __ATTR_RO(events_sent);
 static struct kobj_attribute events_dropped_attr = __ATTR_RO(events_dropped);
@@ -100,6 +120,8 @@ static struct attribute *root_attrs[] = {
 	&rm_version_attr.attr,
 	&events_sent_attr.attr,
 	&events_dropped_attr.attr,
+	&rewrites_refused_attr.attr,
+	&rewrites_unchecked_attr.attr,
 	NULL,
 };
 

@@ -51,6 +51,10 @@ and answers commands from stdin, one JSON object per line (its first line is its
                             flips (hRoot, hObjectParent, hObjectOld) between (second, second,
                             object) and (first, first, 0): what a forged free of the first
                             client looks like after the driver freed the object
+    race_export N HANDLE FD N RM_CONTROLs on this client, each read by qgpu as a harmless query
+                            (CLIENT_GET_HANDLE_INFO's command, 16 bytes of parameters) while a
+                            thread flips the command and size to OS_UNIX_EXPORT_OBJECT_TO_FD of
+                            HANDLE into FD (24 bytes, the same buffer): the statuses seen
     quit
 """
 
@@ -66,7 +70,7 @@ import threading
 import time
 
 from qpolicy.nvrm import abi
-from tests.vm.rmclient import NVOS00, NVOS64, Rm, ioctl, memory_params
+from tests.vm.rmclient import NVOS00, NVOS54, NVOS64, Rm, ioctl, memory_params
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 MIB = 1 << 20
@@ -313,6 +317,30 @@ class Tenant:
                     refused += 1
         return {"ok": ok, "refused": refused}
 
+    def race_export(self, rounds: int, handle: int, fd: int) -> dict[str, object]:
+        params = ctypes.create_string_buffer(
+            EXPORT.pack(type=1, hDevice=self.device, hParent=self.device, hObject=handle, fd=fd),
+            EXPORT.size,
+        )
+        query, export = (
+            abi.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO,
+            abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD,
+        )
+        buf = ctypes.create_string_buffer(NVOS54.size)
+        # cmd, flags, params and paramsSize: offsets 8 to 28, flipped as one.
+        harmless = struct.pack("<IIQI", query, 0, ctypes.addressof(params), 16)
+        forged = struct.pack("<IIQI", export, 0, ctypes.addressof(params), EXPORT.size)
+        statuses: dict[str, int] = {}
+        with Flipper(buf, 8, harmless, forged):
+            for _ in range(rounds):
+                struct.pack_into("<II", buf, 0, self.client, self.client)
+                ctypes.memmove(ctypes.addressof(buf) + 8, harmless, len(harmless))
+                struct.pack_into("<I", buf, 28, 0)
+                raw_ioctl(self.rm.ctl, abi.Escape.RM_CONTROL, buf)
+                status = str(struct.unpack_from("<I", buf, 28)[0])
+                statuses[status] = statuses.get(status, 0) + 1
+        return {"statuses": statuses}
+
     def unnamed(self, size: int) -> dict[str, object]:
         alloc = self.rm.alloc(self.client, self.device, 0x40, memory_params(size), handle=0)
         heap = self.vidheap(size, named=False)
@@ -484,6 +512,8 @@ class Tenant:
             return self.race_alloc(args[0], args[1])
         if verb == "race_free":
             return self.race_free(args[0])
+        if verb == "race_export":
+            return self.race_export(args[0], args[1], args[2])
         if verb == "realloc_during_free":
             return self.realloc_during_free(args[0], args[1], args[2])
         if verb == "free_during_alloc":

@@ -955,6 +955,8 @@ READ_ONLY_FILES = [
     SYSFS / "rm_version",
     SYSFS / "events_sent",
     SYSFS / "events_dropped",
+    SYSFS / "rewrites_refused",
+    SYSFS / "rewrites_unchecked",
 ]
 
 

@@ -13,7 +13,7 @@ from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import DEBUGFS, objects, reset
 from tests.vm.linetenant import LineTenant
-from tests.vm.qgpu_env import Cgroup, cgroups, qgpu_loaded, stats_of
+from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, qgpu_loaded, stats_of
 
 MIB = 1 << 20
 KIB_64 = 64 << 10
@@ -245,6 +245,28 @@ def test_a_failed_plural_import_stops_charging_what_rm_freed_inside_it() -> None
                 assert tenant.ask("free", handle)["status"] == NvStatus.NV_OK
             tenant.ask("closefd", ctl)
             assert used(client, cg) == 0
+
+
+def test_a_control_rewritten_after_qgpus_read_is_refused_on_the_drivers_copy() -> None:
+    """A memory-limited tenant's thread flips an RM_CONTROL between a query qgpu lets through and
+    an export to an fd (refused to it: the export would hold memory past the limit) while the
+    call is on its way. qgpu's probe on rm_ioctl compares the driver's copy with the one qgpu
+    read: whatever reached RM rewritten is refused there, so no export is ever made."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=64 * MIB)
+        with mem_tenants(cg) as (tenant,):
+            handle = tenant.ask("alloc", 8 * MIB)["handle"]
+            fd = tenant.ask("newfd", "nvidiactl")["fd"]
+            vidmem = objects()["vidmem"]
+            refused = int((SYSFS / "rewrites_refused").read_text())
+            out = tenant.ask("race_export", 3000, handle, fd)["statuses"]
+            # The race was run: calls reached the driver rewritten and were refused there.
+            assert int((SYSFS / "rewrites_refused").read_text()) > refused, out
+            assert int((SYSFS / "rewrites_unchecked").read_text()) == 0
+            # No export: RM's export client would hold a duplicate of the memory.
+            assert objects()["vidmem"] == vidmem, out
+            tenant.ask("closefd", fd)
+            assert used(client, cg) == 8 * MIB
 
 
 def test_another_files_client_is_never_charged() -> None:
