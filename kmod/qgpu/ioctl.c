@@ -811,25 +811,18 @@ static long rm_import_objects(long (*orig)(struct file *, unsigned int, unsigned
 }
 
 /*
- * An RM_CONTROL qgpu lets through, held to what qgpu read where its caller's cgroup is
- * configured (rmprobe.c): a command, object or parameter block rewritten after qgpu's read
- * reaches RM refused.
+ * An RM_CONTROL qgpu lets through, held to what qgpu read where @checked (its caller's cgroup
+ * is configured or memory-limited: rmprobe.c): a command, object or parameter block rewritten
+ * after qgpu's read reaches RM refused.
  */
 static long passed_as_read(long (*orig)(struct file *, unsigned int, unsigned long),
 			   struct file *file, unsigned int cmd, unsigned long arg,
-			   const struct nvos54_params *p)
+			   const struct nvos54_params *p, bool checked)
 {
-	u64 id = qgpu_current_cgroup_id();
-	struct qgpu_cg *cg;
-	bool configured;
 	int slot = -1;
 	long ret;
 
-	mutex_lock(&qgpu_lock);
-	cg = qgpu_cg_get(id, false);
-	configured = cg && (cg->configured || cg->mem_limit);
-	mutex_unlock(&qgpu_lock);
-	if (configured)
+	if (checked)
 		slot = qgpu_expect(NV_ESC_RM_CONTROL, p, offsetof(struct nvos54_params, status),
 				   offsetof(struct nvos54_params, status));
 	ret = orig(file, cmd, arg);
@@ -843,8 +836,8 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 {
 	struct nvos54_params p;
 	enum verdict verdict;
+	bool gated, checked, timeslice;
 	struct qgpu_cg *cg;
-	bool gated, timeslice;
 	u64 id, us = 0;
 	long ret;
 
@@ -860,20 +853,21 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 			return rm_import_objects(orig, file, cmd, arg, &p);
 		return orig(file, cmd, arg);
 	}
-	if (!qgpu_scheduling_control(p.cmd))
-		return passed_as_read(orig, file, cmd, arg, &p);
-	/* A timeslice request's value, read once: the TSG's own from now on (timeslice.c). */
-	timeslice = p.cmd == NVA06C_CTRL_CMD_SET_TIMESLICE &&
-		    p.paramsSize == sizeof(struct nva06c_timeslice_params) &&
-		    !copy_from_user(&us, u64_to_user_ptr(p.params), sizeof(us));
 	id = qgpu_current_cgroup_id();
 	mutex_lock(&qgpu_lock);
 	cg = qgpu_cg_get(id, false);
 	gated = cg && cg->configured;
+	checked = cg && (cg->configured || cg->mem_limit);
 	mutex_unlock(&qgpu_lock);
+	if (!qgpu_scheduling_control(p.cmd))
+		return passed_as_read(orig, file, cmd, arg, &p, checked);
+	/* A timeslice request's value, read once: the TSG's own from now on (timeslice.c). */
+	timeslice = p.cmd == NVA06C_CTRL_CMD_SET_TIMESLICE &&
+		    p.paramsSize == sizeof(struct nva06c_timeslice_params) &&
+		    !copy_from_user(&us, u64_to_user_ptr(p.params), sizeof(us));
 	verdict = gated ? tenant_verdict(&p) : PASS;
 	if (verdict == PASS) {
-		ret = passed_as_read(orig, file, cmd, arg, &p);
+		ret = passed_as_read(orig, file, cmd, arg, &p, checked);
 		if (timeslice && !ret)
 			timeslice_carried_out(file, uarg, &p, us);
 		return ret;

@@ -37,6 +37,8 @@ struct expect {
 
 static struct expect expects[EXPECT_SLOTS];
 static DEFINE_RAW_SPINLOCK(expect_lock);
+/* Slots taken: most rm_ioctl calls are of unconfigured callers, and none is then looked for. */
+static atomic_t expecting = ATOMIC_INIT(0);
 static atomic64_t rewritten = ATOMIC64_INIT(0);
 static atomic64_t unchecked = ATOMIC64_INIT(0);
 static bool probed;
@@ -75,6 +77,7 @@ int qgpu_expect(u32 cmd, const void *arg, u32 len, u32 status_off)
 			expects[i].len = len;
 			expects[i].status_off = status_off;
 			memcpy(expects[i].head, arg, len);
+			atomic_inc(&expecting);
 			break;
 		}
 	}
@@ -98,6 +101,7 @@ void qgpu_expect_done(int slot)
 		return;
 	raw_spin_lock_irqsave(&expect_lock, flags);
 	expects[slot].task = NULL;
+	atomic_dec(&expecting);
 	raw_spin_unlock_irqrestore(&expect_lock, flags);
 }
 
@@ -122,6 +126,9 @@ static int rm_ioctl_pre(struct kprobe *kp, struct pt_regs *regs)
 	unsigned long flags;
 	int i;
 
+	/* A task's own slot is taken before its call, so it sees its own count. */
+	if (!atomic_read(&expecting))
+		return 0;
 	raw_spin_lock_irqsave(&expect_lock, flags);
 	for (i = 0; i < EXPECT_SLOTS; i++) {
 		const struct expect *e = &expects[i];
