@@ -64,3 +64,81 @@ def test_the_run_on_the_gpu_is_reported_beside_the_latency_and_does_not_decide()
     verdict = gpu._online_verdict(TRAINER_8192, timed, report(solo_timed, timed, TRAINER_8192.name))
     assert "its run on the GPU p50 1.30x solo's" in verdict
     assert verdict.endswith(": meets") and plain.endswith(": meets")
+
+
+class _RecordingTorch:
+    """What matmul.requests submits, in order (no GPU: the calls are only written down)."""
+
+    bfloat16 = "bfloat16"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        outer = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                pass
+
+            def record(self) -> None:
+                outer.calls.append("event")
+
+            def elapsed_time(self, other: object) -> float:
+                return 0.2
+
+        class Cuda:
+            @staticmethod
+            def synchronize() -> None:
+                outer.calls.append("sync")
+
+        self.cuda = Cuda
+        self.cuda.Event = Event  # type: ignore[attr-defined]
+
+    def randn(self, *shape: int, device: str = "cpu", dtype: object = None) -> object:
+        return object()
+
+    def matmul(self, a: object, b: object) -> object:
+        self.calls.append("matmul")
+        return a
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_a_plain_request_submits_the_matmul_alone(plain: bool) -> None:
+    """--online-plain: no timing event is submitted beside a request's matmul (an event is work
+    of its own on the channel, a gap the GPU can switch away in); timed requests keep both."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "matmul.py"
+    spec = importlib.util.spec_from_file_location("bench_matmul", path)
+    assert spec and spec.loader
+    matmul = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(matmul)
+    torch = _RecordingTorch()
+    out = matmul.requests(torch, 64, 0.05, 100.0, plain=plain)
+    requests = out["requests"]
+    assert requests >= 2
+    per_request = torch.calls[-3:] if plain else torch.calls[-4:]
+    if plain:
+        assert "event" not in torch.calls and "runs_ms" not in out and out["plain"]
+        assert per_request == ["sync", "matmul", "sync"]
+    else:
+        assert per_request == ["event", "matmul", "event", "sync"]
+        assert len(out["runs_ms"]) == requests and out["run_p50_ms"] == 0.2
+    assert len(out["latencies_ms"]) == requests
+
+
+def test_the_bench_passes_plain_to_online_streams_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+
+    class Popen:
+        def __init__(self, argv: list[str], **_: object) -> None:
+            seen.append(argv)
+
+    monkeypatch.setattr(gpu.subprocess, "Popen", Popen)
+    monkeypatch.setattr(gpu, "ONLINE_ARGS", ["--plain"])
+    cgroups = gpu.Cgroups(root=__import__("pathlib").Path("/tmp/qpolicy-bench-test-cg"))
+    for pod in TRAINER_2048.pods:
+        gpu.spawn(pod, 0, 1.0, 0.0, cgroups, {})
+    online, trainer = seen
+    assert "--plain" in online and "--plain" not in trainer
+    cgroups.clean()

@@ -124,6 +124,8 @@ SCENARIOS = (
 
 # Extra arguments for every daemon the bench starts (--daemon-arg): a lever tried as is.
 DAEMON_ARGS: list[str] = []
+# Extra arguments for every online request stream (--online-plain: no timing events).
+ONLINE_ARGS: list[str] = []
 
 
 def free_port() -> int:
@@ -166,7 +168,7 @@ def spawn(
 ) -> subprocess.Popen[str]:
     argv = [sys.executable, str(MATMUL), "--n", str(pod.n or n), "--label", pod.name]
     if pod.requests_hz:
-        argv += ["--requests-hz", str(pod.requests_hz)]
+        argv += ["--requests-hz", str(pod.requests_hz), *ONLINE_ARGS]
     if pod.late:
         argv += ["--start-at", str(start_at + seconds / 2), "--seconds", str(seconds / 2)]
     else:
@@ -591,6 +593,12 @@ def main() -> int:
         help="one more argument for every qpolicy daemon, e.g. --daemon-arg=--min-turn-ms=400",
     )
     parser.add_argument(
+        "--online-plain",
+        action="store_true",
+        help="online requests without the CUDA events that time their run on the GPU (the "
+        "events are submitted apart from the matmul, a gap the GPU can switch away in)",
+    )
+    parser.add_argument(
         "--profile-daemon",
         action="store_true",
         help="run each daemon under cProfile; its profile is kept next to --out",
@@ -603,6 +611,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     DAEMON_ARGS.extend(args.daemon_arg)
+    if args.online_plain:
+        ONLINE_ARGS.append("--plain")
     if args.table:
         print("\n".join(table(json.loads(Path(args.table).read_text()))))
         return 0
@@ -620,6 +630,7 @@ def main() -> int:
             check=False,
         ).stdout.strip(),
         "seconds": args.seconds,
+        "online_plain": args.online_plain,
         "solo_it_per_s": {},
         "scenarios": {},
     }
