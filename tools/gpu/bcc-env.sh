@@ -5,6 +5,8 @@
 # libllvm14 python3-bpfcc libbpf1 libz3-4 linux-headers-6.1.0-56-common
 # linux-headers-6.1.0-56-cloud-amd64, into $DEBS. bcc 0.26 compiles tracepoint and uprobe programs
 # against Debian's 6.1 headers on newer kernels: tracepoint layouts are read from tracefs.
+# $DEBS may instead hold the same packages already unpacked, as one *.tar.xz of their root (smaller
+# to carry: one solid archive, without their docs).
 # shellcheck shell=bash
 qpolicy_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONPATH="$qpolicy_root${PYTHONPATH:+:$PYTHONPATH}"
@@ -12,7 +14,8 @@ if ! python3 -c 'import bcc' 2>/dev/null; then
     DEBS=${DEBS:-$qpolicy_root/.gpu-carry/debs}
     ROOT=${BCC_ROOT:-/tmp/bccroot}
     mkdir -p "$ROOT"
-    for deb in "$DEBS"/*.deb; do dpkg -x "$deb" "$ROOT"; done
+    for deb in "$DEBS"/*.deb; do [ -e "$deb" ] && dpkg -x "$deb" "$ROOT"; done
+    for tree in "$DEBS"/*.tar.xz; do [ -e "$tree" ] && tar -C "$ROOT" -xJf "$tree"; done
     release=$(uname -r)
     trees=("$ROOT"/usr/src/linux-headers-*-cloud-amd64)
     headers=${trees[0]}
