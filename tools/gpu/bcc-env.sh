@@ -14,8 +14,12 @@ if ! python3 -c 'import bcc' 2>/dev/null; then
     DEBS=${DEBS:-$qpolicy_root/.gpu-carry/debs}
     ROOT=${BCC_ROOT:-/tmp/bccroot}
     mkdir -p "$ROOT"
-    for deb in "$DEBS"/*.deb; do [ -e "$deb" ] && dpkg -x "$deb" "$ROOT"; done
-    for tree in "$DEBS"/*.tar.xz; do [ -e "$tree" ] && tar -C "$ROOT" -xJf "$tree"; done
+    for deb in "$DEBS"/*.deb; do
+        if [ -e "$deb" ]; then dpkg -x "$deb" "$ROOT"; fi
+    done
+    for tree in "$DEBS"/*.tar.xz; do
+        if [ -e "$tree" ]; then tar -C "$ROOT" -xJf "$tree"; fi
+    done
     release=$(uname -r)
     trees=("$ROOT"/usr/src/linux-headers-*-cloud-amd64)
     headers=${trees[0]}
