@@ -42,8 +42,8 @@ def doctor(
         typer.Option(
             "--levers",
             metavar="A,B",
-            help="Only these levers (comma-separated; default all): "
-            + ", ".join(lever.name for lever in LEVERS),
+            help="Only these levers, besides the solo and native baselines, which are always "
+            "measured (comma-separated; default all): " + ", ".join(lever.name for lever in LEVERS),
             show_default=False,
         ),
     ] = None,

@@ -152,7 +152,10 @@ class Doctor:
             report["preemption_modes"] = modes
             report["originals"] = [call.to_json() for call in originals]
             for lever in LEVERS:
-                if lever.name not in config.levers:
+                # The baselines are what every lever is judged against: --levers only picks
+                # among the others (a run without native could recommend nothing, and its
+                # cache would replace a good one with that).
+                if lever.name not in config.levers and lever.kind != "baseline":
                     continue
                 if lever.new_trainer:
                     objects = self._new_trainer(objects)

@@ -275,3 +275,14 @@ def test_the_command_refuses_what_cannot_work(tmp_path: Path) -> None:
         "qpolicy doctor needs root" if os.geteuid() != 0 else "qpolicy doctor needs an NVIDIA GPU"
     )
     assert no_gpu.stderr.startswith(f"qpolicy: error: {expected}")
+
+
+def test_a_run_of_chosen_levers_still_measures_the_baselines(fake_torch: None) -> None:
+    """--levers timeslice-1us on a GPU host (2026-11-26, call R) measured no native phase, so
+    the doctor recommended nothing and its cache turned the daemon back to the engine's pair."""
+    rm = FakeRm()
+    lab, _ = lab_with(rm)
+    config = DoctorConfig(gpu=0, hz=200, phase_s=0.3, settle_s=0.1, levers=("timeslice-1us",))
+    report = Doctor(lab, config).run({"index": 0})
+    assert [p["lever"] for p in report["phases"]] == ["solo", "native", "timeslice-1us"]
+    assert report["recommendation"].get("why") != "no native baseline was measured"
