@@ -23,6 +23,10 @@
 #define CHANNEL_USERD_MEM_OFF	offsetof(struct nv_channel_alloc_params, hUserdMemory)
 #define CHANNEL_USERD_OFF_OFF	offsetof(struct nv_channel_alloc_params, userdOffset)
 
+/* NVOS32: what qgpu decides on (through ALLOC_SIZE's size), and what it reads of the answer. */
+#define VID_HEAP_CHECKED	offsetofend(struct nvos32_params, size)
+#define VID_HEAP_ANSWER		offsetofend(struct nvos32_params, hMemory)
+
 struct rm_alloc {
 	u32 hroot, hparent, hnew, hclass;
 	u64 params;
@@ -30,30 +34,36 @@ struct rm_alloc {
 	unsigned int status_off;
 };
 
-static int read_alloc(void __user *uarg, u32 size, struct rm_alloc *a)
-{
-	union {
-		struct nvos21_params v21;
-		struct nvos64_params v64;
-	} p;
+/* An RM_ALLOC's argument as the caller sent it: NVOS21 or NVOS64, by its size. */
+union alloc_args {
+	struct nvos21_params v21;
+	struct nvos64_params v64;
+};
 
-	if (size != sizeof(p.v21) && size != sizeof(p.v64))
-		return -EINVAL;
-	if (copy_from_user(&p, uarg, size))
-		return -EFAULT;
-	/* The first five fields of NVOS64 are NVOS21's. */
-	a->hroot = p.v21.hRoot;
-	a->hparent = p.v21.hObjectParent;
-	a->hnew = p.v21.hObjectNew;
-	a->hclass = p.v21.hClass;
-	a->params = p.v21.pAllocParms;
-	if (size == sizeof(p.v21)) {
-		a->status = p.v21.status;
+/* The first five fields of NVOS64 are NVOS21's. */
+static void parse_alloc(const union alloc_args *p, u32 size, struct rm_alloc *a)
+{
+	a->hroot = p->v21.hRoot;
+	a->hparent = p->v21.hObjectParent;
+	a->hnew = p->v21.hObjectNew;
+	a->hclass = p->v21.hClass;
+	a->params = p->v21.pAllocParms;
+	if (size == sizeof(p->v21)) {
+		a->status = p->v21.status;
 		a->status_off = offsetof(struct nvos21_params, status);
 	} else {
-		a->status = p.v64.status;
+		a->status = p->v64.status;
 		a->status_off = offsetof(struct nvos64_params, status);
 	}
+}
+
+static int read_alloc(void __user *uarg, u32 size, union alloc_args *p, struct rm_alloc *a)
+{
+	if (size != sizeof(p->v21) && size != sizeof(p->v64))
+		return -EINVAL;
+	if (copy_from_user(p, uarg, size))
+		return -EFAULT;
+	parse_alloc(p, size, a);
 	return 0;
 }
 
@@ -335,6 +345,17 @@ static bool believe(struct file *file, u64 caller, const struct rm_fact *f, u64 
 }
 
 /*
+ * Whether a call of (or charged to) @cg reaches RM only as qgpu read it, and qgpu learns what
+ * RM answered from the driver's copy (rmprobe.c): where the cgroup is configured or has a
+ * memory limit. Every other caller's calls go as before, unprobed.
+ * Context: qgpu_lock held.
+ */
+static bool checked_cg(const struct qgpu_cg *cg)
+{
+	return cg && (cg->configured || cg->mem_limit);
+}
+
+/*
  * An object whose handle RM is left to pick: a zero handle makes RM generate one and write it
  * back (clientAssignResourceHandle, src/nvidia/src/libraries/resserv/src/rs_client.c, for
  * serverAllocResource and serverCopyResource). That handle is known only from the tenant's
@@ -355,10 +376,11 @@ static bool unnamed_refused(const struct qgpu_cg *cg, u32 hnew, bool client)
  * left for RM to name is refused to a configured cgroup (unnamed_refused()). Fabric memory is
  * refused to a memory-limited cgroup (its export escapes qgpu), and memory asked for past the
  * limit is refused before RM rounds it up. Memory let through is reserved in @resv (gate.c),
- * for the caller to settle once RM answered.
+ * for the caller to settle once RM answered. @checked says, on the same lookup, whether the
+ * call is to reach RM only as qgpu read it (checked()).
  */
 static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hnew, u32 hclass,
-			u64 asked, u64 *cg_id, struct qgpu_resv *resv)
+			u64 asked, u64 *cg_id, struct qgpu_resv *resv, bool *checked)
 {
 	struct qgpu_client *client;
 	struct qgpu_cg *cg;
@@ -367,6 +389,7 @@ static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hnew, u32 
 	mutex_lock(&qgpu_lock);
 	client = is_client_class(hclass) ? NULL : qgpu_client_find(hroot);
 	cg = client ? client->cg : qgpu_cg_get(caller, false);
+	*checked = checked_cg(cg) || checked_cg(qgpu_cg_get(caller, false));
 	if (client && client->file != file) {
 		cg = qgpu_cg_get(caller, false);
 		if (qgpu_mem_class(hclass))
@@ -408,11 +431,14 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 	struct rm_charge how = { 0 };
 	struct rm_alloc a, after;
 	struct rm_pair pairs[2];
-	bool kick, have_after;
+	bool kick, have_after, checked;
+	enum qgpu_reply reply;
+	union alloc_args raw;
+	int slot = -1;
 	u32 refusal;
 	long ret;
 
-	if (read_alloc(uarg, size, &a))
+	if (read_alloc(uarg, size, &raw, &a))
 		return orig(file, cmd, arg);
 	/* Read once, to refuse early only: what is charged is what RM allocated. */
 	if (a.hclass == NV01_MEMORY_LOCAL_USER && a.params &&
@@ -431,14 +457,32 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 		how.userd_off = 0;
 	}
 
-	refusal = refuse_early(file, caller, a.hroot, a.hnew, a.hclass, asked, &cg_id, &resv);
+	refusal = refuse_early(file, caller, a.hroot, a.hnew, a.hclass, asked, &cg_id, &resv,
+			       &checked);
 	if (refusal != NV_OK) {
 		answer(uarg, a.status_off, refusal);
 		return 0;
 	}
+	/* Everything before the status reaches RM as qgpu read it, or not at all (rmprobe.c). */
+	if (checked)
+		slot = qgpu_expect(NV_ESC_RM_ALLOC, &raw, a.status_off, a.status_off);
 	ret = orig(file, cmd, arg);
-	/* A failed copy-out (-EFAULT) may follow a call RM carried out: ask RM all the same. */
-	have_after = read_alloc(uarg, size, &after) == 0;
+	reply = qgpu_expect_done(slot, &raw, size);
+	if (reply == QGPU_REPLY_NONE) {
+		settle(&resv);
+		return ret;
+	}
+	/*
+	 * What RM wrote back, from the driver's copy where it was kept, else from the caller's
+	 * memory: a failed copy-out (-EFAULT) may follow a call RM carried out, so RM is asked all
+	 * the same.
+	 */
+	if (reply == QGPU_REPLY_RM) {
+		parse_alloc(&raw, size, &after);
+		have_after = true;
+	} else {
+		have_after = read_alloc(uarg, size, &raw, &after) == 0;
+	}
 	if (qgpu_rmapi_available()) {
 		pairs[0] = (struct rm_pair){ a.hroot, a.hnew };
 		pairs[1] = have_after ? (struct rm_pair){ after.hroot, after.hnew } :
@@ -478,8 +522,10 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 	struct qgpu_resv resv = { 0 };
 	struct rm_charge how = { 0 };
 	struct rm_pair pairs[2];
+	enum qgpu_reply reply;
+	bool vidmem, checked;
+	int slot = -1;
 	u32 refusal;
-	bool vidmem;
 	u32 named;
 	long ret;
 
@@ -505,14 +551,27 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 		k->flags & NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED ? k->hMemory : 0;
 	refusal = refuse_early(file, caller, k->hRoot, named,
 			       vidmem ? NV01_MEMORY_LOCAL_USER : NV01_MEMORY_SYSTEM, asked, &cg_id,
-			       &resv);
+			       &resv, &checked);
 	if (refusal != NV_OK) {
 		answer(uarg, status_off, refusal);
 		kfree(k);
 		return 0;
 	}
+	/*
+	 * Checked up to ALLOC_SIZE's size: the function, flags, attr, hMemory and size qgpu read
+	 * (the status in between too, which the caller has no reason to rewrite).
+	 */
+	if (checked)
+		slot = qgpu_expect(NV_ESC_RM_VID_HEAP_CONTROL, k, VID_HEAP_CHECKED, status_off);
 	ret = orig(file, cmd, arg);
-	if (copy_from_user(after, uarg, sizeof(*after)))
+	memset(after, 0, sizeof(*after));
+	reply = qgpu_expect_done(slot, after, VID_HEAP_ANSWER);
+	if (reply == QGPU_REPLY_NONE) {
+		settle(&resv);
+		kfree(k);
+		return ret;
+	}
+	if (reply == QGPU_REPLY_UNKNOWN && copy_from_user(after, uarg, sizeof(*after)))
 		memset(after, 0, sizeof(*after));
 	if (qgpu_rmapi_available()) {
 		pairs[0] = (struct rm_pair){ k->hRoot, k->hMemory };
@@ -551,9 +610,11 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
 	u64 caller = qgpu_current_cgroup_id();
 	struct nvos55_params k, after;
 	struct rm_charge how = { 0 };
+	bool have_after, dup, checked;
+	enum qgpu_reply reply;
 	struct rm_pair pair;
-	bool have_after, dup;
 	struct qgpu_cg *cg;
+	int slot = -1;
 	bool refused;
 	long ret;
 	int i;
@@ -567,16 +628,21 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
 		  (!qgpu_rmapi_available() && cg && cg->mem_limit);
 	if (refused)
 		cg->denied++;
+	checked = checked_cg(cg);
 	mutex_unlock(&qgpu_lock);
 	if (refused) {
 		answer(uarg, status_off, NV_ERR_INSUFFICIENT_PERMISSIONS);
 		qgpu_event(QGPU_EVENT_DENIED, caller, 0);
 		return 0;
 	}
-	if (!qgpu_rmapi_available())
-		return orig(file, cmd, arg);
+	/* The handles qgpu read reach RM as they are (a named hObject stays named). */
+	if (checked)
+		slot = qgpu_expect(NV_ESC_RM_DUP_OBJECT, &k, status_off, status_off);
 	ret = orig(file, cmd, arg);
-	have_after = !copy_from_user(&after, uarg, sizeof(after));
+	reply = qgpu_expect_done(slot, &after, sizeof(after));
+	if (!qgpu_rmapi_available() || reply == QGPU_REPLY_NONE)
+		return ret;
+	have_after = reply == QGPU_REPLY_RM || !copy_from_user(&after, uarg, sizeof(after));
 	for (i = 0; i < 2; i++) {
 		const struct nvos55_params *p = i ? &after : &k;
 
@@ -645,8 +711,12 @@ static void untrack_if_gone(struct file *file, u32 hclient, u32 hobject)
 static long rm_free(long (*orig)(struct file *, unsigned int, unsigned long), struct file *file,
 		    unsigned int cmd, unsigned long arg, void __user *uarg, u32 size)
 {
+	const unsigned int status_off = offsetof(struct nvos00_params, status);
+	u64 caller = qgpu_current_cgroup_id();
 	struct nvos00_params k, after;
-	bool have_after;
+	bool have_after, checked;
+	enum qgpu_reply reply;
+	int slot = -1;
 	long ret;
 
 	if (size != sizeof(k) || copy_from_user(&k, uarg, sizeof(k)))
@@ -654,9 +724,16 @@ static long rm_free(long (*orig)(struct file *, unsigned int, unsigned long), st
 	/* RM tears down its mappings of what it frees: qgpu stops reading them first. */
 	mutex_lock(&qgpu_lock);
 	qgpu_userd_forget(k.hRoot, k.hObjectOld);
+	checked = checked_cg(qgpu_cg_get(caller, false));
 	mutex_unlock(&qgpu_lock);
+	/* RM frees what qgpu stopped reading, or nothing. */
+	if (checked)
+		slot = qgpu_expect(NV_ESC_RM_FREE, &k, status_off, status_off);
 	ret = orig(file, cmd, arg);
-	have_after = !copy_from_user(&after, uarg, sizeof(after));
+	reply = qgpu_expect_done(slot, &after, sizeof(after));
+	if (reply == QGPU_REPLY_NONE)
+		return ret;
+	have_after = reply == QGPU_REPLY_RM || !copy_from_user(&after, uarg, sizeof(after));
 	if (qgpu_rmapi_available()) {
 		untrack_if_gone(file, k.hRoot, k.hObjectOld);
 		if (have_after && (after.hRoot != k.hRoot || after.hObjectOld != k.hObjectOld))
@@ -759,14 +836,20 @@ static enum verdict tenant_verdict(const struct nvos54_params *p)
  * set there is gone (a request sent just before its cgroup was configured can land after qgpu's).
  */
 static void timeslice_carried_out(struct file *file, void __user *uarg,
-				  const struct nvos54_params *p, u64 us)
+				  const struct nvos54_params *p, u64 us, enum qgpu_reply reply,
+				  const struct nvos54_params *answered)
 {
 	u32 __user *ustatus = (u32 __user *)((u8 __user *)uarg +
 					     offsetof(struct nvos54_params, status));
 	bool tracked;
 	u32 status;
 
-	if (get_user(status, ustatus) || status != NV_OK)
+	/* RM's status where the driver's copy was kept; else the caller's memory says. */
+	if (reply == QGPU_REPLY_RM)
+		status = answered->status;
+	else if (reply == QGPU_REPLY_NONE || get_user(status, ustatus))
+		return;
+	if (status != NV_OK)
 		return;
 	mutex_lock(&qgpu_lock);
 	tracked = qgpu_timeslice_tenant(file, p->hClient, p->hObject, us, true);
@@ -813,12 +896,15 @@ static long rm_import_objects(long (*orig)(struct file *, unsigned int, unsigned
 /*
  * An RM_CONTROL qgpu lets through, held to what qgpu read where @checked (its caller's cgroup
  * is configured or memory-limited: rmprobe.c): a command, object or parameter block rewritten
- * after qgpu's read reaches RM refused.
+ * after qgpu's read reaches RM refused. Where @answered is given, it gets RM's answer from the
+ * driver's copy, and the reply says whether it did (qgpu_expect_done()).
  */
 static long passed_as_read(long (*orig)(struct file *, unsigned int, unsigned long),
 			   struct file *file, unsigned int cmd, unsigned long arg,
-			   const struct nvos54_params *p, bool checked)
+			   const struct nvos54_params *p, bool checked,
+			   struct nvos54_params *answered, enum qgpu_reply *reply)
 {
+	enum qgpu_reply got;
 	int slot = -1;
 	long ret;
 
@@ -826,7 +912,9 @@ static long passed_as_read(long (*orig)(struct file *, unsigned int, unsigned lo
 		slot = qgpu_expect(NV_ESC_RM_CONTROL, p, offsetof(struct nvos54_params, status),
 				   offsetof(struct nvos54_params, status));
 	ret = orig(file, cmd, arg);
-	qgpu_expect_done(slot);
+	got = qgpu_expect_done(slot, answered, answered ? sizeof(*answered) : 0);
+	if (reply)
+		*reply = got;
 	return ret;
 }
 
@@ -834,7 +922,8 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 		       struct file *file, unsigned int cmd, unsigned long arg, void __user *uarg,
 		       u32 size)
 {
-	struct nvos54_params p;
+	struct nvos54_params p, answered;
+	enum qgpu_reply reply;
 	enum verdict verdict;
 	bool gated, checked, timeslice;
 	struct qgpu_cg *cg;
@@ -860,16 +949,16 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 	checked = cg && (cg->configured || cg->mem_limit);
 	mutex_unlock(&qgpu_lock);
 	if (!qgpu_scheduling_control(p.cmd))
-		return passed_as_read(orig, file, cmd, arg, &p, checked);
+		return passed_as_read(orig, file, cmd, arg, &p, checked, NULL, NULL);
 	/* A timeslice request's value, read once: the TSG's own from now on (timeslice.c). */
 	timeslice = p.cmd == NVA06C_CTRL_CMD_SET_TIMESLICE &&
 		    p.paramsSize == sizeof(struct nva06c_timeslice_params) &&
 		    !copy_from_user(&us, u64_to_user_ptr(p.params), sizeof(us));
 	verdict = gated ? tenant_verdict(&p) : PASS;
 	if (verdict == PASS) {
-		ret = passed_as_read(orig, file, cmd, arg, &p, checked);
+		ret = passed_as_read(orig, file, cmd, arg, &p, checked, &answered, &reply);
 		if (timeslice && !ret)
-			timeslice_carried_out(file, uarg, &p, us);
+			timeslice_carried_out(file, uarg, &p, us, reply, &answered);
 		return ret;
 	}
 	mutex_lock(&qgpu_lock);

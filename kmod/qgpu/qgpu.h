@@ -146,13 +146,26 @@ extern unsigned int qgpu_nr_configured;
 int qgpu_hook_init(void);
 void qgpu_hook_exit(void);
 
-/* rmprobe.c: the driver's own copy of a request checked against qgpu's. */
-#define QGPU_EXPECT_MAX	48
+/*
+ * rmprobe.c: the driver's own copy of a request checked against qgpu's, and its answer kept.
+ * QGPU_EXPECT_MAX covers NVOS32 up to its ALLOC_SIZE size; QGPU_ANSWER_MAX covers NVOS33 with
+ * its fd (and the first fields of NVOS32, through hMemory).
+ */
+#define QGPU_EXPECT_MAX	96
+#define QGPU_ANSWER_MAX	56
+
+enum qgpu_reply {
+	QGPU_REPLY_UNKNOWN,	/* no answer kept: read the caller's memory */
+	QGPU_REPLY_NONE,	/* RM was not reached */
+	QGPU_REPLY_RM,		/* the answer is RM's, from the driver's copy */
+};
+
 int qgpu_rmprobe_init(void);
 void qgpu_rmprobe_exit(void);
 int qgpu_expect(u32 cmd, const void *arg, u32 len, u32 status_off);
-void qgpu_expect_done(int slot);
+enum qgpu_reply qgpu_expect_done(int slot, void *answer, u32 len);
 u64 qgpu_rewrites(u64 *missed);
+u64 qgpu_rmprobe_answers_missed(void);
 void qgpu_rm_return(void);	/* rmprobe.c's asm: returns to rm_ioctl's caller */
 bool qgpu_hooked(void);
 

@@ -1,16 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * qgpu: what RM carries out is what qgpu decided on.
+ * qgpu: what RM carries out is what qgpu decided on, and what qgpu learns of it is what RM
+ * answered.
  *
  * nvidia_ioctl (kernel-open/nvidia/nv.c) copies a request's argument into the kernel once and
  * hands that copy to rm_ioctl (src/nvidia/arch/nvalloc/unix/src/osapi.c) for every escape it
  * does not answer itself. qgpu's hook on the ioctl handler runs before that copy is taken and
  * decides on a copy of its own: a tenant thread that rewrites its buffer in between would have
  * RM carry out a request qgpu never looked at (an export past a memory limit, a scheduling
- * control past the tenant guard). The hook leaves the part of the argument it decided on here,
- * per task, for the length of the driver's call; a kprobe on rm_ioctl compares it with the
- * driver's copy and, where they differ, answers the request NV_ERR_INSUFFICIENT_PERMISSIONS in
- * that copy (nvidia_ioctl copies it back out) without calling RM.
+ * control past the tenant guard, an object at a handle qgpu never asks RM about). The hook
+ * leaves the part of the argument it decided on here, per task, for the length of the driver's
+ * call; a kprobe on rm_ioctl compares it with the driver's copy and, where they differ, answers
+ * the request NV_ERR_INSUFFICIENT_PERMISSIONS in that copy (nvidia_ioctl copies it back out)
+ * without calling RM.
+ *
+ * The answer comes back the same way: nvidia_ioctl copies the driver's copy out to the tenant
+ * after rm_ioctl returns, where a tenant thread may rewrite it before qgpu reads it. A kretprobe
+ * on the same rm_ioctl keeps the first bytes of the driver's copy as RM left them, and
+ * qgpu_expect_done() hands them to the hook in place of a second fetch of tenant memory.
+ *
+ * The two probes sit on one address, so kprobes aggregates them and runs their entry handlers
+ * one after the other, in an order this file does not rely on: where the refusal runs first it
+ * returns past rm_ioctl and the kretprobe's entry handler never runs (no return instance);
+ * where the kretprobe's runs first, the refusal's return goes through the kretprobe trampoline
+ * and the return handler sees the slot marked refused and keeps nothing.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -32,7 +45,12 @@ struct expect {
 	u32 cmd;
 	u32 len;
 	u32 status_off;
+	bool entered;			/* rm_ioctl was called with it */
+	bool refused;			/* and answered by rm_ioctl_pre(), not RM */
+	bool answered;			/* answer holds the driver's copy as rm_ioctl left it */
+	u32 answer_len;
 	u8 head[QGPU_EXPECT_MAX];
+	u8 answer[QGPU_ANSWER_MAX];
 };
 
 static struct expect expects[EXPECT_SLOTS];
@@ -42,6 +60,7 @@ static atomic_t expecting = ATOMIC_INIT(0);
 static atomic64_t rewritten = ATOMIC64_INIT(0);
 static atomic64_t unchecked = ATOMIC64_INIT(0);
 static bool probed;
+static bool answering;		/* the kretprobe is in place */
 
 /* Where a refused request resumes: the caller of rm_ioctl, with the return value in ax. */
 asm(".pushsection .text\n"
@@ -58,6 +77,8 @@ asm(".pushsection .text\n"
  * @arg: qgpu's copy of its argument, from the start
  * @len: how many bytes of it qgpu decided on (at most QGPU_EXPECT_MAX)
  * @status_off: where its status is, for a refusal
+ *
+ * The calling task may hold one slot at a time, around one call into the driver.
  *
  * Context: process context, no lock held; clear with qgpu_expect_done() after the call.
  * Return: a slot for qgpu_expect_done(), or -1 where nothing is checked (no probe, no slot).
@@ -76,6 +97,9 @@ int qgpu_expect(u32 cmd, const void *arg, u32 len, u32 status_off)
 			expects[i].cmd = cmd;
 			expects[i].len = len;
 			expects[i].status_off = status_off;
+			expects[i].entered = false;
+			expects[i].refused = false;
+			expects[i].answered = false;
 			memcpy(expects[i].head, arg, len);
 			atomic_inc(&expecting);
 			break;
@@ -92,22 +116,49 @@ int qgpu_expect(u32 cmd, const void *arg, u32 len, u32 status_off)
 /**
  * qgpu_expect_done() - the driver's call that qgpu_expect() was for has returned
  * @slot: what qgpu_expect() returned
+ * @answer: where to put the first @len bytes of the driver's copy as RM left it, or NULL
+ * @len: how many (at most QGPU_ANSWER_MAX)
+ *
+ * Context: process context, no lock held.
+ * Return: QGPU_REPLY_RM where @answer holds RM's answer; QGPU_REPLY_NONE where RM was not
+ * reached (the request was refused in rm_ioctl as rewritten); QGPU_REPLY_UNKNOWN where qgpu
+ * cannot tell: no slot, no kretprobe, its return instance missed (counted in qgpu_rewrites()'
+ * @missed), or neither probe saw rm_ioctl called (the driver turned the request down before,
+ * or a probe missed it: taken as not knowing rather than as RM doing nothing). The caller then
+ * falls back to what the tenant's memory says.
  */
-void qgpu_expect_done(int slot)
+enum qgpu_reply qgpu_expect_done(int slot, void *answer, u32 len)
 {
+	enum qgpu_reply reply = QGPU_REPLY_UNKNOWN;
+	bool missed = false;
+	struct expect *e;
 	unsigned long flags;
 
 	if (slot < 0)
-		return;
+		return QGPU_REPLY_UNKNOWN;
+	e = &expects[slot];
 	raw_spin_lock_irqsave(&expect_lock, flags);
-	expects[slot].task = NULL;
+	if (e->refused) {
+		reply = QGPU_REPLY_NONE;
+	} else if (e->answered && answer && len <= e->answer_len) {
+		memcpy(answer, e->answer, len);
+		reply = QGPU_REPLY_RM;
+	} else if (e->entered && answering && answer) {
+		/* RM was called and its answer not kept: the tenant's memory is read instead. */
+		missed = true;
+	}
+	e->task = NULL;
 	atomic_dec(&expecting);
 	raw_spin_unlock_irqrestore(&expect_lock, flags);
+	if (missed)
+		atomic64_inc(&unchecked);
+	return reply;
 }
 
 /**
  * qgpu_rewrites() - requests refused because the driver's copy was not qgpu's
- * @missed: set to the requests that went unchecked (every slot taken)
+ * @missed: set to the requests that went unchecked (every slot taken), and those whose answer
+ * was read from the tenant's memory for want of a kretprobe return instance
  *
  * Return: the count since load.
  */
@@ -131,13 +182,16 @@ static int rm_ioctl_pre(struct kprobe *kp, struct pt_regs *regs)
 		return 0;
 	raw_spin_lock_irqsave(&expect_lock, flags);
 	for (i = 0; i < EXPECT_SLOTS; i++) {
-		const struct expect *e = &expects[i];
+		struct expect *e = &expects[i];
 
 		if (e->task != current)
 			continue;
 		found = true;
 		status_off = e->status_off;
 		differs = e->cmd != cmd || size < e->len || memcmp(e->head, data, e->len);
+		e->entered = true;
+		/* Before the redirect: a return handler that runs for it keeps nothing. */
+		e->refused = differs;
 		break;
 	}
 	raw_spin_unlock_irqrestore(&expect_lock, flags);
@@ -156,13 +210,79 @@ static struct kprobe rm_ioctl_probe = {
 	.pre_handler = rm_ioctl_pre,
 };
 
+/* What a return instance carries from rm_ioctl's entry to its return. */
+struct answer_ref {
+	int slot;
+	const void *data;
+	u32 size;
+};
+
+/* The task's slot, where it has one; -1 otherwise. Context: expect_lock held. */
+static int slot_of_current(void)
+{
+	int i;
+
+	for (i = 0; i < EXPECT_SLOTS; i++)
+		if (expects[i].task == current)
+			return i;
+	return -1;
+}
+
+/* rm_ioctl entered: a return instance only for a task that holds a slot (nonzero: none). */
+static int rm_ioctl_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	struct answer_ref *ref = (struct answer_ref *)ri->data;
+	unsigned long flags;
+
+	if (!atomic_read(&expecting))
+		return 1;
+	raw_spin_lock_irqsave(&expect_lock, flags);
+	ref->slot = slot_of_current();
+	if (ref->slot >= 0)
+		expects[ref->slot].entered = true;
+	raw_spin_unlock_irqrestore(&expect_lock, flags);
+	if (ref->slot < 0)
+		return 1;
+	ref->data = (const void *)regs->r8;
+	ref->size = regs->r9;
+	return 0;
+}
+
+/*
+ * rm_ioctl returned: the driver's copy is RM's answer, not yet copied out. The slot is still
+ * the task's (qgpu_expect_done() runs after nvidia_ioctl returns); a request rm_ioctl_pre()
+ * refused is not RM's answer and is left alone.
+ */
+static int rm_ioctl_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	const struct answer_ref *ref = (const struct answer_ref *)ri->data;
+	struct expect *e = &expects[ref->slot];
+	unsigned long flags;
+
+	raw_spin_lock_irqsave(&expect_lock, flags);
+	if (e->task == current && !e->refused) {
+		e->answer_len = min_t(u32, ref->size, QGPU_ANSWER_MAX);
+		memcpy(e->answer, ref->data, e->answer_len);
+		e->answered = true;
+	}
+	raw_spin_unlock_irqrestore(&expect_lock, flags);
+	return 0;
+}
+
+static struct kretprobe rm_ioctl_ret_probe = {
+	.entry_handler = rm_ioctl_entry,
+	.handler = rm_ioctl_ret,
+	.data_size = sizeof(struct answer_ref),
+};
+
 static char probe_symbol[MODULE_NAME_LEN + 16];
 
 /**
  * qgpu_rmprobe_init() - probe the target driver's rm_ioctl
  *
- * Without it (a driver that has no rm_ioctl, kprobes refused) qgpu works as before, on its own
- * copy alone, and says so.
+ * Without the kprobe (a driver that has no rm_ioctl, kprobes refused) qgpu works as before, on
+ * its own copy alone, and says so; without the kretprobe it checks requests but reads what RM
+ * answered from the tenant's memory, and says so.
  *
  * Return: 0.
  */
@@ -171,11 +291,24 @@ int qgpu_rmprobe_init(void)
 	int err;
 
 	snprintf(probe_symbol, sizeof(probe_symbol), "%s:rm_ioctl", qgpu_target);
+	/*
+	 * A return instance is held only by a task with a slot, for the length of its call, and
+	 * taken for an instant by every other caller before rm_ioctl_entry() turns it down.
+	 */
+	rm_ioctl_ret_probe.kp.symbol_name = probe_symbol;
+	rm_ioctl_ret_probe.maxactive = EXPECT_SLOTS + num_possible_cpus();
+	err = register_kretprobe(&rm_ioctl_ret_probe);
+	if (err)
+		pr_warn("no return probe on %s (%d): answers are read from the caller's memory\n",
+			probe_symbol, err);
+	else
+		answering = true;
 	rm_ioctl_probe.symbol_name = probe_symbol;
 	err = register_kprobe(&rm_ioctl_probe);
 	if (err) {
 		pr_warn("no probe on %s (%d): requests are checked on qgpu's copy only\n",
 			probe_symbol, err);
+		qgpu_rmprobe_exit();
 		return 0;
 	}
 	probed = true;
@@ -183,12 +316,27 @@ int qgpu_rmprobe_init(void)
 }
 
 /**
- * qgpu_rmprobe_exit() - remove the probe (after the hooks: no request is expected any more)
+ * qgpu_rmprobe_answers_missed() - return instances the kretprobe could not take
+ *
+ * Return: the kretprobe's nmissed since load (0 without it). A miss of a task that holds a
+ * slot is also counted in qgpu_rewrites()' @missed.
+ */
+u64 qgpu_rmprobe_answers_missed(void)
+{
+	return answering ? READ_ONCE(rm_ioctl_ret_probe.nmissed) : 0;
+}
+
+/**
+ * qgpu_rmprobe_exit() - remove the probes (after the hooks: no request is expected any more)
  */
 void qgpu_rmprobe_exit(void)
 {
-	if (!probed)
-		return;
-	probed = false;
-	unregister_kprobe(&rm_ioctl_probe);
+	if (probed) {
+		probed = false;
+		unregister_kprobe(&rm_ioctl_probe);
+	}
+	if (answering) {
+		answering = false;
+		unregister_kretprobe(&rm_ioctl_ret_probe);
+	}
 }

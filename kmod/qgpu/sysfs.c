@@ -102,9 +102,16 @@ static ssize_t rewrites_unchecked_show(struct kobject *kobj, struct kobj_attribu
 	return sysfs_emit(buf, "%llu\n", missed);
 }
 
+/* Return instances the kretprobe on rm_ioctl could not take (those of checked calls: above). */
+static ssize_t answers_missed_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", qgpu_rmprobe_answers_missed());
+}
+
 static struct kobj_attribute version_attr = __ATTR_RO(version);
 static struct kobj_attribute rewrites_refused_attr = __ATTR_RO(rewrites_refused);
 static struct kobj_attribute rewrites_unchecked_attr = __ATTR_RO(rewrites_unchecked);
+static struct kobj_attribute answers_missed_attr = __ATTR_RO(answers_missed);
 static struct kobj_attribute rm_version_attr = __ATTR_RO(rm_version);
 static struct kobj_attribute events_sent_attr = __ATTR_RO(events_sent);
 static struct kobj_attribute events_dropped_attr = __ATTR_RO(events_dropped);
@@ -122,6 +129,7 @@ static struct attribute *root_attrs[] = {
 	&events_dropped_attr.attr,
 	&rewrites_refused_attr.attr,
 	&rewrites_unchecked_attr.attr,
+	&answers_missed_attr.attr,
 	NULL,
 };
 

@@ -51,6 +51,13 @@ and answers commands from stdin, one JSON object per line (its first line is its
                             flips (hRoot, hObjectParent, hObjectOld) between (second, second,
                             object) and (first, first, 0): what a forged free of the first
                             client looks like after the driver freed the object
+    race_name N             N RM_ALLOCs (NVOS64) of 1 MiB, kept, each named a fresh handle while a
+                            thread flips hObjectNew between it and a second fresh one for as
+                            long as the call is in flight (around both of the driver's copies):
+                            the statuses seen
+    forge_status N          N RM_ALLOCs (NVOS64) of 1 MiB, kept, while a thread keeps writing
+                            NV_ERR_GENERIC into the status (over RM's answer as soon as the
+                            driver copied it out): how many the tenant saw answered NV_OK
     race_export N HANDLE FD N RM_CONTROLs on this client, each read by qgpu as a harmless query
                             (CLIENT_GET_HANDLE_INFO's command, 16 bytes of parameters) while a
                             thread flips the command and size to OS_UNIX_EXPORT_OBJECT_TO_FD of
@@ -104,6 +111,46 @@ class Flipper:
         self.thread.join()
 
 
+class Poker:
+    """A child process that keeps storing one of two u32 values at an offset of a buffer in
+    memory it shares with this one, the buffer the driver is reading, until stopped. The two
+    values are in that memory too (``set()``), for the caller to change between calls. A process
+    of its own, not a thread: it stores on its own CPU with no GIL to wait for, so a short window
+    between two kernel reads of the buffer is hit (a thread runs only once it has the GIL back
+    after the caller entered the kernel, by when the window may be over)."""
+
+    def __init__(self, size: int, offset: int, a: int, b: int) -> None:
+        self.shared = mmap.mmap(-1, mmap.PAGESIZE)  # MAP_SHARED: the child stores into it
+        self.buf = (ctypes.c_char * size).from_buffer(self.shared)
+        self.control = (ctypes.c_uint32 * 3).from_buffer(self.shared, mmap.PAGESIZE - 12)
+        self.offset = offset
+        self.set(a, b)
+        self.pid = 0
+
+    def set(self, a: int, b: int) -> None:
+        self.control[1], self.control[2] = a, b
+
+    def run(self) -> None:
+        cell = ctypes.c_uint32.from_buffer(self.shared, self.offset)
+        control = self.control
+        while not control[0]:
+            cell.value = control[1]
+            cell.value = control[2]
+
+    def __enter__(self) -> Poker:
+        self.pid = os.fork()
+        if not self.pid:
+            try:
+                self.run()
+            finally:
+                os._exit(0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.control[0] = 1
+        os.waitpid(self.pid, 0)
+
+
 LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
 LIBC.syscall.restype = ctypes.c_long
@@ -145,6 +192,7 @@ class Tenant:
         self.second = 0
         self.second_device = 0
         self.sub = 0
+        self.keep: ctypes.Array[ctypes.c_char] | None = None
 
     def hello(self) -> dict[str, object]:
         return {"pid": os.getpid(), "client": self.client, "device": self.device}
@@ -316,6 +364,43 @@ class Tenant:
                 else:
                     refused += 1
         return {"ok": ok, "refused": refused}
+
+    def alloc_buffer(self, poker: Poker) -> ctypes.Array[ctypes.c_char]:
+        """The poker's buffer made an NVOS64 of 1 MiB of device memory under the device, and
+        the parameters it points to."""
+        params = ctypes.create_string_buffer(memory_params(MIB), 128)
+        self.keep = params
+        struct.pack_into(
+            "<IIIIQQIIII", poker.buf, 0, self.client, self.device, 0, 0x40,
+            ctypes.addressof(params), 0, 128, 0, 0, 0,
+        )  # fmt: skip
+        return poker.buf
+
+    def race_name(self, rounds: int) -> dict[str, object]:
+        statuses: dict[str, int] = {}
+        first = self.rm.name()
+        with Poker(NVOS64.size, 8, first, first) as poker:
+            buf = self.alloc_buffer(poker)
+            for _ in range(rounds):
+                name, other = self.rm.name(), self.rm.name()
+                poker.set(name, other)
+                struct.pack_into("<I", buf, 8, name)
+                struct.pack_into("<I", buf, 40, 0)
+                raw_ioctl(self.rm.ctl, abi.Escape.RM_ALLOC, buf)
+                status = str(struct.unpack_from("<I", buf, 40)[0])
+                statuses[status] = statuses.get(status, 0) + 1
+        return {"statuses": statuses}
+
+    def forge_status(self, rounds: int) -> dict[str, object]:
+        forged = abi.NvStatus.NV_ERR_GENERIC
+        ok = 0
+        with Poker(NVOS64.size, 40, forged, forged) as poker:
+            buf = self.alloc_buffer(poker)
+            for _ in range(rounds):
+                struct.pack_into("<I", buf, 8, self.rm.name())
+                raw_ioctl(self.rm.ctl, abi.Escape.RM_ALLOC, buf)
+                ok += struct.unpack_from("<I", buf, 40)[0] == abi.NvStatus.NV_OK
+        return {"ok": ok}
 
     def race_export(self, rounds: int, handle: int, fd: int) -> dict[str, object]:
         params = ctypes.create_string_buffer(
@@ -512,6 +597,10 @@ class Tenant:
             return self.race_alloc(args[0], args[1])
         if verb == "race_free":
             return self.race_free(args[0])
+        if verb == "race_name":
+            return self.race_name(args[0])
+        if verb == "forge_status":
+            return self.forge_status(args[0])
         if verb == "race_export":
             return self.race_export(args[0], args[1], args[2])
         if verb == "realloc_during_free":

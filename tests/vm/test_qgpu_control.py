@@ -957,6 +957,7 @@ READ_ONLY_FILES = [
     SYSFS / "events_dropped",
     SYSFS / "rewrites_refused",
     SYSFS / "rewrites_unchecked",
+    SYSFS / "answers_missed",
 ]
 
 

@@ -269,6 +269,61 @@ def test_a_control_rewritten_after_qgpus_read_is_refused_on_the_drivers_copy() -
             assert used(client, cg) == 8 * MIB
 
 
+def rewrites() -> dict[str, int]:
+    """qgpu's counts of the rm_ioctl probes (sysfs): refused, unchecked, answers_missed."""
+    names = ("rewrites_refused", "rewrites_unchecked", "answers_missed")
+    return {name: int((SYSFS / name).read_text()) for name in names}
+
+
+def test_an_allocation_renamed_around_the_drivers_copies_is_charged() -> None:
+    """A memory-limited tenant's thread flips hObjectNew of its RM_ALLOC between two fresh names
+    for as long as each call is in flight, objects kept: before qgpu's probe on rm_ioctl, a
+    name rewritten after qgpu's read and back again after the driver's copy-out had qgpu ask
+    RM about the wrong handle, and the object RM made went uncharged (CONFORMANCE.md, limit
+    (1)). Now a call that reaches the driver renamed is refused there, and what RM wrote back
+    is read from the driver's copy: every byte RM holds for the tenant is charged, and the
+    limit holds."""
+    limit = 512 * MIB
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=limit)
+        with mem_tenants(cg) as (tenant,):
+            before, counts = fb_used(), rewrites()
+            out = tenant.ask("race_name", 1000)["statuses"]
+            held = fb_used() - before
+            after = rewrites()
+            # The limit was reached, and what RM holds is what is charged.
+            assert out.get(str(NvStatus.NV_ERR_NO_MEMORY), 0) > 0, out
+            assert held == used(client, cg) == limit, (out, held, after)
+            # The race was run: calls reached the driver renamed and were refused there.
+            assert after["rewrites_refused"] > counts["rewrites_refused"], (out, after)
+            assert after["rewrites_unchecked"] == after["answers_missed"] == 0, after
+        assert used(client, cg) == 0
+
+
+def test_what_rm_answered_is_read_from_the_drivers_copy() -> None:
+    """Without the driver's RM entry (nvmock posing as a driver of another branch) qgpu believes
+    the status RM wrote back. A memory-limited tenant's thread keeps writing NV_ERR_GENERIC
+    over the status of its RM_ALLOCs, so that the tenant's buffer reads as a failure as soon
+    as the driver copied RM's NV_OK out: qgpu takes the status from the driver's copy as RM
+    left it (the kretprobe on rm_ioctl), so every allocation RM made is charged and the limit
+    holds. (Read from the tenant's memory, a forged failure left its object uncharged.)"""
+    limit = 128 * MIB
+    (DEBUGFS / "kapi_version").write_text("575.64.05\n")
+    try:
+        with qgpu_loaded() as client, cgroups(1) as (cg,):
+            assert (SYSFS / "rm_version").read_text() == "\n"
+            client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=limit)
+            with mem_tenants(cg) as (tenant,):
+                before = fb_used()
+                out = tenant.ask("forge_status", 400)
+                held = fb_used() - before
+                assert held == used(client, cg) == limit, (out, held)
+                assert rewrites()["rewrites_unchecked"] == rewrites()["answers_missed"] == 0
+            assert used(client, cg) == 0
+    finally:
+        (DEBUGFS / "kapi_version").write_text("\n")
+
+
 def test_another_files_client_is_never_charged() -> None:
     with qgpu_loaded() as client, cgroups(2) as (attacker, victim):
         client.set_cgroup(attacker.id, 0, "offline", 50, mem_limit=64 * MIB)
