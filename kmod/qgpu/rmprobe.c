@@ -28,6 +28,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/atomic.h>
+#include <linux/bitmap.h>
 #include <linux/kprobes.h>
 #include <linux/linkage.h>
 #include <linux/objtool.h>
@@ -54,6 +55,11 @@ struct expect {
 };
 
 static struct expect expects[EXPECT_SLOTS];
+/*
+ * Which slots are taken: a lookup walks only those (one or a few), not all EXPECT_SLOTS, three
+ * times per checked call and once per other call while any is in flight.
+ */
+static DECLARE_BITMAP(taken, EXPECT_SLOTS);
 static DEFINE_RAW_SPINLOCK(expect_lock);
 /* Slots taken: most rm_ioctl calls are of unconfigured callers, and none is then looked for. */
 static atomic_t expecting = ATOMIC_INIT(0);
@@ -91,22 +97,21 @@ int qgpu_expect(u32 cmd, const void *arg, u32 len, u32 status_off)
 	if (!probed || len > QGPU_EXPECT_MAX)
 		return -1;
 	raw_spin_lock_irqsave(&expect_lock, flags);
-	for (i = 0; i < EXPECT_SLOTS; i++) {
-		if (!expects[i].task) {
-			expects[i].task = current;
-			expects[i].cmd = cmd;
-			expects[i].len = len;
-			expects[i].status_off = status_off;
-			expects[i].entered = false;
-			expects[i].refused = false;
-			expects[i].answered = false;
-			memcpy(expects[i].head, arg, len);
-			atomic_inc(&expecting);
-			break;
-		}
+	i = find_first_zero_bit(taken, EXPECT_SLOTS);
+	if (i < EXPECT_SLOTS) {
+		__set_bit(i, taken);
+		expects[i].task = current;
+		expects[i].cmd = cmd;
+		expects[i].len = len;
+		expects[i].status_off = status_off;
+		expects[i].entered = false;
+		expects[i].refused = false;
+		expects[i].answered = false;
+		memcpy(expects[i].head, arg, len);
+		atomic_inc(&expecting);
 	}
 	raw_spin_unlock_irqrestore(&expect_lock, flags);
-	if (i == EXPECT_SLOTS) {
+	if (i >= EXPECT_SLOTS) {
 		atomic64_inc(&unchecked);
 		return -1;
 	}
@@ -148,6 +153,7 @@ enum qgpu_reply qgpu_expect_done(int slot, void *answer, u32 len)
 		missed = true;
 	}
 	e->task = NULL;
+	__clear_bit(slot, taken);
 	atomic_dec(&expecting);
 	raw_spin_unlock_irqrestore(&expect_lock, flags);
 	if (missed)
@@ -168,6 +174,18 @@ u64 qgpu_rewrites(u64 *missed)
 	return atomic64_read(&rewritten);
 }
 
+/* The task's slot, where it has one; -1 otherwise. Context: expect_lock held. */
+static int slot_of_current(void)
+{
+	int i;
+
+	lockdep_assert_held(&expect_lock);
+	for_each_set_bit(i, taken, EXPECT_SLOTS)
+		if (expects[i].task == current)
+			return i;
+	return -1;
+}
+
 /* rm_ioctl(sp, nv, nvfp, cmd, data, size): x86-64's fourth to sixth arguments. */
 static int rm_ioctl_pre(struct kprobe *kp, struct pt_regs *regs)
 {
@@ -181,18 +199,16 @@ static int rm_ioctl_pre(struct kprobe *kp, struct pt_regs *regs)
 	if (!atomic_read(&expecting))
 		return 0;
 	raw_spin_lock_irqsave(&expect_lock, flags);
-	for (i = 0; i < EXPECT_SLOTS; i++) {
+	i = slot_of_current();
+	if (i >= 0) {
 		struct expect *e = &expects[i];
 
-		if (e->task != current)
-			continue;
 		found = true;
 		status_off = e->status_off;
 		differs = e->cmd != cmd || size < e->len || memcmp(e->head, data, e->len);
 		e->entered = true;
 		/* Before the redirect: a return handler that runs for it keeps nothing. */
 		e->refused = differs;
-		break;
 	}
 	raw_spin_unlock_irqrestore(&expect_lock, flags);
 	if (!found || !differs)
@@ -216,17 +232,6 @@ struct answer_ref {
 	const void *data;
 	u32 size;
 };
-
-/* The task's slot, where it has one; -1 otherwise. Context: expect_lock held. */
-static int slot_of_current(void)
-{
-	int i;
-
-	for (i = 0; i < EXPECT_SLOTS; i++)
-		if (expects[i].task == current)
-			return i;
-	return -1;
-}
 
 /* rm_ioctl entered: a return instance only for a task that holds a slot (nonzero: none). */
 static int rm_ioctl_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
