@@ -974,16 +974,46 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 	return 0;
 }
 
+/*
+ * RM_MAP_MEMORY: RM maps the memory object for the file the request names by fd, and the next
+ * mmap of that file maps it (rm_create_mmap_context, escape.c); qgpu notes the mapping on that
+ * file, to know a channel's USERD when it is mmapped (userd.c). Where the caller's cgroup (or
+ * the client's) is checked, the request reaches RM only as qgpu read it, and the facts of the
+ * mapping (file, address, status) are RM's answer from the driver's copy: a tenant thread that
+ * rewrites fd or pLinearAddress in its buffer once the driver copied the answer out would have
+ * qgpu note the mapping on another file, and leave the tenant's own channels blind.
+ */
 static long rm_map_memory(long (*orig)(struct file *, unsigned int, unsigned long),
 			  struct file *file, unsigned int cmd, unsigned long arg,
 			  void __user *uarg, u32 size)
 {
-	struct nvos33_params_with_fd p;
+	const unsigned int status_off = offsetof(struct nvos33_params_with_fd, status);
+	u64 caller = qgpu_current_cgroup_id();
+	struct nvos33_params_with_fd k, p;
+	struct qgpu_client *client;
+	enum qgpu_reply reply;
 	struct file *target;
+	int slot = -1;
+	bool checked;
 	long ret;
 
+	if (size != sizeof(k) || copy_from_user(&k, uarg, sizeof(k)))
+		return orig(file, cmd, arg);
+	mutex_lock(&qgpu_lock);
+	client = qgpu_client_find(k.hClient);
+	checked = checked_cg(qgpu_cg_get(caller, false)) || (client && checked_cg(client->cg));
+	mutex_unlock(&qgpu_lock);
+	/* All of it: RM reads every field but the status, and writes its answer over them. */
+	if (checked)
+		slot = qgpu_expect(NV_ESC_RM_MAP_MEMORY, &k, sizeof(k), status_off);
 	ret = orig(file, cmd, arg);
-	if (ret || size != sizeof(p) || copy_from_user(&p, uarg, sizeof(p)) || p.status != NV_OK)
+	reply = qgpu_expect_done(slot, &p, sizeof(p));
+	if (reply == QGPU_REPLY_NONE)
+		return ret;
+	/* Without the driver's answer (unchecked, or not kept): the caller's memory, as before. */
+	if (reply == QGPU_REPLY_UNKNOWN && copy_from_user(&p, uarg, sizeof(p)))
+		return ret;
+	if (ret || p.status != NV_OK)
 		return ret;
 	target = fget(p.fd);
 	if (!target)

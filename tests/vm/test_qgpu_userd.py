@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import processes, reset
 from tests.vm.gpuload import start_together
 from tests.vm.linetenant import LineTenant
@@ -81,6 +82,30 @@ def test_qgpu_stops_reading_userd_once_rm_tears_its_mapping_down() -> None:
                 tenant.ask(teardown)
                 time.sleep(0.6)
                 assert not any(online_busy_samples(0.5)), teardown
+
+
+def test_the_mapping_of_userd_is_noted_on_the_file_rm_mapped_it_for() -> None:
+    """An online tenant maps its USERD memory for a GPU fd, and stores another GPU fd of its own
+    (the decoy, never mapped) over the fd of RM's answer while the driver copies it out
+    (userd_tenant.OverwrittenMap); twice, with RM_UNMAP_MEMORY between. qgpu notes the mapping
+    on the file of RM's answer, from the driver's copy: the tenant's mmap of the fd RM mapped
+    is read, and its channel with GP_PUT != GP_GET stays busy well past blind_busy_ms. (Read
+    back from the tenant's buffer, the mapping was noted on the decoy and the channel went
+    blind: busy for blind_busy_ms, then idle.)"""
+    with qgpu_loaded(blind_busy_ms=300) as client, cgroups(1) as (online,):
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        with userd_tenant(online, "--overwritten-map") as tenant:
+            for round_ in range(2):
+                out = tenant.ask("map")
+                # RM mapped the fd asked for, and the answer came back overwritten.
+                assert out["status"] == NvStatus.NV_OK, out
+                assert out["faults"] == ["copy-out", "read-back"], out
+                assert out["fd"] == out["decoy"] != out["target"], out
+                tenant.ask("put 1")
+                time.sleep(0.6)
+                assert all(online_busy_samples(0.5)), (round_, out)
+        assert int((SYSFS / "rewrites_unchecked").read_text()) == 0
 
 
 def test_an_online_cuda_process_does_not_keep_offline_work_closed() -> None:

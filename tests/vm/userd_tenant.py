@@ -8,19 +8,27 @@ test writes. Commands, one a line, each answered with a JSON line: ``put N`` and
 write GP_PUT and GP_GET, ``unmap`` sends RM_UNMAP_MEMORY for the mapping, ``free`` frees the
 memory object, ``quit`` ends.
 
-    python -m tests.vm.userd_tenant OFFSET [--no-map]
+With ``--overwritten-map`` the memory is not mapped at start; ``map`` maps it (after ``unmap``
+and munmap of the mapping before, if any) for a new GPU fd with RM_MAP_MEMORY, whose answer
+this process overwrites with another fd while the driver copies it out (OverwrittenMap), and
+mmaps the new fd: the answer as the call returned it.
+
+    python -m tests.vm.userd_tenant OFFSET [--no-map | --overwritten-map]
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import mmap
 import os
 import struct
 import sys
+import threading
 
 from qpolicy.nvrm import abi
-from tests.vm.rmclient import Rm, channel_params, ioctl, memory_params, tsg_params
+from tests.vm.memtenant import raw_ioctl
+from tests.vm.rmclient import NVOS33_FD, Rm, channel_params, ioctl, memory_params, tsg_params
 
 DEVICE_PARAMS = bytes(56)
 USERD_MEM = 2 << 20
@@ -31,12 +39,128 @@ GP_GET = 0x88
 GP_PUT = 0x8C
 NVOS34 = struct.Struct("<IIIIQII")
 STATUS_OFF = 24  # NVOS34.status
+MAP_FD_OFF = 48  # NVOS33_FD.fd
+UNANSWERED = 0xFFFFFFFF
 
 
 def unmap(rm: Rm, client: int, device: int, memory: int, linear: int) -> int:
     arg = bytearray(NVOS34.pack(client, device, memory, 0, linear, 0, 0))
     ioctl(rm.ctl, abi.Escape.RM_UNMAP_MEMORY, arg)
     return int(struct.unpack_from("<I", arg, STATUS_OFF)[0])
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.syscall.restype = ctypes.c_long
+LIBC.memmove.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+MADV_DONTNEED = 4
+SYS_USERFAULTFD = 323
+UFFD_API = 0xAA
+# PAGEFAULT_FLAG_WP, MINOR_SHMEM, WP_HUGETLBFS_SHMEM (include/uapi/linux/userfaultfd.h)
+UFFD_FEATURES = 1 << 0 | 1 << 10 | 1 << 12
+UFFDIO_API = 0xC018AA3F  # _IOWR(0xAA, 0x3F, struct uffdio_api)
+UFFDIO_REGISTER = 0xC020AA00  # _IOWR(0xAA, 0x00, struct uffdio_register)
+UFFDIO_WRITEPROTECT = 0xC018AA06  # _IOWR(0xAA, 0x06, struct uffdio_writeprotect)
+UFFDIO_CONTINUE = 0xC020AA07  # _IOWR(0xAA, 0x07, struct uffdio_continue)
+UFFDIO_REGISTER_MODE_WP = 1 << 1
+UFFDIO_REGISTER_MODE_MINOR = 1 << 2
+UFFDIO_WRITEPROTECT_MODE_WP = 1 << 0
+UFFD_EVENT_PAGEFAULT = 0x12
+UFFD_PAGEFAULT_FLAG_WP = 1 << 1
+UFFD_PAGEFAULT_FLAG_MINOR = 1 << 2
+UFFD_MSG = struct.Struct("<BBHIQQQ")  # event, pad, pad, pad, flags, address, ptid
+
+
+class OverwrittenMap:
+    """RM_MAP_MEMORY of one memory object for a new GPU fd, whose answer the tenant overwrites
+    with a decoy fd (another GPU fd of this process, never mapped) right after the driver
+    copied it out, before anyone reads it back.
+
+    The request lies across a page boundary of shared memory under userfaultfd: its first
+    bytes on the first page, its fd on the second, which is write-protected. Reads pass
+    (qgpu's and the driver's copies of the request). The driver's copy-out stops at the
+    second page; this process's fault handler then takes the first page out of its page table
+    and lifts the protection, and the copy-out writes RM's fd. The first read of the answer
+    after that, whoever's (a read back by qgpu's hook, else this process's), stops at the first
+    page, and the handler stores the decoy over the fd before it lets it go on. No race is
+    left to chance: a Poker process storing the decoy lost that window to the hook's read back
+    in every call tried.
+    """
+
+    def __init__(self, rm: Rm, client: int, device: int, memory: int) -> None:
+        self.rm, self.client, self.device, self.memory = rm, client, device, memory
+        self.decoy = rm.open_gpu()
+        self.pages = mmap.mmap(-1, 2 * mmap.PAGESIZE)  # shared: shmem, for minor faults
+        self.pages[:] = bytes(2 * mmap.PAGESIZE)  # present: write protection needs a page
+        self.first = ctypes.addressof(ctypes.c_char.from_buffer(self.pages))
+        self.second = self.first + mmap.PAGESIZE
+        self.at = mmap.PAGESIZE - 32  # hClient to length on the first page, the rest after
+        self.buf = (ctypes.c_char * NVOS33_FD.size).from_buffer(self.pages, self.at)
+        self.uffd = self._userfaultfd()
+        self.faults: list[str] = []
+        self.thread = threading.Thread(target=self._handle, daemon=True)
+        self.thread.start()
+
+    def _uffd_ioctl(self, request: int, arg: ctypes.Array[ctypes.c_char]) -> None:
+        if LIBC.ioctl(self.uffd, ctypes.c_ulong(request), arg) < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+
+    def _userfaultfd(self) -> int:
+        # Kernel faults too (no UFFD_USER_MODE_ONLY): the accesses are the driver's and qgpu's.
+        fd = int(LIBC.syscall(SYS_USERFAULTFD, os.O_CLOEXEC))
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        self.uffd = fd
+        api = ctypes.create_string_buffer(struct.pack("<QQQ", UFFD_API, UFFD_FEATURES, 0), 24)
+        self._uffd_ioctl(UFFDIO_API, api)
+        mode = UFFDIO_REGISTER_MODE_WP | UFFDIO_REGISTER_MODE_MINOR
+        register = struct.pack("<QQQQ", self.first, 2 * mmap.PAGESIZE, mode, 0)
+        self._uffd_ioctl(UFFDIO_REGISTER, ctypes.create_string_buffer(register, 32))
+        return fd
+
+    def _protect(self, on: bool) -> None:
+        mode = UFFDIO_WRITEPROTECT_MODE_WP if on else 0
+        arg = struct.pack("<QQQ", self.second, mmap.PAGESIZE, mode)
+        self._uffd_ioctl(UFFDIO_WRITEPROTECT, ctypes.create_string_buffer(arg, 24))
+
+    def _handle(self) -> None:
+        while True:
+            msg = UFFD_MSG.unpack(os.read(self.uffd, UFFD_MSG.size))
+            if msg[0] != UFFD_EVENT_PAGEFAULT:
+                continue
+            if msg[4] & UFFD_PAGEFAULT_FLAG_WP:
+                # The copy-out, at the second page: the next read of the first page stops.
+                self.faults.append("copy-out")
+                if LIBC.madvise(self.first, mmap.PAGESIZE, MADV_DONTNEED):
+                    raise OSError(ctypes.get_errno(), "madvise")
+                self._protect(False)
+            elif msg[4] & UFFD_PAGEFAULT_FLAG_MINOR:
+                # The answer is read back: RM's fd is overwritten first.
+                self.faults.append("read-back")
+                struct.pack_into("<i", self.buf, MAP_FD_OFF, self.decoy)
+                arg = struct.pack("<QQQq", self.first, mmap.PAGESIZE, 0, 0)
+                self._uffd_ioctl(UFFDIO_CONTINUE, ctypes.create_string_buffer(arg, 32))
+
+    def run(self) -> tuple[int, int, dict[str, object]]:
+        """The new fd RM mapped, its pLinearAddress, and what the call answered."""
+        target = self.rm.open_gpu()
+        NVOS33_FD.pack_into(
+            self.buf, 0, self.client, self.device, self.memory, 0, 0, USERD_MEM, 0,
+            UNANSWERED, 0, target, 0,
+        )  # fmt: skip
+        del self.faults[:]
+        self._protect(True)
+        raw_ioctl(self.rm.ctl, abi.Escape.RM_MAP_MEMORY, self.buf)
+        # Read through libc, the GIL let go: a fault here waits on the handler thread.
+        answer = ctypes.create_string_buffer(NVOS33_FD.size)
+        LIBC.memmove(answer, ctypes.addressof(self.buf), NVOS33_FD.size)
+        fields = NVOS33_FD.unpack(answer.raw)
+        return target, int(fields[6]), {
+            "status": fields[7], "fd": fields[9], "target": target, "decoy": self.decoy,
+            "faults": list(self.faults),
+        }  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
@@ -48,7 +172,9 @@ def main(argv: list[str]) -> int:
     memory = rm.new(client, device, 0x40, memory_params(USERD_MEM))
     view: mmap.mmap | None = None
     linear = 0
-    if "--no-map" not in argv:
+    race = OverwrittenMap(rm, client, device, memory) if "--overwritten-map" in argv else None
+    target = -1
+    if "--no-map" not in argv and race is None:
         target = rm.open_gpu()
         status, linear = rm.map_memory(client, device, memory, USERD_MEM, target)
         assert status == abi.NvStatus.NV_OK, status
@@ -71,6 +197,16 @@ def main(argv: list[str]) -> int:
         if words[0] in ("put", "get") and view is not None:
             where = offset + (GP_PUT if words[0] == "put" else GP_GET)
             struct.pack_into("<I", view, where, int(words[1]))
+        elif words == ["map"] and race is not None:
+            if view is not None:
+                view.close()
+                unmap(rm, client, device, memory, linear)
+                rm.fds.remove(target)
+                os.close(target)
+            target, linear, race_out = race.run()
+            view = mmap.mmap(target, USERD_MEM, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            print(json.dumps(race_out), flush=True)
+            continue
         elif words == ["unmap"]:
             out["status"] = unmap(rm, client, device, memory, linear)
         elif words == ["free"]:
