@@ -103,8 +103,9 @@ class _RecordingTorch:
 
 @pytest.mark.parametrize("plain", [False, True])
 def test_a_plain_request_submits_the_matmul_alone(plain: bool) -> None:
-    """--online-plain: no timing event is submitted beside a request's matmul (an event is work
-    of its own on the channel, a gap the GPU can switch away in); timed requests keep both."""
+    """Plain (bench-gpu's default): no timing event is submitted beside a request's matmul (an
+    event is work of its own on the channel, a gap the GPU can switch away in); timed requests
+    keep both."""
     import importlib.util
     from pathlib import Path
 
@@ -135,10 +136,15 @@ def test_the_bench_passes_plain_to_online_streams_only(monkeypatch: pytest.Monke
             seen.append(argv)
 
     monkeypatch.setattr(gpu.subprocess, "Popen", Popen)
-    monkeypatch.setattr(gpu, "ONLINE_ARGS", ["--plain"])
+    monkeypatch.setattr(gpu, "ONLINE_ARGS", gpu.online_args(timed=False))
     cgroups = gpu.Cgroups(root=__import__("pathlib").Path("/tmp/qpolicy-bench-test-cg"))
     for pod in TRAINER_2048.pods:
         gpu.spawn(pod, 0, 1.0, 0.0, cgroups, {})
     online, trainer = seen
     assert "--plain" in online and "--plain" not in trainer
     cgroups.clean()
+
+
+def test_online_requests_are_plain_unless_timed_is_asked_for() -> None:
+    assert gpu.online_args(timed=False) == ["--plain"]
+    assert gpu.online_args(timed=True) == []

@@ -124,8 +124,14 @@ SCENARIOS = (
 
 # Extra arguments for every daemon the bench starts (--daemon-arg): a lever tried as is.
 DAEMON_ARGS: list[str] = []
-# Extra arguments for every online request stream (--online-plain: no timing events).
+# Extra arguments for every online request stream (online_args()).
 ONLINE_ARGS: list[str] = []
+
+
+def online_args(timed: bool) -> list[str]:
+    """What each online stream is told: its request is its matmul alone unless ``timed`` (CUDA
+    events before and after it, submitted apart from it: see --online-timed)."""
+    return [] if timed else ["--plain"]
 
 
 def free_port() -> int:
@@ -593,10 +599,18 @@ def main() -> int:
         help="one more argument for every qpolicy daemon, e.g. --daemon-arg=--min-turn-ms=400",
     )
     parser.add_argument(
+        "--online-timed",
+        action="store_true",
+        help="time each online request's run on the GPU with a CUDA event before and after its "
+        "matmul: the split between the wait and the run, but the events are work submitted "
+        "apart from the matmul, a gap the GPU can switch away in (the 2048 rows' tail, "
+        "BENCHMARKS.md 2026-11-26): not the default",
+    )
+    parser.add_argument(
         "--online-plain",
         action="store_true",
-        help="online requests without the CUDA events that time their run on the GPU (the "
-        "events are submitted apart from the matmul, a gap the GPU can switch away in)",
+        help="each online request its matmul alone (the default; kept for the commands of "
+        "2026-11-26)",
     )
     parser.add_argument(
         "--profile-daemon",
@@ -611,8 +625,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     DAEMON_ARGS.extend(args.daemon_arg)
-    if args.online_plain:
-        ONLINE_ARGS.append("--plain")
+    if args.online_timed and args.online_plain:
+        parser.error("--online-timed and --online-plain exclude each other")
+    ONLINE_ARGS.extend(online_args(args.online_timed))
     if args.table:
         print("\n".join(table(json.loads(Path(args.table).read_text()))))
         return 0
@@ -630,7 +645,7 @@ def main() -> int:
             check=False,
         ).stdout.strip(),
         "seconds": args.seconds,
-        "online_plain": args.online_plain,
+        "online_plain": not args.online_timed,
         "solo_it_per_s": {},
         "scenarios": {},
     }
