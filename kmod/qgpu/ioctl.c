@@ -946,7 +946,7 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 	mutex_lock(&qgpu_lock);
 	cg = qgpu_cg_get(id, false);
 	gated = cg && cg->configured;
-	checked = cg && (cg->configured || cg->mem_limit);
+	checked = checked_cg(cg);
 	mutex_unlock(&qgpu_lock);
 	if (!qgpu_scheduling_control(p.cmd))
 		return passed_as_read(orig, file, cmd, arg, &p, checked, NULL, NULL);
