@@ -148,3 +148,53 @@ def test_the_bench_passes_plain_to_online_streams_only(monkeypatch: pytest.Monke
 def test_online_requests_are_plain_unless_timed_is_asked_for() -> None:
     assert gpu.online_args(timed=False) == ["--plain"]
     assert gpu.online_args(timed=True) == []
+
+
+TWO_TRAINERS = next(s for s in gpu.SCENARIOS if "two offline 8192 trainers" in s.name)
+
+
+def test_two_trainers_are_summed_and_one_missing_leaves_no_sum() -> None:
+    """The offline pods of a row are summed (one size), so native and qpolicy compare as one
+    number; a trainer that reported nothing (crashed) is no trainer at all, not a slow one."""
+    online = {"p50_ms": 0.6, "p99_ms": 0.9, "requests": 3001}
+    run = {
+        "pods": {"online": online, "trainer": {"it_per_s": 40.0}, "trainer2": {"it_per_s": 38.0}}
+    }
+    summary = gpu.summarise(TWO_TRAINERS, run, {}, 20.0)
+    assert summary["trainer_it_per_s"] == 78.0
+    assert summary["trainers_it_per_s"] == {"trainer": 40.0, "trainer2": 38.0}
+    assert summary["online_p99_ms"] == 0.9 and summary["online_requests"] == 3001
+    del run["pods"]["trainer2"]
+    assert gpu.summarise(TWO_TRAINERS, run, {}, 20.0)["trainer_it_per_s"] is None
+    single = gpu.summarise(
+        TRAINER_8192, {"pods": {"online": online, "trainer": {"it_per_s": 9.0}}}, {}, 20.0
+    )
+    assert single["trainer_it_per_s"] == 9.0 and "trainers_it_per_s" not in single
+
+
+@pytest.mark.parametrize("strategy", [None, "default", "timeslice-1us", "timeslice"])
+def test_the_daemon_reads_the_strategy_the_bench_was_asked_for(
+    strategy: str | None, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--strategy LEVER puts a doctor cache recommending LEVER where the daemon reads it (what the
+    enforcers then use: strategy_for); 'default' puts none; no --strategy copies the node's."""
+    from qpolicy.enforcers import strategy as chosen
+
+    node, state = tmp_path / "node", tmp_path / "state"
+    node.mkdir()
+    state.mkdir()
+    node_cache = gpu.doctor_cache("cilp+timeslice") | {"date": "the node's doctor"}
+    gpu.doctor_cache_path(node, 0).write_text(gpu.json.dumps(node_cache))
+    monkeypatch.setattr(gpu, "default_state_dir", lambda: node)
+    monkeypatch.setattr(gpu, "STRATEGY", [strategy] if strategy else [])
+    gpu.place_doctor_cache(state)
+    got = chosen.strategy_for(state, 0)
+    if strategy is None:
+        assert "the node's doctor: cilp+timeslice" in got.source
+    elif strategy == "default":
+        assert got == chosen.DEFAULT and not gpu.doctor_cache_path(state, 0).exists()
+    else:
+        expected = chosen.TIMESLICE_LEVERS[strategy]
+        assert (got.offline_timeslice_us, got.online_timeslice_us) == expected
+        assert f"make bench-gpu --strategy: {strategy}" in got.source
+    assert "timeslice-1us" in gpu.STRATEGIES and "default" in gpu.STRATEGIES

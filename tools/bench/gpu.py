@@ -11,8 +11,8 @@ A pod's achieved share is its throughput divided by the same process's throughpu
 GPU (measured first, in the same run). Every process starts its timed loop at the same wall-clock
 moment, after its CUDA initialisation. Scenarios: fixed-share 70/30 and 50/30/20, burst-share with
 one pod idle half the time, best-effort with 3 pods, at n = 2048, 4096, 8192; a fixed-share pod
-alone; an online pod (4096 matmul + sync at 50 Hz) next to an offline 8192 trainer; and the
-daemon's CPU with 10 pods.
+alone; an online pod (4096 matmuls at 150 Hz) next to an offline 8192 trainer, a 2048 trainer,
+and two 8192 trainers; and the daemon's CPU with 10 pods.
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from qpolicy.enforcers.strategy import doctor_cache_path  # noqa: E402
+from qpolicy.enforcers.strategy import (  # noqa: E402
+    DOCTOR_SCHEMA,
+    TIMESLICE_LEVERS,
+    doctor_cache_path,
+)
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec  # noqa: E402
 from qpolicy.state import DesiredState, StateStore, default_state_dir  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup2_mount  # noqa: E402
@@ -114,6 +118,19 @@ SCENARIOS = (
         sizes=(0,),
     ),
     Scenario(
+        # Several offline TSGs under a short offline timeslice: do they switch among themselves
+        # at every slice (the doctor measures one trainer)? Their throughput, summed, against
+        # native's.
+        f"online 4096 @ {ONLINE_HZ:g} Hz next to two offline 8192 trainers",
+        GpuPolicy.BURST_SHARE,
+        (
+            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
+            Pod("trainer", 40, n=8192),
+            Pod("trainer2", 40, n=8192),
+        ),
+        sizes=(0,),
+    ),
+    Scenario(
         "daemon CPU, 10 pods",
         GpuPolicy.BEST_EFFORT,
         tuple(Pod(f"p{i}", None) for i in range(10)),
@@ -126,6 +143,33 @@ SCENARIOS = (
 DAEMON_ARGS: list[str] = []
 # Extra arguments for every online request stream (online_args()).
 ONLINE_ARGS: list[str] = []
+# --strategy: None takes the node's doctor cache, as production does; "default" none (the engine's
+# timeslices); a lever of TIMESLICE_LEVERS a cache that recommends it (doctor_cache()).
+STRATEGIES = ("default", *TIMESLICE_LEVERS)
+STRATEGY: list[str] = []
+
+
+def doctor_cache(lever: str) -> dict[str, Any]:
+    """A doctor result that recommends ``lever`` and says it was forced by the bench: to compare
+    timeslice pairs side by side on one host, whatever the node's doctor would pick."""
+    return {
+        "schema": DOCTOR_SCHEMA,
+        "date": "make bench-gpu --strategy",
+        "recommendation": {"lever": lever, "why": "forced by make bench-gpu --strategy"},
+    }
+
+
+def place_doctor_cache(state_dir: Path) -> None:
+    """The daemon's doctor cache for GPU 0 in ``state_dir``, as --strategy asks."""
+    target = doctor_cache_path(state_dir, 0)
+    chosen = STRATEGY[0] if STRATEGY else None
+    if chosen is None:
+        # As in production: the operator's state directory's cache goes along.
+        node = doctor_cache_path(default_state_dir(), 0)
+        if node.is_file():
+            shutil.copyfile(node, target)
+    elif chosen != "default":
+        target.write_text(json.dumps(doctor_cache(chosen)))
 
 
 def online_args(timed: bool) -> list[str]:
@@ -239,11 +283,8 @@ def qpolicy_daemon(
     enforcer: str = "rm",
 ) -> Iterator[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="qpolicy-bench-state-") as state_dir:
-        # The daemon chooses its online timeslices from the node's doctor result, as it would in
-        # production: the operator's state directory's cache goes along.
-        doctor = doctor_cache_path(default_state_dir(), 0)
-        if doctor.is_file():
-            shutil.copyfile(doctor, Path(state_dir) / doctor.name)
+        # The daemon chooses its online timeslices from a doctor result (--strategy).
+        place_doctor_cache(Path(state_dir))
         pods = [PodSpec(cgroups.id(p.name), 0, p.pod_class, p.share) for p in scenario.pods]
         state = DesiredState().with_gpu(GpuConfig(0, scenario.policy))
         for pod in pods:
@@ -410,11 +451,20 @@ def summarise(
     pods = run["pods"]
     summary: dict[str, Any] = {}
     if scenario.name.startswith("online"):
-        online, trainer = pods.get("online", {}), pods.get("trainer", {})
+        online = pods.get("online", {})
         keys = ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "run_p50_ms", "run_p99_ms", "requests")
         for key in keys:
             summary[f"online_{key}"] = online.get(key)
-        summary["trainer_it_per_s"] = trainer.get("it_per_s")
+        # Every offline pod, summed (the trainers of a scenario are of one size): missing if any
+        # is missing, so that a crashed trainer never reads as a slower one.
+        trainers = [
+            pods.get(p.name, {}).get("it_per_s") for p in scenario.pods if p.name != "online"
+        ]
+        if len(trainers) > 1:
+            summary["trainers_it_per_s"] = dict(
+                zip((p.name for p in scenario.pods if p.name != "online"), trainers, strict=True)
+            )
+        summary["trainer_it_per_s"] = None if None in trainers else sum(trainers)
         return summary
     shares = {}
     for pod in scenario.pods:
@@ -618,6 +668,14 @@ def main() -> int:
         help="run each daemon under cProfile; its profile is kept next to --out",
     )
     parser.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default=None,
+        help="the online strategy of every qpolicy daemon: 'default' the engine's timeslices, a "
+        "lever a doctor cache recommending it (forced, whatever the doctor would pick); by "
+        "default the node's doctor cache, as in production",
+    )
+    parser.add_argument(
         "--table", metavar="JSON", help="print the table of an earlier run's JSON and exit"
     )
     parser.add_argument(
@@ -625,6 +683,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     DAEMON_ARGS.extend(args.daemon_arg)
+    STRATEGY.extend([args.strategy] if args.strategy else [])
     if args.online_timed and args.online_plain:
         parser.error("--online-timed and --online-plain exclude each other")
     ONLINE_ARGS.extend(online_args(args.online_timed))
@@ -646,6 +705,7 @@ def main() -> int:
         ).stdout.strip(),
         "seconds": args.seconds,
         "online_plain": not args.online_timed,
+        "strategy": args.strategy or "the node's doctor cache",
         "solo_it_per_s": {},
         "scenarios": {},
     }
