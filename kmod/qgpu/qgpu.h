@@ -56,6 +56,7 @@ struct qgpu_cg {
 	u64 hold_ns;			/* open time it still counts as busy (userd.c) */
 	bool moved;			/* this pass: GP_GET moved in a channel read */
 	bool started;			/* its work was seen on the GPU since it was opened */
+	bool closing;			/* RM closed its channels at this pass (sched.c settle()) */
 	ktime_t opened;			/* when it was last opened */
 	bool busy_in_period;
 	u8 idle_looks;			/* looks in a row it held the GPU with nothing pending */
