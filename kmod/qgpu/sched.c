@@ -8,9 +8,10 @@
  *   - accounts the time since the last pass the way CFS bandwidth does: open time while busy,
  *     throttled time while busy and closed, periods busy and periods throttled; an offline
  *     cgroup's slice runs down while it is open and busy, from when its work is seen on the GPU
- *     after it was opened (at most start_grace_us later): the switch to it, RM's call and the
- *     GPU's context switch, is nobody's time, so a fixed cost per turn does not come off small
- *     shares more than large ones;
+ *     after it was opened (at most start_grace_us later; half the look's interval before it)
+ *     until RM has closed it: the switch to it, RM's call and the GPU's context switch, is
+ *     nobody's time, so a fixed cost per turn does not come off small shares more than large
+ *     ones;
  *   - at a period boundary refills the offline cgroups' slices from the policy
  *     (fixed-share: share x period, a cap; burst-share: the period split among the busy cgroups
  *     in proportion to their shares; best-effort: split equally); under fixed-share a busy
