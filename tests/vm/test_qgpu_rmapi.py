@@ -65,6 +65,17 @@ def kapi() -> tuple[dict[str, int], list[Op]]:
     return counts, ops
 
 
+def exit_races(ops: list[Op]) -> list[Op]:
+    """The controls that named a tenant's client its exit had freed meanwhile (RM answers
+    NV_ERR_INVALID_CLIENT; qgpu then retries the batch channel by channel: apply_batch in
+    kmod/qgpu/sched.c), among the last ones logged: the tenant exits at the end of a run."""
+    return [
+        op
+        for op in ops
+        if (op.op, op.what, op.status) == (OP_CONTROL, FIFO_DISABLE_CHANNELS, NV_ERR_INVALID_CLIENT)
+    ]
+
+
 def throttled_run(seconds: int = 2) -> int:
     """A fixed-share pod of 30 % saturating the GPU: qgpu opens its kernel client to close and
     open the pod's channels. The pod's throttle count."""
@@ -89,11 +100,7 @@ def test_the_kernel_client_allocates_with_nvos64() -> None:
     # what a tenant freed is gone (kmod/qgpu/ioctl.c, untrack_if_gone): "not there" is the
     # answer it expects, counted by nvmock as "absent". Nothing else may fail.
     failed = [op for op in ops if op.status and not gone(op)]
-    raced = [
-        op
-        for op in failed
-        if (op.op, op.what, op.status) == (OP_CONTROL, FIFO_DISABLE_CHANNELS, NV_ERR_INVALID_CLIENT)
-    ]
+    raced = exit_races(ops)
     assert failed == raced, failed
     absent = after["absent"] - before["absent"]
     assert after["failed"] - before["failed"] - absent <= len(raced)
@@ -132,7 +139,15 @@ def test_the_kernel_client_reads_an_allocations_status_where_the_driver_writes_i
         line for line in kernel_log().splitlines()[log_lines:] if "no kernel RM client" in line
     ]
     assert len(refused) == 1 and f"status 0x{NV_ERR_INSUFFICIENT_RESOURCES:x}" in refused[0]
-    assert after["failed"] - (after["absent"] - before["absent"]) == before["failed"] + 1
+    # The one failure asked for, and otherwise only the race at the tenant's exit (it failed
+    # CI once at 4975512: two ops more, the retried FIFO_DISABLE_CHANNELS of a freed client).
+    others = after["failed"] - (after["absent"] - before["absent"]) - (before["failed"] + 1)
+    assert 0 <= others <= len(exit_races(ops)), (others, ops)
+    asked = (OP_ALLOC, NV20_SUBDEVICE_0, NV_ERR_INSUFFICIENT_RESOURCES)
+    failed = [
+        op for op in ops if op.status and not gone(op) and (op.op, op.what, op.status) != asked
+    ]
+    assert failed == exit_races(ops), failed
     # The failed opening (client, device, failed subdevice) was freed like the others.
     assert after["allocs"] - before["allocs"] == 3 * (after["frees"] - before["frees"])
     statuses = [(op.what, op.status) for op in ops if op.op == OP_ALLOC]
