@@ -161,7 +161,36 @@ static u32 target_of(struct nvmock_object *mem_obj, struct nvmock_file *target,
 	return NV_OK;
 }
 
-/* NV_ESC_RM_MAP_MEMORY, on the control file; attaches a mapping context to p->fd's file. */
+/*
+ * nv_get_file_private (kernel-open/nvidia/nv.c): the file an fd names, if it is the control node
+ * (@ctl) or a GPU node (!@ctl), with a reference left in *@os_private for
+ * nv_put_file_private(); NULL otherwise. By the driver's name and arguments, and not inlined: qgpu
+ * probes it to learn which file RM took a mapping's fd for (rmprobe.c).
+ */
+noinline struct nvmock_file *nv_get_file_private(s32 fd, bool ctl, void **os_private)
+{
+	struct file *file = fget(fd);
+
+	if (!file)
+		return NULL;
+	if (file->f_op == &nvmock_fops && !nvmock_file_of(file)->gpu == ctl) {
+		*os_private = file;
+		return nvmock_file_of(file);
+	}
+	fput(file);
+	return NULL;
+}
+
+noinline void nv_put_file_private(void *os_private)
+{
+	fput(os_private);
+}
+
+/*
+ * NV_ESC_RM_MAP_MEMORY, on the control file; attaches a mapping context to p->fd's file: as
+ * nv_add_mapping_context_to_file (kernel-open/nvidia/nv-usermap.c), looked up once, through
+ * nv_get_file_private() (system memory maps through the control node, the rest through a GPU's).
+ */
 u32 nvmock_map_memory(struct file *ctl, struct nvos33_params_with_fd *p)
 {
 	struct nvmock_caller caller = { .file = ctl };
@@ -169,7 +198,7 @@ u32 nvmock_map_memory(struct file *ctl, struct nvos33_params_with_fd *p)
 	struct nvmock_object *dev, *mem_obj;
 	struct nvmock_client *client;
 	struct nvmock_file *target;
-	struct fd f;
+	void *priv = NULL;
 	u64 bus = 0;
 	u32 status;
 
@@ -188,14 +217,9 @@ u32 nvmock_map_memory(struct file *ctl, struct nvos33_params_with_fd *p)
 	if (!mem_obj || mem_obj->gpu != dev->gpu)
 		return NV_ERR_INVALID_OBJECT_HANDLE;
 
-	f = fdget(p->fd);
-	if (!f.file)
+	target = nv_get_file_private(p->fd, mem_obj->kind == NVMOCK_SYSMEM, &priv);
+	if (!target)
 		return NV_ERR_INVALID_ARGUMENT;
-	if (f.file->f_op != &nvmock_fops) {
-		status = NV_ERR_INVALID_ARGUMENT;
-		goto out;
-	}
-	target = nvmock_file_of(f.file);
 	if (target->map.set) {
 		status = NV_ERR_STATE_IN_USE;
 		goto out;
@@ -211,7 +235,7 @@ u32 nvmock_map_memory(struct file *ctl, struct nvos33_params_with_fd *p)
 	target->map = ctx;
 	p->pLinearAddress = bus;
 out:
-	fdput(f);
+	nv_put_file_private(priv);
 	return status;
 }
 

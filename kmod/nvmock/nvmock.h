@@ -329,6 +329,8 @@ void nvmock_debugfs_exit(void);
 
 /* main.c */
 struct nvmock_file *nvmock_file_of(struct file *file);
+struct nvmock_file *nv_get_file_private(s32 fd, bool ctl, void **os_private);
+void nv_put_file_private(void *os_private);
 bool nvmock_process_has_gpu_open(unsigned int index);
 
 #endif /* _NVMOCK_H */

@@ -1007,21 +1007,26 @@ static long rm_map_memory(long (*orig)(struct file *, unsigned int, unsigned lon
 	if (checked)
 		slot = qgpu_expect(NV_ESC_RM_MAP_MEMORY, &k, sizeof(k), status_off);
 	ret = orig(file, cmd, arg);
+	/* The file RM left the mapping on; else found by the answer's fd number, as before. */
+	target = qgpu_expect_file(slot);
 	reply = qgpu_expect_done(slot, &p, sizeof(p));
 	if (reply == QGPU_REPLY_NONE)
-		return ret;
+		goto out;
 	/* Without the driver's answer (unchecked, or not kept): the caller's memory, as before. */
 	if (reply == QGPU_REPLY_UNKNOWN && copy_from_user(&p, uarg, sizeof(p)))
-		return ret;
+		goto out;
 	if (ret || p.status != NV_OK)
-		return ret;
-	target = fget(p.fd);
+		goto out;
+	if (!target)
+		target = fget(p.fd);
 	if (!target)
 		return ret;
 	mutex_lock(&qgpu_lock);
 	qgpu_track_mapping(target, &p);
 	mutex_unlock(&qgpu_lock);
-	fput(target);
+out:
+	if (target)
+		fput(target);
 	return ret;
 }
 

@@ -165,6 +165,7 @@ int qgpu_rmprobe_init(void);
 void qgpu_rmprobe_exit(void);
 int qgpu_expect(u32 cmd, const void *arg, u32 len, u32 status_off);
 enum qgpu_reply qgpu_expect_done(int slot, void *answer, u32 len);
+struct file *qgpu_expect_file(int slot);
 u64 qgpu_rewrites(u64 *missed);
 u64 qgpu_rmprobe_answers_missed(void);
 void qgpu_rm_return(void);	/* rmprobe.c's asm: returns to rm_ioctl's caller */

@@ -19,16 +19,24 @@
  * on the same rm_ioctl keeps the first bytes of the driver's copy as RM left them, and
  * qgpu_expect_done() hands them to the hook in place of a second fetch of tenant memory.
  *
- * The two probes sit on one address, so kprobes aggregates them and runs their entry handlers
- * one after the other, in an order this file does not rely on: where the refusal runs first it
- * returns past rm_ioctl and the kretprobe's entry handler never runs (no return instance);
- * where the kretprobe's runs first, the refusal's return goes through the kretprobe trampoline
- * and the return handler sees the slot marked refused and keeps nothing.
+ * RM_MAP_MEMORY names the file to map by an fd, which RM looks up in the caller's fd table once,
+ * during the call (nv_get_file_private, kernel-open/nvidia/nv.c, from
+ * nv_add_mapping_context_to_file); looked up again after the call the number may name another
+ * file. A kretprobe on nv_get_file_private keeps the file RM found, with a reference, for the
+ * task's checked RM_MAP_MEMORY (qgpu_expect_file()).
+ *
+ * The two probes on rm_ioctl sit on one address, so kprobes aggregates them and runs their entry
+ * handlers one after the other, in an order this file does not rely on: where the refusal runs
+ * first it returns past rm_ioctl and the kretprobe's entry handler never runs (no return
+ * instance); where the kretprobe's runs first, the refusal's return goes through the kretprobe
+ * trampoline and the return handler sees the slot marked refused and keeps nothing.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/atomic.h>
 #include <linux/bitmap.h>
+#include <linux/file.h>
+#include <linux/fs.h>
 #include <linux/kprobes.h>
 #include <linux/linkage.h>
 #include <linux/objtool.h>
@@ -50,6 +58,7 @@ struct expect {
 	bool refused;			/* and answered by rm_ioctl_pre(), not RM */
 	bool answered;			/* answer holds the driver's copy as rm_ioctl left it */
 	u32 answer_len;
+	struct file *mapped;		/* RM_MAP_MEMORY: the file RM took its fd for, held */
 	u8 head[QGPU_EXPECT_MAX];
 	u8 answer[QGPU_ANSWER_MAX];
 };
@@ -67,6 +76,7 @@ static atomic64_t rewritten = ATOMIC64_INIT(0);
 static atomic64_t unchecked = ATOMIC64_INIT(0);
 static bool probed;
 static bool answering;		/* the kretprobe is in place */
+static bool finding;		/* the kretprobe on nv_get_file_private is in place */
 
 /* Where a refused request resumes: the caller of rm_ioctl, with the return value in ax. */
 asm(".pushsection .text\n"
@@ -107,6 +117,7 @@ int qgpu_expect(u32 cmd, const void *arg, u32 len, u32 status_off)
 		expects[i].entered = false;
 		expects[i].refused = false;
 		expects[i].answered = false;
+		expects[i].mapped = NULL;
 		memcpy(expects[i].head, arg, len);
 		atomic_inc(&expecting);
 	}
@@ -135,6 +146,7 @@ int qgpu_expect(u32 cmd, const void *arg, u32 len, u32 status_off)
 enum qgpu_reply qgpu_expect_done(int slot, void *answer, u32 len)
 {
 	enum qgpu_reply reply = QGPU_REPLY_UNKNOWN;
+	struct file *mapped;
 	bool missed = false;
 	struct expect *e;
 	unsigned long flags;
@@ -143,6 +155,8 @@ enum qgpu_reply qgpu_expect_done(int slot, void *answer, u32 len)
 		return QGPU_REPLY_UNKNOWN;
 	e = &expects[slot];
 	raw_spin_lock_irqsave(&expect_lock, flags);
+	mapped = e->mapped;
+	e->mapped = NULL;
 	if (e->refused) {
 		reply = QGPU_REPLY_NONE;
 	} else if (e->answered && answer && len <= e->answer_len) {
@@ -156,9 +170,38 @@ enum qgpu_reply qgpu_expect_done(int slot, void *answer, u32 len)
 	__clear_bit(slot, taken);
 	atomic_dec(&expecting);
 	raw_spin_unlock_irqrestore(&expect_lock, flags);
+	if (mapped)
+		fput(mapped);
 	if (missed)
 		atomic64_inc(&unchecked);
 	return reply;
+}
+
+/**
+ * qgpu_expect_file() - the file RM took an RM_MAP_MEMORY's fd for, during the call
+ * @slot: what qgpu_expect() returned for the RM_MAP_MEMORY, before qgpu_expect_done()
+ *
+ * RM looks the answer's fd up in the caller's fd table once, during the call
+ * (nv_add_mapping_context_to_file() → nv_get_file_private(), kernel-open/nvidia/nv-usermap.c
+ * and nv.c), and leaves the mapping on that file. Looked up again after the call, the number
+ * may name another file by then (a tenant thread's dup2() or close()).
+ *
+ * Context: process context, no lock held.
+ * Return: that file, with a reference the caller puts; NULL where the probe did not see it
+ * (no probe, no slot, RM never looked the fd up).
+ */
+struct file *qgpu_expect_file(int slot)
+{
+	struct file *mapped;
+	unsigned long flags;
+
+	if (slot < 0)
+		return NULL;
+	raw_spin_lock_irqsave(&expect_lock, flags);
+	mapped = expects[slot].mapped;
+	expects[slot].mapped = NULL;
+	raw_spin_unlock_irqrestore(&expect_lock, flags);
+	return mapped;
 }
 
 /**
@@ -233,19 +276,33 @@ struct answer_ref {
 	u32 size;
 };
 
+/*
+ * At a probed function's entry: the calling task's slot, -1 where it holds none (or, with @cmd
+ * nonzero, one for another escape). @enter marks it as having reached rm_ioctl.
+ */
+static int slot_at_entry(u32 cmd, bool enter)
+{
+	unsigned long flags;
+	int slot;
+
+	if (!atomic_read(&expecting))
+		return -1;
+	raw_spin_lock_irqsave(&expect_lock, flags);
+	slot = slot_of_current();
+	if (slot >= 0 && cmd && expects[slot].cmd != cmd)
+		slot = -1;
+	if (slot >= 0 && enter)
+		expects[slot].entered = true;
+	raw_spin_unlock_irqrestore(&expect_lock, flags);
+	return slot;
+}
+
 /* rm_ioctl entered: a return instance only for a task that holds a slot (nonzero: none). */
 static int rm_ioctl_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
 {
 	struct answer_ref *ref = (struct answer_ref *)ri->data;
-	unsigned long flags;
 
-	if (!atomic_read(&expecting))
-		return 1;
-	raw_spin_lock_irqsave(&expect_lock, flags);
-	ref->slot = slot_of_current();
-	if (ref->slot >= 0)
-		expects[ref->slot].entered = true;
-	raw_spin_unlock_irqrestore(&expect_lock, flags);
+	ref->slot = slot_at_entry(0, true);
 	if (ref->slot < 0)
 		return 1;
 	ref->data = (const void *)regs->r8;
@@ -280,7 +337,44 @@ static struct kretprobe rm_ioctl_ret_probe = {
 	.data_size = sizeof(struct answer_ref),
 };
 
+/* nv_get_file_private(fd, ctl, os_private): x86-64's third argument, where it leaves the file. */
+static int file_lookup_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	struct answer_ref *ref = (struct answer_ref *)ri->data;
+
+	ref->slot = slot_at_entry(NV_ESC_RM_MAP_MEMORY, false);
+	if (ref->slot < 0)
+		return 1;
+	ref->data = (const void *)regs->dx;
+	return 0;
+}
+
+/* A file found (a non-NULL return): the one in *os_private, kept with a reference of qgpu's. */
+static int file_lookup_ret(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	const struct answer_ref *ref = (const struct answer_ref *)ri->data;
+	struct expect *e = &expects[ref->slot];
+	struct file *file;
+	unsigned long flags;
+
+	if (!regs_return_value(regs))
+		return 0;
+	file = *(struct file * const *)ref->data;
+	raw_spin_lock_irqsave(&expect_lock, flags);
+	if (file && e->task == current && !e->mapped)
+		e->mapped = get_file(file);
+	raw_spin_unlock_irqrestore(&expect_lock, flags);
+	return 0;
+}
+
+static struct kretprobe file_lookup_probe = {
+	.entry_handler = file_lookup_entry,
+	.handler = file_lookup_ret,
+	.data_size = sizeof(struct answer_ref),
+};
+
 static char probe_symbol[MODULE_NAME_LEN + 16];
+static char lookup_symbol[MODULE_NAME_LEN + 24];
 
 /**
  * qgpu_rmprobe_init() - probe the target driver's rm_ioctl
@@ -308,6 +402,15 @@ int qgpu_rmprobe_init(void)
 			probe_symbol, err);
 	else
 		answering = true;
+	snprintf(lookup_symbol, sizeof(lookup_symbol), "%s:nv_get_file_private", qgpu_target);
+	file_lookup_probe.kp.symbol_name = lookup_symbol;
+	file_lookup_probe.maxactive = EXPECT_SLOTS + num_possible_cpus();
+	err = register_kretprobe(&file_lookup_probe);
+	if (err)
+		pr_warn("no return probe on %s (%d): a mapping's file is found by its fd number after the call\n",
+			lookup_symbol, err);
+	else
+		finding = true;
 	rm_ioctl_probe.symbol_name = probe_symbol;
 	err = register_kprobe(&rm_ioctl_probe);
 	if (err) {
@@ -343,5 +446,9 @@ void qgpu_rmprobe_exit(void)
 	if (answering) {
 		answering = false;
 		unregister_kretprobe(&rm_ioctl_ret_probe);
+	}
+	if (finding) {
+		finding = false;
+		unregister_kretprobe(&file_lookup_probe);
 	}
 }

@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import processes, reset
 from tests.vm.gpuload import start_together
@@ -84,24 +86,37 @@ def test_qgpu_stops_reading_userd_once_rm_tears_its_mapping_down() -> None:
                 assert not any(online_busy_samples(0.5)), teardown
 
 
-def test_the_mapping_of_userd_is_noted_on_the_file_rm_mapped_it_for() -> None:
-    """An online tenant maps its USERD memory for a GPU fd, and stores another GPU fd of its own
-    (the decoy, never mapped) over the fd of RM's answer while the driver copies it out
-    (userd_tenant.OverwrittenMap); twice, with RM_UNMAP_MEMORY between. qgpu notes the mapping
-    on the file of RM's answer, from the driver's copy: the tenant's mmap of the fd RM mapped
-    is read, and its channel with GP_PUT != GP_GET stays busy well past blind_busy_ms. (Read
-    back from the tenant's buffer, the mapping was noted on the decoy and the channel went
-    blind: busy for blind_busy_ms, then idle.)"""
+@pytest.mark.parametrize("race", ["--overwritten-map", "--renumbered-map"])
+def test_the_mapping_of_userd_is_noted_on_the_file_rm_mapped_it_for(race: str) -> None:
+    """An online tenant maps its USERD memory for a new GPU fd, twice, with RM_UNMAP_MEMORY
+    between, and misleads whoever looks at the answer after the driver copied it out (never by
+    chance: userd_tenant.OverwrittenMap stops the copy-out with userfaultfd):
+
+    - overwritten: it stores another GPU fd of its own (the decoy, never mapped) over the fd of
+      RM's answer. qgpu reads the answer from the driver's copy.
+    - renumbered: it dup2()s the decoy over the fd's number (RM looked it up already) and mmaps
+      the file RM mapped through another fd of it. qgpu takes the file RM found during the call
+      (its probe on nv_get_file_private).
+
+    Either way the tenant's mmap of the file RM mapped is read, and its channel with GP_PUT !=
+    GP_GET stays busy well past blind_busy_ms. (Read back from the tenant's buffer, or found
+    again by its number after the call, the mapping was noted on the decoy's file and the
+    channel went blind: busy for blind_busy_ms, then idle.)"""
     with qgpu_loaded(blind_busy_ms=300) as client, cgroups(1) as (online,):
         client.set_gpu(0, "best-effort", PERIOD_US)
         client.set_cgroup(online.id, 0, "online", 50)
-        with userd_tenant(online, "--overwritten-map") as tenant:
+        with userd_tenant(online, race) as tenant:
             for round_ in range(2):
                 out = tenant.ask("map")
-                # RM mapped the fd asked for, and the answer came back overwritten.
                 assert out["status"] == NvStatus.NV_OK, out
-                assert out["faults"] == ["copy-out", "read-back"], out
-                assert out["fd"] == out["decoy"] != out["target"], out
+                if race == "--overwritten-map":
+                    # RM mapped the fd asked for, and the answer came back overwritten.
+                    assert out["faults"] == ["copy-out", "read-back"], out
+                    assert out["fd"] == out["decoy"] != out["target"], out
+                else:
+                    # The answer is RM's; its number names the decoy's file by then.
+                    assert out["faults"] == ["copy-out"], out
+                    assert out["fd"] == out["target"] != out["kept"], out
                 tenant.ask("put 1")
                 time.sleep(0.6)
                 assert all(online_busy_samples(0.5)), (round_, out)

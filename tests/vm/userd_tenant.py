@@ -11,9 +11,11 @@ memory object, ``quit`` ends.
 With ``--overwritten-map`` the memory is not mapped at start; ``map`` maps it (after ``unmap``
 and munmap of the mapping before, if any) for a new GPU fd with RM_MAP_MEMORY, whose answer
 this process overwrites with another fd while the driver copies it out (OverwrittenMap), and
-mmaps the new fd: the answer as the call returned it.
+mmaps the new fd: the answer as the call returned it. ``--renumbered-map`` likewise, but the
+answer is left alone and the fd's number is made to name another GPU file during the copy-out
+(dup2); the file RM mapped is then mmapped through another fd of it.
 
-    python -m tests.vm.userd_tenant OFFSET [--no-map | --overwritten-map]
+    python -m tests.vm.userd_tenant OFFSET [--no-map | --overwritten-map | --renumbered-map]
 """
 
 from __future__ import annotations
@@ -87,9 +89,13 @@ class OverwrittenMap:
     in every call tried.
     """
 
-    def __init__(self, rm: Rm, client: int, device: int, memory: int) -> None:
+    def __init__(self, rm: Rm, client: int, device: int, memory: int, renumber: bool) -> None:
         self.rm, self.client, self.device, self.memory = rm, client, device, memory
         self.decoy = rm.open_gpu()
+        # Renumber: at the copy-out the decoy's file is dup2()ed over the fd RM mapped (whose
+        # file the tenant keeps by another fd), and the answer is left as RM wrote it.
+        self.renumber = renumber
+        self.target = -1
         self.pages = mmap.mmap(-1, 2 * mmap.PAGESIZE)  # shared: shmem, for minor faults
         self.pages[:] = bytes(2 * mmap.PAGESIZE)  # present: write protection needs a page
         self.first = ctypes.addressof(ctypes.c_char.from_buffer(self.pages))
@@ -130,7 +136,13 @@ class OverwrittenMap:
             msg = UFFD_MSG.unpack(os.read(self.uffd, UFFD_MSG.size))
             if msg[0] != UFFD_EVENT_PAGEFAULT:
                 continue
-            if msg[4] & UFFD_PAGEFAULT_FLAG_WP:
+            if msg[4] & UFFD_PAGEFAULT_FLAG_WP and self.renumber:
+                # The copy-out: RM looked the fd up already, and whoever looks it up from now
+                # on finds the decoy's file.
+                self.faults.append("copy-out")
+                os.dup2(self.decoy, self.target)
+                self._protect(False)
+            elif msg[4] & UFFD_PAGEFAULT_FLAG_WP:
                 # The copy-out, at the second page: the next read of the first page stops.
                 self.faults.append("copy-out")
                 if LIBC.madvise(self.first, mmap.PAGESIZE, MADV_DONTNEED):
@@ -144,8 +156,10 @@ class OverwrittenMap:
                 self._uffd_ioctl(UFFDIO_CONTINUE, ctypes.create_string_buffer(arg, 32))
 
     def run(self) -> tuple[int, int, dict[str, object]]:
-        """The new fd RM mapped, its pLinearAddress, and what the call answered."""
-        target = self.rm.open_gpu()
+        """The new fd RM mapped (renumbered: another fd of its file), its pLinearAddress, and
+        what the call answered."""
+        target = self.target = self.rm.open_gpu()
+        kept = os.dup(target) if self.renumber else target
         NVOS33_FD.pack_into(
             self.buf, 0, self.client, self.device, self.memory, 0, 0, USERD_MEM, 0,
             UNANSWERED, 0, target, 0,
@@ -157,9 +171,11 @@ class OverwrittenMap:
         answer = ctypes.create_string_buffer(NVOS33_FD.size)
         LIBC.memmove(answer, ctypes.addressof(self.buf), NVOS33_FD.size)
         fields = NVOS33_FD.unpack(answer.raw)
-        return target, int(fields[6]), {
+        if kept != target:
+            self.rm.fds.append(kept)
+        return kept, int(fields[6]), {
             "status": fields[7], "fd": fields[9], "target": target, "decoy": self.decoy,
-            "faults": list(self.faults),
+            "kept": kept, "faults": list(self.faults),
         }  # fmt: skip
 
 
@@ -172,7 +188,9 @@ def main(argv: list[str]) -> int:
     memory = rm.new(client, device, 0x40, memory_params(USERD_MEM))
     view: mmap.mmap | None = None
     linear = 0
-    race = OverwrittenMap(rm, client, device, memory) if "--overwritten-map" in argv else None
+    race = None
+    if "--overwritten-map" in argv or "--renumbered-map" in argv:
+        race = OverwrittenMap(rm, client, device, memory, "--renumbered-map" in argv)
     target = -1
     if "--no-map" not in argv and race is None:
         target = rm.open_gpu()
