@@ -376,12 +376,33 @@ static struct kretprobe file_lookup_probe = {
 static char probe_symbol[MODULE_NAME_LEN + 16];
 static char lookup_symbol[MODULE_NAME_LEN + 24];
 
+/*
+ * A kretprobe on the target driver's @function, @symbol (of @size) its name there. A return
+ * instance is held only by a task with a slot, for the length of its call, and taken for an
+ * instant by every other caller before the entry handler turns it down. Without it qgpu says so,
+ * and @without what it does instead.
+ */
+static bool place_return_probe(struct kretprobe *rp, char *symbol, size_t size,
+			       const char *function, const char *without)
+{
+	int err;
+
+	snprintf(symbol, size, "%s:%s", qgpu_target, function);
+	rp->kp.symbol_name = symbol;
+	rp->maxactive = EXPECT_SLOTS + num_possible_cpus();
+	err = register_kretprobe(rp);
+	if (err)
+		pr_warn("no return probe on %s (%d): %s\n", symbol, err, without);
+	return !err;
+}
+
 /**
- * qgpu_rmprobe_init() - probe the target driver's rm_ioctl
+ * qgpu_rmprobe_init() - probe the target driver's rm_ioctl and nv_get_file_private
  *
  * Without the kprobe (a driver that has no rm_ioctl, kprobes refused) qgpu works as before, on
- * its own copy alone, and says so; without the kretprobe it checks requests but reads what RM
- * answered from the tenant's memory, and says so.
+ * its own copy alone, and says so; without the kretprobe on rm_ioctl it checks requests but
+ * reads what RM answered from the tenant's memory, and without the one on nv_get_file_private
+ * it finds a mapping's file by its fd number after the call; it says so.
  *
  * Return: 0.
  */
@@ -389,28 +410,11 @@ int qgpu_rmprobe_init(void)
 {
 	int err;
 
-	snprintf(probe_symbol, sizeof(probe_symbol), "%s:rm_ioctl", qgpu_target);
-	/*
-	 * A return instance is held only by a task with a slot, for the length of its call, and
-	 * taken for an instant by every other caller before rm_ioctl_entry() turns it down.
-	 */
-	rm_ioctl_ret_probe.kp.symbol_name = probe_symbol;
-	rm_ioctl_ret_probe.maxactive = EXPECT_SLOTS + num_possible_cpus();
-	err = register_kretprobe(&rm_ioctl_ret_probe);
-	if (err)
-		pr_warn("no return probe on %s (%d): answers are read from the caller's memory\n",
-			probe_symbol, err);
-	else
-		answering = true;
-	snprintf(lookup_symbol, sizeof(lookup_symbol), "%s:nv_get_file_private", qgpu_target);
-	file_lookup_probe.kp.symbol_name = lookup_symbol;
-	file_lookup_probe.maxactive = EXPECT_SLOTS + num_possible_cpus();
-	err = register_kretprobe(&file_lookup_probe);
-	if (err)
-		pr_warn("no return probe on %s (%d): a mapping's file is found by its fd number after the call\n",
-			lookup_symbol, err);
-	else
-		finding = true;
+	answering = place_return_probe(&rm_ioctl_ret_probe, probe_symbol, sizeof(probe_symbol),
+				       "rm_ioctl", "answers are read from the caller's memory");
+	finding = place_return_probe(&file_lookup_probe, lookup_symbol, sizeof(lookup_symbol),
+				     "nv_get_file_private",
+				     "a mapping's file is found by its fd number after the call");
 	rm_ioctl_probe.symbol_name = probe_symbol;
 	err = register_kprobe(&rm_ioctl_probe);
 	if (err) {

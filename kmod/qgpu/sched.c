@@ -362,7 +362,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 	u64 dt = s->last ? ktime_to_ns(ktime_sub(now, s->last)) : 0;
 	u64 period_ns = (u64)s->period_us * NSEC_PER_USEC;
 	struct qgpu_cg *cg, *holder;
-	bool any = false, online_now = false;
+	bool any = false, online_now = false, ended;
 
 	lockdep_assert_held(&qgpu_lock);
 	s->last = now;
@@ -406,9 +406,12 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 	s->online_busy = online_now ||
 		(s->online_seen && ktime_us_delta(now, s->online_seen) < online_hold_us);
 
-	if (s->period_end && ktime_after(now, s->period_end) && slices_owed(s)) {
+	ended = !s->period_end || ktime_after(now, s->period_end);
+	if (ended && s->period_end && slices_owed(s)) {
 		s->deferred = true;
-	} else if (!s->period_end || ktime_after(now, s->period_end)) {
+		ended = false;
+	}
+	if (ended) {
 		list_for_each_entry(cg, &qgpu_cgroups, node) {
 			if (!gated_here(s, cg))
 				continue;
