@@ -457,14 +457,15 @@ def summarise(
             summary[f"online_{key}"] = online.get(key)
         # Every offline pod, summed (the trainers of a scenario are of one size): missing if any
         # is missing, so that a crashed trainer never reads as a slower one.
-        trainers = [
-            pods.get(p.name, {}).get("it_per_s") for p in scenario.pods if p.name != "online"
-        ]
+        trainers = {
+            p.name: pods.get(p.name, {}).get("it_per_s")
+            for p in scenario.pods
+            if p.pod_class is PodClass.OFFLINE
+        }
         if len(trainers) > 1:
-            summary["trainers_it_per_s"] = dict(
-                zip((p.name for p in scenario.pods if p.name != "online"), trainers, strict=True)
-            )
-        summary["trainer_it_per_s"] = None if None in trainers else sum(trainers)
+            summary["trainers_it_per_s"] = trainers
+        rates = list(trainers.values())
+        summary["trainer_it_per_s"] = None if None in rates else sum(rates)
         return summary
     shares = {}
     for pod in scenario.pods:
