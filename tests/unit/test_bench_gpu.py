@@ -172,6 +172,42 @@ def test_two_trainers_are_summed_and_one_missing_leaves_no_sum() -> None:
     assert single["trainer_it_per_s"] == 9.0 and "trainers_it_per_s" not in single
 
 
+ONE_POD_TWO_TRAINERS = next(s for s in gpu.SCENARIOS if "pod of two 8192 trainers" in s.name)
+
+
+def test_a_pod_of_two_trainers_is_one_pod_with_both_processes_in_its_cgroup(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The row that opens two offline TSGs together: the daemon is told of one offline pod (its
+    turns are the pod's), both trainers run in that pod's cgroup, and both are summed."""
+    seen: list[list[str]] = []
+
+    class Popen:
+        def __init__(self, argv: list[str], **_: object) -> None:
+            seen.append(argv)
+
+    monkeypatch.setattr(gpu.subprocess, "Popen", Popen)
+    monkeypatch.setattr(gpu, "cgroup2_mount", lambda: tmp_path)
+    cgroups = gpu.Cgroups(root=tmp_path / "qpolicy-bench")
+    pods = gpu.desired_pods(ONE_POD_TWO_TRAINERS, cgroups)
+    assert [(p.id, p.pod_class) for p in pods] == [
+        ("/qpolicy-bench/online", gpu.PodClass.ONLINE),
+        ("/qpolicy-bench/trainer", gpu.PodClass.OFFLINE),
+    ]
+    assert len(gpu.desired_pods(TWO_TRAINERS, cgroups)) == 3
+    for pod in ONE_POD_TWO_TRAINERS.pods:
+        gpu.spawn(pod, 0, 1.0, 0.0, cgroups, {})
+    joins = [argv[2] for argv in seen]
+    trainer = f'echo $$ > "{tmp_path}/qpolicy-bench/trainer/cgroup.procs"'
+    assert joins[1].startswith(trainer) and joins[2].startswith(trainer)
+    assert "--label trainer2" in " ".join(seen[2])
+    online = {"p50_ms": 0.6, "p99_ms": 0.9, "requests": 3001}
+    run = {
+        "pods": {"online": online, "trainer": {"it_per_s": 20.0}, "trainer2": {"it_per_s": 21.0}}
+    }
+    assert gpu.summarise(ONE_POD_TWO_TRAINERS, run, {}, 20.0)["trainer_it_per_s"] == 41.0
+
+
 @pytest.mark.parametrize("strategy", [None, "default", "timeslice-1us", "timeslice"])
 def test_the_daemon_reads_the_strategy_the_bench_was_asked_for(
     strategy: str | None, tmp_path: Any, monkeypatch: pytest.MonkeyPatch

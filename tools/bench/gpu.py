@@ -72,6 +72,13 @@ class Pod:
     n: int | None = None  # None: the scenario's size
     requests_hz: float | None = None
     late: bool = False  # starts half way through
+    # The pod (cgroup) the process runs in: its own by default; another Pod's name makes it a
+    # second process of that pod, which the daemon governs as one.
+    pod: str | None = None
+
+    @property
+    def cgroup(self) -> str:
+        return self.pod or self.name
 
 
 @dataclass(frozen=True)
@@ -118,15 +125,28 @@ SCENARIOS = (
         sizes=(0,),
     ),
     Scenario(
-        # Several offline TSGs under a short offline timeslice: do they switch among themselves
-        # at every slice (the doctor measures one trainer)? Their throughput, summed, against
-        # native's.
+        # Two offline pods: the daemon gives them exclusive turns (enforcers/slicer.py), so the
+        # short offline timeslice never has two of their TSGs runnable at once. Their
+        # throughput, summed, against native's.
         f"online 4096 @ {ONLINE_HZ:g} Hz next to two offline 8192 trainers",
         GpuPolicy.BURST_SHARE,
         (
             Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
             Pod("trainer", 40, n=8192),
             Pod("trainer2", 40, n=8192),
+        ),
+        sizes=(0,),
+    ),
+    Scenario(
+        # One offline pod of two processes: two TSGs open together under the short offline
+        # timeslice. Do they switch among themselves at every slice (the doctor measures one
+        # trainer)? Their throughput, summed, against native's.
+        f"online 4096 @ {ONLINE_HZ:g} Hz next to an offline pod of two 8192 trainers",
+        GpuPolicy.BURST_SHARE,
+        (
+            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
+            Pod("trainer", 80, n=8192),
+            Pod("trainer2", None, n=8192, pod="trainer"),
         ),
         sizes=(0,),
     ),
@@ -223,7 +243,7 @@ def spawn(
         argv += ["--start-at", str(start_at + seconds / 2), "--seconds", str(seconds / 2)]
     else:
         argv += ["--start-at", str(start_at), "--seconds", str(seconds), "--timeline"]
-    cgroup = cgroups.path(pod.name)
+    cgroup = cgroups.path(pod.cgroup)
     wrapper = ["sh", "-c", f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"', "sh", *argv]
     return subprocess.Popen(
         wrapper, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -274,6 +294,13 @@ def scrape_every(port: int, interval_s: float, stop: threading.Event, info: dict
             info["scrape_error"] = str(error)
 
 
+def desired_pods(scenario: Scenario, cgroups: Cgroups) -> list[PodSpec]:
+    """The pods the daemon is told of: one per cgroup (a second process of a pod runs in it)."""
+    return [
+        PodSpec(cgroups.id(p.name), 0, p.pod_class, p.share) for p in scenario.pods if p.pod is None
+    ]
+
+
 @contextlib.contextmanager
 def qpolicy_daemon(
     scenario: Scenario,
@@ -285,7 +312,7 @@ def qpolicy_daemon(
     with tempfile.TemporaryDirectory(prefix="qpolicy-bench-state-") as state_dir:
         # The daemon chooses its online timeslices from a doctor result (--strategy).
         place_doctor_cache(Path(state_dir))
-        pods = [PodSpec(cgroups.id(p.name), 0, p.pod_class, p.share) for p in scenario.pods]
+        pods = desired_pods(scenario, cgroups)
         state = DesiredState().with_gpu(GpuConfig(0, scenario.policy))
         for pod in pods:
             state = state.with_pod(pod)
