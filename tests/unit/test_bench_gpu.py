@@ -43,6 +43,14 @@ def test_meets_only_when_every_target_holds() -> None:
     ).endswith("MISSES")
 
 
+def test_a_row_whose_trainer_reported_nothing_misses() -> None:
+    """A trainer that timed out (no it/s) fails the row, also where solo is not divided by."""
+    q = {"online_p50_ms": 0.6, "online_p99_ms": 0.9, "trainer_it_per_s": None}
+    for solo in ({"p50_ms": 0.55, "p99_ms": 0.71}, {"p50_ms": 0.4, "p99_ms": 1.1}):
+        verdict = gpu._online_verdict(TRAINER_8192, q, report(solo, q, TRAINER_8192.name))
+        assert "a trainer reported nothing" in verdict and verdict.endswith("MISSES")
+
+
 @pytest.mark.parametrize("p99", [0.9, 3.4])
 def test_an_unstable_solo_is_reported_not_divided_by(p99: float) -> None:
     q = {"online_p50_ms": 0.6, "online_p99_ms": 2.0, "trainer_it_per_s": 300.0}

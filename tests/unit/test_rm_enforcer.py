@@ -613,6 +613,40 @@ def test_a_timeslice_the_tenant_sets_over_ours_is_set_again_and_its_value_is_wha
     assert r.driver.timeslice[0x20] == 4096
 
 
+def test_a_pod_of_several_processes_keeps_their_own_timeslices_until_one_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two busy processes of one pod given the class's timeslice switch against each other at
+    every slice: two 8192 trainers of one offline pod kept 0.04 % of their native throughput
+    at 1 us (an H100, 2026-11-26). Their TSGs keep their own until one process is left."""
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    strategy = OnlineStrategy(1, 1_000_000, "GPreempt's values")
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=strategy)
+    r.loop.run_until(0.3e6)
+    assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 1}
+    # A second process of the trainer's pod starts: the first's TSG gets its own value back,
+    # the second's is never touched.
+    second = group(300, 0xC1D00300, 5)
+    r.resolver._groups["/train"] = [*r.resolver._groups["/train"], second]
+    r.loop.run_until(0.3e6 + 50_000 + 3 * LATENCY)
+    assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 2048}
+    assert 0x50 not in r.driver.timeslice_log
+    gpu = r.shared.controls[0]
+    assert gpu.several_processes() == {"/train": 2}
+    record = json.loads((tmp_path / RECORD_NAME).read_text())
+    assert {e["tsg"] for e in record["timeslices"].values()} == {0x10}
+    # Still two a few periods later: nothing more is sent for the pod.
+    sends = len(r.driver.timeslice_log)
+    r.loop.run_until(0.6e6)
+    assert len(r.driver.timeslice_log) == sends
+    # The second exits: the one left gets the class's timeslice again.
+    r.resolver._groups["/train"] = r.resolver._groups["/train"][:1]
+    r.shared.forget(300)
+    r.loop.run_until(0.6e6 + 50_000 + 3 * LATENCY)
+    assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 1}
+    assert gpu.several_processes() == {}
+
+
 @pytest.mark.parametrize("how", ["removed", "moved to another GPU"])
 def test_a_pod_that_leaves_while_closed_is_reopened_and_restored_though_it_no_longer_resolves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str

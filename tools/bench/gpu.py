@@ -589,7 +589,11 @@ def _online_verdict(scenario: Scenario, summary: dict[str, Any], report: dict[st
         parts.append(f"its run on the GPU p50 {run / solo_run:.2f}x solo's")
     native_trainer = (runs.get("native") or {}).get("trainer_it_per_s")
     trainer = summary.get("trainer_it_per_s")
-    if "8192" in scenario.name and native_trainer and trainer:
+    if trainer is None:
+        # A trainer that crashed or hung reported nothing: no row meets without its trainers.
+        parts.append("a trainer reported nothing")
+        ok = False
+    elif "8192" in scenario.name and native_trainer:
         keeps = trainer / native_trainer
         parts.append(f"trainer {keeps:.0%} of native (>=95%)")
         ok &= keeps >= 0.95

@@ -65,6 +65,9 @@ class RmChannelControl:
         # by then. A later set of its own (libcuda's, some 110 ms after the TSG exists) undoes
         # ours, and is answered by sending ours again.
         self._timeslice_sent: dict[TsgKey, int] = {}
+        # Pods whose TSGs keep their own timeslices because several of the pod's processes are
+        # on this GPU (_send_timeslices), with how many there were.
+        self._several: dict[str, int] = {}
         self.errors = 0
         self._last_error_log: dict[str, float] = {}
 
@@ -195,6 +198,7 @@ class RmChannelControl:
         """Give the pod's TSGs ``timeslice_us`` (None: their own again), now and as they appear."""
         if timeslice_us is None:
             self._wanted_timeslice.pop(pod, None)
+            self._several.pop(pod, None)
             self._restore_timeslices(pod)
         else:
             self._wanted_timeslice[pod] = timeslice_us
@@ -205,6 +209,10 @@ class RmChannelControl:
         again on TSGs whose tenant has set its own since (libcuda does, after creating them)."""
         for pod, timeslice_us in list(self._wanted_timeslice.items()):
             self._send_timeslices(pod, timeslice_us, only_new=True)
+
+    def several_processes(self) -> dict[str, int]:
+        """Pods left at their TSGs' own timeslices, each with its number of processes here."""
+        return dict(sorted(self._several.items()))
 
     def forget(self, pid: int) -> None:
         """Drop what is kept about the objects of a process that exited."""
@@ -222,6 +230,27 @@ class RmChannelControl:
 
     def _send_timeslices(self, pod: str, timeslice_us: int, *, only_new: bool) -> None:
         groups = [g for g in self.resolver.groups(pod) if g.pid and g.fd is not None]
+        processes = len({g.pid for g in groups if g.tsgs})
+        if processes > 1:
+            # The class's timeslice is for a pod's TSGs against other pods'. Two busy processes
+            # of one pod given it switch against each other at every slice, and a compute
+            # context switch (CILP on H100) costs ~0.4 ms: two 8192 trainers of one offline
+            # pod kept 0.04 % of their native throughput at 1 us and 24 % at 128 us
+            # (BENCHMARKS.md, 2026-11-26, sixth session). Their own timeslices (CUDA's 1-2 ms)
+            # it is, until one process is left; online work then waits as under native
+            # time-slicing while such a pod runs.
+            if self._several.get(pod) != processes:
+                log.info(
+                    "pod %s: %d processes on this GPU: their TSGs keep their own timeslices "
+                    "(%d us would switch them against each other)",
+                    pod,
+                    processes,
+                    timeslice_us,
+                )
+                self._several[pod] = processes
+            self._restore_timeslices(pod)
+            return
+        self._several.pop(pod, None)
         todo: list[tuple[ClientChannels, int]] = []
         with self._lock:
             for group in groups:
