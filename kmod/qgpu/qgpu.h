@@ -49,6 +49,9 @@ struct qgpu_cg {
 	u32 clients;
 	u32 tsgs;
 	u32 channels;
+	/* timeslice.c, per pass: a process with TSGs on its GPU; more than one of them */
+	pid_t ts_tgid;
+	bool ts_several;
 
 	/* scheduler state, per period (CFS-bandwidth style) */
 	bool open;			/* its channels are meant to run now */
@@ -117,6 +120,7 @@ struct qgpu_client {
 	struct file *file;		/* the file it was allocated through (not referenced) */
 	struct cgroup *origin;		/* the allocating process's cgroup, referenced; or NULL */
 	struct qgpu_cg *cg;		/* charged for everything below it: governs origin */
+	pid_t tgid;			/* the process that allocated it (timeslice.c) */
 	struct list_head objects;
 	u64 freed;			/* when an RM_FREE in it last returned (track.c) */
 	u64 added;			/* when RM last confirmed it or an object in it */

@@ -10,7 +10,8 @@
  *
  * What a TSG gets (wanted()):
  *   - its class's value on its GPU, when its cgroup is configured for that GPU, the GPU has at
- *     least one configured online cgroup, and the value is not 0;
+ *     least one configured online cgroup, the value is not 0, and the cgroup's TSGs on that GPU
+ *     are one process's (count_processes());
  *   - otherwise its own timeslice: what RM held before qgpu's first SET_TIMESLICE (read with
  *     GET_TIMESLICE just before it), or the one its tenant asked for since. The tenant guard
  *     (ioctl.c) swallows a gated tenant's SET_TIMESLICE; the value becomes the TSG's own, to be
@@ -95,11 +96,45 @@ static void online_gpus(bool *online)
 			online[cg->gpu] = true;
 }
 
+/*
+ * Which cgroups have TSGs of more than one process on their GPU. A class's timeslice is for a
+ * cgroup's TSGs against other cgroups'; busy TSGs of two processes of one cgroup given it switch
+ * against each other at every slice, and a compute context switch costs ~0.4 ms: two 8192
+ * trainers of one offline pod kept 0.04 % of their native throughput at 1 us and 24 % at 128 us
+ * on an H100 (BENCHMARKS.md, 2026-11-26, sixth session). They keep their own (CUDA's 1-2 ms).
+ */
+static void count_processes(void)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+	struct qgpu_cg *cg;
+
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry(cg, &qgpu_cgroups, node) {
+		cg->ts_tgid = 0;
+		cg->ts_several = false;
+	}
+	list_for_each_entry(client, &qgpu_clients, node) {
+		cg = client->cg;
+		if (cg->ts_several || (cg->ts_tgid && cg->ts_tgid == client->tgid))
+			continue;
+		list_for_each_entry(obj, &client->objects, node) {
+			if (obj->kind != QGPU_OBJ_TSG || obj->gpu < 0 || (u32)obj->gpu != cg->gpu)
+				continue;
+			if (cg->ts_tgid)
+				cg->ts_several = true;
+			else
+				cg->ts_tgid = client->tgid;
+			break;
+		}
+	}
+}
+
 /* The timeslice qgpu wants on @tsg of a client of @cg; 0: the TSG's own. */
 static u64 wanted(const struct qgpu_cg *cg, const struct qgpu_obj *tsg, const bool *online)
 {
 	if (!gated(cg) || tsg->gpu < 0 || tsg->gpu >= QGPU_MAX_GPUS || cg->gpu != tsg->gpu ||
-	    !online[tsg->gpu] || cg->class > QGPU_CLASS_ONLINE)
+	    !online[tsg->gpu] || cg->class > QGPU_CLASS_ONLINE || cg->ts_several)
 		return 0;
 	return values[tsg->gpu][cg->class];
 }
@@ -124,6 +159,7 @@ static unsigned int plan(bool now, bool *full, bool *retry, unsigned long *retry
 
 	lockdep_assert_held(&qgpu_lock);
 	online_gpus(online);
+	count_processes();
 	list_for_each_entry(client, &qgpu_clients, node) {
 		list_for_each_entry(obj, &client->objects, node) {
 			struct change *c;

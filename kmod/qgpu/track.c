@@ -324,6 +324,7 @@ static struct qgpu_client *client_new(struct qgpu_cg *cg, struct file *file, u32
 	client->handle = handle;
 	client->file = file;
 	client->origin = origin;
+	client->tgid = task_tgid_nr(current);
 	client->cg = governing_cg(client, cg);
 	INIT_LIST_HEAD(&client->objects);
 	list_add_tail(&client->node, &qgpu_clients);
@@ -394,10 +395,14 @@ static void obj_drop(struct qgpu_client *client, struct qgpu_obj *obj)
 	struct qgpu_cg *cg = client->cg;
 
 	qgpu_gate_put(obj);
-	if (obj->kind == QGPU_OBJ_TSG)
+	if (obj->kind == QGPU_OBJ_TSG) {
 		cg->tsgs--;
-	else if (obj->kind == QGPU_OBJ_CHANNEL)
+		/* One process fewer may leave one: its TSGs get the class's value (timeslice.c). */
+		if (cg->configured)
+			qgpu_timeslice_kick();
+	} else if (obj->kind == QGPU_OBJ_CHANNEL) {
 		cg->channels--;
+	}
 	qgpu_userd_obj_drop(client->handle, obj);
 	list_del(&obj->node);
 	list_del_init(&obj->gpu_node);
