@@ -78,6 +78,18 @@ def render(doc: dict[str, Any]) -> None:
             f"{escape(str(refused.get('reason')))}): {escape(str(refused.get('message')))}",
             soft_wrap=True,
         )
+    gpus = doc.get("backend", {}).get("gpus", {}) if isinstance(doc.get("backend"), dict) else {}
+    for gpu, view in sorted(gpus.items()) if isinstance(gpus, dict) else ():
+        own = view.get("own_timeslices") if isinstance(view, dict) else None
+        for pod, processes in sorted(own.items()) if isinstance(own, dict) else ():
+            # The rm enforcer's rule (enforcers/rm/control.py): said here because it changes
+            # what the online class gives next to this pod.
+            console.print(
+                f"[yellow]GPU {escape(str(gpu))}: pod {escape(str(pod))} has {processes} "
+                "processes here: its TSGs keep their own timeslices, and online work next to "
+                "it waits as under native time-slicing[/yellow]",
+                soft_wrap=True,
+            )
     lost = doc.get("probe_lost_events")
     if lost:
         console.print(f"[yellow]the probe lost {lost} events[/yellow]", soft_wrap=True)

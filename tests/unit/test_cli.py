@@ -744,6 +744,26 @@ def test_status_shows_what_the_running_daemon_sees(
     assert json.loads(qpolicy_cli.ok("status", "--json").out)["daemon"] is None
 
 
+def test_status_says_which_pods_keep_their_own_timeslices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A pod of several GPU processes loses the online lever next to it (the rm enforcer's
+    own_timeslices); the text status says so, not only --json."""
+    from qpolicy.cli import daemonstatus
+
+    doc = {
+        "pid": 7,
+        "enforcer": "rm",
+        "sources": {},
+        "backend": {"gpus": {"0": {"own_timeslices": {"/train": 2}}, "1": {}}},
+    }
+    daemonstatus.render(doc)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "GPU 0: pod /train has 2 processes here: its TSGs keep their own timeslices" in out
+    daemonstatus.render({**doc, "backend": {"gpus": {"0": {"own_timeslices": {}}}}})
+    assert "own timeslices" not in capsys.readouterr().out
+
+
 class Unnamed(ObserveBackend):
     """An observing backend that, like rm and kmod, takes only cgroup paths."""
 
