@@ -332,7 +332,8 @@ static int put_cg(struct sk_buff *skb, const struct qgpu_cg *cg)
 	    nla_put_u32(skb, QGPU_A_CHANNELS, cg->channels) ||
 	    nla_put_u64_64bit(skb, QGPU_A_OOM, cg->oom, QGPU_A_PAD) ||
 	    nla_put_u64_64bit(skb, QGPU_A_DENIED, cg->denied, QGPU_A_PAD) ||
-	    nla_put_u8(skb, QGPU_A_BUSY, cg->busy))
+	    nla_put_u8(skb, QGPU_A_BUSY, cg->busy) ||
+	    nla_put_u8(skb, QGPU_A_OWN_TIMESLICES, cg->ts_several))
 		return -EMSGSIZE;
 	return 0;
 }

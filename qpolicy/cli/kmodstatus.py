@@ -52,6 +52,7 @@ def _cgroup_report(stats: CgroupStats, path: str | None) -> dict[str, Any]:
         "periods": stats.nr_periods,
         "throttled_periods": stats.nr_throttled,
         "busy": stats.busy,
+        "own_timeslices": stats.own_timeslices,
         "clients": stats.clients,
         "tsgs": stats.tsgs,
         "channels": stats.channels,
@@ -165,3 +166,11 @@ def _render_gpu(
             f"{cgroup['throttled_s']:.1f} s, {cgroup['throttled_periods']}/{cgroup['periods']}",
         )
     console.print(table)
+    for cgroup in cgroups:
+        if cgroup.get("own_timeslices"):
+            console.print(
+                f"[yellow]{escape(cgroup['path'] or '#' + str(cgroup['cgroup_id']))}: several "
+                "processes on this GPU: its TSGs keep their own timeslices, and online work "
+                "next to it waits as under native time-slicing[/yellow]",
+                soft_wrap=True,
+            )

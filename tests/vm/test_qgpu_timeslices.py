@@ -25,6 +25,7 @@ from tests.vm.qgpu_env import (
     loaded,
     qgpu_loaded,
     rmmod,
+    stats_of,
 )
 from tests.vm.test_qgpu_rmapi import OP_CONTROL, kapi
 
@@ -127,10 +128,14 @@ def test_a_cgroup_of_two_processes_keeps_their_own_timeslices_until_one_is_left(
                 )
                 time.sleep(0.3)
                 assert of(serving, first, second) == want
+                # Said in the cgroup's stats (qpolicy status), the online cgroup's not.
+                assert stats_of(client, offline).own_timeslices
+                assert not stats_of(client, online).own_timeslices
             # The second process is gone: the first is the cgroup's only one again.
             assert settles(lambda: of(serving, first) == [ONLINE_US, OFFLINE_US]), of(
                 serving, first
             )
+            assert not stats_of(client, offline).own_timeslices
 
 
 def test_a_tenant_naming_anothers_tsg_changes_nothing_of_it() -> None:

@@ -119,6 +119,8 @@ class CgroupStats:
     oom: int
     denied: int
     busy: bool
+    # Its TSGs keep their own timeslices: several of its processes are on the GPU.
+    own_timeslices: bool = False
 
     @classmethod
     def from_message(cls, message: QgpuMsg) -> CgroupStats:
@@ -141,6 +143,7 @@ class CgroupStats:
             oom=v.get(Attr.OOM, 0),
             denied=v.get(Attr.DENIED, 0),
             busy=bool(v.get(Attr.BUSY, 0)),
+            own_timeslices=bool(v.get(Attr.OWN_TIMESLICES, 0)),
         )
 
 

@@ -68,9 +68,10 @@ class Attr(IntEnum):
     SWITCHES = 22
     OFFLINE_TIMESLICE_US = 23
     ONLINE_TIMESLICE_US = 24
+    OWN_TIMESLICES = 25
 
 
-A_MAX = 24
+A_MAX = 25
 
 
 class Policy(IntEnum):
@@ -127,4 +128,5 @@ class QgpuMsg(genlmsg):  # type: ignore[misc]  # pyroute2 has no type informatio
         (Attr.SWITCHES.value, "QGPU_A_SWITCHES", "uint64"),
         (Attr.OFFLINE_TIMESLICE_US.value, "QGPU_A_OFFLINE_TIMESLICE_US", "uint32"),
         (Attr.ONLINE_TIMESLICE_US.value, "QGPU_A_ONLINE_TIMESLICE_US", "uint32"),
+        (Attr.OWN_TIMESLICES.value, "QGPU_A_OWN_TIMESLICES", "uint8"),
     )
