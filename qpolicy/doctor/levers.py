@@ -253,6 +253,17 @@ LEVERS: tuple[Lever, ...] = (
         restore_timeslices,
     ),
     Lever(
+        # The online timeslice only counts while the online TSG has work and another TSG waits:
+        # a request shorter than 8 ms never reaches it, while two busy online pods at 1 s would
+        # hold the GPU from each other for up to a second. Is the offline 1 µs all that acts?
+        "timeslice-1us-8ms",
+        "setting",
+        f"SET_TIMESLICE trainer {TINY_US} µs, online {ONLINE_US} µs (GPreempt's offline value "
+        "with qpolicy's online one)",
+        lambda lab, o: set_timeslices(lab, o, TINY_US, ONLINE_US),
+        restore_timeslices,
+    ),
+    Lever(
         "timeslice-new",
         "setting",
         f"a new trainer, its TSGs set to {OFFLINE_US} µs while idle (after CUDA's own setting, "

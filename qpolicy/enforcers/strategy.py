@@ -8,7 +8,7 @@ state; the enforcers take their strategy from that cache, not from a constant:
 
 * a recommended *setting* that is a pair of timeslices (``timeslice``, ``timeslice+rebuild``,
   ``timeslice-new``, ``cilp+timeslice``: 128 / 8192 µs; ``timeslice-1us``: GPreempt's 1 µs /
-  1 s) replaces the plan's class timeslices;
+  1 s; ``timeslice-1us-8ms``: 1 / 8192 µs) replaces the plan's class timeslices;
 * a recommended *per-request* lever, or none, leaves the engine's timeslices: a control at every
   request costs a GSP round trip each (hundreds of µs, measured by the doctor), which no daemon can
   afford per request; the doctor's table says what the GPU then does, and the README what qpolicy
@@ -46,6 +46,7 @@ TIMESLICE_LEVERS = {
     "timeslice-new": (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US),
     "cilp+timeslice": (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US),
     "timeslice-1us": (GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US),
+    "timeslice-1us-8ms": (GPREEMPT_OFFLINE_US, ONLINE_TIMESLICE_US),
 }
 
 

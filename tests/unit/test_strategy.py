@@ -35,6 +35,7 @@ def report(lever: str | None, why: str = "") -> dict[str, object]:
         ("timeslice-new", 128, 8192),
         ("cilp+timeslice", 128, 8192),
         ("timeslice-1us", 1, 1_000_000),
+        ("timeslice-1us-8ms", 1, 8192),
     ],
 )
 def test_a_recommended_timeslice_setting_becomes_the_strategy(

@@ -6,7 +6,11 @@
 # linux-headers-6.1.0-56-cloud-amd64, into $DEBS. bcc 0.26 compiles tracepoint and uprobe programs
 # against Debian's 6.1 headers on newer kernels: tracepoint layouts are read from tracefs.
 # $DEBS may instead hold the same packages already unpacked, as one *.tar.xz of their root (smaller
-# to carry: one solid archive, without their docs).
+# to carry: one solid archive, without their docs). The device tool carries 64 MiB with the tree, so
+# such an archive may also hold pyroute2 (unpacked into usr/lib/python3/dist-packages) and leave out
+# header subsystems the probe never includes (include/{net,scsi,rdma,xen,acpi,crypto,...},
+# include/uapi/{drm,rdma,scsi,sound,xen,misc,mtd}): ebpf/nvprobe.c compiled and loaded with bcc
+# 0.26 against the common tree trimmed so (2026-11-26).
 # shellcheck shell=bash
 qpolicy_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONPATH="$qpolicy_root${PYTHONPATH:+:$PYTHONPATH}"
