@@ -232,6 +232,9 @@ def test_the_recommendation_is_the_lever_nearest_solo_on_both_targets() -> None:
         # A noisy host: most levers' p99 near 2 ms, cilp+timeslice's 0.90.
         ("2026-11-26-doctor-h100", "cilp+timeslice"),
         ("2026-11-26-doctor-h100-g", "timeslice-1us"),
+        ("2026-11-26-doctor-h100-callW", "timeslice-1us"),
+        # The first run with the 1 us / 8192 us lever, within noise of 1 us / 1 s.
+        ("2026-11-26-doctor-h100-callZ3", "timeslice-1us-8ms"),
     ],
 )
 def test_the_recorded_doctor_runs_recommend_what_was_nearest_solo(run: str, lever: str) -> None:
