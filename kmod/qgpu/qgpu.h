@@ -270,6 +270,7 @@ int qgpu_sched_check_shares(u32 gpu, u8 policy, u64 skip_cg, u32 extra_share);
 void qgpu_timeslice_init(void);
 void qgpu_timeslice_exit(void);
 void qgpu_timeslice_kick(void);
+void qgpu_timeslice_tsg_dropped(void);
 u32 qgpu_timeslice_get(u32 gpu, u8 class);
 int qgpu_timeslice_set(u32 gpu, s64 offline_us, s64 online_us);
 bool qgpu_timeslice_tenant(struct file *file, u32 hclient, u32 hobject, u64 us,

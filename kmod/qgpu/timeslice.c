@@ -318,6 +318,23 @@ void qgpu_timeslice_kick(void)
 }
 
 /**
+ * qgpu_timeslice_tsg_dropped() - a TSG of a configured cgroup is gone
+ *
+ * A process fewer may leave its cgroup one, whose TSGs then get the class's value
+ * (count_processes()). Not once unloading has begun: qgpu_timeslice_exit() has given every TSG
+ * its own back, and qgpu_track_exit() drops the TSGs after it; work queued then would run after
+ * the module is gone.
+ *
+ * Context: qgpu_lock held.
+ */
+void qgpu_timeslice_tsg_dropped(void)
+{
+	lockdep_assert_held(&qgpu_lock);
+	if (!releasing)
+		qgpu_timeslice_kick();
+}
+
+/**
  * qgpu_timeslice_get() - a class's timeslice on a GPU
  * @gpu: the GPU, < QGPU_MAX_GPUS
  * @class: enum qgpu_class

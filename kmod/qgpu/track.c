@@ -399,7 +399,7 @@ static void obj_drop(struct qgpu_client *client, struct qgpu_obj *obj)
 		cg->tsgs--;
 		/* One process fewer may leave one: its TSGs get the class's value (timeslice.c). */
 		if (cg->configured)
-			qgpu_timeslice_kick();
+			qgpu_timeslice_tsg_dropped();
 	} else if (obj->kind == QGPU_OBJ_CHANNEL) {
 		cg->channels--;
 	}
