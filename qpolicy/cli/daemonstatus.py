@@ -15,7 +15,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from qpolicy.cli.output import console
+from qpolicy.cli.output import console, print_own_timeslices
 from qpolicy.instance import STATUS_NAME, running_daemon
 
 # Older than this, the daemon is stuck: say so rather than show it as current.
@@ -84,11 +84,9 @@ def render(doc: dict[str, Any]) -> None:
         for pod, processes in sorted(own.items()) if isinstance(own, dict) else ():
             # The rm enforcer's rule (enforcers/rm/control.py): said here because it changes
             # what the online class gives next to this pod.
-            console.print(
-                f"[yellow]GPU {escape(str(gpu))}: pod {escape(str(pod))} has {processes} "
-                "processes here: its TSGs keep their own timeslices, and online work next to "
-                "it waits as under native time-slicing[/yellow]",
-                soft_wrap=True,
+            print_own_timeslices(
+                f"GPU {escape(str(gpu))}: pod {escape(str(pod))} has "
+                f"{escape(str(processes))} processes here"
             )
     lost = doc.get("probe_lost_events")
     if lost:

@@ -14,7 +14,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from qpolicy.cli.output import console
+from qpolicy.cli.output import console, print_own_timeslices
 from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient
 from qpolicy.enforcers.kmod.error import KmodError
 from qpolicy.enforcers.kmod.sysfs import SYSFS_ROOT, read_sysfs
@@ -168,9 +168,5 @@ def _render_gpu(
     console.print(table)
     for cgroup in cgroups:
         if cgroup.get("own_timeslices"):
-            console.print(
-                f"[yellow]{escape(cgroup['path'] or '#' + str(cgroup['cgroup_id']))}: several "
-                "processes on this GPU: its TSGs keep their own timeslices, and online work "
-                "next to it waits as under native time-slicing[/yellow]",
-                soft_wrap=True,
-            )
+            path = cgroup["path"] or f"#{cgroup['cgroup_id']}"
+            print_own_timeslices(f"{escape(path)}: several processes on this GPU")

@@ -33,5 +33,15 @@ def print_json(data: object) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+def print_own_timeslices(subject: str) -> None:
+    """Say that a pod's TSGs keep their own timeslices (several of its processes on a GPU), and
+    what that costs online work: the same words for either enforcer. ``subject`` comes escaped."""
+    console.print(
+        f"[yellow]{subject}: its TSGs keep their own timeslices, and online work next to it "
+        "waits as under native time-slicing[/yellow]",
+        soft_wrap=True,
+    )
+
+
 def percent(value: int | None) -> str:
     return "-" if value is None else f"{value} %"
