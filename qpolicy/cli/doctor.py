@@ -37,6 +37,15 @@ def doctor(
     hz: Annotated[
         str, typer.Option("--hz", metavar="N", help="Online requests per second.")
     ] = "150",
+    trainer_n: Annotated[
+        str,
+        typer.Option(
+            "--trainer-n",
+            metavar="N",
+            help="Side of the trainer's bf16 matmul: 8192 runs ~2 ms kernels, 2048 a trainer of "
+            "short kernels.",
+        ),
+    ] = "8192",
     levers: Annotated[
         str | None,
         typer.Option(
@@ -68,8 +77,14 @@ def doctor(
         raise ValidationError(
             f"invalid lever(s) {', '.join(map(repr, unknown))}: expected {', '.join(sorted(known))}"
         )
+    side = _positive(trainer_n, "trainer matmul side", 32768)
+    if side != int(side) or side < 256:
+        raise ValidationError(
+            f"invalid trainer matmul side {trainer_n!r}: must be a whole number from 256 to 32768"
+        )
     config = DoctorConfig(
         gpu=parse_gpu(gpu),
+        trainer_n=int(side),
         phase_s=_positive(phase_s, "phase length", 120),
         hz=_positive(hz, "request rate", 2000),
         levers=chosen,

@@ -137,7 +137,9 @@ def _timeslice_and_rebuild(lab: Lab, objects: Objects) -> list[Call]:
     ]
 
 
-def _cilp(lab: Lab, objects: Objects, mode: int | None) -> list[Call]:
+def _compute_preemption(lab: Lab, objects: Objects, mode: int | None) -> list[Call]:
+    """The trainer's compute preemption mode (0 WFI, 1 CTA, 2 CILP); None restores each
+    channel's own."""
     calls = []
     for client, channel, _ in objects.trainer_compute:
         group = objects.group_of(client)
@@ -146,7 +148,8 @@ def _cilp(lab: Lab, objects: Objects, mode: int | None) -> list[Call]:
         calls.append(
             lab.control(
                 group,
-                f"trainer channel {channel:#x}",
+                f"trainer channel {channel:#x} -> "
+                f"{abi.PREEMPTION_MODE_COMPUTE.get(value, str(value))}",
                 group.subdevice,
                 abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE,
                 flags=abi.PREEMPTION_MODE_FLAG_CILP,
@@ -277,8 +280,26 @@ LEVERS: tuple[Lever, ...] = (
         "setting",
         f"GR_SET_CTXSW_PREEMPTION_MODE CILP on the trainer's compute channels, and trainer "
         f"{OFFLINE_US} µs / online {ONLINE_US} µs",
-        lambda lab, o: [*_cilp(lab, o, 2), *set_timeslices(lab, o, OFFLINE_US, ONLINE_US)],
-        lambda lab, o: [*_cilp(lab, o, None), *restore_timeslices(lab, o)],
+        lambda lab, o: [
+            *_compute_preemption(lab, o, 2),
+            *set_timeslices(lab, o, OFFLINE_US, ONLINE_US),
+        ],
+        lambda lab, o: [*_compute_preemption(lab, o, None), *restore_timeslices(lab, o)],
+    ),
+    Lever(
+        # Under the 1 µs offline slice the online request still waits ~0.2 ms for the trainer to
+        # be switched out (docs/levers.md): a CILP save of every SM's registers and shared memory.
+        # A CTA-level save has none to write, but waits for the running thread blocks to finish:
+        # short blocks should switch faster, a persistent kernel's far slower.
+        "cta+timeslice-1us-8ms",
+        "setting",
+        f"GR_SET_CTXSW_PREEMPTION_MODE CTA on the trainer's compute channels, and trainer "
+        f"{TINY_US} µs / online {ONLINE_US} µs",
+        lambda lab, o: [
+            *_compute_preemption(lab, o, 1),
+            *set_timeslices(lab, o, TINY_US, ONLINE_US),
+        ],
+        lambda lab, o: [*_compute_preemption(lab, o, None), *restore_timeslices(lab, o)],
     ),
     Lever(
         "interleaved",

@@ -9,6 +9,8 @@ state; the enforcers take their strategy from that cache, not from a constant:
 * a recommended *setting* that is a pair of timeslices (``timeslice``, ``timeslice+rebuild``,
   ``timeslice-new``, ``cilp+timeslice``: 128 / 8192 µs; ``timeslice-1us``: GPreempt's 1 µs /
   1 s; ``timeslice-1us-8ms``: 1 / 8192 µs) replaces the plan's class timeslices;
+* a recommended setting that is not only timeslices (``cta+timeslice-1us-8ms``, the trainer's
+  compute preemption mode, a lever of the study) leaves the engine's timeslices, and says so;
 * a recommended *per-request* lever, or none, leaves the engine's timeslices: a control at every
   request costs a GSP round trip each (hundreds of µs, measured by the doctor), which no daemon can
   afford per request; the doctor's table says what the GPU then does, and the README what qpolicy
@@ -108,9 +110,13 @@ def from_doctor(report: Any) -> OnlineStrategy:
             source=f"the engine's default: qpolicy doctor of {date} found no lever that helps "
             f"({why or 'no reason given'})"
         )
+    if isinstance(recommendation, dict) and recommendation.get("kind") == "setting":
+        # e.g. cta+timeslice-1us-8ms: the enforcers send timeslices, not preemption modes.
+        what = "a setting the enforcers do not make"
+    else:
+        what = "a control per request, which the daemon does not send"
     return OnlineStrategy(
-        source=f"the engine's default: qpolicy doctor of {date} recommends {lever}, a control "
-        "per request, which the daemon does not send"
+        source=f"the engine's default: qpolicy doctor of {date} recommends {lever}, {what}"
     )
 
 

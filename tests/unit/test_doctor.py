@@ -103,7 +103,9 @@ class FakeRm:
             elif cmd == abi.NVA06C_CTRL_CMD_SET_TIMESLICE:
                 self.timeslice[(client, obj)] = fields["timesliceUs"]
             elif cmd == abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES:
-                answer["cilpPreemptMode"] = self.cilp.get((client, fields["hChannel"]), 1)
+                # CILP: what GR_GET_CTXSW_MODES reports for every compute channel on the H100
+                # and the H200 (docs/levers.md).
+                answer["cilpPreemptMode"] = self.cilp.get((client, fields["hChannel"]), 2)
             elif cmd == abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE:
                 self.cilp[(client, fields["hChannel"])] = fields["cilpPreemptMode"]
             elif cmd == abi.NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL:
@@ -139,9 +141,14 @@ def test_a_run_measures_every_lever_undoes_each_and_stops_its_workloads(fake_tor
     for phase in report["phases"]:
         assert "error" not in phase, phase
         assert phase["online"]["requests"] >= 40, phase["lever"]
-    # Everything a lever set was put back: every TSG its own 2048 µs again, CILP back to CTA.
+    # Everything a lever set was put back: every TSG its own 2048 µs again, CTA back to CILP.
     assert set(rm.timeslice.values()) == {2048}
-    assert set(rm.cilp.values()) == {1}
+    assert set(rm.cilp.values()) == {2}
+    modes_sent = [
+        f["cilpPreemptMode"] for c, _, f in rm.calls
+        if c == abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE
+    ]  # fmt: skip
+    assert 1 in modes_sent and 2 in modes_sent  # cta+timeslice-1us-8ms, cilp+timeslice
     # Per-request levers sent their control at (nearly) every request of their phase.
     by_lever = {phase["lever"]: phase for phase in report["phases"]}
     restarts = by_lever["realtime+restart"]["calls"]["NVA06F_CTRL_CMD_RESTART_RUNLIST"]
@@ -268,6 +275,15 @@ def test_the_command_refuses_what_cannot_work(tmp_path: Path) -> None:
     )  # fmt: skip
     assert bad.returncode == 2
     assert bad.stderr.startswith("qpolicy: error: invalid lever(s) 'warp': expected ")
+    for side, why in (("100", "a whole number from 256"), ("2048.5", "a whole number from 256"),
+                      ("65536", "at most 32768"), ("big", "expected a number")):  # fmt: skip
+        bad = subprocess.run(
+            [str(script), "doctor", "--trainer-n", side], env=env, capture_output=True,
+            text=True, check=False,
+        )  # fmt: skip
+        assert bad.returncode == 2, side
+        assert bad.stderr.startswith(f"qpolicy: error: invalid trainer matmul side {side!r}")
+        assert why in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
     if Path("/dev/nvidiactl").exists():
         pytest.skip("this machine has an NVIDIA GPU")
     no_gpu = subprocess.run(
@@ -289,3 +305,21 @@ def test_a_run_of_chosen_levers_still_measures_the_baselines(fake_torch: None) -
     report = Doctor(lab, config).run({"index": 0})
     assert [p["lever"] for p in report["phases"]] == ["solo", "native", "timeslice-1us"]
     assert report["recommendation"].get("why") != "no native baseline was measured"
+
+
+def test_the_trainer_side_reaches_the_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import qpolicy.doctor.checkup
+    from qpolicy.cli.doctor import doctor
+
+    seen: list[DoctorConfig] = []
+
+    def checkup(config: DoctorConfig, state_dir: object) -> dict[str, object]:
+        seen.append(config)
+        return {"phases": []}
+
+    monkeypatch.setattr(qpolicy.doctor.checkup, "checkup", checkup)
+    doctor(trainer_n="2048", levers="cta+timeslice-1us-8ms", no_cache=True, as_json=True)
+    assert seen[0].trainer_n == 2048 and seen[0].levers == ("cta+timeslice-1us-8ms",)
+    assert json.loads(capsys.readouterr().out) == {"phases": []}

@@ -19,11 +19,11 @@ from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US, plan
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 
 
-def report(lever: str | None, why: str = "") -> dict[str, object]:
+def report(lever: str | None, why: str = "", kind: str = "setting") -> dict[str, object]:
     return {
         "schema": 1,
         "date": "2026-11-24",
-        "recommendation": {"lever": lever, "why": why},
+        "recommendation": {"lever": lever, "why": why, "kind": kind},
     }
 
 
@@ -48,7 +48,7 @@ def test_a_recommended_timeslice_setting_becomes_the_strategy(
 
 @pytest.mark.parametrize("lever", ["disable-per-request", "preempt-per-request", None])
 def test_per_request_levers_and_no_lever_keep_the_engine_default(lever: str | None) -> None:
-    strategy = from_doctor(report(lever, "nothing beat native"))
+    strategy = from_doctor(report(lever, "nothing beat native", kind="per-request"))
     assert strategy.is_default
     assert (strategy.offline_timeslice_us, strategy.online_timeslice_us) == (
         OFFLINE_TIMESLICE_US,
@@ -57,6 +57,12 @@ def test_per_request_levers_and_no_lever_keep_the_engine_default(lever: str | No
     assert (
         ("per request" in strategy.source) if lever else ("nothing beat native" in strategy.source)
     )
+
+
+def test_a_setting_beyond_timeslices_keeps_the_engine_default_and_says_so() -> None:
+    strategy = from_doctor(report("cta+timeslice-1us-8ms"))
+    assert strategy.is_default
+    assert "cta+timeslice-1us-8ms, a setting the enforcers do not make" in strategy.source
 
 
 @pytest.mark.parametrize(
@@ -129,4 +135,9 @@ def test_every_timeslice_lever_of_the_doctor_has_its_pair_here() -> None:
     from qpolicy.doctor.levers import LEVERS
     from qpolicy.enforcers.strategy import TIMESLICE_LEVERS
 
-    assert {lever.name for lever in LEVERS if "timeslice" in lever.name} == set(TIMESLICE_LEVERS)
+    # cta+timeslice-1us-8ms also sets a preemption mode; cilp+timeslice sets the one the channels
+    # already have (CILP on both GPUs), so its pair is all it changes.
+    both = {"cta+timeslice-1us-8ms"}
+    timeslices = {lever.name for lever in LEVERS if "timeslice" in lever.name}
+    assert both <= timeslices
+    assert timeslices - both == set(TIMESLICE_LEVERS)
