@@ -59,6 +59,8 @@ def test_an_unstable_solo_is_reported_not_divided_by(p99: float) -> None:
     if p99 > 2 * 0.5:
         assert "solo unstable (p99 3.40 > 2x p50 0.50): not divided by" in verdict
         assert "x solo" not in verdict
+        # Better than native and MPS, but the solo targets could not be checked: not "meets".
+        assert verdict.endswith(": not judged against solo; the rest holds"), verdict
     else:
         assert "p99 2.22x solo" in verdict and verdict.endswith("MISSES")
 
@@ -72,6 +74,21 @@ def test_the_run_on_the_gpu_is_reported_beside_the_latency_and_does_not_decide()
     verdict = gpu._online_verdict(TRAINER_8192, timed, report(solo_timed, timed, TRAINER_8192.name))
     assert "its run on the GPU p50 1.30x solo's" in verdict
     assert verdict.endswith(": meets") and plain.endswith(": meets")
+
+
+def test_a_row_without_its_native_or_mps_run_is_not_judged_against_them() -> None:
+    """Call AB (2026-11-26) ran qpolicy alone under another strategy: its verdict said "meets"
+    with no native or MPS run beside it and an unstable solo."""
+    q = {"online_p50_ms": 0.6, "online_p99_ms": 0.9, "trainer_it_per_s": 290.0}
+    r = report({"p50_ms": 0.55, "p99_ms": 0.71}, q, TRAINER_8192.name)
+    r["scenarios"][TRAINER_8192.name] = [{"mode": "qpolicy", "summary": q}]
+    verdict = gpu._online_verdict(TRAINER_8192, q, r)
+    assert verdict.endswith(
+        ": not judged the trainer (no native run), against native (not run), against MPS (not "
+        "run); the rest holds"
+    ), verdict
+    slow = {**q, "online_p50_ms": 0.9}  # 1.64x solo: a checked target fails, whatever is missing
+    assert gpu._online_verdict(TRAINER_8192, slow, r).endswith(": MISSES")
 
 
 class _RecordingTorch:
