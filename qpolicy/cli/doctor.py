@@ -64,11 +64,11 @@ def doctor(
     """Measure, on this node's GPU and driver, which preemption levers act.
 
     Runs its own workloads (a bf16 matmul trainer and an online request stream, PyTorch), tries
-    each lever on them (timeslices, CILP, interleave levels, realtime TSGs, per-request PREEMPT and
-    channel disabling) and prints, per lever: RM's answers, the cost per call, the online p50 /
-    p90 / p99, the trainer's throughput and context switches. Restores everything it set. The
-    result is kept in $QPOLICY_STATE_DIR/doctor-gpuN.json, where the daemon chooses its online
-    lever from it. Needs root, the eBPF probe and PyTorch; takes about a minute.
+    each lever on them (timeslices, CILP and CTA preemption, interleave levels, realtime TSGs,
+    per-request PREEMPT and channel disabling) and prints, per lever: RM's answers, the cost per
+    call, the online p50 / p90 / p99, the trainer's throughput and context switches. Restores
+    everything it set. The result is kept in $QPOLICY_STATE_DIR/doctor-gpuN.json, where the daemon
+    chooses its online lever from it. Needs root, the eBPF probe and PyTorch; takes about a minute.
     """
     known = {lever.name for lever in LEVERS}
     chosen = tuple(known) if levers is None else tuple(x.strip() for x in levers.split(","))
