@@ -197,6 +197,42 @@ def test_two_trainers_are_summed_and_one_missing_leaves_no_sum() -> None:
     assert single["trainer_it_per_s"] == 9.0 and "trainers_it_per_s" not in single
 
 
+TWO_ONLINE = next(s for s in gpu.SCENARIOS if s.name.startswith("two online pods"))
+
+
+def test_two_online_streams_are_merged_request_by_request() -> None:
+    """Each stream's requests count once in the row's percentiles (not an average of the two
+    streams' percentiles); a stream that reported nothing leaves the row without online numbers."""
+    a = {"latencies_ms": [1.0] * 90 + [5.0] * 10, "p50_ms": 1.0, "p99_ms": 5.0, "requests": 100}
+    b = {"latencies_ms": [2.0] * 100, "p50_ms": 2.0, "p99_ms": 2.0, "requests": 100}
+    run = {"pods": {"online": a, "online2": b, "trainer": {"it_per_s": 500.0}}}
+    summary = gpu.summarise(TWO_ONLINE, run, {}, 20.0)
+    assert summary["online_requests"] == 200
+    # 90 x 1.0, 100 x 2.0, 10 x 5.0: ranks 100 and 180 are 2.0s, rank 198 a 5.0.
+    assert (summary["online_p50_ms"], summary["online_p90_ms"]) == (2.0, 2.0)
+    assert summary["online_p99_ms"] == 5.0 and summary["online_run_p50_ms"] is None
+    assert summary["online_pods"]["online2"] == {"p50_ms": 2.0, "p99_ms": 2.0, "requests": 100}
+    assert summary["trainer_it_per_s"] == 500.0
+    timed = {**run, "pods": {**run["pods"], "online": {**a, "runs_ms": [0.3] * 100},
+                             "online2": {**b, "runs_ms": [0.5] * 100}}}  # fmt: skip
+    assert gpu.summarise(TWO_ONLINE, timed, {}, 20.0)["online_run_p99_ms"] == 0.5
+    del run["pods"]["online2"]
+    missing = gpu.summarise(TWO_ONLINE, run, {}, 20.0)
+    assert missing["online_p50_ms"] is None and missing["online_requests"] is None
+    assert gpu._online_verdict(TWO_ONLINE, missing, report({"p50_ms": 1, "p99_ms": 1}, missing,
+                                                           TWO_ONLINE.name)) == "incomplete"
+
+
+def test_both_online_pods_are_online_pods_of_the_daemon(tmp_path: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(gpu, "cgroup2_mount", lambda: tmp_path)
+    pods = gpu.desired_pods(TWO_ONLINE, gpu.Cgroups(root=tmp_path / "qpolicy-bench"))
+    assert [(p.id, p.pod_class) for p in pods] == [
+        ("/qpolicy-bench/online", gpu.PodClass.ONLINE),
+        ("/qpolicy-bench/online2", gpu.PodClass.ONLINE),
+        ("/qpolicy-bench/trainer", gpu.PodClass.OFFLINE),
+    ]
+
+
 ONE_POD_TWO_TRAINERS = next(s for s in gpu.SCENARIOS if "pod of two 8192 trainers" in s.name)
 
 

@@ -12,7 +12,8 @@ GPU (measured first, in the same run). Every process starts its timed loop at th
 moment, after its CUDA initialisation. Scenarios: fixed-share 70/30 and 50/30/20, burst-share with
 one pod idle half the time, best-effort with 3 pods, at n = 2048, 4096, 8192; a fixed-share pod
 alone; an online pod (4096 matmuls at 150 Hz) next to an offline 8192 trainer, a 2048 trainer,
-and two 8192 trainers; and the daemon's CPU with 10 pods.
+two 8192 trainers and an offline pod of two; two online pods next to an 8192 trainer; and the
+daemon's CPU with 10 pods.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -147,6 +149,19 @@ SCENARIOS = (
             Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
             Pod("trainer", 80, n=8192),
             Pod("trainer2", None, n=8192, pod="trainer"),
+        ),
+        sizes=(0,),
+    ),
+    Scenario(
+        # Two online pods: each its own stream, both at the online timeslice. Does the class
+        # hold for several online pods (each may wait behind the other's request, never behind
+        # the trainer's slice)? Their requests, merged, against one stream alone.
+        f"two online pods, 4096 @ {ONLINE_HZ:g} Hz each, next to an offline 8192 trainer",
+        GpuPolicy.BURST_SHARE,
+        (
+            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
+            Pod("online2", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
+            Pod("trainer", 60, n=8192),
         ),
         sizes=(0,),
     ),
@@ -472,16 +487,55 @@ def rate_between(
     return batches * sync_every / (end - start)
 
 
+def is_online(scenario: Scenario) -> bool:
+    return any(p.pod_class is PodClass.ONLINE for p in scenario.pods)
+
+
+def online_pods(scenario: Scenario) -> list[Pod]:
+    return [p for p in scenario.pods if p.pod_class is PodClass.ONLINE]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Nearest rank, as each stream computes its own (tools/gpu/matmul.py)."""
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)] if ordered else 0.0
+
+
+def _online_requests(scenario: Scenario, pods: dict[str, Any]) -> dict[str, Any]:
+    """The online requests of a row: one stream's own results, or several streams' requests
+    merged (every request counts once), or nothing if any stream reported nothing."""
+    streams = [pods.get(p.name, {}) for p in online_pods(scenario)]
+    if len(streams) == 1:
+        return streams[0]
+    if any(not s.get("latencies_ms") for s in streams):
+        return {}
+    latencies = [x for s in streams for x in s["latencies_ms"]]
+    merged: dict[str, Any] = {
+        "requests": len(latencies),
+        **{f"p{name}_ms": _percentile(latencies, q) for name, q in
+           (("50", 0.50), ("90", 0.90), ("99", 0.99), ("999", 0.999))},
+    }  # fmt: skip
+    if all(s.get("runs_ms") for s in streams):
+        runs = [x for s in streams for x in s["runs_ms"]]
+        merged.update(run_p50_ms=_percentile(runs, 0.50), run_p99_ms=_percentile(runs, 0.99))
+    return merged
+
+
 def summarise(
     scenario: Scenario, run: dict[str, Any], solos: dict[int, float], seconds: float
 ) -> dict[str, Any]:
     pods = run["pods"]
     summary: dict[str, Any] = {}
-    if scenario.name.startswith("online"):
-        online = pods.get("online", {})
+    if is_online(scenario):
+        online = _online_requests(scenario, pods)
         keys = ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "run_p50_ms", "run_p99_ms", "requests")
         for key in keys:
             summary[f"online_{key}"] = online.get(key)
+        if len(online_pods(scenario)) > 1:
+            summary["online_pods"] = {
+                p.name: {k: pods.get(p.name, {}).get(k) for k in ("p50_ms", "p99_ms", "requests")}
+                for p in online_pods(scenario)
+            }
         # Every offline pod, summed (the trainers of a scenario are of one size): missing if any
         # is missing, so that a crashed trainer never reads as a slower one.
         trainers = {
@@ -535,7 +589,7 @@ def _shares(summary: dict[str, Any]) -> str:
 def _verdict(scenario: Scenario, summary: dict[str, Any], report: dict[str, Any], n: int) -> str:
     """The issue's target for this scenario, checked on the qpolicy run."""
     shares = summary.get("achieved_shares") or {}
-    if scenario.name.startswith("online"):
+    if is_online(scenario):
         return _online_verdict(scenario, summary, report)
     if scenario.name.startswith("daemon CPU"):
         return "see CPU column"
@@ -632,7 +686,7 @@ def table(report: dict[str, Any]) -> list[str]:
                 summary = by_mode.get(mode, {}).get("summary")
                 if summary is None:
                     cells.append("-")
-                elif scenario.name.startswith("online"):
+                elif is_online(scenario):
                     cells.append(
                         f"p50 {summary.get('online_p50_ms') or 0:.2f} / p90 "
                         f"{summary.get('online_p90_ms') or 0:.2f} / p99 "
@@ -765,7 +819,7 @@ def main() -> int:
         for n in sorted(set(sizes) - set(report["solo_it_per_s"])):
             report["solo_it_per_s"][n] = solo(n, args.seconds, cgroups)
             print(f"solo n={n}: {report['solo_it_per_s'][n]:.1f} it/s", flush=True)
-        if any(scenario.name.startswith("online") for scenario in chosen):
+        if any(is_online(scenario) for scenario in chosen):
             online_solo = run_once(
                 Scenario(
                     "online solo",
@@ -784,7 +838,7 @@ def main() -> int:
             for n in scenario.sizes if scenario.sizes != (0,) else (0,):
                 if n and n not in sizes:
                     continue
-                extra = ["probe"] if scenario.name.startswith("online") else []
+                extra = ["probe"] if is_online(scenario) else []
                 for mode in [*scenario.modes, *extra]:
                     if mode not in modes:
                         continue
@@ -795,7 +849,7 @@ def main() -> int:
                     if args.profile_daemon and mode == "qpolicy":
                         profile = out.parent / f"daemon-{slug}-{n}.prof"
                     seconds = args.seconds
-                    if scenario.name.startswith("online"):
+                    if is_online(scenario):
                         seconds = args.online_seconds
                     elif scenario.name.startswith("daemon CPU"):
                         seconds = args.daemon_seconds
