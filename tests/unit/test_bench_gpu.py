@@ -223,6 +223,20 @@ def test_two_online_streams_are_merged_request_by_request() -> None:
                                                            TWO_ONLINE.name)) == "incomplete"
 
 
+def test_several_online_pods_are_held_against_themselves_alone() -> None:
+    """Call AC (2026-11-26, H100): two streams started together at one rate collide at every
+    request, so one waits behind the other with no trainer at all; one stream alone (0.42 ms)
+    is not their solo."""
+    q = {"online_p50_ms": 1.0, "online_p99_ms": 1.85, "trainer_it_per_s": 505.0}
+    r = report({"p50_ms": 0.42, "p99_ms": 0.6}, q, TWO_ONLINE.name)
+    assert "MISSES" in gpu._online_verdict(TWO_ONLINE, q, r)  # 2.4 x one stream's p50
+    r["online_solo_of"] = {TWO_ONLINE.name: {"p50_ms": 0.9, "p99_ms": 1.3}}
+    r["scenarios"][TWO_ONLINE.name][0]["summary"]["trainer_it_per_s"] = 520.0
+    verdict = gpu._online_verdict(TWO_ONLINE, q, r)
+    assert verdict.startswith("solo: the 2 online pods alone together, p99 1.42x solo")
+    assert "p50 1.11x" in verdict and verdict.endswith(": meets"), verdict
+
+
 def test_both_online_pods_are_online_pods_of_the_daemon(tmp_path: Any, monkeypatch: Any) -> None:
     monkeypatch.setattr(gpu, "cgroup2_mount", lambda: tmp_path)
     pods = gpu.desired_pods(TWO_ONLINE, gpu.Cgroups(root=tmp_path / "qpolicy-bench"))

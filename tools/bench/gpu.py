@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -622,12 +623,16 @@ def _online_verdict(scenario: Scenario, summary: dict[str, Any], report: dict[st
     trainer against its co-located native throughput (>= 95 %, the 8192 trainer), and strictly
     better than native and MPS at p50 and p99. "meets" only where every target was checked: a
     row with an unstable solo, or without its native or MPS run, says which it could not judge."""
-    solo = report.get("online_solo", {})
+    # A row of several online pods is held against those pods alone together (main()).
+    several = scenario.name in report.get("online_solo_of", {})
+    solo = report["online_solo_of"][scenario.name] if several else report.get("online_solo", {})
     runs = {r["mode"]: r["summary"] for r in report["scenarios"].get(scenario.name, [])}
     p50, p99 = summary.get("online_p50_ms"), summary.get("online_p99_ms")
     if p50 is None or p99 is None or not solo.get("p50_ms"):
         return "incomplete"
     parts, ok, unjudged = [], True, []
+    if several:
+        parts.append(f"solo: the {len(online_pods(scenario))} online pods alone together")
     if solo["p99_ms"] > UNSTABLE_SOLO * solo["p50_ms"]:
         parts.append(
             f"solo unstable (p99 {solo['p99_ms']:.2f} > {UNSTABLE_SOLO:g}x p50 "
@@ -833,6 +838,23 @@ def main() -> int:
             )
             report["online_solo"] = online_solo["pods"]["online"]
             print(json.dumps({"online solo": _brief(report["online_solo"])}), flush=True)
+        for scenario in chosen:
+            if len(online_pods(scenario)) > 1:
+                # Several streams start together at one rate: their requests arrive together
+                # and one waits behind the other whatever the trainer does. Their solo is
+                # therefore all of them without the trainer, not one stream alone.
+                alone = Scenario(
+                    f"{scenario.name}: the online pods alone",
+                    GpuPolicy.BEST_EFFORT,
+                    tuple(dataclasses.replace(p, share=None) for p in online_pods(scenario)),
+                )
+                together = run_once(alone, 0, "native", args.online_seconds, cgroups)
+                merged = _online_requests(alone, together["pods"])
+                report.setdefault("online_solo_of", {})[scenario.name] = {
+                    **merged,
+                    "pods": {k: _brief(v) for k, v in together["pods"].items()},
+                }
+                print(json.dumps({alone.name: _brief(merged)}), flush=True)
         for scenario in chosen:
             rows = report["scenarios"].setdefault(scenario.name, [])
             for n in scenario.sizes if scenario.sizes != (0,) else (0,):
