@@ -74,7 +74,7 @@ def summary(sent: list[Sent]) -> list[tuple[Cmd, dict[Attr, int]]]:
 
 
 # The engine's timeslices (the default strategy), as every GPU_SET of the enforcer carries them.
-SLICES = {Attr.OFFLINE_TIMESLICE_US: 128, Attr.ONLINE_TIMESLICE_US: 8192}
+SLICES = {Attr.OFFLINE_TIMESLICE_US: OFFLINE_TIMESLICE_US, Attr.ONLINE_TIMESLICE_US: 8192}
 
 
 # -- the messages -------------------------------------------------------------------------------
@@ -481,10 +481,7 @@ def test_the_kmod_backend_reads_the_doctors_result_for_each_gpu(tmp_path: Path) 
         assert (
             fake.gpus[0][Attr.OFFLINE_TIMESLICE_US],
             fake.gpus[0][Attr.ONLINE_TIMESLICE_US],
-        ) == (
-            128,
-            8192,
-        )
+        ) == (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US)
         assert (
             fake.gpus[1][Attr.OFFLINE_TIMESLICE_US],
             fake.gpus[1][Attr.ONLINE_TIMESLICE_US],

@@ -28,6 +28,7 @@ from qpolicy.enforcers.rm.record import RECORD_NAME, RmRecord, process_start_tim
 from qpolicy.enforcers.rm.resolver import GpuLocator, ProbeResolver
 from qpolicy.enforcers.slicer import SliceScheduler
 from qpolicy.enforcers.strategy import DEFAULT, OnlineStrategy
+from qpolicy.engine import OFFLINE_TIMESLICE_US as OFFLINE_US
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.abi import NvStatus
@@ -264,7 +265,7 @@ def test_release_opens_everything_and_restores_timeslices(
     ]
     r = rig(tmp_path, monkeypatch, pods)
     r.loop.run_until(1e6)
-    assert r.driver.timeslice == {0x10: 8192, 0x20: 128, 0x30: 128}
+    assert r.driver.timeslice == {0x10: 8192, 0x20: OFFLINE_US, 0x30: OFFLINE_US}
     assert r.driver.disabled  # somebody is closed mid-period
     # What a SIGKILL now would leave behind: the closed groups and each TSG's own timeslice.
     record = json.loads((tmp_path / RECORD_NAME).read_text())
@@ -554,7 +555,7 @@ def test_online_pods_are_not_capped_from_open_time(
     online_client = 0xC1D00000
     assert not any(client == online_client for _, _, client, _ in r.driver.calls)
     # The timeslices do the protecting: online long, offline short.
-    assert r.driver.timeslice == {0x10: 8192, 0x20: 128}
+    assert r.driver.timeslice == {0x10: 8192, 0x20: OFFLINE_US}
 
 
 def test_the_timeslices_sent_are_the_strategys(
@@ -577,7 +578,7 @@ def test_a_process_that_starts_late_gets_its_timeslice_within_a_period(
     assert r.driver.timeslice == {0x10: 8192}  # the trainer has no process yet
     r.resolver._groups["/train"] = late  # it starts
     r.loop.run_until(0.3e6 + 50_000 + 2 * LATENCY)
-    assert r.driver.timeslice == {0x10: 8192, 0x20: 128}
+    assert r.driver.timeslice == {0x10: 8192, 0x20: OFFLINE_US}
     # It exits: nothing is kept about it.
     r.shared.forget(101)
     assert not any(key[0] == 101 for key in r.enforcer.control._timeslice_sent)
@@ -592,13 +593,13 @@ def test_a_timeslice_the_tenant_sets_over_ours_is_set_again_and_its_value_is_wha
     pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
     r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
     r.loop.run_until(0.3e6)
-    assert r.driver.timeslice[0x20] == 128
+    assert r.driver.timeslice[0x20] == OFFLINE_US
     # The tenant's own SET_TIMESLICE, as the probe's tracker counts it.
     (train,) = r.resolver._groups["/train"]
     r.driver.timeslice[0x20] = 4096
     r.resolver._groups["/train"] = [dataclasses.replace(train, timeslice_sets=(1,))]
     r.loop.run_until(0.3e6 + 50_000 + 3 * LATENCY)
-    assert r.driver.timeslice[0x20] == 128
+    assert r.driver.timeslice[0x20] == OFFLINE_US
     # A SIGKILL now would leave the record restoring the tenant's value too.
     record = json.loads((tmp_path / RECORD_NAME).read_text())
     originals = {entry["tsg"]: entry["original_us"] for entry in record["timeslices"].values()}
@@ -663,7 +664,7 @@ def test_a_pod_that_leaves_while_closed_is_reopened_and_restored_though_it_no_lo
     closed = r.enforcer.control.closed_pods()
     (group,) = r.resolver._groups[closed[0]]
     assert (group.client, group.channels[0]) in r.driver.disabled
-    assert r.driver.timeslice[group.tsgs[0]] == 128
+    assert r.driver.timeslice[group.tsgs[0]] == OFFLINE_US
     # The pod leaves this GPU's desired state (removed, or moved to GPU 1): the resolver, which
     # maps pods by the desired state, no longer finds its processes here.
     del r.resolver._groups[closed[0]]
@@ -993,7 +994,7 @@ def test_a_trainer_next_to_an_online_pod_is_looked_at_once_a_period(
     assert r.enforcer.scheduler.wakeups - wakeups <= 1
     assert r.loop.processed - processed <= steps + 1
     assert r.driver.calls == [c for c in r.driver.calls if c[0] < 1e6]  # no control since
-    assert r.driver.timeslice == {0x10: 8192, 0x20: 128}
+    assert r.driver.timeslice == {0x10: 8192, 0x20: OFFLINE_US}
     assert r.enforcer.sensor.gpu_time_us("/train") / 11e6 > 0.98
 
 

@@ -149,7 +149,7 @@ def test_release_reopens_every_pod_and_restores_timeslices() -> None:
     saturate(r, "b")
     r.run(1.0)
     timeslices = {ctx.name: ctx.timeslice_us for ctx in r.gpu.contexts}
-    assert timeslices == {"web": 8192, "a": 128, "b": 128}
+    assert timeslices == {"web": 8192, "a": OFFLINE_TIMESLICE_US, "b": OFFLINE_TIMESLICE_US}
     r.enforcer.release()
     r.loop.run_until(r.loop.now + 10 * L)
     assert all(ctx.enabled for ctx in r.gpu.contexts)

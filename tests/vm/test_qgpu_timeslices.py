@@ -14,6 +14,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 
 from qpolicy.enforcers.kmod.client import QgpuClient
+from qpolicy.enforcers.kmod.uapi import OFFLINE_TIMESLICE_DEFAULT_US, ONLINE_TIMESLICE_DEFAULT_US
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import DEBUGFS
 from tests.vm.qgpu_env import (
@@ -30,7 +31,8 @@ from tests.vm.qgpu_env import (
 from tests.vm.test_qgpu_rmapi import OP_CONTROL, kapi
 
 DEFAULT_US = 1024  # RM's for a new TSG (kfifoChannelGroupGetDefaultTimeslice_GV100)
-OFFLINE_US, ONLINE_US = 128, 8192
+# The module's own until the daemon says otherwise (kmod/uapi/qgpu.h, the engine's pair).
+OFFLINE_US, ONLINE_US = OFFLINE_TIMESLICE_DEFAULT_US, ONLINE_TIMESLICE_DEFAULT_US
 SET_TIMESLICE, GET_TIMESLICE = 0xA06C0103, 0xA06C0104
 NV_ERR_INVALID_STATE = 0x40
 
@@ -177,14 +179,14 @@ def test_the_values_come_from_netlink_and_sysfs_and_zero_leaves_the_tsgs_own() -
         client.set_cgroup(offline.id, 0, "offline", 50)
         with held_tenants(online, offline) as (serving, training):
             assert settles(lambda: of(serving, training) == [ONLINE_US, OFFLINE_US])
-            client.set_gpu(0, offline_timeslice_us=1, online_timeslice_us=1_000_000)
-            assert settles(lambda: of(serving, training) == [1_000_000, 1])
+            client.set_gpu(0, offline_timeslice_us=64, online_timeslice_us=1_000_000)
+            assert settles(lambda: of(serving, training) == [1_000_000, 64])
             gpu0 = client.gpus()[0]
-            assert (gpu0.offline_timeslice_us, gpu0.online_timeslice_us) == (1, 1_000_000)
+            assert (gpu0.offline_timeslice_us, gpu0.online_timeslice_us) == (64, 1_000_000)
             (SYSFS / "gpu0" / "online_timeslice_us").write_text("0\n")
-            assert settles(lambda: of(serving, training) == [DEFAULT_US, 1])
+            assert settles(lambda: of(serving, training) == [DEFAULT_US, 64])
             assert (SYSFS / "gpu0" / "online_timeslice_us").read_text() == "0\n"
-            assert (SYSFS / "gpu0" / "offline_timeslice_us").read_text() == "1\n"
+            assert (SYSFS / "gpu0" / "offline_timeslice_us").read_text() == "64\n"
             assert client.gpus()[0].online_timeslice_us == 0
             # Other GPUs keep the defaults.
             gpu1 = client.gpus()[1]
