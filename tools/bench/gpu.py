@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import shutil
 import signal
@@ -41,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from qpolicy.doctor.report import percentile  # noqa: E402
 from qpolicy.enforcers.strategy import (  # noqa: E402
     DOCTOR_SCHEMA,
     TIMESLICE_LEVERS,
@@ -496,12 +496,6 @@ def online_pods(scenario: Scenario) -> list[Pod]:
     return [p for p in scenario.pods if p.pod_class is PodClass.ONLINE]
 
 
-def _percentile(values: list[float], q: float) -> float:
-    """Nearest rank, as each stream computes its own (tools/gpu/matmul.py)."""
-    ordered = sorted(values)
-    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)] if ordered else 0.0
-
-
 def _online_requests(scenario: Scenario, pods: dict[str, Any]) -> dict[str, Any]:
     """The online requests of a row: one stream's own results, or several streams' requests
     merged (every request counts once), or nothing if any stream reported nothing."""
@@ -511,14 +505,15 @@ def _online_requests(scenario: Scenario, pods: dict[str, Any]) -> dict[str, Any]
     if any(not s.get("latencies_ms") for s in streams):
         return {}
     latencies = [x for s in streams for x in s["latencies_ms"]]
+    # Nearest rank, as each stream computes its own (tools/gpu/matmul.py).
     merged: dict[str, Any] = {
         "requests": len(latencies),
-        **{f"p{name}_ms": _percentile(latencies, q) for name, q in
+        **{f"p{name}_ms": percentile(latencies, q) for name, q in
            (("50", 0.50), ("90", 0.90), ("99", 0.99), ("999", 0.999))},
     }  # fmt: skip
     if all(s.get("runs_ms") for s in streams):
         runs = [x for s in streams for x in s["runs_ms"]]
-        merged.update(run_p50_ms=_percentile(runs, 0.50), run_p99_ms=_percentile(runs, 0.99))
+        merged.update(run_p50_ms=percentile(runs, 0.50), run_p99_ms=percentile(runs, 0.99))
     return merged
 
 
