@@ -35,8 +35,9 @@ from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec, check_pods_fi
 # `qpolicy doctor` found best on the GPU where it ran (qpolicy/enforcers/strategy.py). An offline
 # 1 µs did as well or better on real GPUs wherever both ran on one host (BENCHMARKS.md, 2026-11-26,
 # seventh session), but was not made the default: in the VM, next to CUDA-shaped online requests,
-# nvmock's engine left the offline pod 86 % of its native share under it (the test wants 95 %),
-# and online requests of several kernels have not been measured on a GPU at either value.
+# qgpu.ko under it left the offline pod 20 % of its native share with nvmock's engine and 86 %
+# with a truer one not committed (the test wants 95 %), and online requests of several kernels
+# have not been measured on a GPU at either value.
 ONLINE_TIMESLICE_US = 8192
 OFFLINE_TIMESLICE_US = 128
 
