@@ -126,19 +126,25 @@ class _RecordingTorch:
         return a
 
 
+MATMUL = __import__("pathlib").Path(__file__).resolve().parents[2] / "tools" / "gpu" / "matmul.py"
+
+
+def _matmul_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_matmul", MATMUL)
+    assert spec and spec.loader
+    matmul = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(matmul)
+    return matmul
+
+
 @pytest.mark.parametrize("plain", [False, True])
 def test_a_plain_request_submits_the_matmul_alone(plain: bool) -> None:
     """Plain (bench-gpu's default): no timing event is submitted beside a request's matmul (an
     event is work of its own on the channel, a gap the GPU can switch away in); timed requests
     keep both."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "matmul.py"
-    spec = importlib.util.spec_from_file_location("bench_matmul", path)
-    assert spec and spec.loader
-    matmul = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(matmul)
+    matmul = _matmul_module()
     torch = _RecordingTorch()
     out = matmul.requests(torch, 64, 0.05, 100.0, plain=plain)
     requests = out["requests"]
@@ -168,6 +174,82 @@ def test_the_bench_passes_plain_to_online_streams_only(monkeypatch: pytest.Monke
     online, trainer = seen
     assert "--plain" in online and "--plain" not in trainer
     cgroups.clean()
+
+
+def test_a_request_of_several_kernels_waits_for_each_and_works_on_the_host_between() -> None:
+    """Each kernel but the last is waited for, then the host works (a spin) before the next: the
+    online channel is empty in each gap, as between a model's steps."""
+    import time
+
+    matmul = _matmul_module()
+    torch = _RecordingTorch()
+    start = time.perf_counter()
+    out = matmul.requests(torch, 64, 0.05, 100.0, plain=True, kernels=3, gap_ms=2.0)
+    assert out["requests"] >= 2 and (out["kernels"], out["gap_ms"]) == (3, 2.0)
+    assert torch.calls[-6:] == ["matmul", "sync"] * 3
+    assert torch.calls.count("matmul") == 10 + 3 * out["requests"]  # 10 warm-up matmuls
+    # Two gaps of 2 ms a request: the latencies hold them (no GPU: nothing else takes time).
+    assert min(out["latencies_ms"]) >= 4.0
+    assert time.perf_counter() - start >= out["requests"] * 0.004
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--request-kernels", "0"), ("--request-gap-ms", "-0.5")]
+)
+def test_matmul_refuses_a_bad_request_shape_in_one_line(flag: str, value: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(MATMUL), "--requests-hz", "10", flag, value],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"{flag} {value}: must" in done.stderr.strip().splitlines()[-1]
+
+
+MULTI_KERNEL = next(s for s in gpu.SCENARIOS if s.name.startswith("online 4 x 4096"))
+
+
+def test_the_multi_kernel_row_tells_its_online_stream_the_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[list[str]] = []
+
+    class Popen:
+        def __init__(self, argv: list[str], **_: object) -> None:
+            seen.append(argv)
+
+    monkeypatch.setattr(gpu.subprocess, "Popen", Popen)
+    cgroups = gpu.Cgroups(root=__import__("pathlib").Path("/tmp/qpolicy-bench-test-cg"))
+    for scenario in (MULTI_KERNEL, TRAINER_8192):
+        for pod in scenario.pods:
+            gpu.spawn(pod, 0, 1.0, 0.0, cgroups, {})
+    online, trainer, plain_online, _ = seen
+    at = online.index("--request-kernels")
+    assert online[at : at + 4] == ["--request-kernels", "4", "--request-gap-ms", "0.5"]
+    assert "--request-kernels" not in trainer and "--request-kernels" not in plain_online
+    cgroups.clean()
+
+
+def test_requests_of_another_shape_are_held_against_themselves_alone() -> None:
+    """A request of four kernels and three gaps is slower alone than one matmul: the one-stream
+    solo would make every such row miss. The row gets its own solo, as several streams do."""
+    assert gpu.own_solo(MULTI_KERNEL) and gpu.own_solo(TWO_ONLINE)
+    assert not gpu.own_solo(TRAINER_8192) and not gpu.own_solo(TRAINER_2048)
+    q = {"online_p50_ms": 3.0, "online_p99_ms": 3.6, "trainer_it_per_s": 300.0}
+    r = report({"p50_ms": 0.42, "p99_ms": 0.6}, q, MULTI_KERNEL.name)
+    assert "MISSES" in gpu._online_verdict(MULTI_KERNEL, q, r)
+    r["online_solo_of"] = {MULTI_KERNEL.name: {"p50_ms": 2.6, "p99_ms": 3.0}}
+    r["scenarios"][MULTI_KERNEL.name][0]["summary"].update(
+        online_p50_ms=3.5, online_p99_ms=5.0, trainer_it_per_s=310.0
+    )
+    r["scenarios"][MULTI_KERNEL.name][1]["summary"].update(online_p50_ms=3.3, online_p99_ms=4.9)
+    verdict = gpu._online_verdict(MULTI_KERNEL, q, r)
+    assert verdict.startswith("solo: the same requests alone, p99 1.20x solo"), verdict
+    assert "trainer 97% of native" in verdict and verdict.endswith(": meets"), verdict
 
 
 def test_online_requests_are_plain_unless_timed_is_asked_for() -> None:
@@ -219,8 +301,12 @@ def test_two_online_streams_are_merged_request_by_request() -> None:
     del run["pods"]["online2"]
     missing = gpu.summarise(TWO_ONLINE, run, {}, 20.0)
     assert missing["online_p50_ms"] is None and missing["online_requests"] is None
-    assert gpu._online_verdict(TWO_ONLINE, missing, report({"p50_ms": 1, "p99_ms": 1}, missing,
-                                                           TWO_ONLINE.name)) == "incomplete"
+    assert (
+        gpu._online_verdict(
+            TWO_ONLINE, missing, report({"p50_ms": 1, "p99_ms": 1}, missing, TWO_ONLINE.name)
+        )
+        == "incomplete"
+    )
 
 
 def test_several_online_pods_are_held_against_themselves_alone() -> None:

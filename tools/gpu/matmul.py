@@ -3,6 +3,8 @@
     python3 matmul.py --n 4096 --seconds 10 [--sync-every 8] [--count-kernels] [--hold]
     python3 matmul.py --n 4096 --requests-hz 50 --seconds 10     # online: one matmul per request
     python3 matmul.py --n 4096 --requests-hz 50 --plain           # the same, no events around it
+    python3 matmul.py --n 4096 --requests-hz 50 --plain --request-kernels 4 --request-gap-ms 0.5
+                                            # a request of 4 matmuls, 0.5 ms of host work between
 
 Prints one JSON line: iterations, seconds, it/s (saturating) or request latencies (online), and
 with --count-kernels the number of GPU kernels PyTorch's profiler (CUPTI) saw, which the probe's
@@ -31,6 +33,13 @@ def _wait_until(start_at: float | None) -> None:
         delay = start_at - time.time()
         if delay > 0:
             time.sleep(delay)
+
+
+def _busy_wait(seconds: float) -> None:
+    """Host work of ``seconds``: a spin, as a sleep this short oversleeps by tens of µs."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def saturate(
@@ -82,6 +91,8 @@ def requests(
     rate_hz: float,
     start_at: float | None = None,
     plain: bool = False,
+    kernels: int = 1,
+    gap_ms: float = 0.0,
 ) -> dict[str, Any]:
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -107,6 +118,13 @@ def requests(
         if next_at > now:
             time.sleep(next_at - now)
         arrival = next_at
+        # A request of several kernels, each waited for and followed by host work (a model's
+        # steps with pre- and post-processing between them): the channel empties between them,
+        # so each kernel is one more switch from whatever else holds the GPU.
+        for _ in range(kernels - 1):
+            torch.matmul(a, b)
+            torch.cuda.synchronize()
+            _busy_wait(gap_ms / 1000)
         if plain:
             torch.matmul(a, b)
         else:
@@ -137,6 +155,8 @@ def requests(
         "p999_ms": _percentile(latencies, 0.999),
         "mean_ms": sum(latencies) / len(latencies),
         "plain": plain,
+        "kernels": kernels,
+        "gap_ms": gap_ms,
         # Every request, in order: kept with the results (the percentiles can be checked).
         "latencies_ms": [round(x, 4) for x in latencies],
         **timed,
@@ -153,12 +173,22 @@ def main() -> int:
     parser.add_argument(
         "--plain", action="store_true", help="online: no timing events around each request"
     )
+    parser.add_argument(
+        "--request-kernels", type=int, default=1, help="online: matmuls per request"
+    )
+    parser.add_argument(
+        "--request-gap-ms", type=float, default=0.0, help="online: host work between them"
+    )
     parser.add_argument("--count-kernels", action="store_true")
     parser.add_argument("--hold", action="store_true")
     parser.add_argument("--label", default="")
     parser.add_argument("--start-at", type=float, default=None, help="wall-clock start (epoch s)")
     parser.add_argument("--timeline", action="store_true", help="record when each batch ended")
     args = parser.parse_args()
+    if args.request_kernels < 1:
+        parser.error(f"--request-kernels {args.request_kernels}: must be at least 1")
+    if args.request_gap_ms < 0:
+        parser.error(f"--request-gap-ms {args.request_gap_ms}: must not be negative")
 
     import torch
 
@@ -170,7 +200,14 @@ def main() -> int:
         profiler.__enter__()
     if args.requests_hz:
         result = requests(
-            torch, args.n, args.seconds, args.requests_hz, args.start_at, plain=args.plain
+            torch,
+            args.n,
+            args.seconds,
+            args.requests_hz,
+            args.start_at,
+            plain=args.plain,
+            kernels=args.request_kernels,
+            gap_ms=args.request_gap_ms,
         )
     else:
         result = saturate(
