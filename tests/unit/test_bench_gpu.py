@@ -395,3 +395,63 @@ def test_the_daemon_reads_the_strategy_the_bench_was_asked_for(
         assert (got.offline_timeslice_us, got.online_timeslice_us) == expected
         assert f"make bench-gpu --strategy: {strategy}" in got.source
     assert "timeslice-1us" in gpu.STRATEGIES and "default" in gpu.STRATEGIES
+
+
+def test_a_native_run_that_fell_behind_is_no_trainer_baseline() -> None:
+    """Call BA (2026-11-26, H100): next to the 8192 trainer, native time-slicing served requests
+    of four kernels 2.5 s late (p50 4.1 s), so its trainer kept GPU time the online pod was owed.
+    The trainer is then not judged against it; an online stream of qpolicy's own that falls
+    behind misses."""
+    online = {"p50_ms": 4102.7, "p99_ms": 7025.3, "requests": 3001, "seconds": 22.5}
+    native = gpu.summarise(
+        MULTI_KERNEL, {"pods": {"online": online, "trainer": {"it_per_s": 490.2}}}, {}, 20.0
+    )
+    assert native["online_behind_s"] == pytest.approx(2.493, abs=0.001)
+    kept = {**online, "p50_ms": 3.52, "p99_ms": 4.75, "seconds": 20.003}
+    q = gpu.summarise(
+        MULTI_KERNEL, {"pods": {"online": kept, "trainer": {"it_per_s": 429.2}}}, {}, 20.0
+    )
+    assert q["online_behind_s"] < gpu.BEHIND_S
+    r = report({"p50_ms": 3.0, "p99_ms": 4.6}, q, MULTI_KERNEL.name)
+    r["online_solo_of"] = {MULTI_KERNEL.name: {"p50_ms": 3.0, "p99_ms": 4.6}}
+    r["scenarios"][MULTI_KERNEL.name][0]["summary"] = dict(native)
+    r["scenarios"][MULTI_KERNEL.name][1]["summary"].update(online_p50_ms=5.78, online_p99_ms=8.2)
+    verdict = gpu._online_verdict(MULTI_KERNEL, q, r)
+    assert "trainer 88% of native's, whose online stream fell 2.5 s behind" in verdict
+    assert verdict.endswith(
+        "not judged the trainer (native did not serve the requests); the rest holds"
+    ), verdict
+    # The same trainer next to a native run that kept up is judged, and misses.
+    r["scenarios"][MULTI_KERNEL.name][0]["summary"]["online_behind_s"] = 0.002
+    assert "trainer 88% of native (>=95%)" in gpu._online_verdict(MULTI_KERNEL, q, r)
+    assert gpu._online_verdict(MULTI_KERNEL, q, r).endswith("MISSES")
+    # qpolicy's own stream falling behind misses, whatever else holds.
+    late = {**q, "online_behind_s": 1.2}
+    assert "online fell 1.2 s behind its requests" in gpu._online_verdict(MULTI_KERNEL, late, r)
+    row = gpu.table({**r, "scenarios": {MULTI_KERNEL.name: [
+        {"mode": "native", "n": 0, "summary": native}]}})[-1]  # fmt: skip
+    assert "fell 2.5 s behind" in row
+
+
+def test_an_earlier_report_is_summarised_again_from_its_raw_results() -> None:
+    """`--table` of call BA's committed JSON (written before online_behind_s existed in the
+    summary at its commit's parent) finds native 2.5 s behind from the pods' raw results."""
+    import json
+    import lzma
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "results"
+    path = (
+        results
+        / "2026-11-26-bench-gpu-online-4x4096-gaps-8192-h100-plain-a-engine-pair-callBA.json.xz"
+    )
+    report = json.loads(lzma.decompress(path.read_bytes()))
+    for row in report["scenarios"][MULTI_KERNEL.name]:
+        row["summary"].pop("online_behind_s", None)
+    again = gpu.resummarise(report)
+    rows = {r["mode"]: r["summary"] for r in again["scenarios"][MULTI_KERNEL.name]}
+    assert rows["native"]["online_behind_s"] == pytest.approx(2.49, abs=0.05)
+    assert rows["qpolicy"]["online_behind_s"] < gpu.BEHIND_S
+    assert rows["mps"]["online_behind_s"] < gpu.BEHIND_S
+    line = gpu.table(again)[-1]
+    assert "trainer 490 it/s; fell 2.5 s behind" in line and "whose online stream fell" in line
