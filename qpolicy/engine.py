@@ -36,8 +36,9 @@ from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec, check_pods_fi
 # 1 µs did as well or better on real GPUs wherever both ran on one host (BENCHMARKS.md, 2026-11-26,
 # seventh session), but was not made the default: in the VM, next to CUDA-shaped online requests,
 # qgpu.ko under it left the offline pod 20 % of its native share with nvmock's engine and 86 %
-# with a truer one not committed (the test wants 95 %), and online requests of several kernels
-# have not been measured on a GPU at either value.
+# with a truer one not committed (the test wants 95 %). On an H100, next to online requests of
+# four kernels with host work between them, it cost the trainer nothing against 128 µs
+# (BENCHMARKS.md, eighth session).
 ONLINE_TIMESLICE_US = 8192
 OFFLINE_TIMESLICE_US = 128
 
