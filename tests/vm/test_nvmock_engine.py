@@ -108,3 +108,23 @@ def test_a_process_killed_in_the_middle_leaves_nothing_behind() -> None:
     deadline = time.monotonic() + 10
     while objects()["clients"] and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+def test_a_process_alone_keeps_the_engine_under_a_1_us_timeslice() -> None:
+    """The hardware switches only to another TSG with work: a trainer alone under a 1 us
+    timeslice kept its native throughput on an H100 (kmod/nvmock/CONFORMANCE.md, the engine).
+    nvmock once gave such a TSG a new turn per microsecond and paid each sleep's overshoot back
+    in skipped turns, leaving it a fifth of the engine."""
+    deep = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "8", "--queue", "4"]
+    done = {}
+    for timeslice in (1024, 1):
+        reset()
+        load = Gpuload([*deep, "--seconds", "4", "--start-at", f"{time.time() + 2:.3f}"]).ready()
+        fd = rmctl.borrow_fd(load.pid, load.ctl_fd())
+        try:
+            assert rmctl.set_timeslice(fd, load.client, load.tsg, timeslice).ok
+        finally:
+            os.close(fd)
+        done[timeslice] = load.result()["kernels"]
+    print(f"kernels alone: {done[1024]} at 1024 us, {done[1]} at 1 us")
+    assert done[1] >= 0.9 * done[1024] > 0
