@@ -31,16 +31,19 @@ from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec, check_pods_fi
 # online request waits at most that long for the running offline context to yield
 # (docs/gpu-measurements.md §2: offline 128 µs / online 8192 µs cut the online p99 from 2.46 to
 # 0.67 ms on the H200 in 2026-11-20; docs/levers.md: on 2026-11-24 they cut the online p50 from
-# 1.7 to 0.7 ms on an H100 and an H200). These are defaults: the enforcers take the values
-# `qpolicy doctor` found best on the GPU where it ran (qpolicy/enforcers/strategy.py). An offline
-# 1 µs did as well or better on real GPUs wherever both ran on one host (BENCHMARKS.md, 2026-11-26,
-# seventh session), but was not made the default: in the VM, next to CUDA-shaped online requests,
-# qgpu.ko under it left the offline pod 20 % of its native share with nvmock's engine and 86 %
-# with a truer one not committed (the test wants 95 %). On an H100, next to online requests of
-# four kernels with host work between them, it cost the trainer nothing against 128 µs
-# (BENCHMARKS.md, eighth session).
+# 1.7 to 0.7 ms on an H100 and an H200). Offline 1 µs (GPreempt's value) since 2026-11-26: in
+# every comparison on one host with 3 001 requests it was as good or better than 128 µs (8192
+# trainer, H100: p50 / p99 0.64 / 0.75 against 0.69 / 0.83 ms; two offline pods 0.64 / 0.77
+# against 0.67 / 0.82; two online pods 0.76 / 1.30 against 0.91 / 1.39; H200: 0.62 / 0.87 against
+# 0.68 / 1.18; the 2048 trainer alike both ways; next to requests of four kernels with host gaps
+# the trainer kept 426 it/s against 429 / 431), the trainers kept 98-100 % (BENCHMARKS.md,
+# seventh and eighth sessions). It was made the default once before and taken back when nvmock's
+# engine gave a lone TSG a new turn per microsecond (the VM's offline pod kept 20 % of native);
+# the engine now follows the hardware there (kmod/nvmock/CONFORMANCE.md). These are defaults: the
+# enforcers take the values `qpolicy doctor` found best on the GPU where it ran
+# (qpolicy/enforcers/strategy.py), and nodes without PyTorch for the doctor run on these.
 ONLINE_TIMESLICE_US = 8192
-OFFLINE_TIMESLICE_US = 128
+OFFLINE_TIMESLICE_US = 1
 
 
 class Slice(NamedTuple):

@@ -5,8 +5,10 @@
  * The lever measured on an H100 and an H200 (580.159.04, tools/gpu/results/
  * 2026-11-24-doctor-h100.json and -h200.json): offline TSGs at 128 us and online TSGs at
  * 8192 us took an online pod's p99 from 2.9 to 1.0 ms next to a trainer, which kept its
- * throughput. The GPU keeps a timeslice once it is set, so this costs a control per TSG and
- * change, not per request (per-request controls cost 0.6-1.3 ms each under GSP).
+ * throughput; 1 us offline, the default since 2026-11-26, did as well or better wherever both
+ * ran on one host (BENCHMARKS.md). The GPU keeps a timeslice once it is set, so this costs a
+ * control per TSG and change, not per request (per-request controls cost 0.6-1.3 ms each under
+ * GSP).
  *
  * What a TSG gets (wanted()):
  *   - its class's value on its GPU, when its cgroup is configured for that GPU, the GPU has at

@@ -16,14 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from qpolicy.doctor.lab import Call, Lab
-from qpolicy.enforcers.strategy import GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US
-from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US
+from qpolicy.enforcers.strategy import EARLIER_OFFLINE_US, GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US
+from qpolicy.engine import ONLINE_TIMESLICE_US
 from qpolicy.nvrm import abi
 from qpolicy.nvrm.tracker import ClientChannels
 
-# qpolicy's own setting (qpolicy/engine.py) and GPreempt's (a 1 µs best-effort slice, 1 s for the
-# latency-critical context): the values the daemon takes from the doctor's recommendation.
-OFFLINE_US, ONLINE_US = OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US
+# qpolicy's classes as the study began (offline 128 µs, the engine's until 2026-11-26; online
+# 8192 µs, qpolicy/engine.py) and GPreempt's (a 1 µs best-effort slice, 1 s for the
+# latency-critical context): the values the daemon takes from the doctor's recommendation
+# (qpolicy/enforcers/strategy.py). The engine's own pair is now timeslice-1us-8ms's.
+OFFLINE_US, ONLINE_US = EARLIER_OFFLINE_US, ONLINE_TIMESLICE_US
 TINY_US, HUGE_US = GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US
 
 
@@ -237,7 +239,7 @@ LEVERS: tuple[Lever, ...] = (
         "timeslice",
         "setting",
         f"SET_TIMESLICE on the running TSGs: trainer {OFFLINE_US} µs, online {ONLINE_US} µs "
-        "(qpolicy's classes)",
+        "(qpolicy's classes until 2026-11-26)",
         lambda lab, o: set_timeslices(lab, o, OFFLINE_US, ONLINE_US),
         restore_timeslices,
     ),
@@ -262,7 +264,7 @@ LEVERS: tuple[Lever, ...] = (
         "timeslice-1us-8ms",
         "setting",
         f"SET_TIMESLICE trainer {TINY_US} µs, online {ONLINE_US} µs (GPreempt's offline value "
-        "with qpolicy's online one)",
+        "with qpolicy's online one: the engine's default since 2026-11-26)",
         lambda lab, o: set_timeslices(lab, o, TINY_US, ONLINE_US),
         restore_timeslices,
     ),

@@ -8,7 +8,8 @@ state; the enforcers take their strategy from that cache, not from a constant:
 
 * a recommended *setting* that is a pair of timeslices (``timeslice``, ``timeslice+rebuild``,
   ``timeslice-new``, ``cilp+timeslice``: 128 / 8192 µs; ``timeslice-1us``: GPreempt's 1 µs /
-  1 s; ``timeslice-1us-8ms``: 1 / 8192 µs) replaces the plan's class timeslices;
+  1 s; ``timeslice-1us-8ms``: 1 / 8192 µs, the engine's own pair) replaces the plan's class
+  timeslices;
 * a recommended setting that is not only timeslices (``cta+timeslice-1us-8ms``, the trainer's
   compute preemption mode, a lever of the study) leaves the engine's timeslices, and says so;
 * a recommended *per-request* lever, or none, leaves the engine's timeslices: a control at every
@@ -39,14 +40,16 @@ DOCTOR_SCHEMA = 1
 
 # GPreempt's pair: a 1 µs best-effort slice, 1 s for the latency-critical context.
 GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US = 1, 1_000_000
+# The engine's offline timeslice until 2026-11-26, which the doctor's first levers set.
+EARLIER_OFFLINE_US = 128
 
 # The doctor's setting levers that are a pair of timeslices (offline µs, online µs); the doctor's
 # levers (qpolicy/doctor/levers.py) set these same constants.
 TIMESLICE_LEVERS = {
-    "timeslice": (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US),
-    "timeslice+rebuild": (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US),
-    "timeslice-new": (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US),
-    "cilp+timeslice": (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US),
+    "timeslice": (EARLIER_OFFLINE_US, ONLINE_TIMESLICE_US),
+    "timeslice+rebuild": (EARLIER_OFFLINE_US, ONLINE_TIMESLICE_US),
+    "timeslice-new": (EARLIER_OFFLINE_US, ONLINE_TIMESLICE_US),
+    "cilp+timeslice": (EARLIER_OFFLINE_US, ONLINE_TIMESLICE_US),
     "timeslice-1us": (GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US),
     "timeslice-1us-8ms": (GPREEMPT_OFFLINE_US, ONLINE_TIMESLICE_US),
 }
