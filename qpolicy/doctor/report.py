@@ -11,7 +11,9 @@ phase's ~5 requests above its p99, while the p50s, measured on all of them, told
 (BENCHMARKS.md 2026-11-26). Without a solo baseline the p99 decides. A noisy solo p99 (over twice
 its p50, which `make bench-gpu` refuses to divide a verdict by) still ranks: every lever is divided
 by the same one; leaving the p99 out there picked, on a noisy H100 host, a lever with twice the
-p99 of another for a p50 3 % lower (2026-11-26).
+p99 of another for a p50 3 % lower (2026-11-26). The lever that sets the engine's own pair is kept
+unless another qualifying one is more than 5 % nearer solo: a phase cannot tell levers closer than
+that apart, and the engine's pair was chosen on longer runs.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from typing import Any
 from qpolicy.enforcers.strategy import (
     DOCTOR_CACHE_NAME,
     DOCTOR_SCHEMA,
+    TIMESLICE_LEVERS,
     doctor_cache_path,
     read_doctor_cache,
 )
+from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US
 
 CACHE_NAME = DOCTOR_CACHE_NAME
 SCHEMA = DOCTOR_SCHEMA
@@ -39,6 +43,18 @@ TRAINER_FLOOR = 0.95
 MIN_GAIN = 0.10
 # The online targets against solo (issue 14): the recommended lever is the nearest to both.
 P99_BOUND, P50_BOUND = 1.5, 1.2
+# The lever that sets the engine's own pair: what a node runs without a doctor result, chosen on
+# runs of 3 001 requests on several hosts (qpolicy/engine.py). A phase of a few hundred requests
+# overrides it only by more than NOISE of its distance from solo: levers that set the same thing
+# differed by that much between phases (2026-11-24, H100: timeslice, timeslice+rebuild and
+# timeslice-1us at p50 0.90, 0.88 and 0.86 ms), and on 2026-11-26 (call AA) a phase picked the
+# earlier 128 µs pair over it by 5 µs of p50 with a p99 0.06 ms worse.
+DEFAULT_LEVERS = frozenset(
+    name
+    for name, pair in TIMESLICE_LEVERS.items()
+    if pair == (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US)
+)
+NOISE = 0.05
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -103,7 +119,11 @@ def recommend(phases: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "why": f"no lever that RM accepted kept the trainer at {TRAINER_FLOOR:.0%} and beat "
             f"native's online p99 ({base_p99:.2f} ms) by {MIN_GAIN:.0%}",
         }
-    per_request, score, p99, lever, keeps, p50 = min(candidates)
+    best = min(candidates)
+    default = min((c for c in candidates if c[3] in DEFAULT_LEVERS), default=None)
+    kept_default = default is not None and default != best and default[1] * (1 - NOISE) <= best[1]
+    chosen = default if kept_default and default is not None else best
+    per_request, score, p99, lever, keeps, p50 = chosen
     nearest = (
         ""
         if solo is None
@@ -120,7 +140,13 @@ def recommend(phases: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "why": f"online p50 {_fmt(p50)} / p99 {p99:.2f} ms against native "
         f"{_ms(native['online'], 'p50_ms')} / {base_p99:.2f} ms{nearest}, trainer keeps "
         f"{keeps:.0%}"
-        + (" (no setting did as well: a control at every request)" if per_request else ""),
+        + (" (no setting did as well: a control at every request)" if per_request else "")
+        + (
+            f"; {best[3]} was within {NOISE:.0%} of it ({best[1]:.2f} x), not enough to leave "
+            "the engine's default pair"
+            if kept_default
+            else ""
+        ),
     }
 
 
