@@ -28,7 +28,11 @@ def test_the_cost_is_the_difference_of_the_medians_and_a_failed_run_counts_for_n
         {"control_ns": 1100.0, "alloc_free_ns": 50000.0},
         {"error": ["ioctlbench: RM_ALLOC: Input/output error"]},
     ]
-    loaded = [{"control_ns": 1500.0}, {"control_ns": 1300.0}, {"control_ns": 1400.0}]
+    loaded = [
+        {"control_ns": 1500.0, "alloc_free_ns": None, "alloc_free_status": 31},
+        {"control_ns": 1300.0},
+        {"control_ns": 1400.0},
+    ]
     summary = cost.summarise(without, loaded)
     assert summary["control_ns"] == {
         "median_without": 1100.0,

@@ -27,7 +27,7 @@ from typing import Any
 
 from qpolicy.telemetry.probe import NvProbe
 
-KEYS = ("control_ns", "alloc_free_ns", "sysparams_ns")
+KEYS = ("control_ns", "alloc_free_ns", "client_alloc_free_ns", "sysparams_ns")
 
 
 def bench(path: str, iterations: int) -> dict[str, Any]:
@@ -61,8 +61,9 @@ def with_probe(path: str, iterations: int) -> tuple[dict[str, Any], int]:
 def summarise(without: list[dict[str, Any]], loaded: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in KEYS:
-        a = [r[key] for r in without if key in r]
-        b = [r[key] for r in loaded if key in r]
+        # A run that failed, or a call RM refused (ioctlbench's null), measured nothing.
+        a = [r[key] for r in without if r.get(key) is not None]
+        b = [r[key] for r in loaded if r.get(key) is not None]
         if a and b:
             base, probed = statistics.median(a), statistics.median(b)
             out[key] = {

@@ -3,7 +3,10 @@
  * ioctlbench: time RM ioctls on /dev/nvidiactl, to compare a driver with and without qgpu's
  * hooks. Prints one JSON object: nanoseconds per call for
  *   control   RM_CONTROL on the client (a command the driver does not support: no work in RM)
- *   alloc_free RM_ALLOC + RM_FREE of a system memory object (the tracker's path)
+ *   alloc_free RM_ALLOC + RM_FREE of a system memory object (the tracker's path); null, with
+ *             RM's status, where RM refuses the object (the real driver answered an error to
+ *             this bare NV_MEMORY_ALLOCATION_PARAMS on 580.159.04)
+ *   client_alloc_free RM_ALLOC + RM_FREE of a client (tracked too; accepted by any driver)
  *   sysparams SYS_PARAMS (an escape qgpu passes straight through)
  * Usage: ioctlbench [ITERATIONS]
  */
@@ -39,7 +42,9 @@ static int rm(unsigned int nr, void *arg, size_t size)
  */
 static uint32_t next_handle = 0x5C200000u;
 
-static uint32_t alloc(uint32_t root, uint32_t parent, uint32_t cls, void *params)
+/* The new object's handle, or 0 with *status RM's answer (-1: the ioctl itself failed). */
+static uint32_t try_alloc(uint32_t root, uint32_t parent, uint32_t cls, void *params,
+			  long *status)
 {
 	struct nvos64_params p = {
 		.hRoot = root, .hObjectParent = parent, .hClass = cls,
@@ -47,11 +52,24 @@ static uint32_t alloc(uint32_t root, uint32_t parent, uint32_t cls, void *params
 		.pAllocParms = (uintptr_t)params,
 	};
 
-	if (rm(NV_ESC_RM_ALLOC, &p, sizeof(p)) || p.status != NV_OK) {
-		errno = p.status ? EIO : errno;
+	if (rm(NV_ESC_RM_ALLOC, &p, sizeof(p))) {
+		*status = -1;
+		return 0;
+	}
+	*status = p.status;
+	return p.status == NV_OK ? p.hObjectNew : 0;
+}
+
+static uint32_t alloc(uint32_t root, uint32_t parent, uint32_t cls, void *params)
+{
+	long status;
+	uint32_t h = try_alloc(root, parent, cls, params, &status);
+
+	if (!h) {
+		errno = status > 0 ? EIO : errno;
 		die("RM_ALLOC");
 	}
-	return p.hObjectNew;
+	return h;
 }
 
 static uint32_t rm_free(uint32_t root, uint32_t handle)
@@ -78,7 +96,8 @@ int main(int argc, char **argv)
 	struct nv2080_alloc_params subdevice = { 0 };
 	struct nv_memory_alloc_params mem = { .size = 4096 };
 	struct nvrm_sys_params sys;
-	uint32_t client, hdevice;
+	uint32_t client, hdevice, h;
+	long status;
 	int gpu;
 	double t;
 	long i;
@@ -108,14 +127,26 @@ int main(int argc, char **argv)
 	}
 	printf(", \"control_ns\": %.1f", (now_ns() - t) / n);
 
+	h = try_alloc(client, hdevice, NV01_MEMORY_SYSTEM, &mem, &status);
+	if (h && rm_free(client, h) == NV_OK) {
+		t = now_ns();
+		for (i = 0; i < n; i++) {
+			h = alloc(client, hdevice, NV01_MEMORY_SYSTEM, &mem);
+			if (rm_free(client, h) != NV_OK)
+				die("RM_FREE status");
+		}
+		printf(", \"alloc_free_ns\": %.1f", (now_ns() - t) / n);
+	} else {
+		printf(", \"alloc_free_ns\": null, \"alloc_free_status\": %ld", status);
+	}
+
 	t = now_ns();
 	for (i = 0; i < n; i++) {
-		uint32_t h = alloc(client, hdevice, NV01_MEMORY_SYSTEM, &mem);
-
-		if (rm_free(client, h) != NV_OK)
+		h = alloc(0, 0, NV01_ROOT_CLIENT, NULL);
+		if (rm_free(h, h) != NV_OK)
 			die("RM_FREE status");
 	}
-	printf(", \"alloc_free_ns\": %.1f", (now_ns() - t) / n);
+	printf(", \"client_alloc_free_ns\": %.1f", (now_ns() - t) / n);
 
 	t = now_ns();
 	for (i = 0; i < n; i++)
