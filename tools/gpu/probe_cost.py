@@ -30,8 +30,14 @@ from qpolicy.telemetry.probe import NvProbe
 KEYS = ("control_ns", "alloc_free_ns", "client_alloc_free_ns", "sysparams_ns")
 
 
+# The CPU ioctlbench is pinned to (--cpu): RM calls vary by 2x from run to run when the process
+# moves between CPUs (call BC, H100: 3.5-6.1 us per control unpinned).
+CPU: list[str] = []
+
+
 def bench(path: str, iterations: int) -> dict[str, Any]:
-    done = subprocess.run([path, str(iterations)], capture_output=True, text=True, check=False)
+    argv = [*(["taskset", "-c", CPU[0]] if CPU else []), path, str(iterations)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1:], "partial": done.stdout.strip()}
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -81,7 +87,10 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--iterations", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cpu", type=int, default=None, help="pin ioctlbench to this CPU")
     args = parser.parse_args()
+    if args.cpu is not None:
+        CPU.append(str(args.cpu))
     if args.iterations < 1 or args.repeats < 1:
         parser.error(f"--iterations {args.iterations} / --repeats {args.repeats}: must be >= 1")
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -100,6 +109,7 @@ def main() -> int:
         without.append(bench(args.bench, args.iterations))
     result.update(
         iterations=args.iterations,
+        cpu=args.cpu,
         without=without,
         with_probe=loaded,
         events_seen=events,
