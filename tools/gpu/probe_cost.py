@@ -43,7 +43,8 @@ def bench(path: str, iterations: int) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def with_probe(path: str, iterations: int) -> tuple[dict[str, Any], int]:
+def with_probe(path: str, iterations: int) -> tuple[dict[str, Any], int, int]:
+    """One run with the probe loaded: its result, the events drained and the events lost."""
     seen = 0
     stop = threading.Event()
     with NvProbe() as probe:
@@ -61,7 +62,8 @@ def with_probe(path: str, iterations: int) -> tuple[dict[str, Any], int]:
             stop.set()
             thread.join()
             seen += len(probe.poll(0))
-    return result, seen
+            lost = probe.lost
+    return result, seen, lost
 
 
 def summarise(without: list[dict[str, Any]], loaded: list[dict[str, Any]]) -> dict[str, Any]:
@@ -102,10 +104,12 @@ def main() -> int:
     without: list[dict[str, Any]] = [bench(args.bench, args.iterations)]
     loaded: list[dict[str, Any]] = []
     events: list[int] = []
+    lost: list[int] = []
     for _ in range(args.repeats):
-        run, seen = with_probe(args.bench, args.iterations)
+        run, seen, dropped = with_probe(args.bench, args.iterations)
         loaded.append(run)
         events.append(seen)
+        lost.append(dropped)
         without.append(bench(args.bench, args.iterations))
     result.update(
         iterations=args.iterations,
@@ -113,6 +117,8 @@ def main() -> int:
         without=without,
         with_probe=loaded,
         events_seen=events,
+        # Events the probe's buffer had no room for: a witness of what it streamed, with seen.
+        events_lost=lost,
         summary=summarise(without, loaded),
     )
     Path(args.out).write_text(json.dumps(result, indent=2))
