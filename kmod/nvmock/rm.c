@@ -295,6 +295,10 @@ static void channel_destroy(struct nvmock_channel *ch)
  * (src/nvidia/src/kernel/mem_mgr/video_mem.c) answers the rounded size in the parameters.
  * System memory is kept at 4 KiB pages here (the OS page size, the default for sysmem).
  */
+/* RM's own owners of heap memory, which no client may claim (g_heap_nvoc.h). */
+#define HEAP_OWNER_RM_SCRATCH_BEGIN	0xDEAF0000u
+#define HEAP_OWNER_RM_SCRATCH_END	(HEAP_OWNER_RM_SCRATCH_BEGIN + 3)
+
 static u64 mem_page_size(const struct nvmock_object *obj, const struct nv_memory_alloc_params *p)
 {
 	u32 attr = (p->attr >> NVOS32_ATTR_PAGE_SIZE_SHIFT) & NVOS32_ATTR_PAGE_SIZE_MASK;
@@ -324,6 +328,15 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 
 	if (!p->size || p->size > (1ull << 40))
 		return NV_ERR_INVALID_ARGUMENT;
+	/*
+	 * stdmemValidateParams (src/nvidia/src/kernel/mem_mgr/standard_mem.c), after the size:
+	 * an owner of 0 or ~0, or in RM's scratch range (HEAP_OWNER_RM_SCRATCH_BEGIN..END,
+	 * g_heap_nvoc.h), is refused. Measured: 580.159.04 answered it to an owner of 0 (H100,
+	 * tools/gpu/results/2026-11-26-probe-cost-callBC-logs.txt); libcuda names its client.
+	 */
+	if (!p->owner || p->owner == U32_MAX ||
+	    (p->owner >= HEAP_OWNER_RM_SCRATCH_BEGIN && p->owner <= HEAP_OWNER_RM_SCRATCH_END))
+		return NV_ERR_INVALID_OWNER;
 	size = round_up(p->size, mem_page_size(obj, p));
 	if (obj->kind == NVMOCK_VIDMEM && size > gpu->fb_size - gpu->fb_used)
 		return NV_ERR_NO_MEMORY;

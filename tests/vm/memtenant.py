@@ -77,7 +77,7 @@ import threading
 import time
 
 from qpolicy.nvrm import abi
-from tests.vm.rmclient import NVOS00, NVOS54, NVOS64, Rm, ioctl, memory_params
+from tests.vm.rmclient import MEMORY_OWNER, NVOS00, NVOS54, NVOS64, Rm, ioctl, memory_params
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 MIB = 1 << 20
@@ -220,6 +220,7 @@ class Tenant:
                 function=abi.NVOS32_FUNCTION_ALLOC_SIZE,
                 flags=abi.NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED if named else 0,
                 hMemory=self.rm.name() if named else 0,
+                owner=MEMORY_OWNER,
                 size=size,
             )
         )

@@ -175,8 +175,15 @@ class Rm:
         return fields[7], fields[6]
 
 
-def memory_params(size: int) -> bytes:
+# NV_MEMORY_ALLOCATION_PARAMS.owner (offset 0): RM refuses 0, ~0 and its scratch owners
+# (stdmemValidateParams, standard_mem.c; the real driver answered NV_ERR_INVALID_OWNER to 0).
+# libcuda names its client; any other value RM accepts will do for the tests.
+MEMORY_OWNER = 0x5C0FFEE0
+
+
+def memory_params(size: int, owner: int = MEMORY_OWNER) -> bytes:
     params = bytearray(128)
+    struct.pack_into("<I", params, 0, owner)
     struct.pack_into("<Q", params, 64, size)
     return bytes(params)
 

@@ -153,6 +153,26 @@ def test_gpu_addresses_are_the_lowest_free_range_and_freed_ones_are_reused(rm: R
     assert rm.free(client, client, client) == NvStatus.NV_OK
 
 
+@pytest.mark.parametrize("cls", [0x3E, 0x40])
+def test_memory_needs_an_owner_rm_accepts(rm: Rm, cls: int) -> None:
+    """stdmemValidateParams (standard_mem.c): after a size of 0, an owner of 0, ~0 or RM's
+    scratch range is NV_ERR_INVALID_OWNER; the real driver answered that to ioctlbench's owner
+    of 0 (580.159.04, H100, 2026-11-26). Nothing is left allocated by a refusal."""
+    client = rm.new(0, 0, 0x41)
+    device = rm.new(client, client, 0x80, handle=0x5C000003)
+    assert rm.alloc(client, device, cls, memory_params(0, owner=0)).status == (
+        NvStatus.NV_ERR_INVALID_ARGUMENT
+    )
+    for owner in (0, 0xFFFFFFFF, 0xDEAF0000, 0xDEAF0003):
+        result = rm.alloc(client, device, cls, memory_params(1 << 20, owner=owner))
+        assert result.status == NvStatus.NV_ERR_INVALID_OWNER, hex(owner)
+    for owner in (client, 0xDEAEFFFF, 0xDEAF0004, 1):
+        result = rm.alloc(client, device, cls, memory_params(1 << 20, owner=owner))
+        assert result.status == NvStatus.NV_OK, hex(owner)
+        assert rm.free(client, device, result.handle) == NvStatus.NV_OK
+    assert rm.free(client, client, client) == NvStatus.NV_OK
+
+
 def test_a_device_needs_its_gpu_file_open() -> None:
     ctl = os.open("/dev/nvidiactl", os.O_RDWR)
     try:

@@ -112,6 +112,7 @@ int main(int argc, char **argv)
 	client = alloc(0, 0, NV01_ROOT_CLIENT, NULL);
 	hdevice = alloc(client, client, NV01_DEVICE_0, &device);
 	alloc(client, hdevice, NV20_SUBDEVICE_0, &subdevice);
+	mem.owner = client;	/* as libcuda: RM refuses an owner of 0 (stdmemValidateParams) */
 
 	printf("{\"iterations\": %ld", n);
 	t = now_ns();
