@@ -337,6 +337,16 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 	if (!p->owner || p->owner == U32_MAX ||
 	    (p->owner >= HEAP_OWNER_RM_SCRATCH_BEGIN && p->owner <= HEAP_OWNER_RM_SCRATCH_END))
 		return NV_ERR_INVALID_OWNER;
+	/*
+	 * sysmemConstruct (src/nvidia/src/kernel/mem_mgr/system_mem.c), after the checks above:
+	 * system memory whose attr says LOCATION_VIDMEM (0, the default) or that asks for a
+	 * virtual allocation is NV_ERR_INVALID_ARGUMENT. Measured: 580.159.04 answered that to
+	 * ioctlbench's owner-named request with attr 0 (call BC, the second H100 host).
+	 */
+	if (obj->kind == NVMOCK_SYSMEM &&
+	    (((p->attr >> NVOS32_ATTR_LOCATION_SHIFT) & NVOS32_ATTR_LOCATION_MASK) ==
+	     NVOS32_ATTR_LOCATION_VIDMEM || (p->flags & NVOS32_ALLOC_FLAGS_VIRTUAL)))
+		return NV_ERR_INVALID_ARGUMENT;
 	size = round_up(p->size, mem_page_size(obj, p));
 	if (obj->kind == NVMOCK_VIDMEM && size > gpu->fb_size - gpu->fb_used)
 		return NV_ERR_NO_MEMORY;

@@ -77,7 +77,16 @@ import threading
 import time
 
 from qpolicy.nvrm import abi
-from tests.vm.rmclient import MEMORY_OWNER, NVOS00, NVOS54, NVOS64, Rm, ioctl, memory_params
+from tests.vm.rmclient import (
+    MEMORY_OWNER,
+    NVOS00,
+    NVOS54,
+    NVOS64,
+    Rm,
+    ioctl,
+    memory_params,
+    sysmem_params,
+)
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 MIB = 1 << 20
@@ -207,7 +216,10 @@ class Tenant:
         self, size: int, cls: int = 0x40, client: int = 0, device: int = 0
     ) -> dict[str, object]:
         result = self.rm.alloc(
-            client or self.client, device or self.device, cls, memory_params(size)
+            client or self.client,
+            device or self.device,
+            cls,
+            sysmem_params(size) if cls == 0x3E else memory_params(size),
         )
         written = struct.unpack_from("<Q", result.params, 64)[0] if result.params else 0
         return {"status": result.status, "handle": result.handle, "size": written}
@@ -523,7 +535,7 @@ class Tenant:
         forged = struct.pack("<III", self.client, self.client, 0)
         freed = 0
         for _ in range(rounds):
-            handle = self.rm.new(second, device, 0x3E, memory_params(4096))
+            handle = self.rm.new(second, device, 0x3E, sysmem_params(4096))
             real = struct.pack("<III", second, second, handle)
             struct.pack_into("<12sI", buf, 0, real, 0)
             with Flipper(buf, 0, real, forged):

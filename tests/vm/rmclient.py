@@ -181,11 +181,22 @@ class Rm:
 MEMORY_OWNER = 0x5C0FFEE0
 
 
-def memory_params(size: int, owner: int = MEMORY_OWNER) -> bytes:
+# attr's LOCATION (26:25) PCI: RM refuses system memory whose location is VIDMEM, attr's default
+# (sysmemConstruct, system_mem.c; the real driver answered NV_ERR_INVALID_ARGUMENT to it).
+SYSMEM_ATTR = 1 << 25
+
+
+def memory_params(size: int, owner: int = MEMORY_OWNER, attr: int = 0) -> bytes:
     params = bytearray(128)
-    struct.pack_into("<I", params, 0, owner)
+    struct.pack_into("<III", params, 0, owner, 0, 0)
+    struct.pack_into("<I", params, 24, attr)
     struct.pack_into("<Q", params, 64, size)
     return bytes(params)
+
+
+def sysmem_params(size: int, owner: int = MEMORY_OWNER) -> bytes:
+    """NV01_MEMORY_SYSTEM's parameters: ``memory_params`` placed in system memory."""
+    return memory_params(size, owner, SYSMEM_ATTR)
 
 
 def offset_of(params: bytes) -> int:

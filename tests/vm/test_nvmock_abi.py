@@ -13,11 +13,13 @@ from qpolicy.nvrm.abi import Escape, NvStatus
 from tests.vm.rmclient import (
     CARD,
     NVOS54,
+    SYSMEM_ATTR,
     VERSION,
     Rm,
     ioctl,
     memory_params,
     offset_of,
+    sysmem_params,
     tsg_params,
 )
 
@@ -78,7 +80,7 @@ def test_the_object_tree_of_a_cuda_process_and_its_statuses(rm: Rm) -> None:
     )
     subdevice = rm.new(client, device, 0x2080, struct.pack("<I", 0), handle=0x5C000003)
     assert rm.new(client, subdevice, 0xC661, handle=0x5C000005) == 0x5C000005
-    sysmem = rm.alloc(client, device, 0x3E, memory_params(1 << 20), handle=0x5C000010)
+    sysmem = rm.alloc(client, device, 0x3E, sysmem_params(1 << 20), handle=0x5C000010)
     assert sysmem.status == NvStatus.NV_OK and offset_of(sysmem.params) >= 1 << 32
     tsg = rm.new(client, device, 0xA06C, tsg_params(), handle=0x5C000015)
     # Wrong parent, duplicate handle, missing required parameters, unknown class.
@@ -125,7 +127,7 @@ def test_gpu_addresses_are_the_lowest_free_range_and_freed_ones_are_reused(rm: R
     device = rm.new(client, client, 0x80, handle=0x5C000003)
 
     def sysmem(size: int) -> tuple[int, int]:
-        result = rm.alloc(client, device, 0x3E, memory_params(size))
+        result = rm.alloc(client, device, 0x3E, sysmem_params(size))
         assert result.status == NvStatus.NV_OK
         return result.handle, offset_of(result.params)
 
@@ -147,7 +149,7 @@ def test_gpu_addresses_are_the_lowest_free_range_and_freed_ones_are_reused(rm: R
         assert rm.free(client, device, handle) == NvStatus.NV_OK
     assert len(seen) == 1 and seen.pop() + (64 << 30) <= 1 << 40
     # A range that cannot fit below 40 bits is refused with the driver's status.
-    assert rm.alloc(client, device, 0x3E, memory_params(1 << 40)).status == (
+    assert rm.alloc(client, device, 0x3E, sysmem_params(1 << 40)).status == (
         NvStatus.NV_ERR_NO_MEMORY
     )
     assert rm.free(client, client, client) == NvStatus.NV_OK
@@ -160,15 +162,41 @@ def test_memory_needs_an_owner_rm_accepts(rm: Rm, cls: int) -> None:
     of 0 (580.159.04, H100, 2026-11-26). Nothing is left allocated by a refusal."""
     client = rm.new(0, 0, 0x41)
     device = rm.new(client, client, 0x80, handle=0x5C000003)
-    assert rm.alloc(client, device, cls, memory_params(0, owner=0)).status == (
+    attr = SYSMEM_ATTR if cls == 0x3E else 0
+    assert rm.alloc(client, device, cls, memory_params(0, owner=0, attr=attr)).status == (
         NvStatus.NV_ERR_INVALID_ARGUMENT
     )
     for owner in (0, 0xFFFFFFFF, 0xDEAF0000, 0xDEAF0003):
-        result = rm.alloc(client, device, cls, memory_params(1 << 20, owner=owner))
+        result = rm.alloc(client, device, cls, memory_params(1 << 20, owner=owner, attr=attr))
         assert result.status == NvStatus.NV_ERR_INVALID_OWNER, hex(owner)
     for owner in (client, 0xDEAEFFFF, 0xDEAF0004, 1):
-        result = rm.alloc(client, device, cls, memory_params(1 << 20, owner=owner))
+        result = rm.alloc(client, device, cls, memory_params(1 << 20, owner=owner, attr=attr))
         assert result.status == NvStatus.NV_OK, hex(owner)
+        assert rm.free(client, device, result.handle) == NvStatus.NV_OK
+    assert rm.free(client, client, client) == NvStatus.NV_OK
+
+
+def test_system_memory_must_not_say_vidmem(rm: Rm) -> None:
+    """sysmemConstruct (system_mem.c), after stdmemValidateParams: attr LOCATION VIDMEM (0, the
+    default) or ALLOC_FLAGS_VIRTUAL is NV_ERR_INVALID_ARGUMENT for system memory; the real driver
+    answered that to ioctlbench's owner-named request with attr 0 (580.159.04, H100,
+    2026-11-26). Video memory takes attr 0; an owner of 0 is refused first."""
+    client = rm.new(0, 0, 0x41)
+    device = rm.new(client, client, 0x80, handle=0x5C000003)
+    assert rm.alloc(client, device, 0x3E, memory_params(1 << 20)).status == (
+        NvStatus.NV_ERR_INVALID_ARGUMENT
+    )
+    assert rm.alloc(client, device, 0x3E, memory_params(1 << 20, owner=0)).status == (
+        NvStatus.NV_ERR_INVALID_OWNER
+    )
+    virtual = bytearray(sysmem_params(1 << 20))
+    struct.pack_into("<I", virtual, 8, 0x00080000)  # NVOS32_ALLOC_FLAGS_VIRTUAL
+    assert rm.alloc(client, device, 0x3E, bytes(virtual)).status == (
+        NvStatus.NV_ERR_INVALID_ARGUMENT
+    )
+    for params, cls in ((sysmem_params(1 << 20), 0x3E), (memory_params(1 << 20), 0x40)):
+        result = rm.alloc(client, device, cls, params)
+        assert result.status == NvStatus.NV_OK
         assert rm.free(client, device, result.handle) == NvStatus.NV_OK
     assert rm.free(client, client, client) == NvStatus.NV_OK
 

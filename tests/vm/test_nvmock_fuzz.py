@@ -17,7 +17,7 @@ from qpolicy.nvrm import abi
 from qpolicy.nvrm.abi import Escape
 from tests.vm.conftest import BAD_KERNEL_LOG, GPULOAD, kernel_log, objects
 from tests.vm.gpuload import Gpuload
-from tests.vm.rmclient import Rm, memory_params, tsg_params
+from tests.vm.rmclient import Rm, sysmem_params, tsg_params
 
 KNOWN = [int(e) for e in Escape]
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -47,7 +47,7 @@ def test_ten_thousand_random_ioctls_and_mmaps() -> None:
     device = rm.new(client, client, 0x80, handle=0x5C000002)
     subdevice = rm.new(client, device, 0x2080, handle=0x5C000003)
     tsg = rm.new(client, device, 0xA06C, tsg_params(), handle=0x5C000004)
-    sysmem = rm.new(client, device, 0x3E, memory_params(1 << 20), handle=0x5C000005)
+    sysmem = rm.new(client, device, 0x3E, sysmem_params(1 << 20), handle=0x5C000005)
     handles = [client, device, subdevice, tsg, sysmem, 0x5C000006, 0xC1D00000, 0xCAF00000]
     valid = ctypes.create_string_buffer(4096)
     fds = [rm.ctl, rm.gpu, rm.open_gpu(), rm.open_ctl(), rm.open_ctl()]

@@ -680,6 +680,8 @@ static void alloc_sysmem(struct gpu *g)
 
 	memset(&mem, 0, sizeof(mem));
 	mem.owner = g->client;
+	/* RM refuses system memory whose location is VIDMEM, attr's default (sysmemConstruct). */
+	mem.attr = NVOS32_ATTR_LOCATION_PCI << NVOS32_ATTR_LOCATION_SHIFT;
 	mem.size = (uint64_t)g->cfg->mem_mib << 20;
 	g->sysmem = rm_alloc(g, g->device, NV01_MEMORY_SYSTEM, &mem, sizeof(mem));
 	g->sysmem_va = mem.offset;

@@ -113,6 +113,8 @@ int main(int argc, char **argv)
 	hdevice = alloc(client, client, NV01_DEVICE_0, &device);
 	alloc(client, hdevice, NV20_SUBDEVICE_0, &subdevice);
 	mem.owner = client;	/* as libcuda: RM refuses an owner of 0 (stdmemValidateParams) */
+	/* and system memory whose location is VIDMEM, attr's default (sysmemConstruct) */
+	mem.attr = NVOS32_ATTR_LOCATION_PCI << NVOS32_ATTR_LOCATION_SHIFT;
 
 	printf("{\"iterations\": %ld", n);
 	t = now_ns();
