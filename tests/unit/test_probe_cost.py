@@ -59,3 +59,12 @@ def test_a_bench_that_fails_is_reported_with_its_last_line(tmp_path: Path) -> No
     ok.write_text(f'#!{sys.executable}\nprint(\'{{"iterations": 5, "control_ns": 7.5}}\')\n')
     ok.chmod(0o755)
     assert _module().bench(str(ok), 5) == {"iterations": 5, "control_ns": 7.5}
+
+
+def test_a_result_records_the_host() -> None:
+    from tools.gpu.hostinfo import host_facts
+
+    facts = host_facts()
+    assert facts["date"].endswith(" UTC") and facts["uname"]
+    # This machine has no NVIDIA driver: its line is left out, not invented.
+    assert "driver" not in facts or facts["driver"].startswith("NVRM")

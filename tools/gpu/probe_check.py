@@ -33,6 +33,7 @@ from qpolicy.nvrm.abi import Escape, Kind
 from qpolicy.telemetry.cgroups import CgroupMap, cgroup2_mount
 from qpolicy.telemetry.live import LiveView
 from qpolicy.telemetry.probe import NvProbe
+from tools.gpu.hostinfo import host_facts
 
 HERE = Path(__file__).resolve().parent
 CHANNEL_CLASSES = {cls for cls, (_, kind) in abi.CLASSES.items() if kind is Kind.CHANNEL}
@@ -209,12 +210,7 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    try:
-        result["uname"] = os.uname().release
-        result["driver"] = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
-    except OSError:
-        pass
+    result: dict[str, Any] = host_facts()
     logger = build_logger(out.parent)
     with NvProbe() as probe:
         result["count_check"] = count_check(probe, logger, out.parent)

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from qpolicy.telemetry.probe import NvProbe
+from tools.gpu.hostinfo import host_facts
 
 KEYS = ("control_ns", "alloc_free_ns", "client_alloc_free_ns", "sysparams_ns")
 
@@ -95,12 +94,7 @@ def main() -> int:
         CPU.append(str(args.cpu))
     if args.iterations < 1 or args.repeats < 1:
         parser.error(f"--iterations {args.iterations} / --repeats {args.repeats}: must be >= 1")
-    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    try:
-        result["uname"] = os.uname().release
-        result["driver"] = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
-    except OSError:
-        pass
+    result: dict[str, Any] = host_facts()
     without: list[dict[str, Any]] = [bench(args.bench, args.iterations)]
     loaded: list[dict[str, Any]] = []
     events: list[int] = []
