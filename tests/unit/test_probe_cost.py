@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "probe_cost.py"
-
-
-def _module() -> Any:
-    spec = importlib.util.spec_from_file_location("probe_cost", PATH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tools.gpu import probe_cost
 
 
 def test_the_cost_is_the_difference_of_the_medians_and_a_failed_run_counts_for_nothing() -> None:
-    cost = _module()
+    cost = probe_cost
     without = [
         {"control_ns": 1000.0, "alloc_free_ns": 9000.0},
         {"control_ns": 1200.0, "alloc_free_ns": 9100.0},
@@ -52,13 +42,13 @@ def test_a_bench_that_fails_is_reported_with_its_last_line(tmp_path: Path) -> No
         "sys.stderr.write('ioctlbench: RM_ALLOC: Input/output error\\n')\nsys.exit(1)\n"
     )
     fake.chmod(0o755)
-    result = _module().bench(str(fake), 5)
+    result = probe_cost.bench(str(fake), 5)
     assert result["error"] == ["ioctlbench: RM_ALLOC: Input/output error"]
     assert result["partial"].startswith('{"iterations": 5, "control_ns": 7.0')
     ok = tmp_path / "ok"
     ok.write_text(f'#!{sys.executable}\nprint(\'{{"iterations": 5, "control_ns": 7.5}}\')\n')
     ok.chmod(0o755)
-    assert _module().bench(str(ok), 5) == {"iterations": 5, "control_ns": 7.5}
+    assert probe_cost.bench(str(ok), 5) == {"iterations": 5, "control_ns": 7.5}
 
 
 def test_a_result_records_the_host() -> None:
