@@ -81,12 +81,12 @@ def render(doc: dict[str, Any]) -> None:
     gpus = doc.get("backend", {}).get("gpus", {}) if isinstance(doc.get("backend"), dict) else {}
     for gpu, view in sorted(gpus.items()) if isinstance(gpus, dict) else ():
         own = view.get("own_timeslices") if isinstance(view, dict) else None
-        for pod, processes in sorted(own.items()) if isinstance(own, dict) else ():
+        for pod, contexts in sorted(own.items()) if isinstance(own, dict) else ():
             # The rm enforcer's rule (enforcers/rm/control.py): said here because it changes
             # what the online class gives next to this pod.
             print_own_timeslices(
                 f"GPU {escape(str(gpu))}: pod {escape(str(pod))} has "
-                f"{escape(str(processes))} processes here"
+                f"{escape(str(contexts))} CUDA contexts here"
             )
     lost = doc.get("probe_lost_events")
     if lost:

@@ -34,7 +34,7 @@ def print_json(data: object) -> None:
 
 
 def print_own_timeslices(subject: str) -> None:
-    """Say that a pod's TSGs keep their own timeslices (several of its processes on a GPU), and
+    """Say that a pod's TSGs keep their own timeslices (several of its CUDA contexts on a GPU), and
     what that costs online work: the same words for either enforcer. ``subject`` comes escaped."""
     console.print(
         f"[yellow]{subject}: its TSGs keep their own timeslices, and online work next to it "

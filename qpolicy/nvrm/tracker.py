@@ -112,6 +112,9 @@ class ClientChannels:
     device_instance: int | None = None
     #: Per TSG (as ``tsgs``): how many times the tenant set its timeslice itself.
     timeslice_sets: tuple[int, ...] = ()
+    #: The TSGs of ``tsgs`` with a compute engine object on one of their channels: one per CUDA
+    #: context (the shipped H200 trace: 4 TSGs, the compute object on 8 channels of one).
+    compute_tsgs: tuple[int, ...] = ()
 
     def tenant_sets(self, tsg: int) -> int:
         """How many times the tenant set ``tsg``'s timeslice itself (0 if never, or unknown)."""
@@ -421,6 +424,7 @@ class Tracker:
         groups: list[ClientChannels] = []
         for client in proc.clients.values():
             owned = [obj for obj in client.objects.values() if not obj.dup]
+            computing = self._compute_tsgs(client, owned)
             by_device: dict[int | None, list[RmObject]] = {}
             for obj in owned:
                 if obj.kind in (Kind.CHANNEL, Kind.TSG, Kind.SUBDEVICE):
@@ -446,6 +450,7 @@ class Tracker:
                             device_obj.info.get("device_instance") if device_obj else None
                         ),
                         timeslice_sets=tuple(o.info.get("timeslice_sets", 0) for o in tsgs),
+                        compute_tsgs=tuple(o.handle for o in tsgs if o.handle in computing),
                     )
                 )
         return groups
@@ -468,6 +473,21 @@ class Tracker:
                 tsg = above.handle if above is not None and above.kind is Kind.TSG else None
                 found.append((client.handle, channel.handle, tsg))
         return sorted(found)
+
+    @staticmethod
+    def _compute_tsgs(client: Client, owned: list[RmObject]) -> set[int]:
+        """The TSGs of ``client`` that have a compute engine object on one of their channels."""
+        found: set[int] = set()
+        for obj in owned:
+            if obj.kind is not Kind.COMPUTE or obj.parent is None:
+                continue
+            channel = client.objects.get(obj.parent)
+            if channel is None or channel.kind is not Kind.CHANNEL or channel.parent is None:
+                continue
+            above = client.objects.get(channel.parent)
+            if above is not None and above.kind is Kind.TSG:
+                found.add(above.handle)
+        return found
 
     @staticmethod
     def _device_of(client: Client, obj: RmObject) -> int | None:

@@ -759,7 +759,7 @@ def test_status_says_which_pods_keep_their_own_timeslices(
     }
     daemonstatus.render(doc)
     out = " ".join(capsys.readouterr().out.split())
-    assert "GPU 0: pod /train has 2 processes here: its TSGs keep their own timeslices" in out
+    assert "GPU 0: pod /train has 2 CUDA contexts here: its TSGs keep their own timeslices" in out
     daemonstatus.render({**doc, "backend": {"gpus": {"0": {"own_timeslices": {}}}}})
     assert "own timeslices" not in capsys.readouterr().out
 

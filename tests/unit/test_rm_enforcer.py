@@ -22,7 +22,7 @@ import pytest
 
 from qpolicy.backends.rm import DEFAULT_MIN_TURN_MS
 from qpolicy.control import ControlLoop, PeriodicControl
-from qpolicy.enforcers.rm.control import RmChannelControl
+from qpolicy.enforcers.rm.control import RmChannelControl, compute_contexts
 from qpolicy.enforcers.rm.enforcer import RmEnforcer, RmShared
 from qpolicy.enforcers.rm.record import RECORD_NAME, RmRecord, process_start_time, recover
 from qpolicy.enforcers.rm.resolver import GpuLocator, ProbeResolver
@@ -646,6 +646,53 @@ def test_a_pod_of_several_processes_keeps_their_own_timeslices_until_one_is_left
     r.loop.run_until(0.6e6 + 50_000 + 3 * LATENCY)
     assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 1}
     assert gpu.several_processes() == {}
+
+
+def test_a_process_with_two_cuda_contexts_keeps_its_own_timeslices_as_two_processes_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One process with two busy contexts on the GPU (a compute object in two of its TSGs) would
+    switch against itself at the class's short timeslice, as two processes of one pod do; a
+    process whose compute object is in one TSG among several (CUDA's own: 4 TSGs, one compute)
+    is one context."""
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    strategy = OnlineStrategy(1, 1_000_000, "GPreempt's values")
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=strategy)
+    (train,) = r.resolver._groups["/train"]
+    # CUDA's shape: a copy TSG beside the compute one, the compute object in the first.
+    one = dataclasses.replace(train, tsgs=(0x20, 0x21), compute_tsgs=(0x20,))
+    r.resolver._groups["/train"] = [one]
+    r.loop.run_until(0.3e6)
+    assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 1, 0x21: 1}
+    gpu = r.shared.controls[0]
+    assert gpu.several_processes() == {}
+    # A second context in the same process: both compute TSGs get their own values back.
+    two = dataclasses.replace(one, tsgs=(0x20, 0x21, 0x22), compute_tsgs=(0x20, 0x22))
+    r.resolver._groups["/train"] = [two]
+    r.loop.run_until(0.3e6 + 50_000 + 3 * LATENCY)
+    assert r.driver.timeslice[0x20] == 2048 and r.driver.timeslice[0x21] == 2048
+    assert 0x22 not in r.driver.timeslice_log
+    assert gpu.several_processes() == {"/train": 2}
+    # The second context goes: one is left, and the class's timeslice comes back.
+    r.resolver._groups["/train"] = [one]
+    r.loop.run_until(0.3e6 + 100_000 + 6 * LATENCY)
+    assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 1, 0x21: 1}
+    assert gpu.several_processes() == {}
+
+
+def test_contexts_are_counted_per_process_and_one_at_least() -> None:
+    a = group(100, 0xC1D00100, 2)
+    b = group(300, 0xC1D00300, 5)
+    assert compute_contexts([]) == 0
+    assert compute_contexts([a]) == 1  # no compute object seen yet: still one context
+    assert compute_contexts([a, b]) == 2
+    a2 = dataclasses.replace(a, compute_tsgs=a.tsgs)
+    assert compute_contexts([a2]) == 1
+    # The same process on two clients, a context each.
+    other = dataclasses.replace(a2, client=0xC1D00101, tsgs=(0x70,), compute_tsgs=(0x70,))
+    assert compute_contexts([a2, other]) == 2
+    # A group with no TSG is no context; a process without pid is not counted.
+    assert compute_contexts([dataclasses.replace(b, tsgs=())]) == 0
 
 
 @pytest.mark.parametrize("how", ["removed", "moved to another GPU"])

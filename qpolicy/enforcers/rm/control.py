@@ -33,6 +33,20 @@ ERROR_LOG_EVERY_S = 60.0
 TsgKey = tuple[int, int, int]
 
 
+def compute_contexts(groups: list[ClientChannels]) -> int:
+    """How many CUDA contexts ``groups`` hold: per process, its TSGs with a compute object (one
+    per context), or one for a process whose compute object has not been seen yet (it makes its
+    TSGs before it, and a process is one context at least). A process with two contexts on the
+    GPU switches against itself at a short timeslice just as two processes do."""
+    computing: dict[int, set[tuple[int, int]]] = {}
+    for group in groups:
+        if group.pid is None or not group.tsgs:
+            continue
+        tsgs = computing.setdefault(group.pid, set())
+        tsgs.update((group.client, tsg) for tsg in group.compute_tsgs)
+    return sum(max(len(tsgs), 1) for tsgs in computing.values())
+
+
 class RmChannelControl:
     """The slice scheduler's ChannelControl over RM controls, sent by a worker thread."""
 
@@ -65,8 +79,8 @@ class RmChannelControl:
         # by then. A later set of its own (libcuda's, some 110 ms after the TSG exists) undoes
         # ours, and is answered by sending ours again.
         self._timeslice_sent: dict[TsgKey, int] = {}
-        # Pods whose TSGs keep their own timeslices because several of the pod's processes are
-        # on this GPU (_send_timeslices), with how many there were.
+        # Pods whose TSGs keep their own timeslices because several of the pod's CUDA contexts
+        # are on this GPU (_send_timeslices), with how many there were.
         self._several: dict[str, int] = {}
         self.errors = 0
         self._last_error_log: dict[str, float] = {}
@@ -211,7 +225,8 @@ class RmChannelControl:
             self._send_timeslices(pod, timeslice_us, only_new=True)
 
     def several_processes(self) -> dict[str, int]:
-        """Pods left at their TSGs' own timeslices, each with its number of processes here."""
+        """Pods left at their TSGs' own timeslices, each with its number of CUDA contexts here
+        (one per process, unless a process holds several)."""
         return dict(sorted(self._several.items()))
 
     def forget(self, pid: int) -> None:
@@ -230,24 +245,24 @@ class RmChannelControl:
 
     def _send_timeslices(self, pod: str, timeslice_us: int, *, only_new: bool) -> None:
         groups = [g for g in self.resolver.groups(pod) if g.pid and g.fd is not None]
-        processes = len({g.pid for g in groups if g.tsgs})
-        if processes > 1:
-            # The class's timeslice is for a pod's TSGs against other pods'. Two busy processes
+        contexts = compute_contexts(groups)
+        if contexts > 1:
+            # The class's timeslice is for a pod's TSGs against other pods'. Two busy contexts
             # of one pod given it switch against each other at every slice, and a compute
             # context switch (CILP on H100) costs ~0.4 ms: two 8192 trainers of one offline
             # pod kept 0.04 % of their native throughput at 1 us and 24 % at 128 us
             # (BENCHMARKS.md, 2026-11-26, sixth session). Their own timeslices (CUDA's 1-2 ms)
-            # it is, until one process is left; online work then waits as under native
+            # it is, until one context is left; online work then waits as under native
             # time-slicing while such a pod runs.
-            if self._several.get(pod) != processes:
+            if self._several.get(pod) != contexts:
                 log.info(
-                    "pod %s: %d processes on this GPU: their TSGs keep their own timeslices "
+                    "pod %s: %d CUDA contexts on this GPU: their TSGs keep their own timeslices "
                     "(%d us would switch them against each other)",
                     pod,
-                    processes,
+                    contexts,
                     timeslice_us,
                 )
-                self._several[pod] = processes
+                self._several[pod] = contexts
             self._restore_timeslices(pod)
             return
         self._several.pop(pod, None)
