@@ -276,7 +276,8 @@ static bool learn(struct file *file, u64 caller, const struct rm_pair *pairs, in
 		qgpu_gate_unreserve(resv);
 		refuse = false;
 		obj = known ? track_fact(file, caller, &f, how, &refuse) : NULL;
-		if (obj && obj->kind == QGPU_OBJ_TSG) {
+		/* A TSG, or a compute object making its TSG a context: timeslice.c looks again. */
+		if (obj && (obj->kind == QGPU_OBJ_TSG || obj->kind == QGPU_OBJ_COMPUTE)) {
 			client = qgpu_client_find(f.hclient);
 			kick |= client && client->cg->configured;
 		}
@@ -336,7 +337,8 @@ static bool believe(struct file *file, u64 caller, const struct rm_fact *f, u64 
 			qgpu_userd_channel_alloc(f->hclient, obj, how->userd_mem, how->userd_off);
 		if (obj && qgpu_mem_class(f->hclass))
 			qgpu_gate_charge(obj, cg, asked);
-		kick = obj && obj->kind == QGPU_OBJ_TSG && cg->configured;
+		kick = obj && (obj->kind == QGPU_OBJ_TSG || obj->kind == QGPU_OBJ_COMPUTE) &&
+		       cg->configured;
 	}
 	if (cg)
 		qgpu_cg_put_if_unused(cg);

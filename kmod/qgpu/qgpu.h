@@ -49,8 +49,12 @@ struct qgpu_cg {
 	u32 clients;
 	u32 tsgs;
 	u32 channels;
-	/* timeslice.c, per pass: a process with TSGs on its GPU; more than one of them */
+	/*
+	 * timeslice.c, per pass: a process with TSGs on its GPU, its computing TSGs so far; more
+	 * than one CUDA context among them
+	 */
 	pid_t ts_tgid;
+	u32 ts_computing;
 	bool ts_several;
 
 	/* scheduler state, per period (CFS-bandwidth style) */
@@ -78,6 +82,7 @@ enum qgpu_obj_kind {
 	QGPU_OBJ_TSG,
 	QGPU_OBJ_CHANNEL,
 	QGPU_OBJ_VIDMEM,
+	QGPU_OBJ_COMPUTE,		/* a compute engine object, on a channel */
 	QGPU_OBJ_OTHER,
 };
 
@@ -92,6 +97,7 @@ struct qgpu_obj {
 	struct qgpu_mem *mem;		/* device memory: its charge (gate.c), shared by dups */
 	u64 seq;			/* when RM last confirmed it (qgpu_track_seq()) */
 	bool enabled;			/* channel: as qgpu last left it (RM's default: on) */
+	bool computes;			/* TSG: a compute object is on one of its channels */
 
 	/* channel: its USERD and what qgpu makes of it (userd.c) */
 	u32 userd_mem;			/* the object it is in; the channel itself when RM's */

@@ -13,7 +13,7 @@
  * What a TSG gets (wanted()):
  *   - its class's value on its GPU, when its cgroup is configured for that GPU, the GPU has at
  *     least one configured online cgroup, the value is not 0, and the cgroup's TSGs on that GPU
- *     are one process's (count_processes());
+ *     are one CUDA context's (count_contexts());
  *   - otherwise its own timeslice: what RM held before qgpu's first SET_TIMESLICE (read with
  *     GET_TIMESLICE just before it), or the one its tenant asked for since. The tenant guard
  *     (ioctl.c) swallows a gated tenant's SET_TIMESLICE; the value becomes the TSG's own, to be
@@ -99,13 +99,16 @@ static void online_gpus(bool *online)
 }
 
 /*
- * Which cgroups have TSGs of more than one process on their GPU. A class's timeslice is for a
- * cgroup's TSGs against other cgroups'; busy TSGs of two processes of one cgroup given it switch
- * against each other at every slice, and a compute context switch costs ~0.4 ms: two 8192
- * trainers of one offline pod kept 0.04 % of their native throughput at 1 us and 24 % at 128 us
- * on an H100 (BENCHMARKS.md, 2026-11-26, sixth session). They keep their own (CUDA's 1-2 ms).
+ * Which cgroups have more than one CUDA context on their GPU. A class's timeslice is for a
+ * cgroup's TSGs against other cgroups'; busy contexts of one cgroup given it switch against each
+ * other at every slice, and a compute context switch costs ~0.4 ms: two 8192 trainers of one
+ * offline pod kept 0.04 % of their native throughput at 1 us and 24 % at 128 us on an H100
+ * (BENCHMARKS.md, 2026-11-26, sixth session). They keep their own (CUDA's 1-2 ms). A context is
+ * a TSG with a compute object (track.c; CUDA's shape is four TSGs, one computing); a process
+ * whose TSGs have none yet is one context, so two processes are several whatever they hold,
+ * and so is one process with two computing TSGs.
  */
-static void count_processes(void)
+static void count_contexts(void)
 {
 	struct qgpu_client *client;
 	struct qgpu_obj *obj;
@@ -114,21 +117,31 @@ static void count_processes(void)
 	lockdep_assert_held(&qgpu_lock);
 	list_for_each_entry(cg, &qgpu_cgroups, node) {
 		cg->ts_tgid = 0;
+		cg->ts_computing = 0;
 		cg->ts_several = false;
 	}
 	list_for_each_entry(client, &qgpu_clients, node) {
+		u32 computing = 0;
+		bool tsgs = false;
+
 		cg = client->cg;
-		if (cg->ts_several || (cg->ts_tgid && cg->ts_tgid == client->tgid))
+		if (cg->ts_several)
 			continue;
 		list_for_each_entry(obj, &client->objects, node) {
 			if (obj->kind != QGPU_OBJ_TSG || obj->gpu < 0 || (u32)obj->gpu != cg->gpu)
 				continue;
-			if (cg->ts_tgid)
-				cg->ts_several = true;
-			else
-				cg->ts_tgid = client->tgid;
-			break;
+			tsgs = true;
+			computing += obj->computes;
 		}
+		if (!tsgs)
+			continue;
+		if (cg->ts_tgid && cg->ts_tgid != client->tgid) {
+			cg->ts_several = true;
+			continue;
+		}
+		cg->ts_tgid = client->tgid;
+		cg->ts_computing += computing;
+		cg->ts_several = cg->ts_computing > 1;
 	}
 }
 
@@ -161,7 +174,7 @@ static unsigned int plan(bool now, bool *full, bool *retry, unsigned long *retry
 
 	lockdep_assert_held(&qgpu_lock);
 	online_gpus(online);
-	count_processes();
+	count_contexts();
 	list_for_each_entry(client, &qgpu_clients, node) {
 		list_for_each_entry(obj, &client->objects, node) {
 			struct change *c;
@@ -323,7 +336,7 @@ void qgpu_timeslice_kick(void)
  * qgpu_timeslice_tsg_dropped() - a TSG of a configured cgroup is gone
  *
  * A process fewer may leave its cgroup one, whose TSGs then get the class's value
- * (count_processes()). Not once unloading has begun: qgpu_timeslice_exit() has given every TSG
+ * (count_contexts()). Not once unloading has begun: qgpu_timeslice_exit() has given every TSG
  * its own back, and qgpu_track_exit() drops the TSGs after it; work queued then would run after
  * the module is gone.
  *

@@ -293,8 +293,21 @@ static bool is_client_class(u32 hclass)
 	return hclass == NV01_ROOT || hclass == NV01_ROOT_NON_PRIV || hclass == NV01_ROOT_CLIENT;
 }
 
+/*
+ * The compute engine classes, VOLTA_COMPUTE_A (0xc3c0) to BLACKWELL_COMPUTE_B (0xcec0): the
+ * class headers clc3c0.h to clcec0.h of open-gpu-kernel-modules 580.142, the same span as the
+ * channel classes (qgpu_channel_class()). CUDA allocates one on each channel of its compute TSG
+ * (the shipped H200 trace: 8 channels of one TSG of four).
+ */
+static bool compute_class(u32 hclass)
+{
+	return (hclass & 0xff) == 0xc0 && hclass >= 0xc3c0 && hclass <= 0xcfc0;
+}
+
 static enum qgpu_obj_kind kind_of(u32 hclass)
 {
+	if (compute_class(hclass))
+		return QGPU_OBJ_COMPUTE;
 	switch (hclass) {
 	case NV01_DEVICE_0:
 		return QGPU_OBJ_DEVICE;
@@ -379,6 +392,13 @@ struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hcl
 	parent = qgpu_obj_find(client, hparent);
 	obj->gpu = obj->kind == QGPU_OBJ_DEVICE ? (int)device_index : parent ? parent->gpu : -1;
 	list_add_tail(&obj->node, &client->objects);
+	/* Its channel's TSG is a CUDA context (timeslice.c counts them) while the TSG lives. */
+	if (obj->kind == QGPU_OBJ_COMPUTE && parent && parent->kind == QGPU_OBJ_CHANNEL) {
+		struct qgpu_obj *tsg = qgpu_obj_find(client, parent->parent);
+
+		if (tsg && tsg->kind == QGPU_OBJ_TSG)
+			tsg->computes = true;
+	}
 	if (obj->kind == QGPU_OBJ_TSG) {
 		client->cg->tsgs++;
 	} else if (obj->kind == QGPU_OBJ_CHANNEL) {

@@ -9,7 +9,10 @@ their statuses as one JSON object.
     python -m tests.vm.tenant hold                  a TSG kept until stdin says ``quit``: prints
                                                     its handles, then answers ``set US`` and
                                                     ``get`` (its TSG's timeslice) line by line;
-                                                    ``set US CLIENT TSG`` names another's TSG
+                                                    ``set US CLIENT TSG`` names another's TSG;
+                                                    ``compute`` puts a channel with a compute
+                                                    object in its TSG, ``context`` a new TSG
+                                                    with one (a second CUDA context)
 """
 
 from __future__ import annotations
@@ -93,14 +96,29 @@ def levers(rm: Rm, client: int, device: int, subdevice: int) -> dict[str, object
     return out
 
 
+def computing(rm: Rm, client: int, tsg: int, gpfifo_va: int) -> int:
+    """A channel in ``tsg`` with a compute engine object on it, as CUDA makes its context's
+    (HOPPER_COMPUTE_A, no parameters: gpuload's --tree cuda does the same)."""
+    channel = rm.new(client, tsg, 0xC86F, channel_params(gpfifo_va))
+    rm.new(client, channel, 0xCBC0)
+    return channel
+
+
 def hold(rm: Rm, client: int, device: int) -> None:
     """A TSG that lives until told otherwise, and its tenant's own timeslice controls."""
     tsg = rm.new(client, device, 0xA06C, tsg_params())
     print(json.dumps({"pid": os.getpid(), "client": client, "tsg": tsg}), flush=True)
+    gpfifo_va = 0x100000000
     for line in sys.stdin:
         words = line.split()
         if words == ["quit"]:
             break
+        if words[0] in ("compute", "context"):
+            gpfifo_va += 0x10000
+            target = tsg if words[0] == "compute" else rm.new(client, device, 0xA06C, tsg_params())
+            channel = computing(rm, client, target, gpfifo_va)
+            print(json.dumps({"tsg": target, "channel": channel}), flush=True)
+            continue
         if words[0] == "set":
             params = struct.pack("<Q", int(words[1]))
             target = (int(words[2]), int(words[3])) if len(words) == 4 else (client, tsg)

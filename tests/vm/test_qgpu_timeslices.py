@@ -46,6 +46,16 @@ def timeslices(gpu: int = 0) -> dict[int, int]:
     return out
 
 
+def tsgs_of(tenant: HeldTenant, gpu: int = 0) -> list[int]:
+    """The timeslices of every TSG of a tenant's process, as nvmock keeps them."""
+    out = []
+    for line in (DEBUGFS / f"gpu{gpu}" / "tsgs").read_text().splitlines():
+        f = line.split()
+        if int(f[f.index("pid") + 1]) == tenant.pid:
+            out.append(int(f[f.index("timeslice_us") + 1]))
+    return sorted(out)
+
+
 def of(*tenants: HeldTenant) -> list[int]:
     now = timeslices()
     return [now[t.pid] for t in tenants]
@@ -138,6 +148,27 @@ def test_a_cgroup_of_two_processes_keeps_their_own_timeslices_until_one_is_left(
                 serving, first
             )
             assert not stats_of(client, offline).own_timeslices
+
+
+def test_a_process_with_two_cuda_contexts_keeps_its_own_timeslices() -> None:
+    """A process with two computing TSGs (two CUDA contexts) would switch against itself at its
+    class's short timeslice as two processes do; a compute object in its one TSG (CUDA's shape)
+    changes nothing."""
+    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        with held_tenants(online, offline) as (serving, training):
+            assert settles(lambda: of(serving, training) == [ONLINE_US, OFFLINE_US])
+            assert training.ask("compute")["tsg"] == training.tsg
+            time.sleep(0.3)
+            assert of(serving, training) == [ONLINE_US, OFFLINE_US]
+            assert not stats_of(client, offline).own_timeslices
+            assert training.ask("context")["tsg"] != training.tsg
+            # Both of its TSGs at their own (the first given back, the second never touched).
+            assert settles(lambda: tsgs_of(training) == [DEFAULT_US, DEFAULT_US]), tsgs_of(training)
+            assert of(serving) == [ONLINE_US]
+            assert stats_of(client, offline).own_timeslices
+            assert not stats_of(client, online).own_timeslices
 
 
 def test_a_tenant_naming_anothers_tsg_changes_nothing_of_it() -> None:
