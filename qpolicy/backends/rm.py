@@ -226,7 +226,7 @@ class RmBackend:
                     "failing": driven.periodic.failing,
                     "control_errors": driven.enforcer.control.errors,
                     "online_strategy": driven.enforcer.strategy.describe(),
-                    # Pods of several processes here keep their TSGs' own timeslices.
+                    # Pods of several CUDA contexts here keep their TSGs' own timeslices.
                     "own_timeslices": driven.enforcer.control.several_processes(),
                 }
                 for index, driven in sorted(self._gpus.items())

@@ -169,4 +169,4 @@ def _render_gpu(
     for cgroup in cgroups:
         if cgroup.get("own_timeslices"):
             path = cgroup["path"] or f"#{cgroup['cgroup_id']}"
-            print_own_timeslices(f"{escape(path)}: several processes on this GPU")
+            print_own_timeslices(f"{escape(path)}: several CUDA contexts on this GPU")

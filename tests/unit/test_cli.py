@@ -764,6 +764,29 @@ def test_status_says_which_pods_keep_their_own_timeslices(
     assert "own timeslices" not in capsys.readouterr().out
 
 
+def test_kmod_status_says_which_cgroups_keep_their_own_timeslices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """qgpu.ko's own_timeslices (more than one CUDA context of the cgroup on its GPU) is said in
+    the text status, with the words the rm enforcer's uses."""
+    from qpolicy.cli import kmodstatus
+
+    cgroup = {
+        "cgroup_id": 5, "path": "/train", "gpu": 0, "class": "offline", "share": 50,
+        "memory_used_bytes": 0, "memory_limit_bytes": None, "gpu_time_s": 1.0,
+        "throttled_s": 0.0, "periods": 3, "throttled_periods": 0, "own_timeslices": True,
+    }  # fmt: skip
+    doc = {
+        "version": 1, "target": "nvidia", "hooked": True, "cgroups_configured": 1,
+        "error": None, "gpus": [], "cgroups": [cgroup],
+    }  # fmt: skip
+    kmodstatus.render(doc)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "/train: several CUDA contexts on this GPU: its TSGs keep their own timeslices" in out
+    kmodstatus.render({**doc, "cgroups": [{**cgroup, "own_timeslices": False}]})
+    assert "own timeslices" not in capsys.readouterr().out
+
+
 class Unnamed(ObserveBackend):
     """An observing backend that, like rm and kmod, takes only cgroup paths."""
 
