@@ -324,6 +324,7 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 	struct nv_memory_alloc_params *p = params;
 	struct nvmock_gpu *gpu = obj->gpu;
 	struct nvmock_mem *mem;
+	u32 location;
 	u64 size;
 
 	if (!p->size || p->size > (1ull << 40))
@@ -338,14 +339,18 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 	    (p->owner >= HEAP_OWNER_RM_SCRATCH_BEGIN && p->owner <= HEAP_OWNER_RM_SCRATCH_END))
 		return NV_ERR_INVALID_OWNER;
 	/*
-	 * sysmemConstruct (src/nvidia/src/kernel/mem_mgr/system_mem.c), after the checks above:
-	 * system memory whose attr says LOCATION_VIDMEM (0, the default) or that asks for a
-	 * virtual allocation is NV_ERR_INVALID_ARGUMENT. Measured: 580.159.04 answered that to
-	 * ioctlbench's owner-named request with attr 0 (call BC, the second H100 host).
+	 * After the checks above, a virtual allocation, or a location other than the class's, is
+	 * NV_ERR_INVALID_ARGUMENT: sysmemConstruct (src/nvidia/src/kernel/mem_mgr/system_mem.c)
+	 * refuses system memory whose attr says LOCATION_VIDMEM (0, the default), vidmemConstruct
+	 * (video_mem.c) video memory whose attr says anything else. Measured: 580.159.04 answered
+	 * that to ioctlbench's owner-named system memory with attr 0 (call BC, an H100).
 	 */
-	if (obj->kind == NVMOCK_SYSMEM &&
-	    (((p->attr >> NVOS32_ATTR_LOCATION_SHIFT) & NVOS32_ATTR_LOCATION_MASK) ==
-	     NVOS32_ATTR_LOCATION_VIDMEM || (p->flags & NVOS32_ALLOC_FLAGS_VIRTUAL)))
+	location = (p->attr >> NVOS32_ATTR_LOCATION_SHIFT) & NVOS32_ATTR_LOCATION_MASK;
+	if (p->flags & NVOS32_ALLOC_FLAGS_VIRTUAL)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (obj->kind == NVMOCK_SYSMEM && location == NVOS32_ATTR_LOCATION_VIDMEM)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (obj->kind == NVMOCK_VIDMEM && location != NVOS32_ATTR_LOCATION_VIDMEM)
 		return NV_ERR_INVALID_ARGUMENT;
 	size = round_up(p->size, mem_page_size(obj, p));
 	if (obj->kind == NVMOCK_VIDMEM && size > gpu->fb_size - gpu->fb_used)

@@ -176,11 +176,12 @@ def test_memory_needs_an_owner_rm_accepts(rm: Rm, cls: int) -> None:
     assert rm.free(client, client, client) == NvStatus.NV_OK
 
 
-def test_system_memory_must_not_say_vidmem(rm: Rm) -> None:
-    """sysmemConstruct (system_mem.c), after stdmemValidateParams: attr LOCATION VIDMEM (0, the
-    default) or ALLOC_FLAGS_VIRTUAL is NV_ERR_INVALID_ARGUMENT for system memory; the real driver
-    answered that to ioctlbench's owner-named request with attr 0 (580.159.04, H100,
-    2026-11-26). Video memory takes attr 0; an owner of 0 is refused first."""
+def test_memory_must_say_its_own_location(rm: Rm) -> None:
+    """sysmemConstruct (system_mem.c) and vidmemConstruct (video_mem.c), after
+    stdmemValidateParams: ALLOC_FLAGS_VIRTUAL, or a LOCATION other than the class's, is
+    NV_ERR_INVALID_ARGUMENT; the real driver answered that to ioctlbench's owner-named system
+    memory with attr 0 (LOCATION VIDMEM; 580.159.04, H100, 2026-11-26). An owner of 0 is
+    refused first."""
     client = rm.new(0, 0, 0x41)
     device = rm.new(client, client, 0x80, handle=0x5C000003)
     assert rm.alloc(client, device, 0x3E, memory_params(1 << 20)).status == (
@@ -192,6 +193,15 @@ def test_system_memory_must_not_say_vidmem(rm: Rm) -> None:
     virtual = bytearray(sysmem_params(1 << 20))
     struct.pack_into("<I", virtual, 8, 0x00080000)  # NVOS32_ALLOC_FLAGS_VIRTUAL
     assert rm.alloc(client, device, 0x3E, bytes(virtual)).status == (
+        NvStatus.NV_ERR_INVALID_ARGUMENT
+    )
+    # Video memory: LOCATION VIDMEM (0) only, and not virtual either.
+    assert rm.alloc(client, device, 0x40, sysmem_params(1 << 20)).status == (
+        NvStatus.NV_ERR_INVALID_ARGUMENT
+    )
+    virtual = bytearray(memory_params(1 << 20))
+    struct.pack_into("<I", virtual, 8, 0x00080000)
+    assert rm.alloc(client, device, 0x40, bytes(virtual)).status == (
         NvStatus.NV_ERR_INVALID_ARGUMENT
     )
     for params, cls in ((sysmem_params(1 << 20), 0x3E), (memory_params(1 << 20), 0x40)):
