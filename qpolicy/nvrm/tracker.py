@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from qpolicy.nvrm import abi
@@ -424,7 +424,8 @@ class Tracker:
         groups: list[ClientChannels] = []
         for client in proc.clients.values():
             owned = [obj for obj in client.objects.values() if not obj.dup]
-            computing = self._compute_tsgs(client, owned)
+            # The TSGs with a compute object on one of their channels: a CUDA context each.
+            computing = {tsg for _, tsg in self._computing(client) if tsg is not None}
             by_device: dict[int | None, list[RmObject]] = {}
             for obj in owned:
                 if obj.kind in (Kind.CHANNEL, Kind.TSG, Kind.SUBDEVICE):
@@ -461,33 +462,27 @@ class Tracker:
         proc = self.processes.get(pid)
         if proc is None:
             return []
-        found: list[tuple[int, int, int | None]] = []
-        for client in proc.clients.values():
-            for obj in client.objects.values():
-                if obj.kind is not Kind.COMPUTE or obj.dup or obj.parent is None:
-                    continue
-                channel = client.objects.get(obj.parent)
-                if channel is None or channel.kind is not Kind.CHANNEL:
-                    continue
-                above = client.objects.get(channel.parent) if channel.parent is not None else None
-                tsg = above.handle if above is not None and above.kind is Kind.TSG else None
-                found.append((client.handle, channel.handle, tsg))
-        return sorted(found)
+        return sorted(
+            (client.handle, channel, tsg)
+            for client in proc.clients.values()
+            for channel, tsg in self._computing(client)
+        )
 
     @staticmethod
-    def _compute_tsgs(client: Client, owned: list[RmObject]) -> set[int]:
-        """The TSGs of ``client`` that have a compute engine object on one of their channels."""
-        found: set[int] = set()
-        for obj in owned:
-            if obj.kind is not Kind.COMPUTE or obj.parent is None:
+    def _computing(client: Client) -> Iterator[tuple[int, int | None]]:
+        """(channel, its TSG or None) of each channel of ``client`` that holds a compute engine
+        object of its own (not a duplicate)."""
+        for obj in client.objects.values():
+            if obj.kind is not Kind.COMPUTE or obj.dup or obj.parent is None:
                 continue
             channel = client.objects.get(obj.parent)
-            if channel is None or channel.kind is not Kind.CHANNEL or channel.parent is None:
+            if channel is None or channel.kind is not Kind.CHANNEL:
                 continue
-            above = client.objects.get(channel.parent)
-            if above is not None and above.kind is Kind.TSG:
-                found.add(above.handle)
-        return found
+            above = client.objects.get(channel.parent) if channel.parent is not None else None
+            yield (
+                channel.handle,
+                above.handle if above is not None and above.kind is Kind.TSG else None,
+            )
 
     @staticmethod
     def _device_of(client: Client, obj: RmObject) -> int | None:
