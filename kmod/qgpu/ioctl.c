@@ -245,6 +245,12 @@ static bool rm_fact_locked(const struct rm_pair *pair, struct rm_fact *f)
 	}
 }
 
+/* A TSG, or a compute object making its TSG a CUDA context: timeslice.c looks again. */
+static bool moves_timeslices(const struct qgpu_obj *obj)
+{
+	return obj->kind == QGPU_OBJ_TSG || obj->kind == QGPU_OBJ_COMPUTE;
+}
+
 /*
  * Learn what the call made at each candidate and record it, settling the call's reservation
  * (@resv, may be NULL) on the first record; memory refused is freed through the kernel client
@@ -276,8 +282,7 @@ static bool learn(struct file *file, u64 caller, const struct rm_pair *pairs, in
 		qgpu_gate_unreserve(resv);
 		refuse = false;
 		obj = known ? track_fact(file, caller, &f, how, &refuse) : NULL;
-		/* A TSG, or a compute object making its TSG a context: timeslice.c looks again. */
-		if (obj && (obj->kind == QGPU_OBJ_TSG || obj->kind == QGPU_OBJ_COMPUTE)) {
+		if (obj && moves_timeslices(obj)) {
 			client = qgpu_client_find(f.hclient);
 			kick |= client && client->cg->configured;
 		}
@@ -337,8 +342,7 @@ static bool believe(struct file *file, u64 caller, const struct rm_fact *f, u64 
 			qgpu_userd_channel_alloc(f->hclient, obj, how->userd_mem, how->userd_off);
 		if (obj && qgpu_mem_class(f->hclass))
 			qgpu_gate_charge(obj, cg, asked);
-		kick = obj && (obj->kind == QGPU_OBJ_TSG || obj->kind == QGPU_OBJ_COMPUTE) &&
-		       cg->configured;
+		kick = obj && moves_timeslices(obj) && cg->configured;
 	}
 	if (cg)
 		qgpu_cg_put_if_unused(cg);

@@ -227,7 +227,7 @@ class RmBackend:
                     "control_errors": driven.enforcer.control.errors,
                     "online_strategy": driven.enforcer.strategy.describe(),
                     # Pods of several CUDA contexts here keep their TSGs' own timeslices.
-                    "own_timeslices": driven.enforcer.control.several_processes(),
+                    "own_timeslices": driven.enforcer.control.several_contexts(),
                 }
                 for index, driven in sorted(self._gpus.items())
             },

@@ -633,7 +633,7 @@ def test_a_pod_of_several_processes_keeps_their_own_timeslices_until_one_is_left
     assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 2048}
     assert 0x50 not in r.driver.timeslice_log
     gpu = r.shared.controls[0]
-    assert gpu.several_processes() == {"/train": 2}
+    assert gpu.several_contexts() == {"/train": 2}
     record = json.loads((tmp_path / RECORD_NAME).read_text())
     assert {e["tsg"] for e in record["timeslices"].values()} == {0x10}
     # Still two a few periods later: nothing more is sent for the pod.
@@ -645,7 +645,7 @@ def test_a_pod_of_several_processes_keeps_their_own_timeslices_until_one_is_left
     r.shared.forget(300)
     r.loop.run_until(0.6e6 + 50_000 + 3 * LATENCY)
     assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 1}
-    assert gpu.several_processes() == {}
+    assert gpu.several_contexts() == {}
 
 
 def test_a_process_with_two_cuda_contexts_keeps_its_own_timeslices_as_two_processes_would(
@@ -665,19 +665,19 @@ def test_a_process_with_two_cuda_contexts_keeps_its_own_timeslices_as_two_proces
     r.loop.run_until(0.3e6)
     assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 1, 0x21: 1}
     gpu = r.shared.controls[0]
-    assert gpu.several_processes() == {}
+    assert gpu.several_contexts() == {}
     # A second context in the same process: both compute TSGs get their own values back.
     two = dataclasses.replace(one, tsgs=(0x20, 0x21, 0x22), compute_tsgs=(0x20, 0x22))
     r.resolver._groups["/train"] = [two]
     r.loop.run_until(0.3e6 + 50_000 + 3 * LATENCY)
     assert r.driver.timeslice[0x20] == 2048 and r.driver.timeslice[0x21] == 2048
     assert 0x22 not in r.driver.timeslice_log
-    assert gpu.several_processes() == {"/train": 2}
+    assert gpu.several_contexts() == {"/train": 2}
     # The second context goes: one is left, and the class's timeslice comes back.
     r.resolver._groups["/train"] = [one]
     r.loop.run_until(0.3e6 + 100_000 + 6 * LATENCY)
     assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 1, 0x21: 1}
-    assert gpu.several_processes() == {}
+    assert gpu.several_contexts() == {}
 
 
 def test_contexts_are_counted_per_process_and_one_at_least() -> None:

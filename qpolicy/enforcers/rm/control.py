@@ -224,7 +224,7 @@ class RmChannelControl:
         for pod, timeslice_us in list(self._wanted_timeslice.items()):
             self._send_timeslices(pod, timeslice_us, only_new=True)
 
-    def several_processes(self) -> dict[str, int]:
+    def several_contexts(self) -> dict[str, int]:
         """Pods left at their TSGs' own timeslices, each with its number of CUDA contexts here
         (one per process, unless a process holds several)."""
         return dict(sorted(self._several.items()))
