@@ -101,6 +101,10 @@ class Scenario:
     modes: tuple[str, ...] = ("native", "mps", "qpolicy")
 
 
+# The one-stream solo every online row is held against unless its requests differ (own_solo()):
+# 4096 matmuls, one a request, at ONLINE_HZ.
+SOLO_STREAM = Pod("online", None, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ)
+
 SCENARIOS = (
     Scenario("fixed-share 70/30", GpuPolicy.FIXED_SHARE, (Pod("a", 70), Pod("b", 30))),
     Scenario(
@@ -533,10 +537,13 @@ def online_pods(scenario: Scenario) -> list[Pod]:
 
 
 def own_solo(scenario: Scenario) -> bool:
-    """Whether a row's online requests need a solo of their own, not the one-stream solo: several
+    """Whether a row's online requests need a solo of their own, not SOLO_STREAM's: several
     streams (they wait behind each other without any trainer), or requests of another shape."""
     pods = online_pods(scenario)
-    return len(pods) > 1 or any(p.n != 4096 or p.request_kernels > 1 for p in pods)
+    shape = ("n", "requests_hz", "request_kernels", "request_gap_ms")
+    return len(pods) > 1 or any(
+        getattr(p, field) != getattr(SOLO_STREAM, field) for p in pods for field in shape
+    )
 
 
 def _online_requests(scenario: Scenario, pods: dict[str, Any]) -> dict[str, Any]:
@@ -570,18 +577,19 @@ def summarise(
         keys = ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "run_p50_ms", "run_p99_ms", "requests")
         for key in keys:
             summary[f"online_{key}"] = online.get(key)
+        streams = online_pods(scenario)
         behind = [
             pods[p.name]["seconds"] - pods[p.name]["requests"] / p.requests_hz
-            for p in online_pods(scenario)
+            for p in streams
             if p.requests_hz and "seconds" in pods.get(p.name, {})
         ]
         if behind:
             # How late the slowest stream finished after its last request was due.
             summary["online_behind_s"] = round(max(behind), 3)
-        if len(online_pods(scenario)) > 1:
+        if len(streams) > 1:
             summary["online_pods"] = {
                 p.name: {k: pods.get(p.name, {}).get(k) for k in ("p50_ms", "p99_ms", "requests")}
-                for p in online_pods(scenario)
+                for p in streams
             }
         # Every offline pod, summed (the trainers of a scenario are of one size): missing if any
         # is missing, so that a crashed trainer never reads as a slower one.
@@ -906,7 +914,7 @@ def main() -> int:
                 Scenario(
                     "online solo",
                     GpuPolicy.BEST_EFFORT,
-                    (Pod("online", None, n=4096, requests_hz=ONLINE_HZ),),
+                    (SOLO_STREAM,),
                 ),
                 0,
                 "native",
