@@ -285,6 +285,10 @@ static void channel_destroy(struct nvmock_channel *ch)
 	channel_free(ch);
 }
 
+/* RM's own owners of heap memory, which no client may claim (g_heap_nvoc.h). */
+#define HEAP_OWNER_RM_SCRATCH_BEGIN	0xDEAF0000u
+#define HEAP_OWNER_RM_SCRATCH_END	(HEAP_OWNER_RM_SCRATCH_BEGIN + 3)
+
 /*
  * The size device memory is allocated in: a whole number of the GPU page size RM picks for it.
  * memmgrDeterminePageSize (src/nvidia/src/kernel/gpu/mem_mgr/mem_mgr.c) takes attr PAGE_SIZE
@@ -295,10 +299,6 @@ static void channel_destroy(struct nvmock_channel *ch)
  * (src/nvidia/src/kernel/mem_mgr/video_mem.c) answers the rounded size in the parameters.
  * System memory is kept at 4 KiB pages here (the OS page size, the default for sysmem).
  */
-/* RM's own owners of heap memory, which no client may claim (g_heap_nvoc.h). */
-#define HEAP_OWNER_RM_SCRATCH_BEGIN	0xDEAF0000u
-#define HEAP_OWNER_RM_SCRATCH_END	(HEAP_OWNER_RM_SCRATCH_BEGIN + 3)
-
 static u64 mem_page_size(const struct nvmock_object *obj, const struct nv_memory_alloc_params *p)
 {
 	u32 attr = (p->attr >> NVOS32_ATTR_PAGE_SIZE_SHIFT) & NVOS32_ATTR_PAGE_SIZE_MASK;
