@@ -55,9 +55,12 @@ bench: venv
 # qgpu.ko in the VM against the unhooked mock driver: cost per ioctl, shares, online latency.
 # The hook cost is reported against qgpu.ko as it was at BASELINE, built beside it, and also at
 # BEFORE if given (a change's before and after in the same run). BENCH_ONLY=hook: the cost alone.
+# The baselines are built against the VM's kernel headers, so the VM setup comes first (on a new
+# machine nothing else has installed them yet).
 BASELINE ?= 20a672a
 BEFORE ?=
 bench-vm: venv
+	tools/vm/setup.sh
 	$(MAKE) -s -C tools/bench/ioctlbench
 	baseline=$$(tools/bench/qgpu_baseline.sh $(BASELINE)) && \
 	before=$$($(if $(BEFORE),tools/bench/qgpu_baseline.sh $(BEFORE),true)) && \
