@@ -86,9 +86,12 @@ static u32 channel_gpfifo_schedule(const struct nvmock_caller *caller,
  * default given at construction (kchangrpConstruct in kernel_channel_group.c:
  * kfifoChannelGroupGetDefaultTimeslice, 1024 us from Volta on) or the last value set. nvmock
  * keeps the value per TSG the same way and its engine runs the TSG for that long. What GSP
- * checks and programs into the runlist is in its firmware, not published: the range nvmock
- * refuses (0, more than 10^9 us) is its own guess, and the engine acts as the H100 measured
- * (docs/gpu-measurements.md), not as GSP is known to.
+ * checks and programs into the runlist is in its firmware, not published. Measured on an H100
+ * (580.159.04, tests/vm/rmcases.py tsg_timeslice and tsg_timeslice_bounds): GSP refused no
+ * value, 0 and 2^63 included, and each read back as set; so nvmock keeps any value. What the
+ * hardware does with 0 or with more than 10^9 us is not known: nvmock's engine runs such a TSG
+ * for 1 us or 10^9 us (engine.c), and acts as the H100 measured (docs/gpu-measurements.md),
+ * not as GSP is known to.
  */
 static u32 tsg_set_timeslice(const struct nvmock_caller *caller, struct nvmock_object *obj,
 			     void *params)
@@ -96,8 +99,6 @@ static u32 tsg_set_timeslice(const struct nvmock_caller *caller, struct nvmock_o
 	const struct nva06c_timeslice_params *p = params;
 	struct nvmock_engine *engine = &obj->gpu->engine;
 
-	if (!p->timesliceUs || p->timesliceUs > 1000000000ull)
-		return NV_ERR_INVALID_ARGUMENT;
 	spin_lock(&engine->lock);
 	obj->tsg->timeslice_us = p->timesliceUs;
 	spin_unlock(&engine->lock);
@@ -130,17 +131,20 @@ static bool nice_allowed(const struct nvmock_caller *caller)
 }
 
 /*
- * kchangrpSetInterleaveLevel (src/nvidia/src/kernel/gpu/fifo/kernel_channel_group.c): LOW,
- * MEDIUM or HIGH, else NV_ERR_INVALID_ARGUMENT. On a GSP GPU the value goes to GSP first
- * (kchangrpapiCtrlCmdSetInterleaveLevel, kchannelCtrlCmdSetInterleaveLevel), and the H200 did
- * not change its 1:1 split for it (docs/gpu-measurements.md section 2): the engine ignores it.
+ * LOW, MEDIUM or HIGH. On a GSP GPU the value goes to GSP first, and a refusal from GSP is
+ * NV_ERR_NOT_SUPPORTED (kchangrpapiCtrlCmdSetInterleaveLevel, kernel_channel_group_api.c, and
+ * kchannelCtrlCmdSetInterleaveLevel: NV_CHECK_OR_RETURN after the RPC), before the host's own
+ * check in kchangrpSetInterleaveLevel (kernel_channel_group.c) is reached. Measured on an H100:
+ * level 3 NV_ERR_NOT_SUPPORTED, LOW and HIGH NV_OK (tests/vm/rmcases.py tsg_timeslice). The H200
+ * did not change its 1:1 split for a level (docs/gpu-measurements.md section 2): the engine
+ * ignores it.
  */
 static u32 set_interleave(const struct nvmock_caller *caller, struct nvmock_tsg *tsg, u32 level)
 {
 	if (!nice_allowed(caller))
 		return NV_ERR_INSUFFICIENT_PERMISSIONS;
 	if (level > NVA06C_INTERLEAVE_LEVEL_HIGH)
-		return NV_ERR_INVALID_ARGUMENT;
+		return NV_ERR_NOT_SUPPORTED;
 	WRITE_ONCE(tsg->interleave, level);
 	return NV_OK;
 }
@@ -160,15 +164,6 @@ static u32 channel_set_interleave(const struct nvmock_caller *caller,
 	const struct nva06f_interleave_level_params *p = params;
 
 	return set_interleave(caller, obj->channel->tsg, p->channelInterleaveLevel);
-}
-
-static u32 channel_get_interleave(const struct nvmock_caller *caller,
-				  struct nvmock_object *obj, void *params)
-{
-	struct nva06f_interleave_level_params *p = params;
-
-	p->channelInterleaveLevel = READ_ONCE(obj->channel->tsg->interleave);
-	return NV_OK;
 }
 
 /*
@@ -224,15 +219,6 @@ static u32 subdevice_set_ctxsw_preemption(const struct nvmock_caller *caller,
 	if ((p->flags & NV2080_CTXSW_PREEMPTION_FLAG_GFXP) &&
 	    p->gfxpPreemptMode > NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL)
 		return NV_ERR_INVALID_ARGUMENT;
-	return NV_OK;
-}
-
-static u32 tsg_get_interleave(const struct nvmock_caller *caller, struct nvmock_object *obj,
-			      void *params)
-{
-	struct nva06c_interleave_level_params *p = params;
-
-	p->tsgInterleaveLevel = READ_ONCE(obj->tsg->interleave);
 	return NV_OK;
 }
 
@@ -413,6 +399,14 @@ static u32 mem_get_surface_info(const struct nvmock_caller *caller, struct nvmoc
 	return NV_OK;
 }
 
+/*
+ * The commands nvmock models, by the class that exports them. GET_INTERLEAVE_LEVEL is not among
+ * them: neither the TSG's 0xa06c0108 nor the channel's 0xa06f0110 is in 580.142's export tables
+ * (src/nvidia/generated/g_kernel_channel_group_api_nvoc.c, g_kernel_channel_nvoc.c), so RM
+ * answers NV_ERR_NOT_SUPPORTED as for any command a class does not export. Measured on an H100:
+ * the TSG's (tests/vm/rmcases.py tsg_timeslice) and the channel's (the doctor's tables, status
+ * 0x56) both NV_ERR_NOT_SUPPORTED.
+ */
 static const struct control_desc control_table[] = {
 	{ NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, NVMOCK_TSG,
 	  sizeof(struct nva06c_gpfifo_schedule_params), tsg_gpfifo_schedule },
@@ -424,8 +418,6 @@ static const struct control_desc control_table[] = {
 	  sizeof(struct nva06c_preempt_params), tsg_preempt },
 	{ NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, NVMOCK_TSG,
 	  sizeof(struct nva06c_interleave_level_params), tsg_set_interleave },
-	{ NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL, NVMOCK_TSG,
-	  sizeof(struct nva06c_interleave_level_params), tsg_get_interleave },
 	{ NVA06F_CTRL_CMD_GPFIFO_SCHEDULE, NVMOCK_CHANNEL,
 	  sizeof(struct nva06c_gpfifo_schedule_params), channel_gpfifo_schedule },
 	{ NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, NVMOCK_CHANNEL,
@@ -436,8 +428,6 @@ static const struct control_desc control_table[] = {
 	  sizeof(struct nva06c_make_realtime_params), nice_then_gsp },
 	{ NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL, NVMOCK_CHANNEL,
 	  sizeof(struct nva06f_interleave_level_params), channel_set_interleave },
-	{ NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL, NVMOCK_CHANNEL,
-	  sizeof(struct nva06f_interleave_level_params), channel_get_interleave },
 	{ NVA06F_CTRL_CMD_RESTART_RUNLIST, NVMOCK_CHANNEL,
 	  sizeof(struct nva06f_restart_runlist_params), nice_then_gsp },
 	{ NVA06F_CTRL_CMD_STOP_CHANNEL, NVMOCK_CHANNEL,
@@ -499,9 +489,10 @@ u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *
 	status = nvmock_caller_client(caller, p->hClient, &client);
 	if (status != NV_OK)
 		return status;
+	/* serverutilGetResourceRef (rs_utils.c); measured: rmcases.py controls, unknown_object. */
 	obj = nvmock_object_get(client, p->hObject);
 	if (!obj)
-		return NV_ERR_INVALID_OBJECT_HANDLE;
+		return NV_ERR_OBJECT_NOT_FOUND;
 	desc = control_of(p->cmd, obj->kind);
 	if (!desc)
 		return NV_ERR_NOT_SUPPORTED;

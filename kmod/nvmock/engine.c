@@ -357,7 +357,8 @@ static bool other_runnable(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
 
 static void run_slice(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
 {
-	s64 slice = (s64)min_t(u64, tsg->timeslice_us, 1000000000ull) * NSEC_PER_USEC;
+	/* RM keeps any timeslice (control.c); the engine runs between 1 us and 1000 s. */
+	s64 slice = (s64)clamp_t(u64, tsg->timeslice_us, 1, 1000000000ull) * NSEC_PER_USEC;
 	bool idle = false;
 	ktime_t mark;
 	s64 left;

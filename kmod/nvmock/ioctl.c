@@ -105,55 +105,148 @@ static long esc_rm_control(struct file *file, void *arg, u32 size)
 	return 0;
 }
 
+/* A field of NVOS32's union by its offset (nvrm.h's NVRM_NVOS32_*_OFF). */
+static void *nvos32_at(struct nvos32_params *p, unsigned int off)
+{
+	return (u8 *)p + off;
+}
+
 /*
- * VID_HEAP_CONTROL, function ALLOC_SIZE: _nvos32FunctionAllocSize and
- * _rmVidHeapControlAllocCommon (src/nvidia/interface/deprecated/rmapi_deprecated_vidheapctrl.c)
- * make it an RM_ALLOC under hObjectParent: NV50_MEMORY_VIRTUAL for ALLOC_FLAGS_VIRTUAL (not
- * modelled: NV_ERR_NOT_SUPPORTED), NV01_MEMORY_LOCAL_USER for attr LOCATION VIDMEM, else
- * NV01_MEMORY_SYSTEM; at hMemory only with MEMORY_HANDLE_PROVIDED (else RM picks it); then size,
- * offset, limit and attr are copied back (the size as rounded) and total and free set to 0.
- * Every other function: NV_ERR_NOT_SUPPORTED (not modelled).
+ * An allocating function's memory as _rmVidHeapControlAllocCommon makes it
+ * (src/nvidia/interface/deprecated/rmapi_deprecated_vidheapctrl.c): an RM_ALLOC under
+ * hObjectParent of NV01_MEMORY_LOCAL_USER for attr LOCATION VIDMEM, else NV01_MEMORY_SYSTEM
+ * (NV50_MEMORY_VIRTUAL for ALLOC_FLAGS_VIRTUAL and EGM are not modelled: NV_ERR_NOT_SUPPORTED),
+ * at hMemory with MEMORY_HANDLE_PROVIDED, else at a handle RM picks and writes back; total and
+ * free are set to 0. @mem holds the function's fields going in and RM's answer coming out.
+ */
+static void vid_heap_alloc(struct file *file, struct nvos32_params *p,
+			   struct nv_memory_alloc_params *mem)
+{
+	struct nvmock_caller caller = { .file = control_file(file) };
+	u32 location = (mem->attr >> NVOS32_ATTR_LOCATION_SHIFT) & NVOS32_ATTR_LOCATION_MASK;
+	u32 hclass = location == NVOS32_ATTR_LOCATION_VIDMEM ? NV01_MEMORY_LOCAL_USER :
+		     NV01_MEMORY_SYSTEM;
+	u32 hmem;
+
+	if (mem->flags & NVOS32_ALLOC_FLAGS_VIRTUAL) {
+		p->status = NV_ERR_NOT_SUPPORTED;
+		return;
+	}
+	hmem = mem->flags & NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED ? p->hMemory : 0;
+	mem->owner = p->owner;
+	mem->type = p->type;
+	mem->hVASpace = p->hVASpace;
+	mutex_lock(&nvmock_lock);
+	p->status = nvmock_rm_alloc(&caller, p->hRoot, p->hObjectParent, &hmem, hclass, NULL, mem);
+	mutex_unlock(&nvmock_lock);
+	p->hMemory = hmem;
+	p->total = 0;
+	p->free = 0;
+}
+
+/*
+ * VID_HEAP_CONTROL (RmDeprecatedVidHeapControl, rmapi_deprecated_vidheapctrl.c): a function not
+ * in its table is NV_ERR_INVALID_ARGUMENT. Modelled, with each function's fields where nvos.h's
+ * union has them: ALLOC_SIZE (_nvos32FunctionAllocSize), ALLOC_SIZE_RANGE
+ * (_nvos32FunctionAllocSizeRange; the range itself is not modelled: nvmock places memory its own
+ * way), ALLOC_TILED_PITCH_HEIGHT (_nvos32FunctionAllocTiledPitchHeight: size = height * pitch,
+ * pitch signed), each answering size, offset, limit and attr and partitionStride 256; FREE
+ * (_nvos32FunctionFree: NV_ERR_INVALID_ARGUMENT without FREE_FLAGS_MEMORY_HANDLE_PROVIDED, else
+ * RM_FREE of hMemory in hRoot); INFO (_nvos32FunctionInfo: total and free of the GPU's memory).
+ * Measured on an H100 (580.159.04; tests/vm/rmcases.py vid_heap_control and vid_heap_functions):
+ * each allocating function made memory at hMemory, rounded as RM_ALLOC rounds it; FREE freed it,
+ * a handle freed twice NV_OK; INFO NV_OK; function 99 NV_ERR_INVALID_ARGUMENT. The table's other
+ * functions (compression, alignment, HW resources, OS descriptors): NV_ERR_NOT_SUPPORTED, not
+ * modelled.
  */
 static long esc_rm_vid_heap_control(struct file *file, void *arg, u32 size)
 {
 	struct nvmock_caller caller = { .file = control_file(file) };
 	struct nvos32_params *p = arg;
 	struct nv_memory_alloc_params mem = { 0 };
-	u32 location = (p->attr >> NVOS32_ATTR_LOCATION_SHIFT) & NVOS32_ATTR_LOCATION_MASK;
-	u32 hclass = location == NVOS32_ATTR_LOCATION_VIDMEM ? NV01_MEMORY_LOCAL_USER :
-		     NV01_MEMORY_SYSTEM;
-	u32 hmem;
+	u64 *range_size = nvos32_at(p, NVRM_NVOS32_RANGE_SIZE_OFF);
+	u32 *tiled_attr = nvos32_at(p, NVRM_NVOS32_TILED_ATTR_OFF);
+	u32 height = *(u32 *)nvos32_at(p, NVRM_NVOS32_TILED_HEIGHT_OFF);
+	s32 pitch = *(s32 *)nvos32_at(p, NVRM_NVOS32_TILED_PITCH_OFF);
 
-	if (p->function != NVOS32_FUNCTION_ALLOC_SIZE || (p->flags & NVOS32_ALLOC_FLAGS_VIRTUAL)) {
+	switch (p->function) {
+	case NVOS32_FUNCTION_ALLOC_SIZE:
+		mem.flags = p->flags;
+		mem.width = p->width;
+		mem.height = p->height;
+		mem.attr = p->attr;
+		mem.attr2 = p->attr2;
+		mem.format = p->format;
+		mem.size = p->size;
+		mem.alignment = p->alignment;
+		mem.offset = p->offset;
+		mem.numaNode = p->numaNode;
+		vid_heap_alloc(file, p, &mem);
+		p->partitionStride = 256;
+		if (p->status == NV_OK) {
+			p->size = mem.size;
+			p->offset = mem.offset;
+			p->limit = mem.limit;
+			p->attr = mem.attr;
+		}
+		break;
+	case NVOS32_FUNCTION_ALLOC_SIZE_RANGE:
+		mem.flags = p->flags;
+		mem.attr = p->attr;
+		mem.attr2 = *(u32 *)nvos32_at(p, NVRM_NVOS32_RANGE_ATTR2_OFF);
+		mem.format = p->format;
+		mem.size = *range_size;
+		vid_heap_alloc(file, p, &mem);
+		p->partitionStride = 256;
+		if (p->status == NV_OK) {
+			*range_size = mem.size;
+			*(u64 *)nvos32_at(p, NVRM_NVOS32_RANGE_OFFSET_OFF) = mem.offset;
+			*(u64 *)nvos32_at(p, NVRM_NVOS32_RANGE_LIMIT_OFF) = mem.limit;
+			p->attr = mem.attr;
+		}
+		break;
+	case NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT:
+		/* (NvU64)height * pitch: a negative pitch is a size past any GPU's memory. */
+		p->size = (u64)height * (u64)(s64)pitch;
+		mem.flags = p->flags;
+		mem.attr = *tiled_attr;
+		mem.size = p->size;
+		vid_heap_alloc(file, p, &mem);
+		*(u32 *)nvos32_at(p, NVRM_NVOS32_TILED_STRIDE_OFF) = 256;
+		if (p->status == NV_OK) {
+			p->size = mem.size;
+			p->offset = mem.offset;
+			p->limit = mem.limit;
+			*tiled_attr = mem.attr;
+		}
+		break;
+	case NVOS32_FUNCTION_FREE:
+		if (!(*(u32 *)nvos32_at(p, NVRM_NVOS32_FREE_FLAGS_OFF) &
+		      NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED)) {
+			p->status = NV_ERR_INVALID_ARGUMENT;
+			break;
+		}
+		mutex_lock(&nvmock_lock);
+		p->status = nvmock_rm_free(&caller, p->hRoot, p->hRoot, p->hMemory);
+		mutex_unlock(&nvmock_lock);
+		break;
+	case NVOS32_FUNCTION_INFO:
+		mutex_lock(&nvmock_lock);
+		p->status = nvmock_heap_info(&caller, p->hRoot, p->hObjectParent, &p->total,
+					     &p->free);
+		mutex_unlock(&nvmock_lock);
+		break;
+	case 15:	/* REACQUIRE_COMPR */
+	case 16:	/* RELEASE_COMPR */
+	case 18:	/* GET_MEM_ALIGNMENT */
+	case 19:	/* HW_ALLOC */
+	case 20:	/* HW_FREE */
+	case 27:	/* ALLOC_OS_DESCRIPTOR */
 		p->status = NV_ERR_NOT_SUPPORTED;
-		return 0;
-	}
-	hmem = p->flags & NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED ? p->hMemory : 0;
-	mem.owner = p->owner;
-	mem.type = p->type;
-	mem.flags = p->flags;
-	mem.width = p->width;
-	mem.height = p->height;
-	mem.attr = p->attr;
-	mem.attr2 = p->attr2;
-	mem.format = p->format;
-	mem.size = p->size;
-	mem.alignment = p->alignment;
-	mem.offset = p->offset;
-	mem.hVASpace = p->hVASpace;
-	mem.numaNode = p->numaNode;
-	mutex_lock(&nvmock_lock);
-	p->status = nvmock_rm_alloc(&caller, p->hRoot, p->hObjectParent, &hmem, hclass, NULL, &mem);
-	mutex_unlock(&nvmock_lock);
-	p->partitionStride = 256;
-	p->total = 0;
-	p->free = 0;
-	p->hMemory = hmem;
-	if (p->status == NV_OK) {
-		p->size = mem.size;
-		p->offset = mem.offset;
-		p->limit = mem.limit;
-		p->attr = mem.attr;
+		break;
+	default:
+		p->status = NV_ERR_INVALID_ARGUMENT;
+		break;
 	}
 	slow_answer();
 	return 0;

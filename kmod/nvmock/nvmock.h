@@ -127,6 +127,7 @@ struct nvmock_object {
 		struct nvmock_tsg *tsg;
 		struct nvmock_channel *channel;
 		struct nvmock_mem *mem;
+		u32 subdevice_instance;
 	};
 };
 
@@ -221,6 +222,8 @@ u32 nvmock_rm_dup(const struct nvmock_caller *caller, u32 hclient, u32 hparent, 
 void nvmock_free_clients_of(struct file *file);
 struct nvmock_client *nvmock_client_get(u32 handle);
 struct nvmock_object *nvmock_object_get(struct nvmock_client *client, u32 handle);
+u32 nvmock_heap_info(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u64 *total,
+		     u64 *free);
 u32 nvmock_caller_client(const struct nvmock_caller *caller, u32 hclient,
 			 struct nvmock_client **client);
 const char *nvmock_kind_name(enum nvmock_kind kind);

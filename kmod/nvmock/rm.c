@@ -114,6 +114,21 @@ u32 nvmock_caller_client(const struct nvmock_caller *caller, u32 hclient,
 	return NV_OK;
 }
 
+/*
+ * The client of RM_ALLOC, RM_FREE and RM_DUP_OBJECT, as resserv looks it up: one that does not
+ * exist is NV_ERR_INVALID_OBJECT_HANDLE (_serverLockClientWithLockInfo, rs_server.c), one of
+ * another file NV_ERR_INVALID_CLIENT (clientValidate). Controls answer NV_ERR_INVALID_CLIENT to
+ * both (nvmock_caller_client()). Measured on an H100 (580.159.04): tests/vm/rmcases.py
+ * clients_not_ones_own and frees, tools/gpu/results/2026-11-26-rm-conformance-h100.json.
+ */
+static u32 object_call_client(const struct nvmock_caller *caller, u32 hclient,
+			      struct nvmock_client **client)
+{
+	if (!nvmock_client_get(hclient))
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	return nvmock_caller_client(caller, hclient, client);
+}
+
 /* -- constructors and destructors ------------------------------------------------------------ */
 
 static u32 device_construct(const struct nvmock_caller *caller, struct nvmock_object *obj,
@@ -131,11 +146,27 @@ static u32 device_construct(const struct nvmock_caller *caller, struct nvmock_ob
 	return NV_OK;
 }
 
+/*
+ * subdeviceConstruct (src/nvidia/src/kernel/gpu/subdevice/subdevice.c): an instance past
+ * NV2080_MAX_SUBDEVICES is NV_ERR_INVALID_CLASS (gpumgrIsSubDeviceInstanceValid); a device of one
+ * GPU, which every nvmock device is, finds that GPU for any other instance
+ * (gpugrpGetGpuFromSubDeviceInstance, gpu_group.c); a second subdevice of the same instance under
+ * one device is NV_ERR_INSUFFICIENT_RESOURCES. Measured on an H100 (580.159.04): instance 1 NV_OK
+ * beside instance 0, instance 0 again refused so (tests/vm/rmcases.py object_handles).
+ */
 static u32 subdevice_construct(struct nvmock_object *obj, const void *params)
 {
 	const struct nv2080_alloc_params *p = params;
+	u32 instance = p ? p->subDeviceId : 0;
+	struct nvmock_object *sibling;
 
-	return p && p->subDeviceId != 0 ? NV_ERR_INVALID_ARGUMENT : NV_OK;
+	if (instance >= NV2080_MAX_SUBDEVICES)
+		return NV_ERR_INVALID_CLASS;
+	list_for_each_entry(sibling, &obj->parent->children, sibling)
+		if (sibling->kind == NVMOCK_SUBDEVICE && sibling->subdevice_instance == instance)
+			return NV_ERR_INSUFFICIENT_RESOURCES;
+	obj->subdevice_instance = instance;
+	return NV_OK;
 }
 
 static u32 usermode_construct(const struct nvmock_caller *caller, const u8 *params)
@@ -297,7 +328,9 @@ static void channel_destroy(struct nvmock_channel *ch)
  * (kgmmuGetMaxBigPageSize, 64 KiB on Hopper). memmgrAllocDetermineAlignment_GM107
  * (arch/maxwell/mem_mgr_gm107.c) then rounds the size up to it, and vidmemConstruct
  * (src/nvidia/src/kernel/mem_mgr/video_mem.c) answers the rounded size in the parameters.
- * System memory is kept at 4 KiB pages here (the OS page size, the default for sysmem).
+ * System memory is 4 KiB pages by default and takes attr PAGE_SIZE the same way: measured on an
+ * H100 (580.159.04), 4097 bytes came back as 8 KiB by default, 64 KiB with BIG and 2 MiB with
+ * HUGE, in both classes (tests/vm/rmcases.py vidmem_sizes and sysmem_sizes).
  */
 static u64 mem_page_size(const struct nvmock_object *obj, const struct nv_memory_alloc_params *p)
 {
@@ -305,7 +338,7 @@ static u64 mem_page_size(const struct nvmock_object *obj, const struct nv_memory
 	u32 huge = (p->attr2 >> NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT) &
 		   NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK;
 
-	if (obj->kind != NVMOCK_VIDMEM)
+	if (obj->kind != NVMOCK_VIDMEM && attr == NVOS32_ATTR_PAGE_SIZE_DEFAULT)
 		return SZ_4K;
 	switch (attr) {
 	case NVOS32_ATTR_PAGE_SIZE_4KB:
@@ -327,8 +360,15 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 	u32 location;
 	u64 size;
 
-	if (!p->size || p->size > (1ull << 40))
+	/*
+	 * A size of 0 is NV_ERR_INVALID_ARGUMENT; one past the memory there is, NV_ERR_NO_MEMORY
+	 * (measured on an H100: 2^41 bytes of video memory). nvmock answers the latter to anything
+	 * past 2^40 in either class before rounding it (the system-memory case is not measured).
+	 */
+	if (!p->size)
 		return NV_ERR_INVALID_ARGUMENT;
+	if (p->size > (1ull << 40))
+		return NV_ERR_NO_MEMORY;
 	/*
 	 * stdmemValidateParams (src/nvidia/src/kernel/mem_mgr/standard_mem.c), after the size:
 	 * an owner of 0 or ~0, or in RM's scratch range (HEAP_OWNER_RM_SCRATCH_BEGIN..END,
@@ -574,11 +614,21 @@ u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, 
 		return NV_OK;
 	}
 
-	status = nvmock_caller_client(caller, hroot, &client);
+	status = object_call_client(caller, hroot, &client);
 	if (status != NV_OK)
 		return status;
+	/*
+	 * RM's serverAllocResourceUnderLock (src/nvidia/src/kernel/rmapi/alloc_free.c), before the
+	 * handle is taken: an object named as its client is NV_ERR_INVALID_OBJECT_PARENT, a parent
+	 * the client does not have NV_ERR_OBJECT_NOT_FOUND, one of a class the new one may not live
+	 * under NV_ERR_INVALID_OBJECT_PARENT (measured on an H100: rmcases.py object_handles).
+	 */
+	if (*hnew == hroot)
+		return NV_ERR_INVALID_OBJECT_PARENT;
 	parent = nvmock_object_get(client, hparent);
-	if (!parent || !(desc->parents & BIT_KIND(parent->kind)))
+	if (!parent)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (!(desc->parents & BIT_KIND(parent->kind)))
 		return NV_ERR_INVALID_OBJECT_PARENT;
 	status = pick_handle(client, hnew);
 	if (status != NV_OK)
@@ -622,14 +672,19 @@ u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, 
 	return NV_OK;
 }
 
-/* RM_FREE: hObjectOld == hRoot frees the whole client. */
+/*
+ * RM_FREE: hObjectOld == hRoot frees the whole client. An object the client does not have is
+ * NV_OK: RM is built with RS_COMPATABILITY_MODE, and serverFreeResourceTreeLockAndFindResource
+ * (resserv's rs_server.c) answers a missing resource so. Measured on an H100: an unknown handle
+ * and a handle freed twice both NV_OK (tests/vm/rmcases.py frees).
+ */
 u32 nvmock_rm_free(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u32 hold)
 {
 	struct nvmock_client *client;
 	struct nvmock_object *obj;
 	u32 status;
 
-	status = nvmock_caller_client(caller, hroot, &client);
+	status = object_call_client(caller, hroot, &client);
 	if (status != NV_OK)
 		return status;
 	if (hold == hroot) {
@@ -637,22 +692,28 @@ u32 nvmock_rm_free(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u
 		return NV_OK;
 	}
 	obj = nvmock_object_get(client, hold);
-	if (!obj)
-		return NV_ERR_INVALID_OBJECT_HANDLE;
-	object_free(obj);
+	if (obj)
+		object_free(obj);
 	return NV_OK;
 }
 
 /*
  * RM_DUP_OBJECT: a new handle, in hClient under hParent, for the object hObjectSrc of
- * hClientSrc. As serverCopyResource (resserv's rs_server.c) does: the destination client is the
- * caller's (NV_ERR_INVALID_CLIENT otherwise), the new handle is hObject or, for 0, one RM picks
- * (clientAssignResourceHandle), and the copy is constructed sharing the source's state: for
- * memory, memCopyConstruct (src/nvidia/src/kernel/mem_mgr/mem.c) takes another reference on the
- * source's memory descriptor, so the memory lives until the last handle to it is freed.
- * nvmock duplicates memory objects only (others: NV_ERR_NOT_SUPPORTED); a source client is
- * reachable as for any call (its own file; RM_SHARE and share policies are not modelled), and
- * the new parent must be a device or subdevice of the source's GPU (else
+ * hClientSrc, in the order of serverCopyResource (resserv's rs_server.c): either client unknown
+ * NV_ERR_INVALID_OBJECT_HANDLE, a destination client of another file NV_ERR_INVALID_CLIENT
+ * (clientValidate), a source object or a destination parent the clients do not have
+ * NV_ERR_OBJECT_NOT_FOUND, an object that cannot be copied NV_ERR_INVALID_ARGUMENT (resCanCopy;
+ * nvmock copies memory only), then the new handle as for RM_ALLOC (clientAssignResourceHandle).
+ * The source client may be another file's: RM's default share policy lets a process duplicate
+ * what its own clients hold (serverInitGlobalSharePolicies, sharing.c: RS_SHARE_TYPE_PID), and
+ * refuses another process's (rsAccessCheckRights, rs_access_map.c:
+ * NV_ERR_INSUFFICIENT_PERMISSIONS; RM_SHARE is not modelled). Measured on an H100 (580.159.04),
+ * tests/vm/rmcases.py duplicates and clients_not_ones_own: the same process's other file NV_OK,
+ * a device NV_ERR_INVALID_ARGUMENT, an unknown source NV_ERR_OBJECT_NOT_FOUND, an unknown
+ * destination client NV_ERR_INVALID_OBJECT_HANDLE; another process's source: source only.
+ * A memory copy shares the source's state: memCopyConstruct (src/nvidia/src/kernel/mem_mgr/mem.c)
+ * takes another reference on its memory descriptor, so the memory lives until the last handle
+ * to it is freed. The new parent must be a device or subdevice of the source's GPU (else
  * NV_ERR_INVALID_OBJECT_PARENT).
  */
 u32 nvmock_rm_dup(const struct nvmock_caller *caller, u32 hclient, u32 hparent, u32 *hobject,
@@ -664,25 +725,26 @@ u32 nvmock_rm_dup(const struct nvmock_caller *caller, u32 hclient, u32 hparent, 
 	u32 status;
 	int err;
 
-	status = nvmock_caller_client(caller, hclient, &client);
-	if (status != NV_OK)
-		return status;
-	status = nvmock_caller_client(caller, hclient_src, &src_client);
+	src_client = nvmock_client_get(hclient_src);
+	if (!src_client)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	status = object_call_client(caller, hclient, &client);
 	if (status != NV_OK)
 		return status;
 	src = nvmock_object_get(src_client, hobject_src);
-	if (!src || src->kind == NVMOCK_CLIENT)
-		return NV_ERR_INVALID_OBJECT_HANDLE;
-	if (src->kind != NVMOCK_VIDMEM && src->kind != NVMOCK_SYSMEM)
-		return NV_ERR_NOT_SUPPORTED;
-	desc = class_of(src->hclass);
 	parent = nvmock_object_get(client, hparent);
-	if (!desc || !parent || !(desc->parents & BIT_KIND(parent->kind)) ||
-	    parent->gpu != src->gpu)
+	if (!src || !parent)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (src->kind != NVMOCK_VIDMEM && src->kind != NVMOCK_SYSMEM)
+		return NV_ERR_INVALID_ARGUMENT;
+	desc = class_of(src->hclass);
+	if (!desc || !(desc->parents & BIT_KIND(parent->kind)) || parent->gpu != src->gpu)
 		return NV_ERR_INVALID_OBJECT_PARENT;
 	status = pick_handle(client, hobject);
 	if (status != NV_OK)
 		return status;
+	if (!caller->kernel && src_client->tgid != current->tgid)
+		return NV_ERR_INSUFFICIENT_PERMISSIONS;
 	obj = kzalloc(sizeof(*obj), GFP_KERNEL);
 	if (!obj)
 		return NV_ERR_NO_MEMORY;
@@ -702,6 +764,32 @@ u32 nvmock_rm_dup(const struct nvmock_caller *caller, u32 hclient, u32 hparent, 
 	obj->mem->refs++;
 	list_add_tail(&obj->sibling, &parent->children);
 	atomic_inc(&nvmock_counts[obj->kind]);
+	return NV_OK;
+}
+
+/*
+ * VID_HEAP_CONTROL's INFO (_nvos32FunctionInfo, rmapi_deprecated_vidheapctrl.c): the heap's
+ * size and what is free of it, asked of the subdevice of the device hparent. Measured on an
+ * H100: NV_OK with a total above 0. Bad handles answer as an RM_ALLOC's do (not measured).
+ */
+u32 nvmock_heap_info(const struct nvmock_caller *caller, u32 hroot, u32 hparent, u64 *total,
+		     u64 *free)
+{
+	struct nvmock_client *client;
+	struct nvmock_object *parent;
+	u32 status;
+
+	lockdep_assert_held(&nvmock_lock);
+	status = object_call_client(caller, hroot, &client);
+	if (status != NV_OK)
+		return status;
+	parent = nvmock_object_get(client, hparent);
+	if (!parent)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (parent->kind != NVMOCK_DEVICE && parent->kind != NVMOCK_SUBDEVICE)
+		return NV_ERR_INVALID_OBJECT_PARENT;
+	*total = parent->gpu->fb_size;
+	*free = parent->gpu->fb_size - parent->gpu->fb_used;
 	return NV_OK;
 }
 

@@ -293,6 +293,8 @@ struct nv2080_alloc_params {
 	__u32 subDeviceId;
 };
 
+#define NV2080_MAX_SUBDEVICES	8	/* cl2080.h: NV_MAX_SUBDEVICES (nvlimits.h) */
+
 struct nv_channel_group_alloc_params {
 	__u32 hObjectError;
 	__u32 hObjectEccError;
@@ -541,6 +543,30 @@ struct nvos32_params {
 };
 
 #define NVOS32_FUNCTION_ALLOC_SIZE			2
+#define NVOS32_FUNCTION_FREE				3
+#define NVOS32_FUNCTION_INFO				5
+#define NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT	6
+#define NVOS32_FUNCTION_ALLOC_SIZE_RANGE		14
+#define NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED	0x00000001u
+
+/*
+ * The union's other members that make or free memory, by their offsets in NVOS32 (nvos.h):
+ * owner, hMemory, type and flags sit where ALLOC_SIZE has them in ALLOC_SIZE_RANGE and
+ * ALLOC_TILED_PITCH_HEIGHT; FREE has hMemory there too, then its own flags. RM makes
+ * ALLOC_SIZE_RANGE's memory as ALLOC_SIZE's (_nvos32FunctionAllocSizeRange) and
+ * ALLOC_TILED_PITCH_HEIGHT's with size = height * pitch (_nvos32FunctionAllocTiledPitchHeight),
+ * and FREE frees hMemory (_nvos32FunctionFree), all in src/nvidia/interface/deprecated/
+ * rmapi_deprecated_vidheapctrl.c.
+ */
+#define NVRM_NVOS32_RANGE_SIZE_OFF	80	/* data.AllocSizeRange.size */
+#define NVRM_NVOS32_RANGE_OFFSET_OFF	96	/* data.AllocSizeRange.offset */
+#define NVRM_NVOS32_RANGE_LIMIT_OFF	104	/* data.AllocSizeRange.limit */
+#define NVRM_NVOS32_RANGE_ATTR2_OFF	136	/* data.AllocSizeRange.attr2 */
+#define NVRM_NVOS32_TILED_HEIGHT_OFF	56	/* data.AllocTiledPitchHeight.height */
+#define NVRM_NVOS32_TILED_PITCH_OFF	60	/* data.AllocTiledPitchHeight.pitch (signed) */
+#define NVRM_NVOS32_TILED_ATTR_OFF	64	/* data.AllocTiledPitchHeight.attr */
+#define NVRM_NVOS32_TILED_STRIDE_OFF	84	/* data.AllocTiledPitchHeight.partitionStride */
+#define NVRM_NVOS32_FREE_FLAGS_OFF	48	/* data.Free.flags */
 #define NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED	0x00004000u
 #define NVOS32_ALLOC_FLAGS_VIRTUAL			0x00080000u
 #define NVOS32_ATTR_PAGE_SIZE_SHIFT			23	/* NVOS32_ATTR_PAGE_SIZE 24:23 */

@@ -1215,6 +1215,7 @@ _Static_assert(NVRM_VERSION_CHECK_STRICT == 0, "NV_RM_API_VERSION_CMD_STRICT");
 _Static_assert(NVRM_VERSION_CHECK_RELAXED == 49, "NV_RM_API_VERSION_CMD_RELAXED");
 _Static_assert(NVRM_VERSION_CHECK_QUERY == 50, "NV_RM_API_VERSION_CMD_QUERY");
 _Static_assert(NVRM_VERSION_REPLY_RECOGNIZED == 1, "NV_RM_API_VERSION_REPLY_RECOGNIZED");
+_Static_assert(NV2080_MAX_SUBDEVICES == 8, "NV2080_MAX_SUBDEVICES");
 _Static_assert(NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING == 64,
 	       "(1u << (0 ? NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING))");
 _Static_assert(NV2080_RUNLIST_SCHED_POLICY_FLAG_RESTORE == 1,
@@ -1241,6 +1242,30 @@ _Static_assert(NVRM_GP_ENTRY1_LENGTH_MASK == 2097151,
 	       "((1u << ((1 ? NVC86F_GP_ENTRY1_LENGTH) - (0 ? NVC86F_GP_ENTRY1_LENGTH) + 1)) - 1)");
 _Static_assert(NV_MEMORY_FABRIC == 248, "NV_MEMORY_FABRIC");
 _Static_assert(NVOS32_FUNCTION_ALLOC_SIZE == 2, "NVOS32_FUNCTION_ALLOC_SIZE");
+_Static_assert(NVOS32_FUNCTION_FREE == 3, "NVOS32_FUNCTION_FREE");
+_Static_assert(NVOS32_FUNCTION_INFO == 5, "NVOS32_FUNCTION_INFO");
+_Static_assert(NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT == 6,
+	       "NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT");
+_Static_assert(NVOS32_FUNCTION_ALLOC_SIZE_RANGE == 14, "NVOS32_FUNCTION_ALLOC_SIZE_RANGE");
+_Static_assert(NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED == 1,
+	       "NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED");
+_Static_assert(NVRM_NVOS32_RANGE_SIZE_OFF == 80,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSizeRange.size)");
+_Static_assert(NVRM_NVOS32_RANGE_OFFSET_OFF == 96,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSizeRange.offset)");
+_Static_assert(NVRM_NVOS32_RANGE_LIMIT_OFF == 104,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSizeRange.limit)");
+_Static_assert(NVRM_NVOS32_RANGE_ATTR2_OFF == 136,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocSizeRange.attr2)");
+_Static_assert(NVRM_NVOS32_TILED_HEIGHT_OFF == 56,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.height)");
+_Static_assert(NVRM_NVOS32_TILED_PITCH_OFF == 60,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.pitch)");
+_Static_assert(NVRM_NVOS32_TILED_ATTR_OFF == 64,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.attr)");
+_Static_assert(NVRM_NVOS32_TILED_STRIDE_OFF == 84,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.partitionStride)");
+_Static_assert(NVRM_NVOS32_FREE_FLAGS_OFF == 48, "offsetof(NVOS32_PARAMETERS, data.Free.flags)");
 _Static_assert(NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED == 16384,
 	       "NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED");
 _Static_assert(NVOS32_ALLOC_FLAGS_VIRTUAL == 524288, "NVOS32_ALLOC_FLAGS_VIRTUAL");

@@ -88,8 +88,9 @@ def test_bad_fds_and_handles_get_the_drivers_answers() -> None:
         assert objects() == before  # a refused export leaves no duplicate behind
         assert tenant.ask("export_to", handle, ctl)["status"] == NvStatus.NV_OK
         assert tenant.ask("export_to", handle, ctl)["status"] == NvStatus.NV_ERR_STATE_IN_USE
+        # RmImportObject duplicates into the parent: serverCopyResource's clientGetResourceRef.
         parent = tenant.ask("import_from", ctl, 0xBAD)["status"]
-        assert parent == NvStatus.NV_ERR_INVALID_OBJECT_PARENT
+        assert parent == NvStatus.NV_ERR_OBJECT_NOT_FOUND
         for fd in (ctl, gpu, null):
             tenant.ask("closefd", fd)
         assert objects() == before
@@ -237,7 +238,7 @@ def test_bad_plural_imports_get_the_drivers_answers() -> None:
         assert tenant.ask("imports", ctl, 0, 129)["status"] == bad  # more than 128 at once
         assert tenant.ask("imports", ctl, 100, 101)["status"] == out_of_range
         parent = tenant.ask("imports", ctl, 0, 1, 0xBAD)["status"]
-        assert parent == NvStatus.NV_ERR_INVALID_OBJECT_PARENT
+        assert parent == NvStatus.NV_ERR_OBJECT_NOT_FOUND
         assert objects() == before
         for fd in (ctl, fresh, gpu):
             tenant.ask("closefd", fd)
@@ -259,7 +260,7 @@ def test_a_failed_import_frees_the_handles_before_the_failing_slot() -> None:
         got = tenant.ask("imports", ctl, 0, 3, 0, 0, own, own)
         assert got["status"] == NvStatus.NV_ERR_INSERT_DUPLICATE_NAME
         assert objects()["vidmem"] == vidmem - 1  # the import of slot 0 undone, own freed
-        assert tenant.ask("size", own)["status"] == NvStatus.NV_ERR_INVALID_OBJECT_HANDLE
+        assert tenant.ask("size", own)["status"] == NvStatus.NV_ERR_OBJECT_NOT_FOUND
         assert fb_used() == base + 6 * MIB
         for handle in (first, second):
             assert tenant.ask("free", handle)["status"] == NvStatus.NV_OK

@@ -239,7 +239,7 @@ def test_a_failed_plural_import_stops_charging_what_rm_freed_inside_it() -> None
             # Slot 0 imported where RM picks, slot 1 empty (own named), slot 2 at own: taken.
             got = tenant.ask("imports", ctl, 0, 3, 0, 0, own, own)
             assert got["status"] == NvStatus.NV_ERR_INSERT_DUPLICATE_NAME
-            assert tenant.ask("size", own)["status"] == NvStatus.NV_ERR_INVALID_OBJECT_HANDLE
+            assert tenant.ask("size", own)["status"] == NvStatus.NV_ERR_OBJECT_NOT_FOUND
             assert used(client, cg) == 6 * MIB
             for handle in (first, second):
                 assert tenant.ask("free", handle)["status"] == NvStatus.NV_OK

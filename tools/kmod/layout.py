@@ -360,6 +360,19 @@ CONSTANT_ALIAS = {
     "NVRM_KERNEL_OP_SHARE": "NV04_SHARE",
     "NVRM_NVOS02_STATUS_OFF": "offsetof(NVOS02_PARAMETERS, status)",
     "NVRM_NVOS32_STATUS_OFF": "offsetof(NVOS32_PARAMETERS, status)",
+    "NVRM_NVOS32_RANGE_SIZE_OFF": "offsetof(NVOS32_PARAMETERS, data.AllocSizeRange.size)",
+    "NVRM_NVOS32_RANGE_OFFSET_OFF": "offsetof(NVOS32_PARAMETERS, data.AllocSizeRange.offset)",
+    "NVRM_NVOS32_RANGE_LIMIT_OFF": "offsetof(NVOS32_PARAMETERS, data.AllocSizeRange.limit)",
+    "NVRM_NVOS32_RANGE_ATTR2_OFF": "offsetof(NVOS32_PARAMETERS, data.AllocSizeRange.attr2)",
+    "NVRM_NVOS32_TILED_HEIGHT_OFF": (
+        "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.height)"
+    ),
+    "NVRM_NVOS32_TILED_PITCH_OFF": "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.pitch)",
+    "NVRM_NVOS32_TILED_ATTR_OFF": "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.attr)",
+    "NVRM_NVOS32_TILED_STRIDE_OFF": (
+        "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.partitionStride)"
+    ),
+    "NVRM_NVOS32_FREE_FLAGS_OFF": "offsetof(NVOS32_PARAMETERS, data.Free.flags)",
     "NVRM_NVOS33_STATUS_OFF": "offsetof(NVOS33_PARAMETERS, status)",
     "NVRM_NVOS34_STATUS_OFF": "offsetof(NVOS34_PARAMETERS, status)",
     "NVRM_NVOS39_STATUS_OFF": "offsetof(NVOS39_PARAMETERS, status)",

@@ -1,0 +1,594 @@
+"""RM calls whose answers nvmock must give as the real nvidia.ko does, as cases that run on both.
+
+Each case makes a few calls on objects of its own (freed before it returns) and gives back what
+RM answered: statuses by name, sizes as RM wrote them back, values read back; nothing that depends
+on the machine (addresses, the handles RM picks, versions, the GPU's memory size). A case that
+raised gives its error instead, so one refusal does not hide the other cases' answers.
+
+``tools/gpu/rm_conformance.py`` runs them on a GPU host as root and keeps the answers
+(``tools/gpu/results/*-rm-conformance-*.json``); ``tests/vm/test_nvmock_reality.py`` runs them
+against nvmock and fails on any answer that differs from a kept one and that
+``kmod/nvmock/CONFORMANCE.md`` does not explain. The cases are the calls qgpu and the rm enforcer
+depend on: object naming, memory sizes (qgpu charges what RM allocated), duplicates (memory lives
+while any handle does), VID_HEAP_CONTROL, controls, and a TSG's timeslice (the online lever).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qpolicy.nvrm import abi
+from tests.vm.rmclient import MEMORY_OWNER, Rm, RmError, ioctl, memory_params, sysmem_params
+
+Answers = dict[str, Any]
+CASES: dict[str, Callable[[Rm], Answers]] = {}
+
+MIB = 1 << 20
+DEVICE = abi.NV0080_ALLOC_PARAMETERS
+# Page-size choices of attr (NVOS32_ATTR_PAGE_SIZE, 24:23) and the sizes around each page size.
+PAGE_SIZES = {"default": 0, "4KB": 1, "BIG": 2, "HUGE": 3}
+SIZES = (1, 4096, 4097, 65536, 65537, 2 * MIB, 2 * MIB + 1, 3 * MIB)
+LOCATION_PCI = 1 << 25
+# RM picks client handles from 0xc1d00000 and object handles from 0xcaf00000 (resserv.h,
+# rs_client.h); only that range is compared, not which handle of it.
+HANDLE_RANGE = 0xFFF00000
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "results"
+
+
+def recordings() -> list[Path]:
+    """The real driver's answers kept so far (tools/gpu/rm_conformance.py's output)."""
+    return sorted(RESULTS.glob("*-rm-conformance-*.json"))
+
+
+def flatten(answers: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """("case/answer/...", value) pairs; lists stay values (JSON has no tuples)."""
+    if isinstance(answers, dict):
+        for key, value in answers.items():
+            yield from flatten(value, f"{prefix}/{key}" if prefix else str(key))
+    else:
+        yield prefix, answers
+
+
+def differences(real: dict[str, Any], mock: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Every answer path where the two disagree, a missing answer included: (real, mock)."""
+    left, right = dict(flatten(real)), dict(flatten(json.loads(json.dumps(mock))))
+    return {
+        path: (left.get(path, "(none)"), right.get(path, "(none)"))
+        for path in sorted(left.keys() | right.keys())
+        if left.get(path, "(none)") != right.get(path, "(none)")
+    }
+
+
+def case(fn: Callable[[Rm], Answers]) -> Callable[[Rm], Answers]:
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def name(status: int) -> str:
+    return abi.status_name(status)
+
+
+@dataclass
+class Scope:
+    rm: Rm
+    client: int
+    device: int
+    subdevice: int
+
+
+@contextmanager
+def scope(rm: Rm) -> Iterator[Scope]:
+    """A client with a device and its subdevice, freed (with all under it) on the way out."""
+    client = rm.new(0, 0, 0x41)
+    try:
+        device = rm.new(client, client, 0x80, DEVICE.pack(deviceId=rm.gpu_index))
+        subdevice = rm.new(client, device, 0x2080, struct.pack("<I", 0))
+        yield Scope(rm, client, device, subdevice)
+    finally:
+        rm.free(client, client, client)
+
+
+def run(rm: Rm, only: list[str] | None = None) -> dict[str, Answers]:
+    """Every case (or those named) in order: its answers, or ``{"error": ...}``."""
+    out: dict[str, Answers] = {}
+    for case_name, fn in CASES.items():
+        if only and case_name not in only:
+            continue
+        try:
+            out[case_name] = fn(rm)
+        except (RmError, OSError) as error:
+            out[case_name] = {"error": str(error)}
+    return out
+
+
+@case
+def client_handles(rm: Rm) -> Answers:
+    """A client RM names, one named by its caller, and that name asked again."""
+    made: list[int] = []
+    answers: Answers = {}
+    try:
+        picked = rm.alloc(0, 0, 0x41)
+        answers["picked"] = name(picked.status)
+        answers["picked_range"] = hex(picked.handle & HANDLE_RANGE)
+        if picked.status == abi.NvStatus.NV_OK:
+            made.append(picked.handle)
+        wanted = 0xC1D0BEE0
+        named = rm.alloc(wanted, 0, 0x41, handle=0)
+        answers["named"] = name(named.status)
+        answers["named_as_asked"] = named.handle == wanted
+        if named.status == abi.NvStatus.NV_OK:
+            made.append(named.handle)
+            answers["named_again"] = name(rm.alloc(wanted, 0, 0x41, handle=0).status)
+    finally:
+        for client in made:
+            rm.free(client, client, client)
+    return answers
+
+
+@case
+def object_handles(rm: Rm) -> Answers:
+    """Duplicate and invalid names, parents, classes and instances."""
+    with scope(rm) as s:
+        handle = rm.name()
+        params = DEVICE.pack(deviceId=rm.gpu_index)
+        return {
+            # The GPU's one device per client: a second is refused whatever its handle.
+            "second_device": name(rm.alloc(s.client, s.client, 0x80, params, handle).status),
+            "device_handle_taken": name(
+                rm.alloc(s.client, s.client, 0x80, params, s.device).status
+            ),
+            "client_handle_as_object": name(
+                rm.alloc(s.client, s.device, 0x2080, struct.pack("<I", 0), s.client).status
+            ),
+            "subdevice_id_1": name(
+                rm.alloc(s.client, s.device, 0x2080, struct.pack("<I", 1)).status
+            ),
+            "second_subdevice": name(
+                rm.alloc(s.client, s.device, 0x2080, struct.pack("<I", 0)).status
+            ),
+            "device_id_31": name(
+                rm.alloc(s.client, s.client, 0x80, DEVICE.pack(deviceId=31)).status
+            ),
+            "unknown_parent": name(rm.alloc(s.client, 0x5C0BAD00, 0x40, memory_params(MIB)).status),
+            "memory_under_client": name(
+                rm.alloc(s.client, s.client, 0x40, memory_params(MIB)).status
+            ),
+            "unknown_class": name(rm.alloc(s.client, s.device, 0x1234, b"\0" * 64).status),
+            "memory_without_params": name(rm.alloc(s.client, s.device, 0x40).status),
+        }
+
+
+def _memory(s: Scope, cls: int, params: bytes) -> Answers:
+    """Allocate, read back what RM wrote and what it reports, free."""
+    result = s.rm.alloc(s.client, s.device, cls, params)
+    out: Answers = {"status": name(result.status)}
+    if result.status != abi.NvStatus.NV_OK:
+        return out
+    written = abi.NV_MEMORY_ALLOCATION_PARAMS.unpack(result.params)
+    status, size = s.rm.mem_size(s.client, result.handle)
+    out.update(size=written["size"], limit=written["limit"], reported=size)
+    if status != abi.NvStatus.NV_OK:
+        out["reported"] = name(status)
+    out["free"] = name(s.rm.free(s.client, s.device, result.handle))
+    return out
+
+
+@case
+def vidmem_sizes(rm: Rm) -> Answers:
+    """Video memory of each size around a page size, with each page-size choice: the size RM
+    wrote back (what qgpu charges), the limit, and GET_SURFACE_INFO's size."""
+    answers: Answers = {}
+    with scope(rm) as s:
+        for page, bits in PAGE_SIZES.items():
+            for size in SIZES:
+                attr = bits << 23
+                answers[f"{page} {size}"] = _memory(s, 0x40, memory_params(size, attr=attr))
+    return answers
+
+
+@case
+def sysmem_sizes(rm: Rm) -> Answers:
+    """System memory (LOCATION PCI) of each size, with each page-size choice."""
+    answers: Answers = {}
+    with scope(rm) as s:
+        for page, bits in PAGE_SIZES.items():
+            for size in SIZES:
+                attr = LOCATION_PCI | bits << 23
+                answers[f"{page} {size}"] = _memory(
+                    s, 0x3E, memory_params(size, MEMORY_OWNER, attr)
+                )
+    return answers
+
+
+@case
+def memory_refusals(rm: Rm) -> Answers:
+    """Sizes, owners and locations RM refuses."""
+    with scope(rm) as s:
+        return {
+            "vidmem_size_0": _memory(s, 0x40, memory_params(0)),
+            "vidmem_owner_0": _memory(s, 0x40, memory_params(MIB, owner=0)),
+            "vidmem_owner_all_ones": _memory(s, 0x40, memory_params(MIB, owner=0xFFFFFFFF)),
+            "vidmem_owner_scratch": _memory(s, 0x40, memory_params(MIB, owner=0xDEAF0001)),
+            "vidmem_location_pci": _memory(s, 0x40, memory_params(MIB, attr=LOCATION_PCI)),
+            "sysmem_location_vidmem": _memory(s, 0x3E, memory_params(MIB)),
+            "sysmem_size_0": _memory(s, 0x3E, sysmem_params(0)),
+            "sysmem_owner_0": _memory(s, 0x3E, sysmem_params(MIB, owner=0)),
+            "vidmem_2_pow_41": _memory(s, 0x40, memory_params(1 << 41)),
+        }
+
+
+def _vidheap(s: Scope, size: int, attr: int = 0, named: bool = True) -> Answers:
+    handle = s.rm.name() if named else 0
+    arg = bytearray(
+        abi.NVOS32.pack(
+            hRoot=s.client,
+            hObjectParent=s.device,
+            function=abi.NVOS32_FUNCTION_ALLOC_SIZE,
+            flags=abi.NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED if named else 0,
+            hMemory=handle,
+            owner=MEMORY_OWNER,
+            attr=attr,
+            size=size,
+        )
+    )
+    ioctl(s.rm.ctl, abi.Escape.RM_VID_HEAP_CONTROL, arg)
+    out = abi.NVOS32.unpack(bytes(arg))
+    answers: Answers = {"status": name(out["status"])}
+    if out["status"] != abi.NvStatus.NV_OK:
+        return answers
+    answers.update(
+        size=out["size"],
+        limit=out["limit"],
+        handle_as_asked=out["hMemory"] == handle if named else None,
+        handle_range=hex(out["hMemory"] & HANDLE_RANGE),
+        reported=s.rm.mem_size(s.client, out["hMemory"])[1],
+        free=name(s.rm.free(s.client, s.device, out["hMemory"])),
+    )
+    return answers
+
+
+@case
+def vid_heap_control(rm: Rm) -> Answers:
+    """NVOS32 ALLOC_SIZE: the same memory through the older escape (qgpu gates it too)."""
+    with scope(rm) as s:
+        return {
+            "vidmem_4097": _vidheap(s, 4097),
+            "vidmem_2mib_plus_1": _vidheap(s, 2 * MIB + 1),
+            "vidmem_rm_names": _vidheap(s, MIB, named=False),
+            "sysmem_4097": _vidheap(s, 4097, attr=LOCATION_PCI),
+            "size_0": _vidheap(s, 0),
+        }
+
+
+@case
+def duplicates(rm: Rm) -> Answers:
+    """A duplicate in a second client keeps the memory after the original is freed."""
+    answers: Answers = {}
+    with scope(rm) as first, scope(rm) as second:
+        memory = rm.new(first.client, first.device, 0x40, memory_params(3 * MIB))
+        status, dup = rm.dup(second.client, second.device, first.client, memory)
+        answers["dup"] = name(status)
+        if status == abi.NvStatus.NV_OK:
+            answers["dup_size"] = rm.mem_size(second.client, dup)[1]
+        status, same = rm.dup(first.client, first.device, first.client, memory)
+        answers["dup_same_client"] = name(status)
+        if status == abi.NvStatus.NV_OK:
+            params = abi.NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS.pack(
+                hObject1=memory, hObject2=same
+            )
+            status, out = rm.control(
+                first.client, first.client, abi.NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES,
+                params,
+            )  # fmt: skip
+            answers["are_duplicates"] = name(status)
+            answers["are_duplicates_answer"] = (
+                abi.NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS.unpack(out)["bDuplicates"]
+            )
+        answers["free_original"] = name(rm.free(first.client, first.device, memory))
+        if "dup_size" in answers:
+            answers["dup_size_after"] = rm.mem_size(second.client, dup)[1]
+        status, _ = rm.dup(second.client, second.client, first.client, first.device)
+        answers["dup_device"] = name(status)
+        status, _ = rm.dup(second.client, second.device, first.client, 0x5C0BAD01)
+        answers["dup_unknown"] = name(status)
+        if "dup_size" in answers:
+            status, _ = rm.dup(second.client, 0x5C0BAD05, second.client, dup)
+            answers["dup_unknown_parent"] = name(status)
+    return answers
+
+
+@case
+def frees(rm: Rm) -> Answers:
+    """Freeing what is not there, twice, and a client."""
+    with scope(rm) as s:
+        memory = rm.new(s.client, s.device, 0x40, memory_params(MIB))
+        answers: Answers = {
+            "unknown": name(rm.free(s.client, s.device, 0x5C0BAD02)),
+            "memory": name(rm.free(s.client, s.device, memory)),
+            "memory_again": name(rm.free(s.client, s.device, memory)),
+            "unknown_client": name(rm.free(0xC1D0BAD0, 0xC1D0BAD0, 0xC1D0BAD0)),
+        }
+    answers["client_again"] = name(rm.free(s.client, s.client, s.client))
+    return answers
+
+
+@case
+def controls(rm: Rm) -> Answers:
+    """The NULL command, an unknown one, a wrong size, an unknown object."""
+    with scope(rm) as s:
+        memory = rm.new(s.client, s.device, 0x40, memory_params(MIB))
+        info = struct.pack("<IIQ", 0, 0, 0)
+        parent = rm.handle_info(s.client, s.subdevice, abi.HANDLE_INFO_INDEX_PARENT)
+        cls = rm.handle_info(s.client, memory, abi.HANDLE_INFO_INDEX_CLASSID)
+        return {
+            "null": name(rm.control(s.client, s.client, 0, b"")[0]),
+            "unknown_command": name(rm.control(s.client, s.device, 0x0080FFFF, b"\0" * 8)[0]),
+            "surface_info_empty": name(
+                rm.control(s.client, memory, abi.NV0041_CTRL_CMD_GET_SURFACE_INFO, info)[0]
+            ),
+            "surface_info_short": name(
+                rm.control(s.client, memory, abi.NV0041_CTRL_CMD_GET_SURFACE_INFO, info[:8])[0]
+            ),
+            "unknown_object": name(
+                rm.control(s.client, 0x5C0BAD03, abi.NV0041_CTRL_CMD_GET_SURFACE_INFO, info)[0]
+            ),
+            "handle_info_parent": (name(parent[0]), parent[1] == s.device),
+            "handle_info_class": (name(cls[0]), hex(cls[1])),
+            "handle_info_unknown": name(rm.handle_info(s.client, 0x5C0BAD04, 1)[0]),
+        }
+
+
+def _timeslice(s: Scope, tsg: int, cmd: int, value: int = 0) -> tuple[str, int]:
+    status, out = s.rm.control(s.client, tsg, cmd, struct.pack("<Q", value))
+    return name(status), int(struct.unpack("<Q", out)[0])
+
+
+@case
+def tsg_timeslice(rm: Rm) -> Answers:
+    """A TSG of its own: its default timeslice, the short and long ones the daemon sets, zero,
+    and its interleave level (the levers of issue 14, on a TSG with no channel yet)."""
+    with scope(rm) as s:
+        params = abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=1)
+        made = rm.alloc(s.client, s.device, 0xA06C, params)
+        answers: Answers = {"tsg": name(made.status)}
+        if made.status != abi.NvStatus.NV_OK:
+            return answers
+        tsg = made.handle
+        get, put = abi.NVA06C_CTRL_CMD_GET_TIMESLICE, abi.NVA06C_CTRL_CMD_SET_TIMESLICE
+        answers["default"] = _timeslice(s, tsg, get)
+        for value in (1, 128, 8000, 1_000_000, 0):
+            answers[f"set {value}"] = _timeslice(s, tsg, put, value)[0]
+            answers[f"get after {value}"] = _timeslice(s, tsg, get)
+        level = abi.NVA06C_CTRL_CMD_GET_INTERLEAVE_LEVEL
+        status, out = rm.control(s.client, tsg, level, b"\0" * 4)
+        answers["interleave"] = (name(status), int(struct.unpack("<I", out)[0]))
+        for value in (0, 2, 3):
+            status, _ = rm.control(
+                s.client, tsg, abi.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, struct.pack("<I", value)
+            )
+            answers[f"set interleave {value}"] = name(status)
+        answers["free"] = name(rm.free(s.client, s.device, tsg))
+        return answers
+
+
+@case
+def fabric(rm: Rm) -> Answers:
+    """NV_MEMORY_FABRIC under the device and under the subdevice (its parent), with the class's
+    own parameters: a GPU without a fabric refuses it."""
+    with scope(rm) as s:
+        params = abi.NV00F8_ALLOCATION_PARAMETERS.pack(allocSize=2 * MIB, pageSize=2 * MIB)
+        return {
+            "under_device": name(rm.alloc(s.client, s.device, 0xF8, params).status),
+            "under_subdevice": name(rm.alloc(s.client, s.subdevice, 0xF8, params).status),
+        }
+
+
+# NVOS32's union members (nvos.h, 580.142) other than ALLOC_SIZE, at their offsets in the
+# 184-byte NVOS32_PARAMETERS: the union starts at 40, hMemory is at 44 in each allocating one.
+NVOS32_FUNCTION_FREE = 3
+NVOS32_FUNCTION_INFO = 5
+NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT = 6
+NVOS32_FUNCTION_ALLOC_SIZE_RANGE = 14
+NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED = 0x1
+NVOS32_ALLOC_FLAGS_USE_BEGIN_END = 0x20000
+RANGE_SIZE, RANGE_LIMIT, RANGE_BEGIN, RANGE_END = 80, 104, 112, 120  # AllocSizeRange
+TILED_HEIGHT, TILED_PITCH, TILED_SIZE, TILED_LIMIT = 56, 60, 88, 112  # AllocTiledPitchHeight
+
+
+def _nvos32(s: Scope, function: int, fields: dict[int, tuple[str, int]]) -> tuple[int, bytes]:
+    """VID_HEAP_CONTROL with ``function`` and raw union fields {offset: (format, value)}."""
+    arg = bytearray(abi.NVOS32.pack(hRoot=s.client, hObjectParent=s.device, function=function))
+    for offset, (fmt, value) in fields.items():
+        struct.pack_into("<" + fmt, arg, offset, value)
+    ioctl(s.rm.ctl, abi.Escape.RM_VID_HEAP_CONTROL, arg)
+    return abi.NVOS32.unpack(bytes(arg))["status"], bytes(arg)
+
+
+def _made(s: Scope, status: int, arg: bytes, size_at: int, limit_at: int) -> Answers:
+    """What an allocating function answered, and whether RM now has memory at hMemory."""
+    out: Answers = {"status": name(status)}
+    if status != abi.NvStatus.NV_OK:
+        return out
+    handle = struct.unpack_from("<I", arg, 44)[0]
+    reported = s.rm.mem_size(s.client, handle)
+    out.update(
+        size=struct.unpack_from("<Q", arg, size_at)[0],
+        limit=struct.unpack_from("<Q", arg, limit_at)[0],
+        reported=reported[1] if reported[0] == abi.NvStatus.NV_OK else name(reported[0]),
+        free=name(s.rm.free(s.client, s.device, handle)),
+    )
+    return out
+
+
+@case
+def vid_heap_functions(rm: Rm) -> Answers:
+    """The other VID_HEAP_CONTROL functions that make or free memory: ALLOC_SIZE_RANGE and
+    ALLOC_TILED_PITCH_HEIGHT allocate as ALLOC_SIZE does (a memory gate must see them), FREE
+    frees an object (its charge must go), INFO reads the heap."""
+    answers: Answers = {}
+    provided = abi.NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED
+    with scope(rm) as s:
+        common = {40: ("I", MEMORY_OWNER), 44: ("I", rm.name()), 52: ("I", provided)}
+        status, arg = _nvos32(
+            s, NVOS32_FUNCTION_ALLOC_SIZE_RANGE, {**common, RANGE_SIZE: ("Q", 4097)}
+        )
+        answers["size_range"] = _made(s, status, arg, RANGE_SIZE, RANGE_LIMIT)
+        common[44] = ("I", rm.name())
+        ranged = {
+            **common,
+            52: ("I", provided | NVOS32_ALLOC_FLAGS_USE_BEGIN_END),
+            RANGE_SIZE: ("Q", MIB),
+            RANGE_BEGIN: ("Q", 0),
+            RANGE_END: ("Q", 64 * MIB - 1),
+        }
+        status, arg = _nvos32(s, NVOS32_FUNCTION_ALLOC_SIZE_RANGE, ranged)
+        answers["size_range_begin_end"] = _made(s, status, arg, RANGE_SIZE, RANGE_LIMIT)
+        common[44] = ("I", rm.name())
+        tiled = {**common, TILED_HEIGHT: ("I", 3), TILED_PITCH: ("i", 100_000)}
+        status, arg = _nvos32(s, NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT, tiled)
+        answers["tiled_pitch_height"] = _made(s, status, arg, TILED_SIZE, TILED_LIMIT)
+        memory = rm.new(s.client, s.device, 0x40, memory_params(MIB))
+        freed = {40: ("I", MEMORY_OWNER), 44: ("I", memory)}
+        answers["free_without_flag"] = name(_nvos32(s, NVOS32_FUNCTION_FREE, freed)[0])
+        freed[48] = ("I", NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED)
+        answers["free"] = name(_nvos32(s, NVOS32_FUNCTION_FREE, freed)[0])
+        answers["after_free"] = name(rm.mem_size(s.client, memory)[0])
+        answers["free_again"] = name(_nvos32(s, NVOS32_FUNCTION_FREE, freed)[0])
+        status, arg = _nvos32(s, NVOS32_FUNCTION_INFO, {})
+        answers["info"] = name(status)
+        answers["info_total_nonzero"] = abi.NVOS32.unpack(arg)["total"] > 0
+        answers["unknown_function"] = name(_nvos32(s, 99, {})[0])
+    return answers
+
+
+def _dup_in_child(rm: Rm, client: int, memory: int) -> str:
+    """RM_DUP_OBJECT of ``memory`` into a client of a forked child process: RM's status."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a client of its own, then the duplicate
+        status = "error"
+        try:
+            os.close(read)
+            child = Rm(rm.gpu_index, rm.dev)
+            own = child.new(0, 0, 0x41)
+            device = child.new(own, own, 0x80, DEVICE.pack(deviceId=rm.gpu_index))
+            status = name(child.dup(own, device, client, memory)[0])
+            child.free(own, own, own)
+        finally:
+            os.write(write, status.encode())
+            os._exit(0)
+    os.close(write)
+    try:
+        return os.read(read, 64).decode() or "error"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+
+
+@case
+def clients_not_ones_own(rm: Rm) -> Answers:
+    """Calls naming a client that does not exist, and one of another open of the driver (a
+    process's other file: RM ties a client to the file it was made through)."""
+    answers: Answers = {}
+    ghost = 0xC1D0BAD1
+    with scope(rm) as s:
+        answers["alloc_unknown_client"] = name(
+            rm.alloc(ghost, ghost, 0x40, memory_params(MIB)).status
+        )
+        answers["control_unknown_client"] = name(rm.handle_info(ghost, ghost, 1)[0])
+        answers["dup_into_unknown_client"] = name(rm.dup(ghost, ghost, s.client, s.device)[0])
+        memory = rm.new(s.client, s.device, 0x40, memory_params(MIB))
+        other = Rm(rm.gpu_index, rm.dev)
+        try:
+            answers["alloc_other_files_client"] = name(
+                other.alloc(s.client, s.device, 0x40, memory_params(MIB)).status
+            )
+            answers["control_other_files_client"] = name(
+                other.handle_info(s.client, memory, abi.HANDLE_INFO_INDEX_CLASSID)[0]
+            )
+            answers["dup_from_other_files_client"] = "n/a"
+            own = other.new(0, 0, 0x41)
+            own_device = other.new(own, own, 0x80, DEVICE.pack(deviceId=rm.gpu_index))
+            answers["dup_from_other_files_client"] = name(
+                other.dup(own, own_device, s.client, memory)[0]
+            )
+            answers["dup_from_other_process"] = _dup_in_child(rm, s.client, memory)
+            answers["free_other_files_object"] = name(other.free(s.client, s.device, memory))
+            answers["free_other_files_client"] = name(other.free(s.client, s.client, s.client))
+            answers["still_there"] = name(rm.mem_size(s.client, memory)[0])
+            other.free(own, own, own)
+        finally:
+            other.close()
+    return answers
+
+
+@case
+def tsg_timeslice_bounds(rm: Rm) -> Answers:
+    """Timeslices past what the daemon sets: does RM (GSP) refuse any?"""
+    answers: Answers = {}
+    with scope(rm) as s:
+        params = abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=1)
+        tsg = rm.new(s.client, s.device, 0xA06C, params)
+        get, put = abi.NVA06C_CTRL_CMD_GET_TIMESLICE, abi.NVA06C_CTRL_CMD_SET_TIMESLICE
+        for value in (10**9, 10**9 + 1, 1 << 32, 1 << 63):
+            answers[f"set {value}"] = _timeslice(s, tsg, put, value)[0]
+            answers[f"get after {value}"] = _timeslice(s, tsg, get)
+        status, _ = rm.control(s.client, tsg, put, b"\0" * 4)
+        answers["set_short_params"] = name(status)
+    return answers
+
+
+EXPORT = abi.CONTROLS[abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD].params
+IMPORT = abi.CONTROLS[abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD].params
+
+
+@case
+def export_import(rm: Rm) -> Answers:
+    """Memory exported to a new control fd (as the user library does), the original freed, then
+    imported back: the fd holds the memory in between (qgpu refuses exports to limited cgroups
+    because of it). Bad fds and a second export to one fd, too."""
+    answers: Answers = {}
+    with scope(rm) as s:
+        memory = rm.new(s.client, s.device, 0x40, memory_params(3 * MIB))
+        fd = os.open(f"{rm.dev}/nvidiactl", os.O_RDWR | os.O_CLOEXEC)
+        try:
+
+            def export(handle: int, target: int) -> str:
+                params = EXPORT.pack(
+                    type=1, hDevice=s.device, hParent=s.device, hObject=handle, fd=target
+                )
+                command = abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD
+                return name(rm.control(s.client, s.client, command, params)[0])
+
+            def import_(source: int, parent: int) -> tuple[str, int]:
+                params = IMPORT.pack(fd=source, type=1, hParent=parent)
+                command = abi.NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD
+                status, out = rm.control(s.client, s.client, command, params)
+                return name(status), IMPORT.unpack(out)["hObject"]
+
+            answers["export_bad_fd"] = export(memory, -1)
+            answers["export_gpu_fd"] = export(memory, rm.gpu)
+            answers["export_unknown_object"] = export(0x5C0BAD06, fd)
+            answers["import_nothing_exported"] = import_(fd, s.device)[0]
+            answers["export"] = export(memory, fd)
+            answers["export_again"] = export(memory, fd)
+            answers["free_original"] = name(rm.free(s.client, s.device, memory))
+            answers["import_unknown_parent"] = import_(fd, 0x5C0BAD07)[0]
+            status, imported = import_(fd, s.device)
+            answers["import"] = status
+            if status == "NV_OK":
+                answers["import_range"] = hex(imported & HANDLE_RANGE)
+                answers["import_size"] = rm.mem_size(s.client, imported)[1]
+                answers["import_again"] = import_(fd, s.device)[0]
+        finally:
+            os.close(fd)
+    return answers
