@@ -23,9 +23,15 @@
 #define CHANNEL_USERD_MEM_OFF	offsetof(struct nv_channel_alloc_params, hUserdMemory)
 #define CHANNEL_USERD_OFF_OFF	offsetof(struct nv_channel_alloc_params, userdOffset)
 
-/* NVOS32: what qgpu decides on (through ALLOC_SIZE's size), and what it reads of the answer. */
+/*
+ * NVOS32: what qgpu decides on (through ALLOC_SIZE's size, which lies past ALLOC_SIZE_RANGE's
+ * size and ALLOC_TILED_PITCH_HEIGHT's height, pitch and attr, and FREE's flags), and what it
+ * reads of the answer.
+ */
 #define VID_HEAP_CHECKED	offsetofend(struct nvos32_params, size)
 #define VID_HEAP_ANSWER		offsetofend(struct nvos32_params, hMemory)
+
+static void untrack_if_gone(struct file *file, u32 hclient, u32 hobject);
 
 struct rm_alloc {
 	u32 hroot, hparent, hnew, hclass;
@@ -513,10 +519,49 @@ static long rm_alloc(long (*orig)(struct file *, unsigned int, unsigned long), s
 }
 
 /*
- * RM_VID_HEAP_CONTROL: its ALLOC_SIZE makes NV01_MEMORY_LOCAL_USER (attr LOCATION VIDMEM) at
- * hMemory under hObjectParent (_nvos32FunctionAllocSize, _rmVidHeapControlAllocCommon in
- * src/nvidia/interface/deprecated/rmapi_deprecated_vidheapctrl.c), and is gated as RM_ALLOC of
- * that class. RM is asked about hMemory whatever function qgpu's copy names.
+ * The video memory an NVOS32 function of qgpu's copy asks for, in @asked: ALLOC_SIZE's size,
+ * ALLOC_SIZE_RANGE's, or ALLOC_TILED_PITCH_HEIGHT's height * pitch (pitch signed, as RM
+ * multiplies them), each where nvos.h's union has it (nvrm.h's NVRM_NVOS32_*_OFF). False for
+ * every other function, for virtual memory and for a location other than video memory.
+ */
+static bool vid_heap_vidmem(const struct nvos32_params *k, u64 *asked)
+{
+	const u8 *raw = (const u8 *)k;
+	u32 attr = k->attr;
+
+	switch (k->function) {
+	case NVOS32_FUNCTION_ALLOC_SIZE:
+		*asked = k->size;
+		break;
+	case NVOS32_FUNCTION_ALLOC_SIZE_RANGE:
+		memcpy(asked, raw + NVRM_NVOS32_RANGE_SIZE_OFF, sizeof(*asked));
+		break;
+	case NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT: {
+		u32 height;
+		s32 pitch;
+
+		memcpy(&height, raw + NVRM_NVOS32_TILED_HEIGHT_OFF, sizeof(height));
+		memcpy(&pitch, raw + NVRM_NVOS32_TILED_PITCH_OFF, sizeof(pitch));
+		memcpy(&attr, raw + NVRM_NVOS32_TILED_ATTR_OFF, sizeof(attr));
+		*asked = (u64)height * (u64)(s64)pitch;
+		break;
+	}
+	default:
+		return false;
+	}
+	return !(k->flags & NVOS32_ALLOC_FLAGS_VIRTUAL) &&
+	       ((attr >> NVOS32_ATTR_LOCATION_SHIFT) & NVOS32_ATTR_LOCATION_MASK) ==
+	       NVOS32_ATTR_LOCATION_VIDMEM;
+}
+
+/*
+ * RM_VID_HEAP_CONTROL (src/nvidia/interface/deprecated/rmapi_deprecated_vidheapctrl.c). Its
+ * ALLOC_SIZE, ALLOC_SIZE_RANGE and ALLOC_TILED_PITCH_HEIGHT each make NV01_MEMORY_LOCAL_USER
+ * (attr LOCATION VIDMEM) at hMemory under hObjectParent (_rmVidHeapControlAllocCommon), and are
+ * gated as RM_ALLOC of that class; RM is asked about hMemory whatever allocating function
+ * qgpu's copy names. Its FREE frees hMemory (_nvos32FunctionFree) and is followed as RM_FREE
+ * is: USERD in it is no longer read, and its charge goes once RM confirms it gone. Measured on
+ * an H100: all three allocate, FREE frees (tests/vm/rmcases.py vid_heap_functions).
  */
 static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long),
 			struct file *file, unsigned int cmd, unsigned long arg, void __user *uarg,
@@ -529,7 +574,7 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 	struct rm_charge how = { 0 };
 	struct rm_pair pairs[2];
 	enum qgpu_reply reply;
-	bool vidmem, checked;
+	bool vidmem, checked, freeing;
 	int slot = -1;
 	u32 refusal;
 	u32 named;
@@ -545,14 +590,18 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 		kfree(k);
 		return orig(file, cmd, arg);
 	}
-	vidmem = k->function == NVOS32_FUNCTION_ALLOC_SIZE &&
-		 !(k->flags & NVOS32_ALLOC_FLAGS_VIRTUAL) &&
-		 ((k->attr >> NVOS32_ATTR_LOCATION_SHIFT) & NVOS32_ATTR_LOCATION_MASK) ==
-		 NVOS32_ATTR_LOCATION_VIDMEM;
-	if (vidmem)
-		asked = k->size;
+	vidmem = vid_heap_vidmem(k, &asked);
+	if (!vidmem)
+		asked = 0;
+	freeing = k->function == NVOS32_FUNCTION_FREE;
+	if (freeing) {
+		/* RM tears down its mappings of what it frees: qgpu stops reading them first. */
+		mutex_lock(&qgpu_lock);
+		qgpu_userd_forget(k->hRoot, k->hMemory);
+		mutex_unlock(&qgpu_lock);
+	}
 
-	/* Without MEMORY_HANDLE_PROVIDED RM picks hMemory (_nvos32FunctionAllocSize). */
+	/* Without MEMORY_HANDLE_PROVIDED RM picks hMemory (_rmVidHeapControlAllocCommon). */
 	named = !vidmem ? 1 :
 		k->flags & NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED ? k->hMemory : 0;
 	refusal = refuse_early(file, caller, k->hRoot, named,
@@ -579,7 +628,15 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
 	}
 	if (reply == QGPU_REPLY_UNKNOWN && copy_from_user(after, uarg, sizeof(*after)))
 		memset(after, 0, sizeof(*after));
-	if (qgpu_rmapi_available()) {
+	if (freeing && qgpu_rmapi_available()) {
+		untrack_if_gone(file, k->hRoot, k->hMemory);
+	} else if (freeing) {
+		if (!ret && after->status == NV_OK) {
+			mutex_lock(&qgpu_lock);
+			qgpu_track_free(k->hRoot, k->hMemory);
+			mutex_unlock(&qgpu_lock);
+		}
+	} else if (qgpu_rmapi_available()) {
 		pairs[0] = (struct rm_pair){ k->hRoot, k->hMemory };
 		pairs[1] = (struct rm_pair){ after->hRoot, after->hMemory };
 		learn(file, caller, pairs, 2, &how, &resv, uarg, status_off);

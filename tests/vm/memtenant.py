@@ -3,6 +3,9 @@ and answers commands from stdin, one JSON object per line (its first line is its
 
     alloc BYTES             RM_ALLOC of device memory: status, handle and size as written back
     vidheap BYTES           the same through VID_HEAP_CONTROL (ALLOC_SIZE, video memory)
+    vidheap_range BYTES     the same through ALLOC_SIZE_RANGE: status and handle
+    vidheap_tiled HEIGHT PITCH  the same through ALLOC_TILED_PITCH_HEIGHT (HEIGHT * PITCH bytes)
+    vidheap_free HANDLE     VID_HEAP_CONTROL's FREE of HANDLE: status
     unnamed BYTES           RM_ALLOC, VID_HEAP_CONTROL and RM_DUP_OBJECT (of the RM_ALLOC's
                             memory, or of the device if refused) each leaving the new handle
                             to RM: their statuses, and each success freed
@@ -77,6 +80,7 @@ import threading
 import time
 
 from qpolicy.nvrm import abi
+from tests.vm import rmcases
 from tests.vm.rmclient import (
     MEMORY_OWNER,
     NVOS00,
@@ -239,6 +243,32 @@ class Tenant:
         ioctl(self.rm.ctl, abi.Escape.RM_VID_HEAP_CONTROL, arg)
         out = abi.NVOS32.unpack(bytes(arg))
         return {"status": out["status"], "handle": out["hMemory"], "size": out["size"]}
+
+    def vidheap_fn(self, function: int, fields: dict[int, tuple[str, int]]) -> dict[str, object]:
+        """VID_HEAP_CONTROL of another function, its union fields by offset (rmcases.py's)."""
+        arg = bytearray(
+            abi.NVOS32.pack(hRoot=self.client, hObjectParent=self.device, function=function)
+        )
+        for offset, (fmt, value) in fields.items():
+            struct.pack_into("<" + fmt, arg, offset, value)
+        ioctl(self.rm.ctl, abi.Escape.RM_VID_HEAP_CONTROL, arg)
+        return {"status": abi.NVOS32.unpack(bytes(arg))["status"]}
+
+    def vidheap_alloc(self, function: int, size_or_height: int, pitch: int) -> dict[str, object]:
+        """ALLOC_SIZE_RANGE of BYTES, or ALLOC_TILED_PITCH_HEIGHT of HEIGHT rows of PITCH."""
+        handle = self.rm.name()
+        fields = {
+            40: ("I", MEMORY_OWNER),
+            44: ("I", handle),
+            52: ("I", abi.NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED),
+        }
+        if function == rmcases.NVOS32_FUNCTION_ALLOC_SIZE_RANGE:
+            fields[rmcases.RANGE_SIZE] = ("Q", size_or_height)
+        else:
+            fields[rmcases.TILED_HEIGHT] = ("I", size_or_height)
+            fields[rmcases.TILED_PITCH] = ("i", pitch)
+        out = self.vidheap_fn(function, fields)
+        return {**out, "handle": handle}
 
     def dup(self, handle: int, second: bool) -> dict[str, object]:
         client, device = self.second_client() if second else (self.client, self.device)
@@ -554,6 +584,14 @@ class Tenant:
             return self.alloc(args[0])
         if verb == "vidheap":
             return self.vidheap(args[0])
+        if verb == "vidheap_range":
+            return self.vidheap_alloc(rmcases.NVOS32_FUNCTION_ALLOC_SIZE_RANGE, args[0], 0)
+        if verb == "vidheap_tiled":
+            return self.vidheap_alloc(rmcases.NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT, *args)
+        if verb == "vidheap_free":
+            flags = rmcases.NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED
+            fields = {40: ("I", MEMORY_OWNER), 44: ("I", args[0]), 48: ("I", flags)}
+            return self.vidheap_fn(rmcases.NVOS32_FUNCTION_FREE, fields)
         if verb == "unnamed":
             return self.unnamed(args[0])
         if verb == "fabric":

@@ -136,6 +136,53 @@ def test_vid_heap_control_meets_the_same_gate() -> None:
         assert used(client, cg) == 0
 
 
+def test_every_vid_heap_function_that_allocates_meets_the_gate_before_rm() -> None:
+    """ALLOC_SIZE_RANGE and ALLOC_TILED_PITCH_HEIGHT make video memory as ALLOC_SIZE does (the
+    real driver's answers: tests/vm/rmcases.py vid_heap_functions). What they ask for past the
+    limit is refused before RM allocates any of it (nvmock's fb_peak), and what they make is
+    charged as RM rounded it."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=64 * MIB)
+        with mem_tenants(cg) as (tenant,):
+            reset()  # fb_peak from here
+            base = fb_memory()["fb_used"]
+            ranged = tenant.ask("vidheap_range", 4097)
+            assert ranged["status"] == NvStatus.NV_OK
+            assert used(client, cg) == KIB_64
+            tiled = tenant.ask("vidheap_tiled", 3, 100_000)  # 300 000 bytes, 320 KiB as rounded
+            assert tiled["status"] == NvStatus.NV_OK
+            assert used(client, cg) == KIB_64 + 5 * KIB_64
+            assert tenant.ask("vidheap_range", 96 * MIB)["status"] == NvStatus.NV_ERR_NO_MEMORY
+            refused = tenant.ask("vidheap_tiled", 1024, 96 * 1024)
+            assert refused["status"] == NvStatus.NV_ERR_NO_MEMORY
+            negative = tenant.ask("vidheap_tiled", 1, -1)  # a size of 2^64 - 1
+            assert negative["status"] == NvStatus.NV_ERR_NO_MEMORY
+            assert fb_memory()["fb_peak"] == base + 6 * KIB_64
+            assert stats_of(client, cg).oom == 3
+            for handle in (ranged["handle"], tiled["handle"]):
+                assert tenant.ask("free", handle)["status"] == NvStatus.NV_OK
+            assert used(client, cg) == 0
+
+
+def test_a_vid_heap_free_gives_the_charge_back() -> None:
+    """VID_HEAP_CONTROL's FREE frees an object as RM_FREE does (measured: the object is gone
+    after it): its charge goes with it, so the limit is there to use again."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=64 * MIB)
+        with mem_tenants(cg) as (tenant,):
+            first = tenant.ask("alloc", 48 * MIB)
+            assert first["status"] == NvStatus.NV_OK and used(client, cg) == 48 * MIB
+            second = tenant.ask("vidheap", 16 * MIB)
+            assert second["status"] == NvStatus.NV_OK and used(client, cg) == 64 * MIB
+            assert tenant.ask("vidheap_free", first["handle"])["status"] == NvStatus.NV_OK
+            assert tenant.ask("size", first["handle"])["status"] == NvStatus.NV_ERR_OBJECT_NOT_FOUND
+            assert used(client, cg) == 16 * MIB
+            assert tenant.ask("vidheap_free", second["handle"])["status"] == NvStatus.NV_OK
+            assert used(client, cg) == 0
+            assert tenant.ask("alloc", 64 * MIB)["status"] == NvStatus.NV_OK
+        assert used(client, cg) == 0
+
+
 def test_a_duplicate_keeps_the_memory_charged_to_its_owner() -> None:
     """DUP then free of the original: the memory lives, so its charge does, until the last
     handle to it goes. A duplicate in another client is charged to its holder as well."""
