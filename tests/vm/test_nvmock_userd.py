@@ -106,3 +106,30 @@ def test_gp_get_moves_when_an_entry_is_fetched_not_when_its_work_is_done() -> No
     assert result["kernels"] > 0
     print(f"running with GP_GET == GP_PUT: {caught_up}, behind: {behind}")
     assert caught_up > 20 and behind <= caught_up // 10
+
+
+def test_queued_entries_are_fetched_one_at_a_time_as_their_work_starts() -> None:
+    """Kernels queued behind a running one keep GP_GET behind GP_PUT: the fetcher takes the next
+    entry when the work before it is done, as an H100 did with four 11 ms matmuls launched back
+    to back (GP_GET moved by a kernel's two entries as each began; it reached GP_PUT only when
+    the fourth began, at 74 % of the request: tools/gpu/userd_fetch.py,
+    tools/gpu/results/2026-11-26-userd-fetch-16384-h100.json.xz)."""
+    reset()
+    queued = ["--shape", "saturate", "--kernel-us", "50000", "--sync-every", "1", "--queue", "4"]
+    load = Gpuload([*queued, *CLIENT_USERD, "--seconds", "3"]).ready()
+    caught_up = behind = 0
+    try:
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end:
+            ch = channel_line(load.pid)
+            if ch["running"] and ch["gp_put"]:
+                if ch["gp_get"] == ch["gp_put"]:
+                    caught_up += 1
+                else:
+                    behind += 1
+            time.sleep(0.01)
+    finally:
+        result = load.result()
+    assert result["kernels"] > 0
+    print(f"running with GP_GET == GP_PUT: {caught_up}, behind: {behind}")
+    assert behind > 20 and caught_up <= behind // 10

@@ -1,0 +1,168 @@
+"""When the GPU moves GP_GET in USERD, against when the kernels it fetched run.
+
+qgpu.ko reads a gated channel's USERD (GP_GET, GP_PUT) to tell whether it has work; nvmock
+moves GP_GET when an entry is fetched, before its kernel runs (kmod/nvmock/CONFORMANCE.md,
+"GP_GET"). This measures the real GPU: a PyTorch process runs under tools/gpu/userd_watch.c (an
+LD_PRELOAD library that finds each of its channels' USERD and samples GP_GET/GP_PUT from a
+thread), launches long bf16 matmuls one at a time (and then in chains of several, launched back
+to back), and times each launch and its end with the same clock. Per request: when GP_PUT moved
+after the launch, when GP_GET caught up with it, and when the work ended.
+
+On a GPU machine with PyTorch and gcc (no root needed; nothing but the process's own USERD is
+read):
+
+    python3 tools/gpu/userd_fetch.py --out userd-fetch.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def worker(n: int, requests: int, gap_ms: float, chain: int, timeline: str) -> None:
+    """In the watched process: launch, time, and stop the watcher before CUDA goes away."""
+    import torch  # the GPU machine's; not a dependency of qpolicy
+
+    x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        x @ x
+    torch.cuda.synchronize()
+    rows = []
+    for length in (1, chain):
+        for _ in range(requests):
+            time.sleep(gap_ms / 1000)
+            t0 = time.monotonic_ns()
+            for _ in range(length):
+                x @ x
+            t1 = time.monotonic_ns()
+            torch.cuda.synchronize()
+            rows.append({"kernels": length, "t0": t0, "t1": t1, "t2": time.monotonic_ns()})
+    ctypes.CDLL(None).userd_watch_stop()
+    Path(timeline).write_text(json.dumps(rows))
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def analyse(watch: dict[str, Any], rows: list[dict[str, int]]) -> dict[str, Any]:
+    """Per request, on the channel whose GP_PUT moved first after the launch began: when GP_PUT
+    moved, when GP_GET reached that GP_PUT, and the request's end (all from its launch)."""
+    by_channel: dict[int, list[tuple[int, int, int]]] = {}
+    for t, channel, get, put in watch["events"]:
+        by_channel.setdefault(channel, []).append((t, get, put))
+    out = []
+    for row in rows:
+        best = None
+        for channel, events in by_channel.items():
+            before = [e for e in events if e[0] < row["t0"]]
+            put0 = before[-1][2] if before else None
+            moved = [e for e in events if e[0] >= row["t0"] and e[2] != put0]
+            if moved and (best is None or moved[0][0] < best[1][0][0]):
+                best = (channel, moved)
+        if best is None:
+            out.append({**row, "channel": None})
+            continue
+        channel, moved = best
+        # the last GP_PUT this request wrote: the last change before its end
+        final_put = [e for e in moved if e[0] <= row["t2"]][-1][2]
+        caught = next((e[0] for e in moved if e[1] == final_put and e[2] == final_put), None)
+        end = row["t2"] - row["t0"]
+        out.append(
+            {
+                "kernels": row["kernels"],
+                "channel": channel,
+                "put_us": (moved[0][0] - row["t0"]) / 1e3,
+                "caught_up_us": None if caught is None else (caught - row["t0"]) / 1e3,
+                "end_us": end / 1e3,
+                "entries": (final_put - moved[0][2]) % (1 << 32) + 1,
+            }
+        )
+    summary: dict[str, Any] = {}
+    for length in sorted({r["kernels"] for r in rows}):
+        seen = [r for r in out if r["kernels"] == length and r.get("channel") is not None]
+        caught = [r for r in seen if r["caught_up_us"] is not None]
+        share = [r["caught_up_us"] / r["end_us"] for r in caught]
+        summary[f"{length} kernel(s) a request"] = {
+            "requests": len([r for r in rows if r["kernels"] == length]),
+            "seen": len(seen),
+            "caught_up": len(caught),
+            "put_us_p50": pct([r["put_us"] for r in seen], 0.5),
+            "caught_up_us_p50": pct([r["caught_up_us"] for r in caught], 0.5),
+            "caught_up_us_p90": pct([r["caught_up_us"] for r in caught], 0.9),
+            "end_us_p50": pct([r["end_us"] for r in seen], 0.5),
+            "caught_up_share_of_request_p50": pct(share, 0.5),
+            "caught_up_share_of_request_max": max(share) if share else None,
+            "caught_up_before_half": sum(1 for s in share if s < 0.5),
+        }
+    return {"summary": summary, "requests": out}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="where the result goes (JSON)")
+    parser.add_argument("--n", type=int, default=16384, help="matmul size (bf16)")
+    parser.add_argument("--requests", type=int, default=100, help="requests of each shape")
+    parser.add_argument("--gap-ms", type=float, default=20.0, help="idle time before each")
+    parser.add_argument("--chain", type=int, default=4, help="kernels a chained request launches")
+    parser.add_argument("--worker", metavar="TIMELINE", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.n < 1 or args.requests < 1 or args.chain < 1 or args.gap_ms < 0:
+        parser.error("--n, --requests and --chain must be positive, --gap-ms not negative")
+    if args.worker:
+        worker(args.n, args.requests, args.gap_ms, args.chain, args.worker)
+        return 0
+    if not args.out:
+        parser.error("--out is required")
+    with tempfile.TemporaryDirectory() as tmp:
+        library = Path(tmp) / "userd_watch.so"
+        subprocess.run(
+            ["gcc", "-O2", "-shared", "-fPIC", "-o", str(library), str(HERE / "userd_watch.c"),
+             "-ldl", "-lpthread"],
+            check=True,
+        )  # fmt: skip
+        watch_path, timeline = Path(tmp) / "watch.json", Path(tmp) / "timeline.json"
+        env = dict(os.environ, LD_PRELOAD=str(library), USERD_WATCH_OUT=str(watch_path))
+        argv = [sys.executable, __file__, "--worker", str(timeline), "--n", str(args.n)]
+        argv += ["--requests", str(args.requests), "--gap-ms", str(args.gap_ms)]
+        argv += ["--chain", str(args.chain)]
+        subprocess.run(argv, env=env, check=True)
+        watch = json.loads(watch_path.read_text())
+        rows = json.loads(timeline.read_text())
+    result = analyse(watch, rows)
+    sys.path.insert(0, str(HERE.parents[1]))
+    from tools.gpu.hostinfo import host_facts
+
+    report = {
+        **host_facts(),
+        "n": args.n,
+        "gap_ms": args.gap_ms,
+        "reads": watch["reads"],
+        "events": len(watch["events"]),
+        "events_lost": watch["events_lost"],
+        "channels": watch["channels"],
+        **result,
+        "raw_events": watch["events"],
+        "raw_timeline": rows,
+    }
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({"channels": len(watch["channels"]), **result["summary"]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
