@@ -29,10 +29,16 @@ struct qgpu_mem {
 	u64 bytes;			/* > 0 */
 };
 
-/*
- * Classes whose allocation takes device memory: NV01_MEMORY_LOCAL_USER (what VID_HEAP_CONTROL's
- * ALLOC_SIZE also makes) and NV_MEMORY_FABRIC (memoryfabricConstruct in src/nvidia/src/kernel/
- * mem_mgr/mem_fabric.c allocates the physical memory it exports).
+/**
+ * qgpu_mem_class() - whether allocating an object of @hclass takes device memory
+ * @hclass: an RM class
+ *
+ * NV01_MEMORY_LOCAL_USER (what VID_HEAP_CONTROL's allocating functions also make) and
+ * NV_MEMORY_FABRIC (memoryfabricConstruct in src/nvidia/src/kernel/mem_mgr/mem_fabric.c
+ * allocates the physical memory it exports).
+ *
+ * Context: any.
+ * Return: true for the classes the memory gate charges.
  */
 bool qgpu_mem_class(u32 hclass)
 {
@@ -182,6 +188,7 @@ void qgpu_gate_put(struct qgpu_obj *obj)
  */
 u64 qgpu_gate_bytes(const struct qgpu_obj *obj)
 {
+	lockdep_assert_held(&qgpu_lock);
 	return obj->mem ? obj->mem->bytes : 0;
 }
 

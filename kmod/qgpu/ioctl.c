@@ -364,6 +364,7 @@ static bool believe(struct file *file, u64 caller, const struct rm_fact *f, u64 
  */
 static bool checked_cg(const struct qgpu_cg *cg)
 {
+	lockdep_assert_held(&qgpu_lock);
 	return cg && (cg->configured || cg->mem_limit);
 }
 
@@ -1108,6 +1109,20 @@ static long rm_unmap_memory(long (*orig)(struct file *, unsigned int, unsigned l
 	return orig(file, cmd, arg);
 }
 
+/**
+ * qgpu_ioctl() - the hook around the driver's unlocked_ioctl on /dev/nvidia*
+ * @orig: the driver's own handler, which every call reaches unless qgpu answers it
+ * @file: the device file
+ * @cmd: the request (NVIDIA's escapes have type NVRM_IOCTL_MAGIC; others pass untouched)
+ * @arg: the caller's argument, a user pointer
+ *
+ * Gates memory, tracks objects and guards scheduling controls for the escapes qgpu follows
+ * (see the comment at the top of this file); a refusal is answered in the argument's status,
+ * as the driver answers, with 0 returned.
+ *
+ * Context: process context, no qgpu lock held; may sleep.
+ * Return: what @orig returned, 0 for a call qgpu answered itself, or a negative errno.
+ */
 long qgpu_ioctl(long (*orig)(struct file *, unsigned int, unsigned long),
 		struct file *file, unsigned int cmd, unsigned long arg)
 {
@@ -1152,6 +1167,17 @@ long qgpu_ioctl(long (*orig)(struct file *, unsigned int, unsigned long),
 	}
 }
 
+/**
+ * qgpu_mmap() - the hook around the driver's mmap on /dev/nvidia*
+ * @orig: the driver's own handler, called first
+ * @file: the device file
+ * @vma: the mapping being made
+ *
+ * A mapping the driver made may hold channels' USERD, which the scheduler reads (userd.c).
+ *
+ * Context: process context, mmap_lock held by the caller; takes qgpu_lock.
+ * Return: what @orig returned.
+ */
 int qgpu_mmap(int (*orig)(struct file *, struct vm_area_struct *),
 	      struct file *file, struct vm_area_struct *vma)
 {
@@ -1166,6 +1192,18 @@ int qgpu_mmap(int (*orig)(struct file *, struct vm_area_struct *),
 	return ret;
 }
 
+/**
+ * qgpu_release() - the hook around the driver's release of /dev/nvidia*
+ * @orig: the driver's own handler, which frees the clients living on @file
+ * @inode: the device inode
+ * @file: the file going away
+ *
+ * USERD mapped through @file stops being read before the driver tears it down; what the driver
+ * freed is forgotten after.
+ *
+ * Context: process context, no qgpu lock held.
+ * Return: what @orig returned.
+ */
 int qgpu_release(int (*orig)(struct inode *, struct file *), struct inode *inode,
 		 struct file *file)
 {

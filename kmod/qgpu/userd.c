@@ -353,7 +353,13 @@ void qgpu_userd_obj_drop(u32 hclient, struct qgpu_obj *obj)
 			map_drop(m);
 }
 
-/* qgpu is going away; every object has been dropped already. */
+/**
+ * qgpu_userd_exit() - free the USERD mappings qgpu still notes, at unload
+ *
+ * Every object has been dropped already, so nothing reads them any more.
+ *
+ * Context: module exit, after the hooks and the schedulers have stopped.
+ */
 void qgpu_userd_exit(void)
 {
 	struct userd_map *m, *tmp;
