@@ -187,3 +187,47 @@ def stats_of(client: QgpuClient, cg: Cgroup) -> CgroupStats:
 
 def refcount(module: str) -> int:
     return int(Path(f"/sys/module/{module}/refcnt").read_text())
+
+
+def gpu_rates(pids: list[int], seconds: float, step: float) -> list[list[float]]:
+    """GPU time each process got in consecutive windows of ``step`` seconds."""
+    rows = []
+    last = [processes().get(p, 0) for p in pids]
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(step)
+        now = [processes().get(p, 0) for p in pids]
+        rows.append([(n - o) / 1e9 for n, o in zip(now, last, strict=True)])
+        last = now
+    return rows
+
+
+def burst_hand_back(
+    client: QgpuClient, cgs: list[Cgroup], saturate: list[str], period_us: int
+) -> tuple[float, float, float]:
+    """Burst-share 30/70 with B idle, then B busy: the fraction of the engine A got alone, A's
+    share next to B over 3 s from one period after B has work, and over its first 0.5 s."""
+    a_cg, b_cg = cgs
+    client.set_gpu(0, "burst-share", period_us)
+    client.set_cgroup(a_cg.id, 0, "offline", 30)
+    client.set_cgroup(b_cg.id, 0, "offline", 70)
+    reset()
+    a = in_cgroup(a_cg, [*saturate, "--seconds", "10"]).ready()
+    time.sleep(1.0)
+    # B idle: A gets the GPU, not just its 30 % (a saturating process alone keeps the VM's
+    # engine busy about 90 % of the time).
+    alone = gpu_rates([a.pid], 2.0, 0.5)
+    lent = sum(r[0] for r in alone) / (0.5 * len(alone))
+    b = in_cgroup(b_cg, [*saturate, "--seconds", "5"]).ready()
+    start = processes().get(b.pid, 0)
+    while processes().get(b.pid, 0) == start:
+        time.sleep(0.005)
+    # From one period after B has work, the split is 30:70 again.
+    time.sleep(period_us / 1e6)
+    # Over 3 s: a TCG guest's timing makes a shorter window noisy by a few points.
+    both = gpu_rates([a.pid, b.pid], 3.0, 0.5)
+    b.result()
+    a.result()
+    a_share = sum(r[0] for r in both) / sum(r[0] + r[1] for r in both)
+    first = both[0][0] / (both[0][0] + both[0][1])
+    return lent, a_share, first

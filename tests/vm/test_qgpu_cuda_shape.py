@@ -13,6 +13,7 @@ import pytest
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.qgpu_env import (
     Cgroup,
+    burst_hand_back,
     cgroups,
     fixed_shares,
     in_cgroup,
@@ -50,6 +51,20 @@ def test_fixed_shares_hold_for_cuda_shaped_processes() -> None:
             assert got == pytest.approx(want, abs=2)
         throttled = {s.cgroup_id: s.nr_throttled for s in client.cgroups()}
         assert all(throttled[cg.id] > 0 for cg in cgs)
+
+
+def test_burst_share_lends_and_takes_back_for_cuda_shaped_processes() -> None:
+    """Burst-share 30/70 as in tests/vm/test_qgpu_slices.py, with processes of CUDA's tree: A
+    alone gets the engine B leaves idle, and from one period after B has work the split is
+    30:70 again. A process of this tree runs its kernels on one of its 20 channels; the other
+    19, idle, must not hold its cgroup's turns."""
+    with qgpu_loaded() as client, cgroups(2) as cgs:
+        lent, a_share, first = burst_hand_back(client, cgs, SATURATE, PERIOD_US)
+        print(f"cuda-shaped burst-share: A alone {lent:.3f}, next to B {a_share:.3f}"
+              f" (first 0.5 s {first:.3f})")  # fmt: skip
+        assert lent > 0.8
+        assert a_share == pytest.approx(0.30, abs=0.03)
+        assert first == pytest.approx(0.30, abs=0.05)
 
 
 def _side_by_side(online: Cgroup, offline: Cgroup) -> tuple[dict[str, Any], float]:

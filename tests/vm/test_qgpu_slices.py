@@ -7,7 +7,6 @@ seconds of saturating work and compared with the targets of the kmod issue.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from tests.vm.conftest import processes, reset
+from tests.vm.conftest import reset
 from tests.vm.qgpu_env import (
     Cgroup,
+    burst_hand_back,
     cgroups,
     fixed_shares,
     gpu_seconds,
@@ -102,43 +102,9 @@ def test_a_lone_fixed_share_pod_stays_within_its_share() -> None:
         assert 0.75 * 30 <= fraction <= 30 + 1
 
 
-def _rates(pids: list[int], seconds: float, step: float) -> list[list[float]]:
-    """GPU time each process got in consecutive windows of ``step`` seconds."""
-    rows = []
-    last = [processes().get(p, 0) for p in pids]
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        time.sleep(step)
-        now = [processes().get(p, 0) for p in pids]
-        rows.append([(n - o) / 1e9 for n, o in zip(now, last, strict=True)])
-        last = now
-    return rows
-
-
 def test_burst_share_lends_idle_time_and_takes_it_back_within_a_period() -> None:
-    with qgpu_loaded() as client, cgroups(2) as (a_cg, b_cg):
-        client.set_gpu(0, "burst-share", PERIOD_US)
-        client.set_cgroup(a_cg.id, 0, "offline", 30)
-        client.set_cgroup(b_cg.id, 0, "offline", 70)
-        reset()
-        a = in_cgroup(a_cg, [*SATURATE, "--seconds", "10"]).ready()
-        time.sleep(1.0)
-        # B idle: A gets the GPU, not just its 30 % (a saturating process alone keeps the
-        # VM's engine busy about 90 % of the time).
-        alone = _rates([a.pid], 2.0, 0.5)
-        lent = sum(r[0] for r in alone) / (0.5 * len(alone))
-        b = in_cgroup(b_cg, [*SATURATE, "--seconds", "5"]).ready()
-        start = processes().get(b.pid, 0)
-        while processes().get(b.pid, 0) == start:
-            time.sleep(0.005)
-        # From one period after B has work, the split is 30:70 again.
-        time.sleep(PERIOD_US / 1e6)
-        # Over 3 s: a TCG guest's timing makes a shorter window noisy by a few points.
-        both = _rates([a.pid, b.pid], 3.0, 0.5)
-        b.result()
-        a.result()
-        a_share = sum(r[0] for r in both) / sum(r[0] + r[1] for r in both)
-        first = both[0][0] / (both[0][0] + both[0][1])
+    with qgpu_loaded() as client, cgroups(2) as cgs:
+        lent, a_share, first = burst_hand_back(client, cgs, SATURATE, PERIOD_US)
         print(f"burst-share: A alone {lent:.3f}, next to B {a_share:.3f} (first 0.5 s {first:.3f})")
         assert lent > 0.8
         assert a_share == pytest.approx(0.30, abs=0.03)
