@@ -14,7 +14,7 @@ Run by ``make bench-vm`` (through tools/vm/run); writes build/vm/bench-qgpu.json
    BENCH_ONLY=hook stops after this part.
 2. The kmod issue's targets on nvmock's engine (ground truth: its debugfs): fixed-share 50/30/20,
    a lone fixed-share pod, burst-share hand-back, and online requests next to an offline
-   trainer, native and gated.
+   trainer, native and gated; each with gpuload's own object tree and with CUDA's.
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ KEYS = ("control_ns", "alloc_free_ns", "sysparams_ns")
 PERIOD_US = 50_000
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
 REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--poll-us", "20"]
+# Each scenario runs with gpuload's own tree (one TSG, one channel) and with CUDA's (the H200
+# trace's: 4 TSGs and 20 channels a process, USERD in video memory; tools/gpuload/CUDA_SEQUENCE.md).
+TREES = {"gpuload tree": [], "CUDA tree": ["--tree", "cuda"]}
 # qgpu's online_hold_us for the whole run; unset keeps the module's default.
 ONLINE_HOLD_US = int(os.environ["ONLINE_HOLD_US"]) if "ONLINE_HOLD_US" in os.environ else None
 
@@ -128,14 +131,17 @@ def hook_overhead() -> dict[str, object]:
     return result
 
 
-def shares(client: QgpuClient, policy: str, wanted: tuple[int, ...]) -> list[float]:
+def shares(
+    client: QgpuClient, policy: str, wanted: tuple[int, ...], tree: list[str]
+) -> list[float]:
     with cgroups(len(wanted)) as cgs:
         client.set_gpu(0, policy, PERIOD_US)
         for cg, share in zip(cgs, wanted, strict=True):
             client.set_cgroup(cg.id, 0, "offline", share)
         reset()
         loads = start_together(
-            *([*SATURATE, "--seconds", "8"] for _ in cgs), cgroups=[str(c.path) for c in cgs]
+            *([*tree, *SATURATE, "--seconds", "8"] for _ in cgs),
+            cgroups=[str(c.path) for c in cgs],
         )
         walls = [load.result()["elapsed_s"] for load in loads]
         seconds = [gpu_seconds(load.pid) for load in loads]
@@ -146,13 +152,13 @@ def shares(client: QgpuClient, policy: str, wanted: tuple[int, ...]) -> list[flo
     return [s / sum(seconds) * 100 for s in seconds]
 
 
-def online_offline(client: QgpuClient) -> dict[str, float]:
+def online_offline(client: QgpuClient, tree: list[str]) -> dict[str, float]:
     out: dict[str, float] = {}
     with cgroups(2) as (online, offline):
-        solo = in_cgroup(online, [*REQUEST, "--seconds", "8"]).ready().result()
+        solo = in_cgroup(online, [*tree, *REQUEST, "--seconds", "8"]).ready().result()
         out["online_solo_p99_ms"] = solo["p99_ms"]
         reset()
-        alone = in_cgroup(offline, [*SATURATE, "--seconds", "5"]).ready()
+        alone = in_cgroup(offline, [*tree, *SATURATE, "--seconds", "5"]).ready()
         alone_wall = alone.result()["elapsed_s"]
         out["offline_solo_share"] = gpu_seconds(alone.pid) / alone_wall
         for mode in ("native", "qgpu"):
@@ -162,8 +168,8 @@ def online_offline(client: QgpuClient) -> dict[str, float]:
                 client.set_cgroup(offline.id, 0, "offline", 50)
             reset()
             infer, train = start_together(
-                [*REQUEST, "--seconds", "8"],
-                [*SATURATE, "--seconds", "8"],
+                [*tree, *REQUEST, "--seconds", "8"],
+                [*tree, *SATURATE, "--seconds", "8"],
                 cgroups=[str(online.path), str(offline.path)],
             )
             served = infer.result()
@@ -203,26 +209,32 @@ def main() -> int:
         result["online_hold_us"] = ONLINE_HOLD_US
     subprocess.run(["insmod", str(QGPU), *params], check=True)
     with QgpuClient.open() as client:
-        fs = shares(client, "fixed-share", (50, 30, 20))
-        lone = shares(client, "fixed-share", (30,))
-        bs = shares(client, "burst-share", (30, 70))
-        oo = online_offline(client)
-        client.set_gpu(0, "best-effort")
+        for name, tree in TREES.items():
+            fs = shares(client, "fixed-share", (50, 30, 20), tree)
+            lone = shares(client, "fixed-share", (30,), tree)
+            bs = shares(client, "burst-share", (30, 70), tree)
+            oo = online_offline(client, tree)
+            client.set_gpu(0, "best-effort")
+            result[name] = {
+                "fixed_share_50_30_20": fs,
+                "lone_fixed_share_30": lone,
+                "burst_share_30_70": bs,
+                "online_offline": oo,
+            }
+            print(f"{name}:")
+            print(f"  fixed-share 50/30/20 -> {fs[0]:.1f}/{fs[1]:.1f}/{fs[2]:.1f}")
+            print(f"  lone fixed-share 30  -> {lone[0]:.1f} % of wall time")
+            print(f"  burst-share 30/70    -> {bs[0]:.1f}/{bs[1]:.1f}")
+            print(
+                "  online p99 / solo    -> native {native_p99_ratio:.2f}x,"
+                " qgpu {qgpu_p99_ratio:.2f}x (solo p99 {online_solo_p99_ms:.2f} ms)".format(**oo)
+            )
+            print(
+                "  offline kept of what online leaves -> native {native_offline_kept:.3f},"
+                " qgpu {qgpu_offline_kept:.3f}".format(**oo)
+            )
     subprocess.run(["rmmod", "qgpu"], check=True)
     subprocess.run(["rmmod", "nvmock"], check=True)
-    result.update({"fixed_share_50_30_20": fs, "lone_fixed_share_30": lone})
-    result.update({"burst_share_30_70": bs, "online_offline": oo})
-    print(f"fixed-share 50/30/20 -> {fs[0]:.1f}/{fs[1]:.1f}/{fs[2]:.1f}")
-    print(f"lone fixed-share 30  -> {lone[0]:.1f} % of wall time")
-    print(f"burst-share 30/70    -> {bs[0]:.1f}/{bs[1]:.1f}")
-    print(
-        "online p99 / solo    -> native {native_p99_ratio:.2f}x, qgpu {qgpu_p99_ratio:.2f}x"
-        " (solo p99 {online_solo_p99_ms:.2f} ms)".format(**oo)
-    )
-    print(
-        "offline kept of what online leaves -> native {native_offline_kept:.3f},"
-        " qgpu {qgpu_offline_kept:.3f}".format(**oo)
-    )
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=2) + "\n")
     return 0

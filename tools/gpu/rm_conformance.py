@@ -23,18 +23,26 @@ from tests.vm.rmclient import Rm
 from tools.gpu.hostinfo import host_facts
 
 
-def gpu_name(index: int) -> str | None:
-    """The GPU's model, from the driver's procfs (absent where unreadable)."""
+def gpu_info(index: int) -> dict[str, str]:
+    """The GPU's model, UUID and bus location, from the driver's procfs (empty where
+    unreadable): which card, and so which host, a recording came from."""
     try:
         for info in Path("/proc/driver/nvidia/gpus").glob("*/information"):
-            lines = dict(
-                line.split(":", 1) for line in info.read_text().splitlines() if ":" in line
-            )
-            if lines.get("Device Minor", "").strip() == str(index):
-                return lines.get("Model", "").strip() or None
+            lines = {
+                key.strip(): value.strip()
+                for key, value in (
+                    line.split(":", 1) for line in info.read_text().splitlines() if ":" in line
+                )
+            }
+            if lines.get("Device Minor") == str(index):
+                return {
+                    "model": lines.get("Model", ""),
+                    "uuid": lines.get("GPU UUID", ""),
+                    "bus": lines.get("Bus Location", ""),
+                }
     except OSError:
         pass
-    return None
+    return {}
 
 
 def main() -> int:
@@ -53,7 +61,8 @@ def main() -> int:
     finally:
         rm.close()
     result: dict[str, Any] = host_facts()
-    result.update(gpu=gpu_name(args.gpu), cases=answers)
+    info = gpu_info(args.gpu)
+    result.update(gpu=info.get("model"), card=info, cases=answers)
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     failed = [name for name, answer in answers.items() if "error" in answer]
     print(f"{len(answers)} cases, {len(failed)} raised: {', '.join(failed) or '-'}")
