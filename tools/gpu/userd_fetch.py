@@ -6,7 +6,9 @@ moves GP_GET when an entry is fetched, before its kernel runs (kmod/nvmock/CONFO
 LD_PRELOAD library that finds each of its channels' USERD and samples GP_GET/GP_PUT from a
 thread), launches long bf16 matmuls one at a time (and then in chains of several, launched back
 to back), and times each launch and its end with the same clock. Per request: when GP_PUT moved
-after the launch, when GP_GET caught up with it, and when the work ended.
+after the launch, when GP_GET caught up with it, and when the work ended. Then two trainer
+loops of 3 s (synced at the end only, and after each matmul): the part of each in which the
+channel read pending, which is what qgpu takes for busy.
 
 On a GPU machine with PyTorch and gcc (no root needed; nothing but the process's own USERD is
 read):
@@ -48,8 +50,47 @@ def worker(n: int, requests: int, gap_ms: float, chain: int, timeline: str) -> N
             t1 = time.monotonic_ns()
             torch.cuda.synchronize()
             rows.append({"kernels": length, "t0": t0, "t1": t1, "t2": time.monotonic_ns()})
+    # A trainer's loop for TRAINER_S seconds: matmuls launched as fast as the CPU can, synced
+    # at the end only (the CPU runs ahead), or after each one (a loop bound by its results).
+    trainers = []
+    for sync_each in (False, True):
+        time.sleep(gap_ms / 1000)
+        t0, iterations = time.monotonic_ns(), 0
+        while time.monotonic_ns() - t0 < TRAINER_S * 1e9:
+            x @ x
+            iterations += 1
+            if sync_each:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        trainers.append(
+            {"sync_each": sync_each, "t0": t0, "t2": time.monotonic_ns(), "iterations": iterations}
+        )
     ctypes.CDLL(None).userd_watch_stop()
-    Path(timeline).write_text(json.dumps(rows))
+    Path(timeline).write_text(json.dumps({"requests": rows, "trainers": trainers}))
+
+
+TRAINER_S = 3.0
+
+
+def pending_share(events: list[tuple[int, int, int]], t0: int, t2: int) -> float | None:
+    """The part of [t0, t2] in which GP_GET != GP_PUT on a channel, from its change events."""
+    state = None
+    for t, get, put in events:
+        if t > t0:
+            break
+        state = get != put
+    pending, last = 0, t0
+    for t, get, put in events:
+        if t <= t0:
+            continue
+        if t >= t2:
+            break
+        if state:
+            pending += t - last
+        state, last = get != put, t
+    if state:
+        pending += t2 - last
+    return pending / (t2 - t0) if t2 > t0 else None
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -112,6 +153,30 @@ def analyse(watch: dict[str, Any], rows: list[dict[str, int]]) -> dict[str, Any]
     return {"summary": summary, "requests": out}
 
 
+def analyse_trainers(watch: dict[str, Any], trainers: list[dict[str, Any]]) -> dict[str, Any]:
+    """For each trainer loop, on the channel that changed most during it: the part of the loop
+    in which it read pending (GP_GET != GP_PUT), which is what qgpu sees as busy."""
+    by_channel: dict[int, list[tuple[int, int, int]]] = {}
+    for t, channel, get, put in watch["events"]:
+        by_channel.setdefault(channel, []).append((t, get, put))
+    out = {}
+    for loop in trainers:
+        t0, t2 = loop["t0"], loop["t2"]
+        busiest = max(
+            by_channel.items(),
+            key=lambda item: sum(1 for e in item[1] if t0 <= e[0] <= t2),
+            default=None,
+        )
+        name = "synced after each matmul" if loop["sync_each"] else "synced at the end only"
+        out[f"trainer, {name}"] = {
+            "iterations": loop["iterations"],
+            "seconds": (t2 - t0) / 1e9,
+            "channel": busiest[0] if busiest else None,
+            "pending_share": pending_share(busiest[1], t0, t2) if busiest else None,
+        }
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="where the result goes (JSON)")
@@ -142,8 +207,10 @@ def main() -> int:
         argv += ["--chain", str(args.chain)]
         subprocess.run(argv, env=env, check=True)
         watch = json.loads(watch_path.read_text())
-        rows = json.loads(timeline.read_text())
+        recorded = json.loads(timeline.read_text())
+    rows = recorded["requests"]
     result = analyse(watch, rows)
+    result["summary"].update(analyse_trainers(watch, recorded["trainers"]))
     sys.path.insert(0, str(HERE.parents[1]))
     from tools.gpu.hostinfo import host_facts
 
@@ -158,6 +225,7 @@ def main() -> int:
         **result,
         "raw_events": watch["events"],
         "raw_timeline": rows,
+        "raw_trainers": recorded["trainers"],
     }
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({"channels": len(watch["channels"]), **result["summary"]}, indent=1))
