@@ -62,6 +62,9 @@ struct qgpu_cg {
 	bool busy;			/* work pending at the last look, or held (userd.c) */
 	u64 hold_ns;			/* open time it still counts as busy (userd.c) */
 	bool moved;			/* this pass: GP_GET moved in a channel read */
+	bool moved_in_turn;		/* GP_GET moved since it was last opened */
+	bool owed;			/* closed with fetched work maybe unfinished (sched.c) */
+	u64 owed_open_ns;		/* open time since it was owed, with nothing moving */
 	bool started;			/* its work was seen on the GPU since it was opened */
 	bool closing;			/* RM closed its channels at this pass (sched.c settle()) */
 	ktime_t opened;			/* when it was last opened */

@@ -6,9 +6,13 @@
  * GPFIFO entries, moves GP_PUT in the channel's USERD and rings the doorbell. The GPU's GPFIFO
  * fetcher moves GP_GET past an entry when it fetches it, not when the work is done. So
  * GP_PUT != GP_GET says "submitted work not yet fetched", and nothing in USERD says "a fetched
- * kernel is still running": right after a long kernel is fetched its channel reads idle. qgpu
- * counts a cgroup as busy while one of its channels shows GP_PUT != GP_GET and, after the last
- * look that saw one so, for busy_hold_us more of the time qgpu leaves the cgroup open (a closed
+ * kernel is still running": right after a long kernel is fetched its channel reads idle. A loop
+ * that waits for each result shows GP_PUT != GP_GET only for the few us between a launch and
+ * its fetch (measured on an H100 from inside PyTorch: 0.3 % of the time with 1.6 ms matmuls,
+ * 4.5 % with 44 us ones; a loop that launches ahead, 99.9 %: tools/gpu/userd_fetch.py), but its
+ * GP_GET moves at every launch. qgpu counts a cgroup as busy while one of its channels shows
+ * GP_PUT != GP_GET or a GP_GET that moved since the previous look, and, after the last look that
+ * saw one so, for busy_hold_us more of the time qgpu leaves the cgroup open (a closed
  * cgroup's hold does not run down: work taken off the GPU by FIFO_DISABLE_CHANNELS is still
  * owed its time). A kernel that runs longer than that after its fetch reads idle before it
  * ends; busy_hold_us is the knob.
@@ -429,7 +433,8 @@ unsigned int qgpu_channel_look(const struct qgpu_cg *cg, struct qgpu_obj *ch, u6
 /**
  * qgpu_cg_busy() - whether a cgroup counts as busy, from what its channels showed this pass
  * @cg: a gated cgroup
- * @pending: one of its channels showed work pending at this pass
+ * @pending: one of its channels showed work pending at this pass, or had work fetched since
+ *	the previous one (GP_GET moved)
  * @dt: ns since the previous pass
  *
  * A cgroup stays busy for busy_hold_us of open time after a channel of it last showed work

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.vm.conftest import reset
+from tests.vm.gpuload import Gpuload, start_together
 from tests.vm.qgpu_env import (
     Cgroup,
     burst_hand_back,
@@ -100,6 +101,43 @@ def test_a_lone_fixed_share_pod_stays_within_its_share() -> None:
         # it sits well below the share because a pod whose CPU side is slowed (two cores
         # shared by the guest's vCPUs and QEMU) leaves part of its own slice unused.
         assert 0.75 * 30 <= fraction <= 30 + 1
+
+
+# A loop that waits for each result: a request per kernel, issued as soon as the last is done.
+SYNCED = ["--shape", "requests", "--rate-hz", "5000", "--kernel-us", "1000", "--poll-us", "20"]
+
+
+def test_a_pod_that_waits_for_each_result_keeps_its_fixed_share() -> None:
+    """Such a loop shows GP_PUT != GP_GET only between a launch and its fetch (on an H100, 0.3 %
+    of the time with 1.6 ms matmuls: tools/gpu/userd_fetch.py), so qgpu sees its work from its
+    GP_GET moving (sense() in sched.c): counted idle, its turns ended early and went to the
+    saturating pod beside it. Fixed-share 50/50: it uses about its half of the wall time, at the
+    efficiency it reaches alone (its CPU time between kernels is its own loss)."""
+    reset()
+    alone = engine_use_alone([*SYNCED, "--seconds", "4"])
+    with qgpu_loaded() as client, cgroups(2) as cgs:
+        client.set_gpu(0, "fixed-share", PERIOD_US)
+        for cg in cgs:
+            client.set_cgroup(cg.id, 0, "offline", 50)
+        reset()
+        train, loop = start_together(
+            [*SATURATE, "--seconds", "6"],
+            [*SYNCED, "--seconds", "6"],
+            cgroups=[str(c.path) for c in cgs],
+        )
+        wall = loop.result()["elapsed_s"]
+        train.result()
+        used = gpu_seconds(loop.pid) / wall
+    kept = used / (0.5 * alone)
+    print(f"synced loop: alone {alone:.3f} of the engine, in its half {used:.3f}: kept {kept:.2f}")
+    assert kept > 0.8
+
+
+def engine_use_alone(args: list[str]) -> float:
+    """The part of the engine a gpuload run alone (no qgpu) kept busy."""
+    load = Gpuload(args).ready()
+    wall = load.result()["elapsed_s"]
+    return gpu_seconds(load.pid) / wall
 
 
 def test_burst_share_lends_idle_time_and_takes_it_back_within_a_period() -> None:
