@@ -86,6 +86,9 @@ class Pod:
     # The pod (cgroup) the process runs in: its own by default; another Pod's name makes it a
     # second process of that pod, which the daemon governs as one.
     pod: str | None = None
+    # Offline: matmuls between the trainer's waits for its results (1: a loop that waits for
+    # each, which its channel shows as pending only for µs: tools/gpu/userd_fetch.py).
+    sync_every: int = 8
 
     @property
     def cgroup(self) -> str:
@@ -111,6 +114,12 @@ SCENARIOS = (
         "fixed-share 50/30/20", GpuPolicy.FIXED_SHARE, (Pod("a", 50), Pod("b", 30), Pod("c", 20))
     ),
     Scenario("fixed-share 30 alone", GpuPolicy.FIXED_SHARE, (Pod("a", 30),)),
+    Scenario(
+        "fixed-share 50/50, b waiting for each result",
+        GpuPolicy.FIXED_SHARE,
+        (Pod("a", 50), Pod("b", 50, sync_every=1)),
+        sizes=(8192,),
+    ),
     Scenario(
         "burst-share 50/50, b idle the first half",
         GpuPolicy.BURST_SHARE,
@@ -295,6 +304,8 @@ def spawn(
                 "--request-gap-ms",
                 str(pod.request_gap_ms),
             ]
+    elif pod.sync_every != 8:
+        argv += ["--sync-every", str(pod.sync_every)]
     if pod.late:
         argv += ["--start-at", str(start_at + seconds / 2), "--seconds", str(seconds / 2)]
     else:
