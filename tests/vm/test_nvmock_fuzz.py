@@ -40,8 +40,9 @@ def random_buffer(rng: random.Random, size: int, handles: list[int], valid: int)
     return data
 
 
-def test_ten_thousand_random_ioctls_and_mmaps() -> None:
-    rng = random.Random(20261121)
+def fuzz_process(seed: int) -> dict[int, int]:
+    """A process's objects (client, device, subdevice, TSG, system memory) and fds, then
+    fuzz() with them: the errnos of the calls the driver refused."""
     rm = Rm()
     client = rm.new(0, 0, 0x41)
     device = rm.new(client, client, 0x80, handle=0x5C000002)
@@ -52,9 +53,13 @@ def test_ten_thousand_random_ioctls_and_mmaps() -> None:
     valid = ctypes.create_string_buffer(4096)
     fds = [rm.ctl, rm.gpu, rm.open_gpu(), rm.open_ctl(), rm.open_ctl()]
     try:
-        errors = fuzz(rng, fds, handles, ctypes.addressof(valid))
+        return fuzz(random.Random(seed), fds, handles, ctypes.addressof(valid))
     finally:
         rm.close()
+
+
+def test_ten_thousand_random_ioctls_and_mmaps() -> None:
+    errors = fuzz_process(20261121)
     # Something was refused, and nothing broke the kernel.
     assert errors
     bad = [line for line in kernel_log().splitlines() if BAD_KERNEL_LOG.search(line)]

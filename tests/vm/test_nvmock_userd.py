@@ -87,9 +87,16 @@ def test_rm_refuses_to_map_a_channel_whose_userd_the_client_supplied() -> None:
 
 def test_gp_get_moves_when_an_entry_is_fetched_not_when_its_work_is_done() -> None:
     """One 300 ms kernel a request: while it runs, GP_GET has already caught up with GP_PUT."""
-    reset()
     requests = ["--shape", "requests", "--rate-hz", "2", "--kernel-us", "300000"]
-    load = Gpuload([*requests, *CLIENT_USERD, "--seconds", "3"]).ready()
+    caught_up, behind = gets_while_running(requests)
+    assert caught_up > 20 and behind <= caught_up // 10
+
+
+def gets_while_running(shape: list[str]) -> tuple[int, int]:
+    """gpuload of ``shape`` for 3 s: how many looks (every 10 ms, for 2.5 s) found its channel
+    running with GP_GET caught up with GP_PUT, and how many found it behind."""
+    reset()
+    load = Gpuload([*shape, *CLIENT_USERD, "--seconds", "3"]).ready()
     caught_up = behind = 0
     try:
         end = time.monotonic() + 2.5
@@ -105,7 +112,7 @@ def test_gp_get_moves_when_an_entry_is_fetched_not_when_its_work_is_done() -> No
         result = load.result()
     assert result["kernels"] > 0
     print(f"running with GP_GET == GP_PUT: {caught_up}, behind: {behind}")
-    assert caught_up > 20 and behind <= caught_up // 10
+    return caught_up, behind
 
 
 def test_queued_entries_are_fetched_one_at_a_time_as_their_work_starts() -> None:
@@ -114,22 +121,6 @@ def test_queued_entries_are_fetched_one_at_a_time_as_their_work_starts() -> None
     to back (GP_GET moved by a kernel's two entries as each began; it reached GP_PUT only when
     the fourth began, at 74 % of the request: tools/gpu/userd_fetch.py,
     tools/gpu/results/2026-11-26-userd-fetch-16384-h100.json.xz)."""
-    reset()
     queued = ["--shape", "saturate", "--kernel-us", "50000", "--sync-every", "1", "--queue", "4"]
-    load = Gpuload([*queued, *CLIENT_USERD, "--seconds", "3"]).ready()
-    caught_up = behind = 0
-    try:
-        end = time.monotonic() + 2.5
-        while time.monotonic() < end:
-            ch = channel_line(load.pid)
-            if ch["running"] and ch["gp_put"]:
-                if ch["gp_get"] == ch["gp_put"]:
-                    caught_up += 1
-                else:
-                    behind += 1
-            time.sleep(0.01)
-    finally:
-        result = load.result()
-    assert result["kernels"] > 0
-    print(f"running with GP_GET == GP_PUT: {caught_up}, behind: {behind}")
+    caught_up, behind = gets_while_running(queued)
     assert behind > 20 and caught_up <= behind // 10

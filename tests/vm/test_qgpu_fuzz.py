@@ -27,24 +27,12 @@ CUDA_SATURATE = [
 PERIOD_US = 50_000
 MIB = 1 << 20
 
-# The fuzzer, in its own process (so that it can be put in a cgroup): the objects and the loop
-# of tests/vm/test_nvmock_fuzz.py, with a seed of its own. It prints how many calls failed.
+# The fuzzer, in its own process (so that it can be put in a cgroup): tests/vm/test_nvmock_fuzz.py's
+# objects and loop, with a seed of its own. It prints how many calls failed.
 FUZZER = """
-import ctypes, random, sys
-from tests.vm.rmclient import Rm, sysmem_params, tsg_params
-from tests.vm.test_nvmock_fuzz import fuzz
-rm = Rm()
-client = rm.new(0, 0, 0x41)
-device = rm.new(client, client, 0x80, handle=0x5C000002)
-subdevice = rm.new(client, device, 0x2080, handle=0x5C000003)
-tsg = rm.new(client, device, 0xA06C, tsg_params(), handle=0x5C000004)
-sysmem = rm.new(client, device, 0x3E, sysmem_params(1 << 20), handle=0x5C000005)
-handles = [client, device, subdevice, tsg, sysmem, 0x5C000006, 0xC1D00000, 0xCAF00000]
-valid = ctypes.create_string_buffer(4096)
-fds = [rm.ctl, rm.gpu, rm.open_gpu(), rm.open_ctl(), rm.open_ctl()]
-errors = fuzz(random.Random(int(sys.argv[1])), fds, handles, ctypes.addressof(valid))
-rm.close()
-print(sum(errors.values()))
+from tests.vm.test_nvmock_fuzz import fuzz_process
+import sys
+print(sum(fuzz_process(int(sys.argv[1])).values()))
 """
 
 
