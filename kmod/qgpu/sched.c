@@ -224,16 +224,6 @@ static struct qgpu_cg *next_holder(struct qgpu_sched *s, struct qgpu_cg *after)
 }
 
 /*
- * Which gated cgroups count as busy at this pass. Channels of ungated cgroups are not read (no
- * one schedules them), and a cgroup's channels are read only until one shows work pending: the
- * hold that follows is the cgroup's (qgpu_cg_busy()). A pass thus reads one channel of each busy
- * cgroup and every channel of the idle ones, each a PCIe round trip on a real GPU.
- *
- * A cgroup given the GPU after another cgroup had it has started once its work is seen on the
- * GPU: GP_GET moved in a channel read (the GPU fetched from it) or nothing of it waits to be
- * fetched. Until then the GPU is switching to it, which is charged to no one's slice.
- */
-/*
  * A cgroup closed after its work was fetched may have a kernel taken off the GPU unfinished
  * (FIFO_DISABLE_CHANNELS preempts running work), and nothing in its USERD shows that: GP_GET
  * has caught up and moves no more while it is closed. A loop that waits for that kernel
@@ -261,6 +251,16 @@ static bool owed(struct qgpu_cg *cg, u64 dt)
 	return cg->owed;
 }
 
+/*
+ * Which gated cgroups count as busy at this pass. Channels of ungated cgroups are not read (no
+ * one schedules them), and a cgroup's channels are read only until one shows work pending: the
+ * hold that follows is the cgroup's (qgpu_cg_busy()). A pass thus reads one channel of each busy
+ * cgroup and every channel of the idle ones, each a PCIe round trip on a real GPU.
+ *
+ * A cgroup given the GPU after another cgroup had it has started once its work is seen on the
+ * GPU: GP_GET moved in a channel read (the GPU fetched from it) or nothing of it waits to be
+ * fetched. Until then the GPU is switching to it, which is charged to no one's slice.
+ */
 static void sense(struct qgpu_sched *s, ktime_t now, u64 dt)
 {
 	struct qgpu_obj *obj;
