@@ -246,13 +246,8 @@ class Tenant:
 
     def vidheap_fn(self, function: int, fields: dict[int, tuple[str, int]]) -> dict[str, object]:
         """VID_HEAP_CONTROL of another function, its union fields by offset (rmcases.py's)."""
-        arg = bytearray(
-            abi.NVOS32.pack(hRoot=self.client, hObjectParent=self.device, function=function)
-        )
-        for offset, (fmt, value) in fields.items():
-            struct.pack_into("<" + fmt, arg, offset, value)
-        ioctl(self.rm.ctl, abi.Escape.RM_VID_HEAP_CONTROL, arg)
-        return {"status": abi.NVOS32.unpack(bytes(arg))["status"]}
+        status, _ = rmcases.nvos32_call(self.rm, self.client, self.device, function, fields)
+        return {"status": status}
 
     def vidheap_alloc(self, function: int, size_or_height: int, pitch: int) -> dict[str, object]:
         """ALLOC_SIZE_RANGE of BYTES, or ALLOC_TILED_PITCH_HEIGHT of HEIGHT rows of PITCH."""

@@ -404,13 +404,20 @@ RANGE_SIZE, RANGE_LIMIT, RANGE_BEGIN, RANGE_END = 80, 104, 112, 120  # AllocSize
 TILED_HEIGHT, TILED_PITCH, TILED_SIZE, TILED_LIMIT = 56, 60, 88, 112  # AllocTiledPitchHeight
 
 
-def _nvos32(s: Scope, function: int, fields: dict[int, tuple[str, int]]) -> tuple[int, bytes]:
-    """VID_HEAP_CONTROL with ``function`` and raw union fields {offset: (format, value)}."""
-    arg = bytearray(abi.NVOS32.pack(hRoot=s.client, hObjectParent=s.device, function=function))
+def nvos32_call(
+    rm: Rm, client: int, device: int, function: int, fields: dict[int, tuple[str, int]]
+) -> tuple[int, bytes]:
+    """VID_HEAP_CONTROL with ``function`` and raw union fields {offset: (format, value)}: the
+    status and the argument as RM left it."""
+    arg = bytearray(abi.NVOS32.pack(hRoot=client, hObjectParent=device, function=function))
     for offset, (fmt, value) in fields.items():
         struct.pack_into("<" + fmt, arg, offset, value)
-    ioctl(s.rm.ctl, abi.Escape.RM_VID_HEAP_CONTROL, arg)
+    ioctl(rm.ctl, abi.Escape.RM_VID_HEAP_CONTROL, arg)
     return abi.NVOS32.unpack(bytes(arg))["status"], bytes(arg)
+
+
+def _nvos32(s: Scope, function: int, fields: dict[int, tuple[str, int]]) -> tuple[int, bytes]:
+    return nvos32_call(s.rm, s.client, s.device, function, fields)
 
 
 def _made(s: Scope, status: int, arg: bytes, size_at: int, limit_at: int) -> Answers:

@@ -100,12 +100,20 @@ def pct(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def analyse(watch: dict[str, Any], rows: list[dict[str, int]]) -> dict[str, Any]:
-    """Per request, on the channel whose GP_PUT moved first after the launch began: when GP_PUT
-    moved, when GP_GET reached that GP_PUT, and the request's end (all from its launch)."""
-    by_channel: dict[int, list[tuple[int, int, int]]] = {}
+Events = dict[int, list[tuple[int, int, int]]]
+
+
+def events_by_channel(watch: dict[str, Any]) -> Events:
+    """The watcher's changes, (time, GP_GET, GP_PUT) in order, by channel."""
+    by_channel: Events = {}
     for t, channel, get, put in watch["events"]:
         by_channel.setdefault(channel, []).append((t, get, put))
+    return by_channel
+
+
+def analyse(by_channel: Events, rows: list[dict[str, int]]) -> dict[str, Any]:
+    """Per request, on the channel whose GP_PUT moved first after the launch began: when GP_PUT
+    moved, when GP_GET reached that GP_PUT, and the request's end (all from its launch)."""
     out = []
     for row in rows:
         best = None
@@ -153,12 +161,9 @@ def analyse(watch: dict[str, Any], rows: list[dict[str, int]]) -> dict[str, Any]
     return {"summary": summary, "requests": out}
 
 
-def analyse_trainers(watch: dict[str, Any], trainers: list[dict[str, Any]]) -> dict[str, Any]:
+def analyse_trainers(by_channel: Events, trainers: list[dict[str, Any]]) -> dict[str, Any]:
     """For each trainer loop, on the channel that changed most during it: the part of the loop
     in which it read pending (GP_GET != GP_PUT), which is what qgpu sees as busy."""
-    by_channel: dict[int, list[tuple[int, int, int]]] = {}
-    for t, channel, get, put in watch["events"]:
-        by_channel.setdefault(channel, []).append((t, get, put))
     out = {}
     for loop in trainers:
         t0, t2 = loop["t0"], loop["t2"]
@@ -209,8 +214,9 @@ def main() -> int:
         watch = json.loads(watch_path.read_text())
         recorded = json.loads(timeline.read_text())
     rows = recorded["requests"]
-    result = analyse(watch, rows)
-    result["summary"].update(analyse_trainers(watch, recorded["trainers"]))
+    by_channel = events_by_channel(watch)
+    result = analyse(by_channel, rows)
+    result["summary"].update(analyse_trainers(by_channel, recorded["trainers"]))
     sys.path.insert(0, str(HERE.parents[1]))
     from tools.gpu.hostinfo import host_facts
 
