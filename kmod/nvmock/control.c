@@ -21,11 +21,25 @@
  * NV_ERR_NOT_SUPPORTED, unless a measurement on the H200 says what GSP answered.
  */
 #include <linux/capability.h>
+#include <linux/delay.h>
+#include <linux/moduleparam.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
 #include "nvmock.h"
+
+/*
+ * How long FIFO_DISABLE_CHANNELS takes, us. On a GSP GPU it is an RPC to GSP: measured from
+ * userspace on an H100 and an H200 (580.159.04), a switch of two such controls took p50
+ * 1.1-1.3 ms (../shared/docs/h200-findings.md section 2) and one control 0.84 ms under cProfile
+ * (BENCHMARKS.md, 2026-11-26). When within the call GSP stops or starts the channels is not
+ * published; nvmock changes them at the end, the latest a caller can count on, so work the
+ * GPU fetches while the control is on its way still runs. 0 (the default) answers at once.
+ */
+static unsigned int disable_us;
+module_param(disable_us, uint, 0644);
+MODULE_PARM_DESC(disable_us, "How long FIFO_DISABLE_CHANNELS takes before it acts, us");
 
 struct control_desc {
 	u32 cmd;
@@ -271,6 +285,8 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 	 * bOnlyDisableScheduling=1: not scheduled again, but a channel whose TSG is on the engine
 	 * runs to the end of that slice. Enabling ignores it.
 	 */
+	if (disable_us)
+		fsleep(disable_us);
 	spin_lock(&engine->lock);
 	for (i = 0; i < p->numChannels; i++) {
 		struct nvmock_channel *ch = channels[i];
