@@ -10,6 +10,11 @@ after the launch, when GP_GET caught up with it, and when the work ended. Then t
 loops of 3 s (synced at the end only, and after each matmul): the part of each in which the
 channel read pending, which is what qgpu takes for busy.
 
+The watcher also samples the pushbuffer's Put and Get and TopLevelGet (clc86f.h), to learn
+whether any word of USERD stays behind while fetched work runs (a sign of completion qgpu could
+read): per request, when the pushbuffer's Get reached its Put and when TopLevelGet last moved,
+against the request's end; per trainer loop, the part in which Get != Put.
+
 On a GPU machine with PyTorch and gcc (no root needed; nothing but the process's own USERD is
 read):
 
@@ -103,12 +108,70 @@ def pct(values: list[float], q: float) -> float | None:
 Events = dict[int, list[tuple[int, int, int]]]
 
 
-def events_by_channel(watch: dict[str, Any]) -> Events:
-    """The watcher's changes, (time, GP_GET, GP_PUT) in order, by channel."""
+def events_by_channel(watch: dict[str, Any], words: tuple[int, int] = (2, 3)) -> Events:
+    """The watcher's changes, (time, a, b) in order, by channel, where a and b are the event's
+    fields at ``words``: GP_GET and GP_PUT by default, (5, 4) for the pushbuffer's Get and Put.
+    An event is [time, channel, GP_GET, GP_PUT, Put, Get, TopLevelGet]; recordings before the
+    watcher read the pushbuffer words have the first four only. A change of other words only
+    repeats the pair, which the analyses take as it is."""
     by_channel: Events = {}
-    for t, channel, get, put in watch["events"]:
-        by_channel.setdefault(channel, []).append((t, get, put))
+    for event in watch["events"]:
+        if max(words) >= len(event):
+            raise ValueError(f"event {event!r} has no field {max(words)}")
+        by_channel.setdefault(event[1], []).append((event[0], event[words[0]], event[words[1]]))
     return by_channel
+
+
+def analyse_pushbuffer(
+    pushbuffer: Events,
+    top: dict[int, list[tuple[int, int]]],
+    requests: list[dict[str, Any]],
+    rows: list[dict[str, int]],
+) -> dict[str, Any]:
+    """Per request, on the channel analyse() found for it: when the pushbuffer's Get reached the
+    Put it had at the request's end, and when TopLevelGet last moved before that end, both as a
+    share of the request (1.0: at its end, as a sign of completion would be)."""
+    out: dict[str, Any] = {}
+    for length in sorted({r["kernels"] for r in rows}):
+        caught, top_last, pending_at_end = [], [], 0
+        for row, req in zip(rows, requests, strict=True):
+            if row["kernels"] != length or req.get("channel") is None:
+                continue
+            t0, t2 = row["t0"], row["t2"]
+            events = pushbuffer.get(req["channel"], [])
+            at_end = [e for e in events if e[0] <= t2]
+            if not at_end:
+                continue
+            put = at_end[-1][2]
+            pending_at_end += at_end[-1][1] != put
+            hit = next((e[0] for e in events if e[0] >= t0 and e[1] == put), None)
+            if hit is not None:
+                caught.append((hit - t0) / (t2 - t0))
+            moves = [t for t, _ in top.get(req["channel"], []) if t0 <= t <= t2]
+            if moves:
+                top_last.append((moves[-1] - t0) / (t2 - t0))
+        out[f"{length} kernel(s) a request"] = {
+            "pb_caught_up": len(caught),
+            "pb_caught_up_share_p50": pct(caught, 0.5),
+            "pb_caught_up_share_max": max(caught) if caught else None,
+            "pb_pending_at_end": pending_at_end,
+            "top_level_get_moved": len(top_last),
+            "top_level_get_last_share_p50": pct(top_last, 0.5),
+            "top_level_get_last_share_max": max(top_last) if top_last else None,
+        }
+    return out
+
+
+def top_level_gets(watch: dict[str, Any]) -> dict[int, list[tuple[int, int]]]:
+    """(time, TopLevelGet) at each change of it, by channel."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for event in watch["events"]:
+        if len(event) < 7:
+            continue
+        seen = out.setdefault(event[1], [])
+        if not seen or seen[-1][1] != event[6]:
+            seen.append((event[0], event[6]))
+    return out
 
 
 def analyse(by_channel: Events, rows: list[dict[str, int]]) -> dict[str, Any]:
@@ -217,6 +280,11 @@ def main() -> int:
     by_channel = events_by_channel(watch)
     result = analyse(by_channel, rows)
     result["summary"].update(analyse_trainers(by_channel, recorded["trainers"]))
+    pushbuffer = events_by_channel(watch, (5, 4))
+    result["pushbuffer"] = analyse_pushbuffer(
+        pushbuffer, top_level_gets(watch), result["requests"], rows
+    )
+    result["pushbuffer"].update(analyse_trainers(pushbuffer, recorded["trainers"]))
     sys.path.insert(0, str(HERE.parents[1]))
     from tools.gpu.hostinfo import host_facts
 
@@ -234,7 +302,8 @@ def main() -> int:
         "raw_trainers": recorded["trainers"],
     }
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps({"channels": len(watch["channels"]), **result["summary"]}, indent=1))
+    print(json.dumps({"channels": len(watch["channels"]), **result["summary"],
+                      "pushbuffer": result["pushbuffer"]}, indent=1))  # fmt: skip
     return 0
 
 

@@ -9,9 +9,11 @@
  * userdOffset[0] of the channel's RM_ALLOC) and maps that memory through BAR1 with RM_MAP_MEMORY
  * onto a fresh device fd, then mmap()s that fd (tools/gpuload/CUDA_SEQUENCE.md). This library
  * notes the channel allocations, each RM_MAP_MEMORY by its target fd and the mmap() that follows
- * on it, and from those finds each slot's address in the process. A thread then reads GP_GET
- * (0x88) and GP_PUT (0x8C) of every slot in one 64-bit load, as fast as it can, and keeps each
- * change with its CLOCK_MONOTONIC time. At exit it writes JSON to $USERD_WATCH_OUT.
+ * on it, and from those finds each slot's address in the process. A thread then reads, as fast
+ * as it can, three 64-bit words of every slot: GP_GET and GP_PUT (0x88), the pushbuffer's Put
+ * and Get (0x40) and TopLevelGet with its high half (0x58), as clc86f.h lays out Nvc86fControl,
+ * and keeps each change with its CLOCK_MONOTONIC time. At exit it writes JSON to
+ * $USERD_WATCH_OUT.
  *
  * It only reads: nothing here writes USERD or calls the driver on its own.
  */
@@ -31,7 +33,9 @@
 #define NV_IOCTL_MAGIC		'F'
 #define NV_ESC_RM_ALLOC		0x2B
 #define NV_ESC_RM_MAP_MEMORY	0x4E
-#define USERD_GP_GET		0x88	/* clc36f.h Nvc36fControl.GPGet; GPPut follows at 0x8C */
+#define USERD_GP_GET		0x88	/* clc86f.h Nvc86fControl.GPGet; GPPut follows at 0x8C */
+#define USERD_PUT		0x40	/* Nvc86fControl.Put; Get (read only) follows at 0x44 */
+#define USERD_TOP_LEVEL_GET	0x58	/* Nvc86fControl.TopLevelGet; TopLevelGetHi at 0x5C */
 
 #define MAX_FDS		4096
 #define MAX_CHANNELS	256
@@ -55,8 +59,8 @@ struct nvos33_fd {	/* RM_MAP_MEMORY (nv-unix-nvos-params-wrappers.h, 56 bytes) *
 struct channel {
 	uint32_t client, handle, cls, userd_mem;
 	uint64_t userd_off;
-	volatile uint64_t *userd;	/* GP_GET | GP_PUT << 32, once found */
-	uint64_t last;
+	volatile char *userd;		/* the slot, once found */
+	uint64_t last[3];
 };
 
 struct map {
@@ -67,7 +71,8 @@ struct map {
 
 struct event {
 	uint64_t t_ns;
-	uint32_t channel, get, put;
+	uint32_t channel, get, put, pb_put, pb_get;
+	uint64_t top_get;
 };
 
 static struct { uint32_t client, memory; uint64_t offset, length; int pending; } by_fd[MAX_FDS];
@@ -106,8 +111,8 @@ static void resolve(struct channel *ch)
 		if (m->client == ch->client && m->memory == ch->userd_mem &&
 		    ch->userd_off >= m->offset && ch->userd_off + 0x200 <= m->offset + m->length)
 			__atomic_store_n(&ch->userd,
-					 (volatile uint64_t *)(m->base + (ch->userd_off - m->offset) +
-							       USERD_GP_GET), __ATOMIC_RELEASE);
+					 (volatile char *)(m->base + (ch->userd_off - m->offset)),
+					 __ATOMIC_RELEASE);
 	}
 }
 
@@ -120,20 +125,25 @@ static void *watch(void *unused)
 		n = atomic_load(&nchannels);
 		for (i = 0; i < n; i++) {
 			struct channel *ch = &channels[i];
-			volatile uint64_t *userd = __atomic_load_n(&ch->userd, __ATOMIC_ACQUIRE);
-			uint64_t value, k;
+			volatile char *userd = __atomic_load_n(&ch->userd, __ATOMIC_ACQUIRE);
+			uint64_t gp, pb, top, k;
 
 			if (!userd)
 				continue;
-			value = *userd;
+			gp = *(volatile uint64_t *)(userd + USERD_GP_GET);
+			pb = *(volatile uint64_t *)(userd + USERD_PUT);
+			top = *(volatile uint64_t *)(userd + USERD_TOP_LEVEL_GET);
 			atomic_fetch_add(&nreads, 1);
-			if (value == ch->last)
+			if (gp == ch->last[0] && pb == ch->last[1] && top == ch->last[2])
 				continue;
-			ch->last = value;
+			ch->last[0] = gp;
+			ch->last[1] = pb;
+			ch->last[2] = top;
 			k = atomic_fetch_add(&nevents, 1);
 			if (k < MAX_EVENTS)
-				events[k] = (struct event){ now_ns(), i, (uint32_t)value,
-							    (uint32_t)(value >> 32) };
+				events[k] = (struct event){ now_ns(), i, (uint32_t)gp,
+							    (uint32_t)(gp >> 32), (uint32_t)pb,
+							    (uint32_t)(pb >> 32), top };
 		}
 	}
 	return NULL;
@@ -166,7 +176,7 @@ static void note_alloc(const struct nvos64 *p)
 	ch->cls = p->hClass;
 	memcpy(&ch->userd_mem, params + 32, sizeof(ch->userd_mem));	/* hUserdMemory[0] */
 	memcpy(&ch->userd_off, params + 64, sizeof(ch->userd_off));	/* userdOffset[0] */
-	ch->last = ~0ull;
+	memset(ch->last, 0xff, sizeof(ch->last));
 	resolve(ch);
 	atomic_store(&nchannels, n + 1);
 	start_watcher();
@@ -283,9 +293,10 @@ void userd_watch_stop(void)
 			channels[i].userd ? "true" : "false");
 	fprintf(out, "], \"events\": [");
 	for (k = 0; k < n && k < MAX_EVENTS; k++)
-		fprintf(out, "%s[%llu, %u, %u, %u]", k ? ", " : "",
+		fprintf(out, "%s[%llu, %u, %u, %u, %u, %u, %llu]", k ? ", " : "",
 			(unsigned long long)events[k].t_ns, events[k].channel, events[k].get,
-			events[k].put);
+			events[k].put, events[k].pb_put, events[k].pb_get,
+			(unsigned long long)events[k].top_get);
 	fprintf(out, "]}\n");
 	fclose(out);
 }
