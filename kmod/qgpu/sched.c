@@ -67,6 +67,11 @@ module_param(online_hold_us, uint, 0644);
 MODULE_PARM_DESC(online_hold_us,
 		 "Offline work stays closed this long after online work was last seen pending, us");
 
+static unsigned int owed_ms = 20;
+module_param(owed_ms, uint, 0644);
+MODULE_PARM_DESC(owed_ms,
+		 "A cgroup closed with fetched work goes ahead of others for this much open time, ms");
+
 #define MAX_CHANGES 256
 #define CH_RETRY_MIN_MS	10
 #define CH_RETRY_MAX_MS	1000
@@ -226,29 +231,70 @@ static struct qgpu_cg *next_holder(struct qgpu_sched *s, struct qgpu_cg *after)
 /*
  * A cgroup closed after its work was fetched may have a kernel taken off the GPU unfinished
  * (FIFO_DISABLE_CHANNELS preempts running work), and nothing in its USERD shows that: GP_GET
- * has caught up and moves no more while it is closed. A loop that waits for that kernel
- * submits nothing more, so the cgroup would read idle for ever and, next to a busy one, never
- * be opened again: its process hangs. Such a cgroup is owed: it counts as busy until GP_GET
- * moves again (its work went on), or until it has been open OWED_MAX_NS with nothing moving
- * (whatever was taken off had time to finish, or there was none).
+ * has caught up and moves no more while it is closed, and no other word of USERD stays behind
+ * while a fetched kernel runs (measured on an H100: the pushbuffer's Get reaches its Put with
+ * GP_GET, TopLevelGet does not move; tools/gpu/userd_fetch.py). A loop that waits for that
+ * kernel submits nothing more, so the cgroup would read idle for ever and, next to a busy one,
+ * never be opened again: its process hangs. Such a cgroup is owed until GP_GET moves again
+ * while it is open (its work went on). Work is also fetched between the look that decided a
+ * close and the close itself (FIFO_DISABLE_CHANNELS takes 0.5-0.8 ms on a GSP GPU,
+ * h200-findings.md section 2): GP_GET then moves while the cgroup is closed, which makes it owed
+ * as well.
+ *
+ * An owed cgroup counts as busy, ahead of others' work, for owed_ms of open time with nothing
+ * moving: whatever was taken off had that time to finish, or there was none. A pass that came
+ * late counts as OWED_PASS_MAX_NS at most: a host too busy to run this thread on time may not
+ * have run the owed work either. Past owed_ms the cgroup stays owed but has only the time no
+ * one else could use (owed_idle()), so a process that went quiet holds no one up for longer, at
+ * the price that under burst-share and best-effort a kernel running longer than that after its
+ * fetch, next to work that never pauses, waits for a pause.
  * Context: qgpu_lock held.
+ * Return: whether the cgroup counts as busy ahead of others' work.
  */
-#define OWED_MAX_NS	(20 * NSEC_PER_MSEC)
+#define OWED_PASS_MAX_NS	(2 * NSEC_PER_MSEC)
 
 static bool owed(struct qgpu_cg *cg, u64 dt)
 {
 	lockdep_assert_held(&qgpu_lock);
-	if (!cg->owed)
-		return false;
-	if (cg->moved) {
+	if (cg->class != QGPU_CLASS_OFFLINE) {
 		cg->owed = false;
 		return false;
 	}
-	if (cg->open)
-		cg->owed_open_ns += dt;
-	if (cg->owed_open_ns >= OWED_MAX_NS)
+	if (cg->moved && !cg->open) {
+		cg->owed = true;
+		cg->owed_open_ns = 0;
+	} else if (cg->moved) {
 		cg->owed = false;
-	return cg->owed;
+	}
+	if (!cg->owed)
+		return false;
+	if (cg->open)
+		cg->owed_open_ns += min_t(u64, dt, OWED_PASS_MAX_NS);
+	return cg->owed_open_ns < (u64)owed_ms * NSEC_PER_MSEC;
+}
+
+/*
+ * Owed cgroups past owed_ms (owed()) count as busy when no other gated cgroup here could have
+ * the GPU: none is busy, or, under fixed-share, none busy has slice left (the rest of such a
+ * period goes to no one). Under fixed-share an owed cgroup thus still has its own share, after
+ * the others' turns, and no more.
+ * Context: qgpu_lock held; after the pass's refill, before its holder is chosen.
+ */
+static void owed_idle(struct qgpu_sched *s)
+{
+	struct qgpu_cg *cg;
+
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry(cg, &qgpu_cgroups, node) {
+		if (!gated_here(s, cg) || !cg->busy)
+			continue;
+		if (cg->class == QGPU_CLASS_ONLINE || s->policy != QGPU_POLICY_FIXED_SHARE ||
+		    cg->slice_ns > 0)
+			return;
+	}
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		if (gated_here(s, cg) && cg->owed)
+			cg->busy = true;
 }
 
 /*
@@ -302,6 +348,7 @@ static void sense(struct qgpu_sched *s, ktime_t now, u64 dt)
 		cg->busy = qgpu_cg_busy(cg, cg->busy || cg->moved, dt);
 		cg->busy |= owed(cg, dt);
 	}
+	owed_idle(s);
 }
 
 /*
@@ -466,6 +513,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		s->deferred = false;
 		refill(s);
 	}
+	owed_idle(s);
 
 	holder = find_holder(s);
 	/* A holder whose ring ran dry at one look may be refilling it: it goes at the second. */
