@@ -111,6 +111,27 @@ def test_a_lone_fixed_share_pod_stays_within_its_share() -> None:
 SYNCED = ["--shape", "requests", "--rate-hz", "5000", "--kernel-us", "1000", "--poll-us", "20"]
 
 
+def beside_a_trainer(args: list[str], disable_us: int) -> tuple[float, float, float]:
+    """A gpuload run of ``args`` alone, then beside a saturating pod, each in a cgroup of its own
+    under fixed-share 50/50, with nvmock's FIFO_DISABLE_CHANNELS taking ``disable_us``: the part
+    of the engine it kept busy alone, and the parts it and the saturating pod used side by side."""
+    reset()
+    alone = engine_use_alone([*args, "--seconds", "4"])
+    with nvmock_param("disable_us", disable_us), qgpu_loaded() as client, cgroups(2) as cgs:
+        client.set_gpu(0, "fixed-share", PERIOD_US)
+        for cg in cgs:
+            client.set_cgroup(cg.id, 0, "offline", 50)
+        reset()
+        train, loop = start_together(
+            [*SATURATE, "--seconds", "6"],
+            [*args, "--seconds", "6"],
+            cgroups=[str(c.path) for c in cgs],
+        )
+        wall = loop.result()["elapsed_s"]
+        train.result()
+        return alone, gpu_seconds(loop.pid) / wall, gpu_seconds(train.pid) / wall
+
+
 # FIFO_DISABLE_CHANNELS as long as on a real GPU (0.55-0.84 ms, nvmock's control.c): work the GPU
 # fetches between qgpu's look and the close still runs, then is taken off the engine.
 @pytest.mark.parametrize("disable_us", [0, 600])
@@ -120,21 +141,7 @@ def test_a_pod_that_waits_for_each_result_keeps_its_fixed_share(disable_us: int)
     GP_GET moving (sense() in sched.c): counted idle, its turns ended early and went to the
     saturating pod beside it. Fixed-share 50/50: it uses about its half of the wall time, at the
     efficiency it reaches alone (its CPU time between kernels is its own loss)."""
-    reset()
-    alone = engine_use_alone([*SYNCED, "--seconds", "4"])
-    with nvmock_param("disable_us", disable_us), qgpu_loaded() as client, cgroups(2) as cgs:
-        client.set_gpu(0, "fixed-share", PERIOD_US)
-        for cg in cgs:
-            client.set_cgroup(cg.id, 0, "offline", 50)
-        reset()
-        train, loop = start_together(
-            [*SATURATE, "--seconds", "6"],
-            [*SYNCED, "--seconds", "6"],
-            cgroups=[str(c.path) for c in cgs],
-        )
-        wall = loop.result()["elapsed_s"]
-        train.result()
-        used = gpu_seconds(loop.pid) / wall
+    alone, used, _ = beside_a_trainer(SYNCED, disable_us)
     kept = used / (0.5 * alone)
     print(f"synced loop, disable {disable_us} us: alone {alone:.3f} of the engine, "
           f"in its half {used:.3f}: kept {kept:.2f}")  # fmt: skip
@@ -149,22 +156,7 @@ def test_a_pod_whose_kernels_outlast_its_turns_keeps_its_fixed_share() -> None:
     other pod cannot use (owed_idle() in sched.c); before that it hung once its kernel had had
     the owed time."""
     long_kernels = ["--shape", "requests", "--rate-hz", "1000", "--kernel-us", "40000"]
-    reset()
-    alone = engine_use_alone([*long_kernels, "--poll-us", "20", "--seconds", "4"])
-    with nvmock_param("disable_us", 600), qgpu_loaded() as client, cgroups(2) as cgs:
-        client.set_gpu(0, "fixed-share", PERIOD_US)
-        for cg in cgs:
-            client.set_cgroup(cg.id, 0, "offline", 50)
-        reset()
-        train, loop = start_together(
-            [*SATURATE, "--seconds", "6"],
-            [*long_kernels, "--poll-us", "20", "--seconds", "6"],
-            cgroups=[str(c.path) for c in cgs],
-        )
-        wall = loop.result()["elapsed_s"]
-        train.result()
-        used = gpu_seconds(loop.pid) / wall
-        trained = gpu_seconds(train.pid) / wall
+    alone, used, trained = beside_a_trainer([*long_kernels, "--poll-us", "20"], 600)
     kept = used / (0.5 * alone)
     print(f"40 ms kernels: alone {alone:.3f}, in its half {used:.3f} (kept {kept:.2f}), "
           f"the other pod {trained:.3f}")  # fmt: skip
