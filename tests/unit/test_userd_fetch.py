@@ -38,19 +38,26 @@ def reanalysed(data: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-@pytest.mark.parametrize("n", [16384, 8192])
-def test_the_recorded_summaries_follow_from_the_raw_events(n: int) -> None:
-    data = recording(f"2026-11-27-userd-fetch-{n}-h100-call10A.json.xz")
+TENTH = [f"2026-11-27-userd-fetch-{n}-h100-call10A.json.xz" for n in (16384, 8192)] + [
+    f"2026-11-27-userd-fetch-{n}-h200-call10C.json.xz" for n in (16384, 8192)
+]
+
+
+@pytest.mark.parametrize("name", TENTH)
+def test_the_recorded_summaries_follow_from_the_raw_events(name: str) -> None:
+    data = recording(name)
     result = reanalysed(data)
     assert result["summary"] == data["summary"]
     assert result["pushbuffer"] == data["pushbuffer"]
 
 
-def test_no_word_of_userd_stays_behind_while_a_fetched_kernel_runs() -> None:
-    """What qgpu cannot see, measured: the pushbuffer's Get reaches its Put when GP_GET reaches
-    GP_PUT, early in a long kernel, and TopLevelGet never moves; so a kernel taken off the GPU
-    after its fetch leaves no trace in USERD (the "owed" cgroups of sched.c)."""
-    data = recording("2026-11-27-userd-fetch-16384-h100-call10A.json.xz")
+@pytest.mark.parametrize("gpu", ["h100-call10A", "h200-call10C"])
+def test_no_word_of_userd_stays_behind_while_a_fetched_kernel_runs(gpu: str) -> None:
+    """What qgpu cannot see, measured on both GPU models: the pushbuffer's Get reaches its Put
+    when GP_GET reaches GP_PUT, early in an 11 ms kernel, and TopLevelGet never moves; so a
+    kernel taken off the GPU after its fetch leaves no trace in USERD (the "owed" cgroups of
+    sched.c)."""
+    data = recording(f"2026-11-27-userd-fetch-16384-{gpu}.json.xz")
     one = data["pushbuffer"]["1 kernel(s) a request"]
     assert one["pb_caught_up"] == 100
     assert one["pb_caught_up_share_max"] < 0.1
