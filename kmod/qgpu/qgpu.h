@@ -65,6 +65,7 @@ struct qgpu_cg {
 	bool moved_in_turn;		/* GP_GET moved since it was last opened */
 	bool owed;			/* closed with fetched work maybe unfinished (sched.c) */
 	u64 owed_open_ns;		/* open time since it was owed, with nothing moving */
+	bool owed_only;			/* busy at this pass only as owed (owed_idle()) */
 	bool started;			/* its work was seen on the GPU since it was opened */
 	bool closing;			/* RM closed its channels at this pass (sched.c settle()) */
 	ktime_t opened;			/* when it was last opened */

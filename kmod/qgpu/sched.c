@@ -292,9 +292,12 @@ static void owed_idle(struct qgpu_sched *s)
 		    cg->slice_ns > 0)
 			return;
 	}
-	list_for_each_entry(cg, &qgpu_cgroups, node)
-		if (gated_here(s, cg) && cg->owed)
+	list_for_each_entry(cg, &qgpu_cgroups, node) {
+		if (gated_here(s, cg) && cg->owed && !cg->busy) {
 			cg->busy = true;
+			cg->owed_only = true;
+		}
+	}
 }
 
 /*
@@ -460,12 +463,14 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 				cg->open_ns += dt;
 				if (cg->class == QGPU_CLASS_OFFLINE && cg->started)
 					cg->slice_ns -= dt;
-			} else {
+			} else if (!cg->owed_only) {
+				/* Owed only: whether it has work at all is unknown. */
 				cg->throttled_ns += dt;
 				cg->throttled_in_period = true;
 			}
 		}
 		cg->busy = false;
+		cg->owed_only = false;
 	}
 	if (!any) {
 		s->holder = 0;

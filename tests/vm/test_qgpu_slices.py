@@ -166,6 +166,34 @@ def test_a_pod_whose_kernels_outlast_its_turns_keeps_its_fixed_share() -> None:
     assert trained <= 0.52
 
 
+def test_a_quiet_pod_is_not_counted_as_throttled() -> None:
+    """A pod with a 1 ms request twice a second, beside a saturating pod, fixed-share 50/50:
+    after each request its turn ends with its work fetched, so it is owed, and past owed_ms it
+    counts as busy only for time the other pod cannot use (owed_idle() in sched.c). Whether it
+    has work then is unknown, so a closed pass of it is not throttling: it is throttled in about
+    the periods its requests wait. When owed_idle() first counted it, it was throttled in 31
+    periods for 12 requests (one run; 8 with the change)."""
+    quiet = ["--shape", "requests", "--rate-hz", "2", "--kernel-us", "1000", "--poll-us", "20"]
+    with qgpu_loaded() as client, cgroups(2) as cgs:
+        client.set_gpu(0, "fixed-share", PERIOD_US)
+        for cg in cgs:
+            client.set_cgroup(cg.id, 0, "offline", 50)
+        reset()
+        train, pod = start_together(
+            [*SATURATE, "--seconds", "6"],
+            [*quiet, "--seconds", "6"],
+            cgroups=[str(c.path) for c in cgs],
+        )
+        requests = pod.result()["requests"]
+        train.result()
+        stats = {s.cgroup_id: s for s in client.cgroups()}
+        trainer, quiet_pod = stats[cgs[0].id], stats[cgs[1].id]
+    print(f"quiet pod: {requests} requests, throttled in {quiet_pod.nr_throttled} periods; "
+          f"the trainer in {trainer.nr_throttled}")  # fmt: skip
+    assert trainer.nr_throttled > 60
+    assert quiet_pod.nr_throttled <= 2 * requests + 2
+
+
 def engine_use_alone(args: list[str]) -> float:
     """The part of the engine a gpuload run alone (no qgpu) kept busy."""
     load = Gpuload(args).ready()
