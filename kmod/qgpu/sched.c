@@ -351,7 +351,6 @@ static void sense(struct qgpu_sched *s, ktime_t now, u64 dt)
 		cg->busy = qgpu_cg_busy(cg, cg->busy || cg->moved, dt);
 		cg->busy |= owed(cg, dt);
 	}
-	owed_idle(s);
 }
 
 /*
