@@ -2,7 +2,8 @@
 /*
  * nvmock: ground truth in debugfs, under /sys/kernel/debug/nvmock/.
  *
- *   objects		live objects by kind, backing buffers and mappings (zero when all is freed)
+ *   objects		live objects by kind, backing buffers, mappings and UVM ranges (zero when
+ *			all is freed)
  *   bar1		the BAR1 aperture video memory lives in: phys, size and bytes free, or
  *			"absent" (no ivshmem device: video memory is system RAM)
  *   kapi		what the in-kernel RM entry served: counts, then its latest ops (allocs
@@ -44,6 +45,7 @@ static int objects_show(struct seq_file *m, void *unused)
 		seq_printf(m, "%s %d\n", nvmock_kind_name(kind), atomic_read(&nvmock_counts[kind]));
 	seq_printf(m, "buffers %d\n", atomic_read(&nvmock_buffers));
 	seq_printf(m, "mappings %d\n", atomic_read(&nvmock_vmas));
+	seq_printf(m, "uvm_ranges %d\n", atomic_read(&nvmock_uvm_ranges));
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(objects);

@@ -4,6 +4,7 @@
  *
  * Like nvidia.ko it registers major 195: minors 0..N-1 ("nvidia", one per GPU) and 255
  * ("nvidiactl"), with one file_operations table for both; /dev entries are made by userspace.
+ * /dev/nvidia-uvm, nvidia-uvm.ko's in a real system, is registered here too (uvm.c).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -184,12 +185,17 @@ static int __init nvmock_init(void)
 	err = cdev_add(&ctl_cdev, ctl_dev, 1);
 	if (err)
 		goto err_gpu_cdev;
+	err = nvmock_uvm_init();
+	if (err)
+		goto err_ctl_cdev;
 
 	nvmock_debugfs_init();
 	pr_info("%u GPU(s), %lu MiB each, driver version %s\n", nvmock_num_gpus, fb_mib,
 		NVMOCK_VERSION_STRING);
 	return 0;
 
+err_ctl_cdev:
+	cdev_del(&ctl_cdev);
 err_gpu_cdev:
 	cdev_del(&gpu_cdev);
 err_ctl_region:
@@ -208,6 +214,7 @@ static void __exit nvmock_exit(void)
 	/* No file can be open: each holds a reference on the module. Kernel clients may be left. */
 	nvmock_free_clients_of(NULL);
 	nvmock_debugfs_exit();
+	nvmock_uvm_exit();
 	cdev_del(&ctl_cdev);
 	cdev_del(&gpu_cdev);
 	unregister_chrdev_region(MKDEV(NVRM_MAJOR, NVRM_CTL_MINOR), 1);

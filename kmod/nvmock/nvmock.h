@@ -207,6 +207,11 @@ extern struct nvmock_gpu nvmock_gpus[NVMOCK_MAX_GPUS];
 extern atomic_t nvmock_counts[NVMOCK_KINDS];
 extern atomic_t nvmock_buffers;
 extern atomic_t nvmock_vmas;
+extern atomic_t nvmock_uvm_ranges;
+
+/* uvm.c: /dev/nvidia-uvm. */
+int nvmock_uvm_init(void);
+void nvmock_uvm_exit(void);
 
 /* rm.c: the object tree. */
 struct nvmock_caller {

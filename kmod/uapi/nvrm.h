@@ -59,10 +59,12 @@
 
 /* RM status codes (nvstatuscodes.h). */
 #define NV_OK					0x00
+#define NV_ERR_ILLEGAL_ACTION			0x16
 #define NV_ERR_IN_USE				0x17
 #define NV_ERR_INSERT_DUPLICATE_NAME		0x19
 #define NV_ERR_INSUFFICIENT_RESOURCES		0x1A
 #define NV_ERR_INSUFFICIENT_PERMISSIONS		0x1B
+#define NV_ERR_INVALID_ADDRESS			0x1E
 #define NV_ERR_INVALID_ARGUMENT			0x1F
 #define NV_ERR_INVALID_CLASS			0x22
 #define NV_ERR_INVALID_CLIENT			0x23
@@ -85,6 +87,7 @@
 #define NV_ERR_OPERATING_SYSTEM			0x59
 #define NV_ERR_OUT_OF_RANGE			0x5B
 #define NV_ERR_STATE_IN_USE			0x63
+#define NV_ERR_UVM_ADDRESS_IN_USE		0x68
 #define NV_ERR_GENERIC				0xFFFF
 
 /* Classes. */
@@ -737,6 +740,54 @@ struct nv00f8_alloc_params {
 	__u64 mapOffset;
 	__u32 hVidMem;
 	__u32 mapFlags;
+};
+
+/*
+ * nvidia-uvm.ko's ioctls on /dev/nvidia-uvm (kernel-open/nvidia-uvm/uvm_ioctl.h and
+ * uvm_linux_ioctl.h): on Linux the command is the bare number (UVM_IOCTL_BASE(i) is i), and the
+ * driver copies the whole struct in and back, its answer in rmStatus (UVM_ROUTE_CMD_* in
+ * uvm_api.h). What CUDA sends at start-up and for managed memory was measured on an H100
+ * (BENCHMARKS.md, 2026-11-27, eleventh session).
+ */
+#define UVM_INITIALIZE				0x30000001
+#define UVM_DEINITIALIZE			0x30000002
+#define UVM_FREE				34
+#define UVM_ALLOC_SEMAPHORE_POOL		68
+#define UVM_MAX_GPUS				256
+
+/* UVM_INITIALIZE_PARAMS (16): the first ioctl on a UVM file. */
+struct uvm_initialize_params {
+	__u64 flags;
+	__u32 rmStatus;
+	__u32 pad;
+};
+
+/* UVM_FREE_PARAMS (24): frees a range made by an ioctl (a semaphore pool here). */
+struct uvm_free_params {
+	__u64 base;
+	__u64 length;
+	__u32 rmStatus;
+	__u32 pad;
+};
+
+/* UvmGpuMappingAttributes (36; uvm_types.h). */
+struct uvm_gpu_mapping_attributes {
+	__u8 gpuUuid[16];
+	__u32 gpuMappingType;
+	__u32 gpuCachingType;
+	__u32 gpuFormatType;
+	__u32 gpuElementBits;
+	__u32 gpuCompressionType;
+};
+
+/* UVM_ALLOC_SEMAPHORE_POOL_PARAMS (9248): a range the caller then maps with mmap. */
+struct uvm_alloc_semaphore_pool_params {
+	__u64 base;
+	__u64 length;
+	struct uvm_gpu_mapping_attributes perGpuAttributes[UVM_MAX_GPUS];
+	__u64 gpuAttributesCount;
+	__u32 rmStatus;
+	__u32 pad;
 };
 
 #include "nvrm_layout.h"

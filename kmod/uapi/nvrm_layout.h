@@ -17,6 +17,73 @@
 #endif
 #endif
 
+_Static_assert(sizeof(struct uvm_initialize_params) == 16, "sizeof(UVM_INITIALIZE_PARAMS)");
+_Static_assert(offsetof(struct uvm_initialize_params, flags) == 0,
+	       "offsetof(UVM_INITIALIZE_PARAMS, flags)");
+_Static_assert(sizeof_field(struct uvm_initialize_params, flags) == 8,
+	       "sizeof(((UVM_INITIALIZE_PARAMS *)0)->flags)");
+_Static_assert(offsetof(struct uvm_initialize_params, rmStatus) == 8,
+	       "offsetof(UVM_INITIALIZE_PARAMS, rmStatus)");
+_Static_assert(sizeof_field(struct uvm_initialize_params, rmStatus) == 4,
+	       "sizeof(((UVM_INITIALIZE_PARAMS *)0)->rmStatus)");
+_Static_assert(sizeof(struct uvm_free_params) == 24, "sizeof(UVM_FREE_PARAMS)");
+_Static_assert(offsetof(struct uvm_free_params, base) == 0, "offsetof(UVM_FREE_PARAMS, base)");
+_Static_assert(sizeof_field(struct uvm_free_params, base) == 8,
+	       "sizeof(((UVM_FREE_PARAMS *)0)->base)");
+_Static_assert(offsetof(struct uvm_free_params, length) == 8, "offsetof(UVM_FREE_PARAMS, length)");
+_Static_assert(sizeof_field(struct uvm_free_params, length) == 8,
+	       "sizeof(((UVM_FREE_PARAMS *)0)->length)");
+_Static_assert(offsetof(struct uvm_free_params, rmStatus) == 16,
+	       "offsetof(UVM_FREE_PARAMS, rmStatus)");
+_Static_assert(sizeof_field(struct uvm_free_params, rmStatus) == 4,
+	       "sizeof(((UVM_FREE_PARAMS *)0)->rmStatus)");
+_Static_assert(sizeof(struct uvm_gpu_mapping_attributes) == 36, "sizeof(UvmGpuMappingAttributes)");
+_Static_assert(offsetof(struct uvm_gpu_mapping_attributes, gpuUuid) == 0,
+	       "offsetof(UvmGpuMappingAttributes, gpuUuid)");
+_Static_assert(sizeof_field(struct uvm_gpu_mapping_attributes, gpuUuid) == 16,
+	       "sizeof(((UvmGpuMappingAttributes *)0)->gpuUuid)");
+_Static_assert(offsetof(struct uvm_gpu_mapping_attributes, gpuMappingType) == 16,
+	       "offsetof(UvmGpuMappingAttributes, gpuMappingType)");
+_Static_assert(sizeof_field(struct uvm_gpu_mapping_attributes, gpuMappingType) == 4,
+	       "sizeof(((UvmGpuMappingAttributes *)0)->gpuMappingType)");
+_Static_assert(offsetof(struct uvm_gpu_mapping_attributes, gpuCachingType) == 20,
+	       "offsetof(UvmGpuMappingAttributes, gpuCachingType)");
+_Static_assert(sizeof_field(struct uvm_gpu_mapping_attributes, gpuCachingType) == 4,
+	       "sizeof(((UvmGpuMappingAttributes *)0)->gpuCachingType)");
+_Static_assert(offsetof(struct uvm_gpu_mapping_attributes, gpuFormatType) == 24,
+	       "offsetof(UvmGpuMappingAttributes, gpuFormatType)");
+_Static_assert(sizeof_field(struct uvm_gpu_mapping_attributes, gpuFormatType) == 4,
+	       "sizeof(((UvmGpuMappingAttributes *)0)->gpuFormatType)");
+_Static_assert(offsetof(struct uvm_gpu_mapping_attributes, gpuElementBits) == 28,
+	       "offsetof(UvmGpuMappingAttributes, gpuElementBits)");
+_Static_assert(sizeof_field(struct uvm_gpu_mapping_attributes, gpuElementBits) == 4,
+	       "sizeof(((UvmGpuMappingAttributes *)0)->gpuElementBits)");
+_Static_assert(offsetof(struct uvm_gpu_mapping_attributes, gpuCompressionType) == 32,
+	       "offsetof(UvmGpuMappingAttributes, gpuCompressionType)");
+_Static_assert(sizeof_field(struct uvm_gpu_mapping_attributes, gpuCompressionType) == 4,
+	       "sizeof(((UvmGpuMappingAttributes *)0)->gpuCompressionType)");
+_Static_assert(sizeof(struct uvm_alloc_semaphore_pool_params) == 9248,
+	       "sizeof(UVM_ALLOC_SEMAPHORE_POOL_PARAMS)");
+_Static_assert(offsetof(struct uvm_alloc_semaphore_pool_params, base) == 0,
+	       "offsetof(UVM_ALLOC_SEMAPHORE_POOL_PARAMS, base)");
+_Static_assert(sizeof_field(struct uvm_alloc_semaphore_pool_params, base) == 8,
+	       "sizeof(((UVM_ALLOC_SEMAPHORE_POOL_PARAMS *)0)->base)");
+_Static_assert(offsetof(struct uvm_alloc_semaphore_pool_params, length) == 8,
+	       "offsetof(UVM_ALLOC_SEMAPHORE_POOL_PARAMS, length)");
+_Static_assert(sizeof_field(struct uvm_alloc_semaphore_pool_params, length) == 8,
+	       "sizeof(((UVM_ALLOC_SEMAPHORE_POOL_PARAMS *)0)->length)");
+_Static_assert(offsetof(struct uvm_alloc_semaphore_pool_params, perGpuAttributes) == 16,
+	       "offsetof(UVM_ALLOC_SEMAPHORE_POOL_PARAMS, perGpuAttributes)");
+_Static_assert(sizeof_field(struct uvm_alloc_semaphore_pool_params, perGpuAttributes) == 9216,
+	       "sizeof(((UVM_ALLOC_SEMAPHORE_POOL_PARAMS *)0)->perGpuAttributes)");
+_Static_assert(offsetof(struct uvm_alloc_semaphore_pool_params, gpuAttributesCount) == 9232,
+	       "offsetof(UVM_ALLOC_SEMAPHORE_POOL_PARAMS, gpuAttributesCount)");
+_Static_assert(sizeof_field(struct uvm_alloc_semaphore_pool_params, gpuAttributesCount) == 8,
+	       "sizeof(((UVM_ALLOC_SEMAPHORE_POOL_PARAMS *)0)->gpuAttributesCount)");
+_Static_assert(offsetof(struct uvm_alloc_semaphore_pool_params, rmStatus) == 9240,
+	       "offsetof(UVM_ALLOC_SEMAPHORE_POOL_PARAMS, rmStatus)");
+_Static_assert(sizeof_field(struct uvm_alloc_semaphore_pool_params, rmStatus) == 4,
+	       "sizeof(((UVM_ALLOC_SEMAPHORE_POOL_PARAMS *)0)->rmStatus)");
 _Static_assert(sizeof(struct nvos00_params) == 16, "sizeof(NVOS00_PARAMETERS)");
 _Static_assert(offsetof(struct nvos00_params, hRoot) == 0, "offsetof(NVOS00_PARAMETERS, hRoot)");
 _Static_assert(sizeof_field(struct nvos00_params, hRoot) == 4,
@@ -1137,10 +1204,12 @@ _Static_assert(NV_ESC_SET_NUMA_STATUS == 216, "NV_ESC_SET_NUMA_STATUS");
 _Static_assert(NV_ESC_EXPORT_TO_DMABUF_FD == 217, "NV_ESC_EXPORT_TO_DMABUF_FD");
 _Static_assert(NV_ESC_WAIT_OPEN_COMPLETE == 218, "NV_ESC_WAIT_OPEN_COMPLETE");
 _Static_assert(NV_OK == 0, "NV_OK");
+_Static_assert(NV_ERR_ILLEGAL_ACTION == 22, "NV_ERR_ILLEGAL_ACTION");
 _Static_assert(NV_ERR_IN_USE == 23, "NV_ERR_IN_USE");
 _Static_assert(NV_ERR_INSERT_DUPLICATE_NAME == 25, "NV_ERR_INSERT_DUPLICATE_NAME");
 _Static_assert(NV_ERR_INSUFFICIENT_RESOURCES == 26, "NV_ERR_INSUFFICIENT_RESOURCES");
 _Static_assert(NV_ERR_INSUFFICIENT_PERMISSIONS == 27, "NV_ERR_INSUFFICIENT_PERMISSIONS");
+_Static_assert(NV_ERR_INVALID_ADDRESS == 30, "NV_ERR_INVALID_ADDRESS");
 _Static_assert(NV_ERR_INVALID_ARGUMENT == 31, "NV_ERR_INVALID_ARGUMENT");
 _Static_assert(NV_ERR_INVALID_CLASS == 34, "NV_ERR_INVALID_CLASS");
 _Static_assert(NV_ERR_INVALID_CLIENT == 35, "NV_ERR_INVALID_CLIENT");
@@ -1163,6 +1232,7 @@ _Static_assert(NV_ERR_OBJECT_NOT_FOUND == 87, "NV_ERR_OBJECT_NOT_FOUND");
 _Static_assert(NV_ERR_OPERATING_SYSTEM == 89, "NV_ERR_OPERATING_SYSTEM");
 _Static_assert(NV_ERR_OUT_OF_RANGE == 91, "NV_ERR_OUT_OF_RANGE");
 _Static_assert(NV_ERR_STATE_IN_USE == 99, "NV_ERR_STATE_IN_USE");
+_Static_assert(NV_ERR_UVM_ADDRESS_IN_USE == 104, "NV_ERR_UVM_ADDRESS_IN_USE");
 _Static_assert(NV_ERR_GENERIC == 65535, "NV_ERR_GENERIC");
 _Static_assert(NV01_ROOT == 0, "NV01_ROOT");
 _Static_assert(NV01_ROOT_NON_PRIV == 1, "NV01_ROOT_NON_PRIV");
@@ -1339,6 +1409,11 @@ _Static_assert(NV_DMABUF_EXPORT_MAX_HANDLES == 128, "NV_DMABUF_EXPORT_MAX_HANDLE
 _Static_assert(NV_DMABUF_EXPORT_MAPPING_TYPE_DEFAULT == 0, "NV_DMABUF_EXPORT_MAPPING_TYPE_DEFAULT");
 _Static_assert(NV_DMABUF_EXPORT_MAPPING_TYPE_FORCE_PCIE == 1,
 	       "NV_DMABUF_EXPORT_MAPPING_TYPE_FORCE_PCIE");
+_Static_assert(UVM_INITIALIZE == 805306369, "UVM_INITIALIZE");
+_Static_assert(UVM_DEINITIALIZE == 805306370, "UVM_DEINITIALIZE");
+_Static_assert(UVM_FREE == 34, "UVM_FREE");
+_Static_assert(UVM_ALLOC_SEMAPHORE_POOL == 68, "UVM_ALLOC_SEMAPHORE_POOL");
+_Static_assert(UVM_MAX_GPUS == 256, "UVM_MAX_GPUS");
 _Static_assert(NVRM_MAX_IOCTL_SIZE == 16384, "NV_ABSOLUTE_MAX_IOCTL_SIZE");
 _Static_assert(NVRM_CLIENT_HANDLE_BASE == 3251634176, "RS_CLIENT_HANDLE_BASE");
 _Static_assert(NVRM_OBJECT_HANDLE_BASE == 3404726272, "RS_UNIQUE_HANDLE_BASE");

@@ -946,10 +946,12 @@ def control_name(cmd: int) -> str:
 
 class NvStatus(IntEnum):
     NV_OK = 0x00
+    NV_ERR_ILLEGAL_ACTION = 0x16
     NV_ERR_IN_USE = 0x17
     NV_ERR_INSERT_DUPLICATE_NAME = 0x19
     NV_ERR_INSUFFICIENT_RESOURCES = 0x1A
     NV_ERR_INSUFFICIENT_PERMISSIONS = 0x1B
+    NV_ERR_INVALID_ADDRESS = 0x1E
     NV_ERR_INVALID_ARGUMENT = 0x1F
     NV_ERR_INVALID_CLASS = 0x22
     NV_ERR_INVALID_CLIENT = 0x23
@@ -972,6 +974,7 @@ class NvStatus(IntEnum):
     NV_ERR_OPERATING_SYSTEM = 0x59
     NV_ERR_OUT_OF_RANGE = 0x5B
     NV_ERR_STATE_IN_USE = 0x63
+    NV_ERR_UVM_ADDRESS_IN_USE = 0x68
     NV_ERR_GENERIC = 0xFFFF
 
 
@@ -1012,3 +1015,36 @@ UVM_IOCTLS: dict[int, str] = {
     80: "UVM_DISCARD",
     2047: "UVM_IS_8_SUPPORTED",
 }
+
+UVM_INITIALIZE = 0x30000001
+UVM_FREE = 34
+UVM_ALLOC_SEMAPHORE_POOL = 68
+UVM_MAX_GPUS = 256  # uvm_types.h: NV_MAX_DEVICES * UVM_PARENT_ID_MAX_SUB_PROCESSORS
+
+UVM_INITIALIZE_PARAMS = Layout(  # uvm_linux_ioctl.h
+    "UVM_INITIALIZE_PARAMS", 16, (("flags", 0, "Q"), ("rmStatus", 8, "I"))
+)
+UVM_FREE_PARAMS = Layout(  # uvm_ioctl.h
+    "UVM_FREE_PARAMS", 24, (("base", 0, "Q"), ("length", 8, "Q"), ("rmStatus", 16, "I"))
+)
+UVM_GPU_MAPPING_ATTRIBUTES = Layout(  # UvmGpuMappingAttributes, uvm_types.h
+    "UvmGpuMappingAttributes",
+    36,
+    (
+        ("gpuMappingType", 16, "I"),
+        ("gpuCachingType", 20, "I"),
+        ("gpuFormatType", 24, "I"),
+        ("gpuElementBits", 28, "I"),
+        ("gpuCompressionType", 32, "I"),
+    ),
+)
+UVM_ALLOC_SEMAPHORE_POOL_PARAMS = Layout(  # uvm_ioctl.h
+    "UVM_ALLOC_SEMAPHORE_POOL_PARAMS",
+    9248,
+    (
+        ("base", 0, "Q"),
+        ("length", 8, "Q"),
+        ("gpuAttributesCount", 9232, "Q"),
+        ("rmStatus", 9240, "I"),
+    ),
+)

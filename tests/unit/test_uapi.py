@@ -41,6 +41,10 @@ STRUCTS: dict[str, abi.Layout] = {
     "nv0000_import_objects_from_fd_params": abi.NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS,
     "nvrm_export_dmabuf_fd": abi.NV_IOCTL_EXPORT_TO_DMA_BUF_FD,
     "nv00f8_alloc_params": abi.NV00F8_ALLOCATION_PARAMETERS,
+    "uvm_initialize_params": abi.UVM_INITIALIZE_PARAMS,
+    "uvm_free_params": abi.UVM_FREE_PARAMS,
+    "uvm_gpu_mapping_attributes": abi.UVM_GPU_MAPPING_ATTRIBUTES,
+    "uvm_alloc_semaphore_pool_params": abi.UVM_ALLOC_SEMAPHORE_POOL_PARAMS,
     "nv0041_surface_info": abi.NV0041_CTRL_SURFACE_INFO,
     "nvrm_card_info": abi.NV_IOCTL_CARD_INFO,
     "nvrm_api_version": abi.NV_IOCTL_RM_API_VERSION,
@@ -128,6 +132,19 @@ def test_controls_and_device_numbers_agree() -> None:
     assert defines["NVRM_MAX_GPU_MINOR"] == abi.NV_MAX_GPU_MINOR
     assert defines["NVRM_MAX_IOCTL_SIZE"] == abi.MAX_IOCTL_SIZE
     assert defines["NV2080_DISABLE_CHANNELS_MAX"] == abi.FIFO_DISABLE_CHANNELS_MAX
+
+
+def test_uvm_numbers_agree() -> None:
+    defines = _defines()
+    uvm = {k: v for k, v in defines.items() if k.startswith("UVM_")}
+    names = ["UVM_INITIALIZE", "UVM_DEINITIALIZE", "UVM_FREE", "UVM_ALLOC_SEMAPHORE_POOL"]
+    assert set(uvm) == {*names, "UVM_MAX_GPUS"}
+    for name in names:
+        assert abi.UVM_IOCTLS[uvm[name]] == name
+    assert uvm["UVM_INITIALIZE"] == abi.UVM_INITIALIZE
+    assert uvm["UVM_FREE"] == abi.UVM_FREE
+    assert uvm["UVM_ALLOC_SEMAPHORE_POOL"] == abi.UVM_ALLOC_SEMAPHORE_POOL
+    assert uvm["UVM_MAX_GPUS"] == abi.UVM_MAX_GPUS
 
 
 def _c_field(layout_field: str, struct_fields: set[str]) -> str:

@@ -58,11 +58,23 @@ def unload() -> None:
     subprocess.run(["rmmod", "nvmock"], check=True)
 
 
+def uvm_major() -> int:
+    """/dev/nvidia-uvm's major: dynamic, as nvidia-modprobe finds it, in /proc/devices."""
+    for line in Path("/proc/devices").read_text().splitlines():
+        words = line.split()
+        if len(words) == 2 and words[1] == "nvidia-uvm":
+            return int(words[0])
+    raise LookupError("no nvidia-uvm in /proc/devices")
+
+
 def make_nodes(gpus: int = GPUS) -> None:
-    for name, minor in [("nvidiactl", 255)] + [(f"nvidia{i}", i) for i in range(gpus)]:
+    nodes = [("nvidiactl", 195, 255)] + [(f"nvidia{i}", 195, i) for i in range(gpus)]
+    for name, major, minor in [*nodes, ("nvidia-uvm", uvm_major(), 0)]:
         path = Path("/dev") / name
+        if path.exists() and path.stat().st_rdev != os.makedev(major, minor):
+            path.unlink()  # a node of an earlier load, whose dynamic major was another
         if not path.exists():
-            os.mknod(path, 0o666 | 0o020000, os.makedev(195, minor))
+            os.mknod(path, 0o666 | 0o020000, os.makedev(major, minor))
 
 
 @pytest.fixture(scope="session", autouse=True)

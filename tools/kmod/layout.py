@@ -57,12 +57,18 @@ INCLUDES = (
     "src/common/sdk/nvidia/inc",
     "src/nvidia/arch/nvalloc/unix/include",
     "kernel-open/common/inc",
+    "kernel-open/nvidia-uvm",
 )
 SDK = "src/common/sdk/nvidia/inc/"
 UNIX = "src/nvidia/arch/nvalloc/unix/include/"
 KOPEN = "kernel-open/common/inc/"
+UVM = "kernel-open/nvidia-uvm/"
 
 PAIRS: tuple[Pair, ...] = (
+    Pair("uvm_initialize_params", "UVM_INITIALIZE_PARAMS", UVM + "uvm_linux_ioctl.h"),
+    Pair("uvm_free_params", "UVM_FREE_PARAMS", UVM + "uvm_ioctl.h"),
+    Pair("uvm_gpu_mapping_attributes", "UvmGpuMappingAttributes", UVM + "uvm_types.h"),
+    Pair("uvm_alloc_semaphore_pool_params", "UVM_ALLOC_SEMAPHORE_POOL_PARAMS", UVM + "uvm_ioctl.h"),
     Pair("nvos00_params", "NVOS00_PARAMETERS", SDK + "nvos.h"),
     Pair("nvos21_params", "NVOS21_PARAMETERS", SDK + "nvos.h"),
     Pair("nvos64_params", "NVOS64_PARAMETERS", SDK + "nvos.h"),
@@ -449,6 +455,8 @@ PROBE_HEADERS = (
     "ctrl/ctrl0000/ctrl0000unix.h",
     "ctrl/ctrl0041.h",
     "class/cl00f8.h",
+    "uvm_ioctl.h",
+    "uvm_linux_ioctl.h",
 )
 
 
