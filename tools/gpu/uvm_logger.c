@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * uvm_logger: an LD_PRELOAD logger of what a process sends to /dev/nvidia-uvm through libc:
+ * every ioctl (command, return; base and length of ALLOC_SEMAPHORE_POOL 68 and ALLOC_DEVICE_P2P
+ * 78) and every mmap of the UVM file, one "UVMLOG" line each on stderr. Used by
+ * tools/gpu/uvm_managed.py to see what CUDA's start-up and cuMemAllocManaged ask of nvidia-uvm.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+static int is_uvm(int fd)
+{
+	char p[64], t[128];
+	ssize_t n;
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	n = readlink(p, t, sizeof(t) - 1);
+	if (n < 0)
+		return 0;
+	t[n] = 0;
+	return strcmp(t, "/dev/nvidia-uvm") == 0;
+}
+
+int ioctl(int fd, unsigned long req, ...)
+{
+	static int (*real)(int, unsigned long, void *);
+	va_list ap;
+	void *arg;
+	int r;
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (!real)
+		real = dlsym(RTLD_NEXT, "ioctl");
+	r = real(fd, req, arg);
+	if (is_uvm(fd)) {
+		uint64_t *q = arg;
+		fprintf(stderr, "UVMLOG ioctl cmd=%lu ret=%d", req, r);
+		if (q && (req == 68 || req == 78))
+			fprintf(stderr, " base=0x%lx length=%lu", (unsigned long)q[0], (unsigned long)q[1]);
+		fprintf(stderr, "\n");
+	}
+	return r;
+}
+
+static void *logmap(const char *name, void *addr, size_t len, int prot, int flags, int fd, off_t off, void *r)
+{
+	if (fd >= 0 && is_uvm(fd))
+		fprintf(stderr, "UVMLOG %s addr=%p len=%zu prot=%d flags=0x%x off=0x%lx ret=%p\n", name, addr, len, prot, flags, (unsigned long)off, r);
+	return r;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	static void *(*real)(void *, size_t, int, int, int, off_t);
+	if (!real)
+		real = dlsym(RTLD_NEXT, "mmap");
+	return logmap("mmap", addr, len, prot, flags, fd, off, real(addr, len, prot, flags, fd, off));
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	static void *(*real)(void *, size_t, int, int, int, off_t);
+	if (!real)
+		real = dlsym(RTLD_NEXT, "mmap64");
+	return logmap("mmap64", addr, len, prot, flags, fd, off, real(addr, len, prot, flags, fd, off));
+}
