@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * qgpu: ftrace hooks on the target driver's unlocked_ioctl, mmap and release.
+ * qgpu: ftrace hooks on the target driver's unlocked_ioctl, mmap and release, and on
+ * nvidia-uvm's mmap where that driver is loaded (managed memory: uvm.c).
  *
  * The handlers are found through the file_operations of an open control device, and the
  * driver's f_op is left alone: RM compares f_op with its own table. Each hook moves the
@@ -25,12 +26,18 @@ static char *devnode = "/dev/nvidiactl";
 module_param(devnode, charp, 0444);
 MODULE_PARM_DESC(devnode, "A device node of the target driver, to find its file_operations");
 
+static char *uvm_devnode = "/dev/nvidia-uvm";
+module_param(uvm_devnode, charp, 0444);
+MODULE_PARM_DESC(uvm_devnode, "nvidia-uvm's device node, to find its mmap (managed memory)");
+
 static struct module *target_owner;
+static struct module *uvm_owner;	/* NULL: nvidia-uvm not hooked */
 static bool hooked;
 
 static long (*orig_ioctl)(struct file *file, unsigned int cmd, unsigned long arg);
 static int (*orig_mmap)(struct file *file, struct vm_area_struct *vma);
 static int (*orig_release)(struct inode *inode, struct file *file);
+static int (*orig_uvm_mmap)(struct file *file, struct vm_area_struct *vma);
 
 /* Each wrapper runs with the module reference its hook took, and puts it back last. */
 static long hooked_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
@@ -57,19 +64,28 @@ static int hooked_release(struct inode *inode, struct file *file)
 	return ret;
 }
 
+static int hooked_uvm_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	int ret = qgpu_uvm_mmap(orig_uvm_mmap, file, vma);
+
+	module_put(THIS_MODULE);
+	return ret;
+}
+
 struct qgpu_hook {
-	unsigned long target;
+	unsigned long target;		/* 0: not hooked (nvidia-uvm absent) */
 	unsigned long wrapper;
 };
 
-static struct qgpu_hook hooks[3] = {
+static struct qgpu_hook hooks[4] = {
 	{ .wrapper = (unsigned long)hooked_ioctl },
 	{ .wrapper = (unsigned long)hooked_mmap },
 	{ .wrapper = (unsigned long)hooked_release },
+	{ .wrapper = (unsigned long)hooked_uvm_mmap },
 };
 
 /*
- * One ftrace_ops for the three handlers: unregistering an ops waits for RCU-tasks grace
+ * One ftrace_ops for all the handlers: unregistering an ops waits for RCU-tasks grace
  * periods, so one ops instead of three makes rmmod that much shorter.
  */
 static struct ftrace_ops hook_ops;
@@ -88,7 +104,7 @@ static void notrace qgpu_ftrace_thunk(unsigned long ip, unsigned long parent_ip,
 	if (within_module(parent_ip, THIS_MODULE))
 		return;
 	for (i = 0; i < ARRAY_SIZE(hooks); i++) {
-		if (ip - hooks[i].target < FENTRY_MAX_OFFSET) {
+		if (hooks[i].target && ip - hooks[i].target < FENTRY_MAX_OFFSET) {
 			if (try_module_get(THIS_MODULE))
 				ftrace_instruction_pointer_set(fregs, hooks[i].wrapper);
 			return;
@@ -99,7 +115,8 @@ static void notrace qgpu_ftrace_thunk(unsigned long ip, unsigned long parent_ip,
 static void hook_unfilter(int count)
 {
 	while (--count >= 0)
-		ftrace_set_filter_ip(&hook_ops, hooks[count].target, 1, 0);
+		if (hooks[count].target)
+			ftrace_set_filter_ip(&hook_ops, hooks[count].target, 1, 0);
 }
 
 static int hook_register(void)
@@ -114,6 +131,8 @@ static int hook_register(void)
 	hook_ops.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_RECURSION |
 			 FTRACE_OPS_FL_IPMODIFY | FTRACE_OPS_FL_PERMANENT;
 	for (i = 0; i < ARRAY_SIZE(hooks); i++) {
+		if (!hooks[i].target)
+			continue;
 		err = ftrace_set_filter_ip(&hook_ops, hooks[i].target, 0, 0);
 		if (err) {
 			pr_err("cannot filter %pS: %d\n", (void *)hooks[i].target, err);
@@ -173,6 +192,36 @@ out:
 	return err;
 }
 
+/*
+ * nvidia-uvm's mmap, from an open /dev/nvidia-uvm; a reference on its module is kept. Where
+ * there is none (the driver not loaded, no node), qgpu runs without it and says so once, in the
+ * log and in /sys/kernel/qgpu/uvm_hooked: managed memory is then not refused (see uvm.c).
+ */
+static void find_uvm(void)
+{
+	const char *owner = strcmp(qgpu_target, "nvidia") ? qgpu_target : "nvidia_uvm";
+	const struct file_operations *fops;
+	struct file *file;
+
+	file = filp_open(uvm_devnode, O_RDWR, 0);
+	if (IS_ERR(file)) {
+		pr_info("cannot open %s (%ld): managed memory is not refused to limited cgroups\n",
+			uvm_devnode, PTR_ERR(file));
+		return;
+	}
+	fops = file->f_op;
+	if (fops && fops->owner && !strcmp(module_name(fops->owner), owner) && fops->mmap &&
+	    try_module_get(fops->owner)) {
+		uvm_owner = fops->owner;
+		orig_uvm_mmap = fops->mmap;
+		hooks[3].target = (unsigned long)orig_uvm_mmap;
+	} else {
+		pr_info("%s does not belong to %s: managed memory is not refused to limited cgroups\n",
+			uvm_devnode, owner);
+	}
+	filp_close(file, NULL);
+}
+
 /**
  * qgpu_hook_init() - find the target driver's file operations and hook them
  *
@@ -188,8 +237,12 @@ int qgpu_hook_init(void)
 	err = find_target();
 	if (err)
 		return err;
+	find_uvm();
 	err = hook_register();
 	if (err) {
+		if (uvm_owner)
+			module_put(uvm_owner);
+		uvm_owner = NULL;
 		module_put(target_owner);
 		return err;
 	}
@@ -212,6 +265,8 @@ void qgpu_hook_exit(void)
 	 * kernel is preemptible, for RCU-tasks, and either covers those few instructions.
 	 */
 	hook_unregister();
+	if (uvm_owner)
+		module_put(uvm_owner);
 	module_put(target_owner);
 }
 
@@ -223,4 +278,15 @@ void qgpu_hook_exit(void)
 bool qgpu_hooked(void)
 {
 	return READ_ONCE(hooked);
+}
+
+/**
+ * qgpu_uvm_hooked() - whether nvidia-uvm's mmap is hooked (managed memory refused to limited
+ * cgroups)
+ *
+ * Return: true between qgpu_hook_init() and qgpu_hook_exit() where nvidia-uvm was found.
+ */
+bool qgpu_uvm_hooked(void)
+{
+	return READ_ONCE(hooked) && uvm_owner;
 }

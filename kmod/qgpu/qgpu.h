@@ -184,6 +184,7 @@ u64 qgpu_rewrites(u64 *missed);
 u64 qgpu_rmprobe_answers_missed(void);
 void qgpu_rm_return(void);	/* rmprobe.c's asm: returns to rm_ioctl's caller */
 bool qgpu_hooked(void);
+bool qgpu_uvm_hooked(void);
 
 /* ioctl.c: the ioctl, mmap and release wrappers' bodies */
 long qgpu_ioctl(long (*orig)(struct file *, unsigned int, unsigned long),
@@ -192,6 +193,10 @@ int qgpu_mmap(int (*orig)(struct file *, struct vm_area_struct *),
 	      struct file *file, struct vm_area_struct *vma);
 int qgpu_release(int (*orig)(struct inode *, struct file *),
 		 struct inode *inode, struct file *file);
+
+/* uvm.c: the nvidia-uvm mmap wrapper's body */
+int qgpu_uvm_mmap(int (*orig)(struct file *, struct vm_area_struct *), struct file *file,
+		  struct vm_area_struct *vma);
 
 /* track.c */
 void qgpu_track_init(void);

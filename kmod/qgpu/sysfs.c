@@ -53,6 +53,11 @@ static ssize_t hooked_show(struct kobject *kobj, struct kobj_attribute *attr, ch
 	return sysfs_emit(buf, "%d\n", qgpu_hooked());
 }
 
+static ssize_t uvm_hooked_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%d\n", qgpu_uvm_hooked());
+}
+
 static ssize_t cgroups_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
 {
 	unsigned int n;
@@ -117,12 +122,14 @@ static struct kobj_attribute events_sent_attr = __ATTR_RO(events_sent);
 static struct kobj_attribute events_dropped_attr = __ATTR_RO(events_dropped);
 static struct kobj_attribute target_attr = __ATTR_RO(target);
 static struct kobj_attribute hooked_attr = __ATTR_RO(hooked);
+static struct kobj_attribute uvm_hooked_attr = __ATTR_RO(uvm_hooked);
 static struct kobj_attribute cgroups_attr = __ATTR_RO(cgroups);
 
 static struct attribute *root_attrs[] = {
 	&version_attr.attr,
 	&target_attr.attr,
 	&hooked_attr.attr,
+	&uvm_hooked_attr.attr,
 	&cgroups_attr.attr,
 	&rm_version_attr.attr,
 	&events_sent_attr.attr,

@@ -11,6 +11,9 @@
  *   /sys/kernel/qgpu/version          interface version (QGPU_GENL_VERSION)
  *   /sys/kernel/qgpu/target           the hooked driver: "nvidia" or "nvmock"
  *   /sys/kernel/qgpu/hooked           1 while the driver's ioctl and mmap entries are hooked
+ *   /sys/kernel/qgpu/uvm_hooked       1 while nvidia-uvm's mmap is hooked too (managed memory
+ *                                     is refused to memory-limited cgroups); 0 where it was
+ *                                     not loaded when qgpu was
  *   /sys/kernel/qgpu/cgroups          number of configured cgroups
  *   /sys/kernel/qgpu/gpuN/policy      best-effort | fixed-share | burst-share (root may write)
  *   /sys/kernel/qgpu/gpuN/period_us   scheduling period (root may write)

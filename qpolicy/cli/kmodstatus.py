@@ -71,6 +71,7 @@ def report() -> dict[str, Any] | None:
         "version": info.version,
         "target": info.target,
         "hooked": info.hooked,
+        "uvm_hooked": info.uvm_hooked,
         "cgroups_configured": info.cgroups,
         "gpus": [
             {
@@ -113,6 +114,12 @@ def render(doc: dict[str, Any]) -> None:
         " cgroup(s) configured",
         soft_wrap=True,
     )
+    if doc.get("uvm_hooked") is False:
+        console.print(
+            "[yellow]nvidia-uvm not hooked:[/yellow] managed memory (cudaMallocManaged) is not"
+            " refused to memory-limited cgroups; load nvidia-uvm before qgpu.ko",
+            soft_wrap=True,
+        )
     if doc["error"] is not None:
         console.print(
             f"[yellow]per-cgroup counters unavailable:[/yellow] {escape(doc['error'])}",

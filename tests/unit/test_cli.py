@@ -320,7 +320,8 @@ def qgpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeQgpu, Pat
     """qgpu.ko loaded (its sysfs files, the in-process module) over a cgroup hierarchy."""
     sysfs = tmp_path / "qgpu"
     (sysfs / "gpu0").mkdir(parents=True)
-    for name, value in {"version": "1", "target": "nvmock", "hooked": "1", "cgroups": "2"}.items():
+    root = {"version": "1", "target": "nvmock", "hooked": "1", "uvm_hooked": "0", "cgroups": "2"}
+    for name, value in root.items():
         (sysfs / name).write_text(value + "\n")
     for name, value in {
         "policy": "fixed-share",
@@ -357,6 +358,7 @@ def test_status_shows_the_modules_view_where_it_is_loaded(
         "version": 1,
         "target": "nvmock",
         "hooked": True,
+        "uvm_hooked": False,
         "cgroups_configured": 2,
         "error": None,
     }
@@ -376,6 +378,7 @@ def test_status_shows_the_modules_view_where_it_is_loaded(
     assert [gpu["index"] for gpu in report["gpus"]] == [0, 1]  # the desired state is still there
     out = qpolicy_cli.ok("status").out
     assert "qgpu.ko · interface 1 · driver nvmock · hooked · 2 cgroup(s) configured" in out
+    assert "nvidia-uvm not hooked: managed memory (cudaMallocManaged) is not refused" in out
     assert "qgpu.ko GPU 0 · fixed-share · period 20 ms · 77 periods" in out
     assert "timeslices 128 / 8192 µs (offline / online)" in out
     row_a = next(line for line in out.splitlines() if "│ /a " in line)

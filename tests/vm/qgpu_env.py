@@ -93,6 +93,23 @@ def cgroups(n: int) -> Iterator[list[Cgroup]]:
                     time.sleep(0.05)
 
 
+def remove_tree(path: Path) -> None:
+    """A cgroup directory and everything below it, its processes killed."""
+    if not path.exists():
+        return
+    for child in [p for p in path.iterdir() if p.is_dir()]:
+        remove_tree(child)
+    for pid in (path / "cgroup.procs").read_text().split():
+        with suppress(ProcessLookupError):
+            os.kill(int(pid), 9)
+    for _ in range(100):
+        try:
+            path.rmdir()
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
 def in_cgroup(cg: Cgroup, args: list[str]) -> Gpuload:
     """gpuload started inside ``cg`` (it moves itself before exec)."""
     return Gpuload(args, cgroup=str(cg.path))

@@ -11,13 +11,11 @@ Ground truth: nvmock's engine (GPU time) and RM's answers as the tenant sees the
 from __future__ import annotations
 
 import math
-import os
 import select
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from pathlib import Path
+from contextlib import contextmanager
 
 import pytest
 
@@ -33,6 +31,7 @@ from tests.vm.qgpu_env import (
     gpu_seconds,
     in_cgroup,
     qgpu_loaded,
+    remove_tree,
     stats_of,
 )
 from tests.vm.worker import Worker
@@ -40,23 +39,6 @@ from tests.vm.worker import Worker
 MIB = 1 << 20
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
 DENIED = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
-
-
-def remove_tree(path: Path) -> None:
-    """A cgroup directory and everything below it, its processes killed."""
-    if not path.exists():
-        return
-    for child in [p for p in path.iterdir() if p.is_dir()]:
-        remove_tree(child)
-    for pid in (path / "cgroup.procs").read_text().split():
-        with suppress(ProcessLookupError):
-            os.kill(int(pid), 9)
-    for _ in range(100):
-        try:
-            path.rmdir()
-            return
-        except OSError:
-            time.sleep(0.05)
 
 
 @contextmanager

@@ -958,6 +958,7 @@ READ_ONLY_FILES = [
     SYSFS / "rewrites_refused",
     SYSFS / "rewrites_unchecked",
     SYSFS / "answers_missed",
+    SYSFS / "uvm_hooked",
 ]
 
 
@@ -1011,6 +1012,7 @@ def test_sysfs_read_only_files_refuse_writes(setup: Setup) -> None:
         assert write(path, b"0") == errno.EACCES, path
     assert [p.read_text() for p in steady] == values
     assert values[:4] == [f"{GENL_VERSION}\n", "nvmock\n", "1\n", "4\n"]
+    assert values[-1] == "1\n"  # uvm_hooked: nvmock's /dev/nvidia-uvm was found
     assert state(setup.genl) == setup.before
 
 

@@ -28,6 +28,8 @@ class SysfsInfo:
     hooked: bool | None
     cgroups: int | None
     gpus: tuple[SysfsGpu, ...]
+    # nvidia-uvm's mmap hooked: managed memory is refused to memory-limited cgroups
+    uvm_hooked: bool | None = None
 
 
 def _read(path: Path) -> str | None:
@@ -73,4 +75,5 @@ def read_sysfs(root: Path = SYSFS_ROOT) -> SysfsInfo:
         hooked=_read_bool(root / "hooked"),
         cgroups=_read_int(root / "cgroups"),
         gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+        uvm_hooked=_read_bool(root / "uvm_hooked"),
     )
