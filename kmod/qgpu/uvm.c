@@ -7,9 +7,12 @@
  * UVM's own allocator when the GPU touches them (1 GiB of free memory gone after a memset by
  * the GPU, none before it: measured on an H100, BENCHMARKS.md 2026-11-27). No RM_ALLOC passes
  * the memory gate, and nothing tells qgpu how much of a range is resident. So a cgroup with a
- * memory limit is refused managed memory: its mmap fails with -ENOMEM, which cudaMallocManaged
- * reports as out of memory, and the refusal is counted and sent like the gate's own (oom). A
- * cgroup without a limit is not looked at further.
+ * memory limit is refused managed memory, as it is refused exports and fabric memory: its mmap
+ * fails with -EPERM, counted and sent as a denial. The errno is what the tenant learns: with an
+ * mmap answered so (an LD_PRELOAD stand-in for this refusal, on an H100 and an H200),
+ * cuMemAllocManaged returned CUDA_ERROR_NOT_PERMITTED for EPERM but CUDA_ERROR_UNKNOWN for
+ * ENOMEM, EAGAIN and ENOSPC, and the process went on working either way (BENCHMARKS.md
+ * 2026-11-27). A cgroup without a limit is not looked at further.
  *
  * Other mappings of a UVM file go through: CUDA maps a semaphore pool at start-up (2 MiB, made
  * by UVM_ALLOC_SEMAPHORE_POOL just before; measured on the same H100). Which mapping made a
@@ -51,7 +54,7 @@ static bool made_managed_range(const struct vm_area_struct *vma)
  * @vma: the mapping being made
  *
  * Context: process context, mmap_lock held for writing by the caller; takes qgpu_lock.
- * Return: what @orig returned, or -ENOMEM where it made managed memory for a cgroup with a
+ * Return: what @orig returned, or -EPERM where it made managed memory for a cgroup with a
  * memory limit (the range is gone again).
  */
 int qgpu_uvm_mmap(int (*orig)(struct file *, struct vm_area_struct *), struct file *file,
@@ -72,8 +75,8 @@ int qgpu_uvm_mmap(int (*orig)(struct file *, struct vm_area_struct *), struct fi
 	mutex_lock(&qgpu_lock);
 	cg = qgpu_cg_get(caller, false);
 	if (cg)
-		cg->oom++;
+		cg->denied++;
 	mutex_unlock(&qgpu_lock);
-	qgpu_event(QGPU_EVENT_OOM, caller, 0);
-	return -ENOMEM;
+	qgpu_event(QGPU_EVENT_DENIED, caller, 0);
+	return -EPERM;
 }

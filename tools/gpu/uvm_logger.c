@@ -4,6 +4,13 @@
  * every ioctl (command, return; base and length of ALLOC_SEMAPHORE_POOL 68 and ALLOC_DEVICE_P2P
  * 78) and every mmap of the UVM file, one "UVMLOG" line each on stderr. Used by
  * tools/gpu/uvm_managed.py to see what CUDA's start-up and cuMemAllocManaged ask of nvidia-uvm.
+ *
+ * With UVM_LOGGER_REFUSE_MANAGED=N (an errno; 12, ENOMEM, is what qgpu.ko answers) it also
+ * answers as qgpu.ko does for a memory-limited cgroup (kmod/qgpu/uvm.c): an mmap of the UVM file
+ * that is not of a range an ALLOC_SEMAPHORE_POOL or ALLOC_DEVICE_P2P made fails with errno N,
+ * after the range is unmapped, as the kernel has
+ * unmapped a MAP_FIXED range before the driver's mmap fails. So what CUDA then does can be seen
+ * on a GPU host, where qgpu.ko itself cannot load.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -12,7 +19,13 @@
 #include <string.h>
 #include <unistd.h>
 #include <stdint.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <sys/mman.h>
+
+/* Ranges made by ioctl: a mapping of one of them is not managed memory. */
+static struct { uint64_t base, length; } made[64];
+static int nmade;
 
 static int is_uvm(int fd)
 {
@@ -41,8 +54,14 @@ int ioctl(int fd, unsigned long req, ...)
 	if (is_uvm(fd)) {
 		uint64_t *q = arg;
 		fprintf(stderr, "UVMLOG ioctl cmd=%lu ret=%d", req, r);
-		if (q && (req == 68 || req == 78))
+		if (q && (req == 68 || req == 78)) {
 			fprintf(stderr, " base=0x%lx length=%lu", (unsigned long)q[0], (unsigned long)q[1]);
+			if (r == 0 && nmade < 64) {
+				made[nmade].base = q[0];
+				made[nmade].length = q[1];
+				nmade++;
+			}
+		}
 		fprintf(stderr, "\n");
 	}
 	return r;
@@ -55,11 +74,29 @@ static void *logmap(const char *name, void *addr, size_t len, int prot, int flag
 	return r;
 }
 
+static int refused(void *addr, size_t len, int fd)
+{
+	const char *env = getenv("UVM_LOGGER_REFUSE_MANAGED");
+	int i;
+
+	if (!env || atoi(env) <= 0 || fd < 0 || !is_uvm(fd))
+		return 0;
+	for (i = 0; i < nmade; i++)
+		if (made[i].base == (uint64_t)(uintptr_t)addr && made[i].length == len)
+			return 0;
+	munmap(addr, len);
+	fprintf(stderr, "UVMLOG refused addr=%p len=%zu\n", addr, len);
+	errno = atoi(env);
+	return 1;
+}
+
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	static void *(*real)(void *, size_t, int, int, int, off_t);
 	if (!real)
 		real = dlsym(RTLD_NEXT, "mmap");
+	if (refused(addr, len, fd))
+		return MAP_FAILED;
 	return logmap("mmap", addr, len, prot, flags, fd, off, real(addr, len, prot, flags, fd, off));
 }
 
@@ -68,5 +105,7 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 	static void *(*real)(void *, size_t, int, int, int, off_t);
 	if (!real)
 		real = dlsym(RTLD_NEXT, "mmap64");
+	if (refused(addr, len, fd))
+		return MAP_FAILED;
 	return logmap("mmap64", addr, len, prot, flags, fd, off, real(addr, len, prot, flags, fd, off));
 }

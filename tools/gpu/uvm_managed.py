@@ -11,6 +11,10 @@ memory (cuMemGetInfo) is read at each step. It then asks whether the GPU can rea
 memory (HMM / ATS): it reads PAGEABLE_MEMORY_ACCESS and tries a cuMemsetD8 on malloc'd memory.
 The JSON holds those readings and the logger's lines: every ioctl on the UVM file and every
 mmap of it, in order.
+
+With --refuse-managed ERRNO the logger answers a managed mmap as qgpu.ko does for a
+memory-limited cgroup (12, ENOMEM, is qgpu's answer; the range is unmapped first): the JSON then
+shows what cuMemAllocManaged returns, and whether the process can still run a matmul after it.
 """
 
 from __future__ import annotations
@@ -72,12 +76,19 @@ def measure() -> dict[str, Any]:
     res["managed_ptr"] = ptr.value
     res["maps_after_alloc_managed"] = uvm_maps()
     res["free_after_alloc_managed"] = free_bytes()
-    res["memset_managed"] = cu.cuMemsetD8_v2(ptr, ctypes.c_ubyte(7), ctypes.c_size_t(GIB))
-    cu.cuCtxSynchronize()
-    res["free_after_gpu_wrote_managed"] = free_bytes()
-    res["free_managed"] = cu.cuMemFree_v2(ptr)
-    res["maps_after_free"] = uvm_maps()
-    res["free_after_free"] = free_bytes()
+    if res["alloc_managed"] == 0:
+        res["memset_managed"] = cu.cuMemsetD8_v2(ptr, ctypes.c_ubyte(7), ctypes.c_size_t(GIB))
+        cu.cuCtxSynchronize()
+        res["free_after_gpu_wrote_managed"] = free_bytes()
+        res["free_managed"] = cu.cuMemFree_v2(ptr)
+        res["maps_after_free"] = uvm_maps()
+        res["free_after_free"] = free_bytes()
+    # Does the process go on after it (device memory, a kernel)?
+    try:
+        a = torch.randn(1024, 1024, device="cuda")
+        res["matmul_after"] = float((a @ a).sum().item()) != 0.0
+    except RuntimeError as error:
+        res["matmul_after"] = f"error: {error}"
     buf = ctypes.create_string_buffer(256 << 20)
     aligned = (ctypes.addressof(buf) + 0xFFFFF) & ~0xFFFFF
     res["free_before_pageable"] = free_bytes()
@@ -92,6 +103,10 @@ def measure() -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--refuse-managed", type=int, default=0, metavar="ERRNO",
+        help="answer managed mmaps with this errno, as qgpu.ko does with 12 (ENOMEM)",
+    )  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -113,6 +128,8 @@ def main() -> int:
             check=True,
         )
         env = {**os.environ, "LD_PRELOAD": str(logger)}
+        if args.refuse_managed:
+            env["UVM_LOGGER_REFUSE_MANAGED"] = str(args.refuse_managed)
         child = subprocess.run(
             [sys.executable, __file__, "--child", "--out", str(args.out)],
             env=env, capture_output=True, text=True, check=False,
@@ -121,6 +138,7 @@ def main() -> int:
         sys.stderr.write(child.stderr[-4000:])
         return child.returncode
     result = json.loads(args.out.read_text())
+    result["refuse_managed"] = args.refuse_managed
     result["uvm_log"] = [line for line in child.stderr.splitlines() if line.startswith("UVMLOG ")]
     args.out.write_text(json.dumps(result, indent=1))
     return 0
