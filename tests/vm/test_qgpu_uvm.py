@@ -59,8 +59,8 @@ def test_managed_memory_is_refused_to_a_memory_limited_cgroup_only() -> None:
         client.set_cgroup(limited.id, 0, "offline", 50, mem_limit=64 * MIB)
         client.set_cgroup(free.id, 0, "offline", 50)
         inside, outside = uvm_tenant(limited), uvm_tenant(free)
-        assert stats_of(client, limited).denied == 1
-        assert stats_of(client, free).denied == 0
+        assert stats_of(client, limited).oom == 1
+        assert stats_of(client, free).oom == 0
     check_start_up(inside)
     assert inside["managed"] == errno.EPERM and not inside["managed_write"]
     assert inside["uvm_ranges"] == 1  # the pool alone: the refused range was destroyed
@@ -80,7 +80,7 @@ def test_a_process_in_a_child_of_a_limited_pod_is_refused_too() -> None:
             report = uvm_tenant(container)
         finally:
             remove_tree(container.path)
-        assert stats_of(client, pod).denied == 1
+        assert stats_of(client, pod).oom == 1
     check_start_up(report)
     assert report["managed"] == errno.EPERM
     assert report["uvm_ranges"] == 1
@@ -94,6 +94,6 @@ def test_without_nvidia_uvm_qgpu_loads_and_says_managed_memory_is_not_refused() 
         assert (SYSFS / "uvm_hooked").read_text() == "0\n"
         client.set_cgroup(cg.id, 0, "offline", 50, mem_limit=64 * MIB)
         report = uvm_tenant(cg)
-        assert stats_of(client, cg).denied == 0
+        assert stats_of(client, cg).oom == 0
     check_start_up(report)
     assert report["managed"] == 0 and report["managed_write"]
