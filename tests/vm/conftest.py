@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from qpolicy.nvrm import abi
+from qpolicy.telemetry.devices import PROC_DEVICES, char_majors
+
 ROOT = Path(__file__).resolve().parents[2]
 NVMOCK = ROOT / "kmod" / "nvmock" / "nvmock.ko"
 GPULOAD = ROOT / "tools" / "gpuload" / "gpuload"
@@ -60,11 +63,7 @@ def unload() -> None:
 
 def uvm_major() -> int:
     """/dev/nvidia-uvm's major: dynamic, as nvidia-modprobe finds it, in /proc/devices."""
-    for line in Path("/proc/devices").read_text().splitlines():
-        words = line.split()
-        if len(words) == 2 and words[1] == "nvidia-uvm":
-            return int(words[0])
-    raise LookupError("no nvidia-uvm in /proc/devices")
+    return char_majors(PROC_DEVICES.read_text())[abi.UVM_DEVICE_NAME]
 
 
 def make_nodes(gpus: int = GPUS) -> None:

@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from qpolicy.nvrm import abi
-from tests.vm.conftest import DEBUGFS
+from tests.vm.conftest import objects
 
 PROT_NONE, PROT_RW = 0, 3
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
@@ -75,14 +75,6 @@ def writes(addr: int, size: int) -> bool:
     return True
 
 
-def uvm_ranges() -> int:
-    for line in (DEBUGFS / "objects").read_text().splitlines():
-        name, value = line.split()
-        if name == "uvm_ranges":
-            return int(value)
-    raise LookupError("nvmock shows no uvm_ranges")
-
-
 def main(mib: int) -> dict[str, Any]:
     size = mib << 20
     fd = os.open("/dev/nvidia-uvm", os.O_RDWR)
@@ -100,7 +92,7 @@ def main(mib: int) -> dict[str, Any]:
     report["bad_offset"] = map_uvm(fd, managed, size, offset=managed + POOL_BYTES)
     report["managed"] = map_uvm(fd, managed, size)
     report["managed_write"] = report["managed"] == 0 and writes(managed, size)
-    report["uvm_ranges"] = uvm_ranges()
+    report["uvm_ranges"] = objects()["uvm_ranges"]
     if report["managed"] == 0:
         libc.munmap(managed, size)
     libc.munmap(pool, POOL_BYTES)

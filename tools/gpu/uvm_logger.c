@@ -5,11 +5,11 @@
  * 78) and every mmap of the UVM file, one "UVMLOG" line each on stderr. Used by
  * tools/gpu/uvm_managed.py to see what CUDA's start-up and cuMemAllocManaged ask of nvidia-uvm.
  *
- * With UVM_LOGGER_REFUSE_MANAGED=N (an errno; 12, ENOMEM, is what qgpu.ko answers) it also
+ * With UVM_LOGGER_REFUSE_MANAGED=N (an errno; 1, EPERM, is what qgpu.ko answers) it also
  * answers as qgpu.ko does for a memory-limited cgroup (kmod/qgpu/uvm.c): an mmap of the UVM file
  * that is not of a range an ALLOC_SEMAPHORE_POOL or ALLOC_DEVICE_P2P made fails with errno N,
- * after the range is unmapped, as the kernel has
- * unmapped a MAP_FIXED range before the driver's mmap fails. So what CUDA then does can be seen
+ * after the range is unmapped, as the kernel has unmapped a MAP_FIXED range before the driver's
+ * mmap fails. So what CUDA then does can be seen
  * on a GPU host, where qgpu.ko itself cannot load.
  */
 #define _GNU_SOURCE
@@ -67,13 +67,6 @@ int ioctl(int fd, unsigned long req, ...)
 	return r;
 }
 
-static void *logmap(const char *name, void *addr, size_t len, int prot, int flags, int fd, off_t off, void *r)
-{
-	if (fd >= 0 && is_uvm(fd))
-		fprintf(stderr, "UVMLOG %s addr=%p len=%zu prot=%d flags=0x%x off=0x%lx ret=%p\n", name, addr, len, prot, flags, (unsigned long)off, r);
-	return r;
-}
-
 static int refused(void *addr, size_t len, int fd)
 {
 	const char *env = getenv("UVM_LOGGER_REFUSE_MANAGED");
@@ -90,22 +83,35 @@ static int refused(void *addr, size_t len, int fd)
 	return 1;
 }
 
-void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
+
+/* mmap and mmap64 alike: refused as qgpu would, else the real call, logged on the UVM file. */
+static void *mapped(const char *name, mmap_fn *real, void *addr, size_t len, int prot, int flags,
+		    int fd, off_t off)
 {
-	static void *(*real)(void *, size_t, int, int, int, off_t);
-	if (!real)
-		real = dlsym(RTLD_NEXT, "mmap");
+	void *r;
+
+	if (!*real)
+		*real = (mmap_fn)dlsym(RTLD_NEXT, name);
 	if (refused(addr, len, fd))
 		return MAP_FAILED;
-	return logmap("mmap", addr, len, prot, flags, fd, off, real(addr, len, prot, flags, fd, off));
+	r = (*real)(addr, len, prot, flags, fd, off);
+	if (fd >= 0 && is_uvm(fd))
+		fprintf(stderr, "UVMLOG %s addr=%p len=%zu prot=%d flags=0x%x off=0x%lx ret=%p\n",
+			name, addr, len, prot, flags, (unsigned long)off, r);
+	return r;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	static mmap_fn real;
+
+	return mapped("mmap", &real, addr, len, prot, flags, fd, off);
 }
 
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	static void *(*real)(void *, size_t, int, int, int, off_t);
-	if (!real)
-		real = dlsym(RTLD_NEXT, "mmap64");
-	if (refused(addr, len, fd))
-		return MAP_FAILED;
-	return logmap("mmap64", addr, len, prot, flags, fd, off, real(addr, len, prot, flags, fd, off));
+	static mmap_fn real;
+
+	return mapped("mmap64", &real, addr, len, prot, flags, fd, off);
 }

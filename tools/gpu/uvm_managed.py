@@ -13,7 +13,7 @@ The JSON holds those readings and the logger's lines: every ioctl on the UVM fil
 mmap of it, in order.
 
 With --refuse-managed ERRNO the logger answers a managed mmap as qgpu.ko does for a
-memory-limited cgroup (12, ENOMEM, is qgpu's answer; the range is unmapped first): the JSON then
+memory-limited cgroup (1, EPERM, is qgpu's answer; the range is unmapped first): the JSON then
 shows what cuMemAllocManaged returns, and whether the process can still run a matmul after it.
 """
 
@@ -105,7 +105,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
         "--refuse-managed", type=int, default=0, metavar="ERRNO",
-        help="answer managed mmaps with this errno, as qgpu.ko does with 12 (ENOMEM)",
+        help="answer managed mmaps with this errno, as qgpu.ko does with 1 (EPERM)",
     )  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
