@@ -6,6 +6,10 @@
  * driver answers a full GPU; see the comment above rm_fact()), the tracker (RM_ALLOC, RM_FREE,
  * RM_DUP_OBJECT, RM_VID_HEAP_CONTROL, learnt from RM after the call) and the tenant guard (a
  * gated cgroup's own scheduling controls are refused or not carried out: see tenant_verdict()).
+ * Every refusal is counted on the cgroup and sent as an event: one the memory gate makes because
+ * of a memory limit in oom (QGPU_EVENT_OOM), whatever status or errno the tenant is answered,
+ * one of the tenant guard or of the handle rules (unnamed_refused(), another file's client) in
+ * denied (QGPU_EVENT_DENIED).
  *
  * User memory is only touched with qgpu_lock dropped: a fault takes mmap_lock, and mmap runs
  * under mmap_lock and takes qgpu_lock.
@@ -391,6 +395,10 @@ static bool unnamed_refused(const struct qgpu_cg *cg, u32 hnew, bool client)
  * limit is refused before RM rounds it up. Memory let through is reserved in @resv (gate.c),
  * for the caller to settle once RM answered. @checked says, on the same lookup, whether the
  * call is to reach RM only as qgpu read it (checked()).
+ *
+ * The two refusals that exist only because the cgroup has a memory limit are the memory gate's
+ * and count as oom, whatever status the tenant gets; the handle rules (another file's client,
+ * an unnamed object) count as denied. See QGPU_A_OOM and QGPU_A_DENIED in uapi/qgpu.h.
  */
 static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hnew, u32 hclass,
 			u64 asked, u64 *cg_id, struct qgpu_resv *resv, bool *checked)
@@ -398,6 +406,7 @@ static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hnew, u32 
 	struct qgpu_client *client;
 	struct qgpu_cg *cg;
 	u32 refusal = NV_OK;
+	bool limit = false;
 
 	mutex_lock(&qgpu_lock);
 	client = is_client_class(hclass) ? NULL : qgpu_client_find(hroot);
@@ -411,18 +420,19 @@ static u32 refuse_early(struct file *file, u64 caller, u32 hroot, u32 hnew, u32 
 		refusal = NV_ERR_INSUFFICIENT_PERMISSIONS;
 	} else if (cg && hclass == NV_MEMORY_FABRIC && cg->mem_limit) {
 		refusal = NV_ERR_INSUFFICIENT_PERMISSIONS;
+		limit = true;
 	} else if (cg && qgpu_mem_class(hclass) && asked && !qgpu_gate_reserve(cg, asked, resv)) {
 		refusal = NV_ERR_NO_MEMORY;
+		limit = true;
 	}
 	*cg_id = cg ? cg->id : caller;
-	if (cg && refusal == NV_ERR_NO_MEMORY)
+	if (cg && limit)
 		cg->oom++;
 	else if (cg && refusal != NV_OK)
 		cg->denied++;
 	mutex_unlock(&qgpu_lock);
 	if (refusal != NV_OK)
-		qgpu_event(refusal == NV_ERR_NO_MEMORY ? QGPU_EVENT_OOM : QGPU_EVENT_DENIED, *cg_id,
-			   0);
+		qgpu_event(limit ? QGPU_EVENT_OOM : QGPU_EVENT_DENIED, *cg_id, 0);
 	return refusal;
 }
 
@@ -664,8 +674,10 @@ static long rm_vid_heap(long (*orig)(struct file *, unsigned int, unsigned long)
  * that memory's charge, which stays on its owner while either lives. A duplicate RM cannot
  * relate to tracked memory (from another client: RM answers that question within one client
  * only) is charged to its holder as memory of its own, and refused past the holder's limit.
- * A duplicate left for RM to name is refused to a configured cgroup (unnamed_refused()).
- * Without the RM entry nothing can be confirmed: refused to a memory-limited cgroup.
+ * A duplicate left for RM to name is refused to a configured cgroup (unnamed_refused()), as
+ * a handle rule (denied). Without the RM entry nothing can be confirmed: refused to a
+ * memory-limited cgroup, by the memory gate (oom, though answered
+ * NV_ERR_INSUFFICIENT_PERMISSIONS: the refusal exists only because of the limit).
  */
 static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), struct file *file,
 		   unsigned int cmd, unsigned long arg, void __user *uarg, u32 size)
@@ -678,8 +690,8 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
 	enum qgpu_reply reply;
 	struct rm_pair pair;
 	struct qgpu_cg *cg;
+	bool unnamed, limit;
 	int slot = -1;
-	bool refused;
 	long ret;
 	int i;
 
@@ -687,16 +699,18 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
 		return orig(file, cmd, arg);
 	mutex_lock(&qgpu_lock);
 	cg = qgpu_cg_get(caller, false);
-	/* Refused: a duplicate RM would name, or any without the RM entry past a limit. */
-	refused = unnamed_refused(cg, k.hObject, false) ||
-		  (!qgpu_rmapi_available() && cg && cg->mem_limit);
-	if (refused)
+	/* Refused: a duplicate RM would name (denied), or any without the RM entry past a limit. */
+	unnamed = unnamed_refused(cg, k.hObject, false);
+	limit = !unnamed && !qgpu_rmapi_available() && cg && cg->mem_limit;
+	if (unnamed)
 		cg->denied++;
+	else if (limit)
+		cg->oom++;
 	checked = checked_cg(cg);
 	mutex_unlock(&qgpu_lock);
-	if (refused) {
+	if (unnamed || limit) {
 		answer(uarg, status_off, NV_ERR_INSUFFICIENT_PERMISSIONS);
-		qgpu_event(QGPU_EVENT_DENIED, caller, 0);
+		qgpu_event(limit ? QGPU_EVENT_OOM : QGPU_EVENT_DENIED, caller, 0);
 		return 0;
 	}
 	/* The handles qgpu read reach RM as they are (a named hObject stays named). */
@@ -830,7 +844,12 @@ static bool memory_export_control(u32 cmd)
 	return false;
 }
 
-/* Whether the calling process's cgroup has a memory limit; counts a refusal when it has. */
+/*
+ * Whether the calling process's cgroup has a memory limit; when it has, the caller refuses the
+ * export, and the refusal is the memory gate's: counted as oom with QGPU_EVENT_OOM, though the
+ * tenant is answered NV_ERR_INSUFFICIENT_PERMISSIONS or -EPERM (the memory would be held where
+ * qgpu cannot charge it, and only a limit makes that matter).
+ */
 static bool memory_limited(u64 id)
 {
 	struct qgpu_cg *cg;
@@ -840,10 +859,10 @@ static bool memory_limited(u64 id)
 	cg = qgpu_cg_get(id, false);
 	limited = cg && cg->mem_limit;
 	if (limited)
-		cg->denied++;
+		cg->oom++;
 	mutex_unlock(&qgpu_lock);
 	if (limited)
-		qgpu_event(QGPU_EVENT_DENIED, id, 0);
+		qgpu_event(QGPU_EVENT_OOM, id, 0);
 	return limited;
 }
 
@@ -1027,6 +1046,7 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 	}
 	mutex_lock(&qgpu_lock);
 	cg = qgpu_cg_get(id, false);
+	/* The tenant guard's, not the memory gate's: denied, swallowed or refused. */
 	if (cg)
 		cg->denied++;
 	if (verdict == SWALLOW && timeslice)

@@ -8,8 +8,9 @@
  * the GPU, none before it: measured on an H100, BENCHMARKS.md 2026-11-27). No RM_ALLOC passes
  * the memory gate, and nothing tells qgpu how much of a range is resident. So a cgroup with a
  * memory limit is refused managed memory, as it is refused exports and fabric memory: its mmap
- * fails with -EPERM, and the refusal is counted and sent as the gate's own are (oom: a refused
- * allocation in qpolicy status). The errno is what the tenant learns: with an
+ * fails with -EPERM. Like every refusal a memory limit makes, whatever the tenant is answered,
+ * it is the memory gate's: counted in oom and sent as QGPU_EVENT_OOM (refused_allocations in
+ * qpolicy status). The errno is what the tenant learns: with an
  * mmap answered so (an LD_PRELOAD stand-in for this refusal, on an H100 and an H200),
  * cuMemAllocManaged returned CUDA_ERROR_NOT_PERMITTED for EPERM but CUDA_ERROR_UNKNOWN for
  * ENOMEM, EAGAIN and ENOSPC, and the process went on working either way (BENCHMARKS.md

@@ -89,8 +89,16 @@ enum qgpu_attr {
 	QGPU_A_CLIENTS = 14,		/* u32, live RM clients */
 	QGPU_A_TSGS = 15,		/* u32 */
 	QGPU_A_CHANNELS = 16,		/* u32 */
-	QGPU_A_OOM = 17,		/* u64, allocations refused by the memory gate */
-	QGPU_A_DENIED = 18,		/* u64, scheduling controls refused by the tenant guard */
+	/*
+	 * OOM: refused by the memory gate: past the limit, or memory qgpu cannot charge in a
+	 * limited cgroup (fabric memory, export to and import from an fd, dma-buf export, CUDA
+	 * managed memory, a duplicate without the RM entry), whatever the tenant is answered
+	 * (NV_ERR_NO_MEMORY, NV_ERR_INSUFFICIENT_PERMISSIONS or -EPERM). DENIED: refused by the
+	 * tenant guard (a gated cgroup's own scheduling controls) or by the handle rules (an
+	 * object left for RM to name, another file's client). A refusal counts in one of the two.
+	 */
+	QGPU_A_OOM = 17,		/* u64, refused by the memory gate */
+	QGPU_A_DENIED = 18,		/* u64, refused by the tenant guard or a handle rule */
 	QGPU_A_BUSY = 19,		/* u8, 1 while it has work pending */
 	QGPU_A_EVENT = 20,		/* u8, enum qgpu_event */
 	QGPU_A_ONLINE_BUSY = 21,	/* u8, GPU_GET: an online cgroup has work */
@@ -116,8 +124,8 @@ enum qgpu_class {
 };
 
 enum qgpu_event {
-	QGPU_EVENT_OOM = 1,		/* the memory gate refused an allocation */
-	QGPU_EVENT_DENIED = 2,		/* the tenant guard refused a control */
+	QGPU_EVENT_OOM = 1,		/* the memory gate refused: counted in QGPU_A_OOM */
+	QGPU_EVENT_DENIED = 2,		/* the tenant guard or a handle rule: QGPU_A_DENIED */
 	QGPU_EVENT_CGROUP_GONE = 3,	/* a configured cgroup was removed; its config is dropped */
 };
 

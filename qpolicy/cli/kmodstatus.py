@@ -56,6 +56,10 @@ def _cgroup_report(stats: CgroupStats, path: str | None) -> dict[str, Any]:
         "clients": stats.clients,
         "tsgs": stats.tsgs,
         "channels": stats.channels,
+        # The module's two refusal counters (CgroupStats.oom, .denied), under the names this
+        # report has always had: the first counts the memory gate's refusals (past the limit, or
+        # memory a limited cgroup may not take where qgpu cannot charge it), the second the
+        # tenant guard's refused controls and the objects refused by the handle rules.
         "refused_allocations": stats.oom,
         "refused_controls": stats.denied,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient
+from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient, QgpuEvent
 from qpolicy.telemetry.cgroups import cgroup_id
 from tests.vm.conftest import ROOT, processes, reset
 from tests.vm.gpuload import Gpuload, start_together
@@ -200,6 +201,18 @@ def stats_of(client: QgpuClient, cg: Cgroup) -> CgroupStats:
         if stats.cgroup_id == cg.id:
             return stats
     raise AssertionError(f"cgroup {cg.path.name} is not configured")
+
+
+def drain(client: QgpuClient, quiet: float) -> list[QgpuEvent]:
+    """Every event until none came for ``quiet`` seconds (after ``subscribe_events``). pyroute2
+    reads every datagram the socket has into a queue of its own but answers one datagram a
+    call: that queue is emptied before waiting on the socket again."""
+    sock = client.transport._socket  # type: ignore[attr-defined]
+    queued = sock.asyncore.msg_queue.queues[0]
+    seen: list[QgpuEvent] = []
+    while not queued.empty() or select.select([sock.fileno()], [], [], quiet)[0]:
+        seen.extend(client.events())
+    return seen
 
 
 def refcount(module: str) -> int:

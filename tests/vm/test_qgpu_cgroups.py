@@ -11,7 +11,6 @@ Ground truth: nvmock's engine (GPU time) and RM's answers as the tenant sees the
 from __future__ import annotations
 
 import math
-import select
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from qpolicy.enforcers.kmod.client import QgpuClient, QgpuEvent
+from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.enforcers.kmod.uapi import EVENT_RATE_PER_SEC, Event
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import DEBUGFS, reset
@@ -27,6 +26,7 @@ from tests.vm.qgpu_env import (
     CGROUP_ROOT,
     SYSFS,
     Cgroup,
+    drain,
     ensure_cgroup2,
     gpu_seconds,
     in_cgroup,
@@ -187,18 +187,6 @@ def test_removed_cgroups_are_reaped_however_many_are_configured(schedulers: str)
         for cg in made:
             if cg.path.exists():
                 cg.path.rmdir()
-
-
-def drain(client: QgpuClient, quiet: float) -> list[QgpuEvent]:
-    """Every event until none came for ``quiet`` seconds. pyroute2 reads every datagram the
-    socket has into a queue of its own but answers one datagram a call: that queue is
-    emptied before waiting on the socket again."""
-    sock = client.transport._socket  # type: ignore[attr-defined]
-    queued = sock.asyncore.msg_queue.queues[0]
-    seen: list[QgpuEvent] = []
-    while not queued.empty() or select.select([sock.fileno()], [], [], quiet)[0]:
-        seen.extend(client.events())
-    return seen
 
 
 def counters() -> tuple[int, int]:

@@ -9,11 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from qpolicy.enforcers.kmod.client import QgpuClient
+from qpolicy.enforcers.kmod.client import QgpuClient, QgpuEvent
+from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import DEBUGFS, objects, reset
 from tests.vm.linetenant import LineTenant
-from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, qgpu_loaded, stats_of
+from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, drain, qgpu_loaded, stats_of
 
 MIB = 1 << 20
 KIB_64 = 64 << 10
@@ -212,11 +213,28 @@ def test_a_duplicate_keeps_the_memory_charged_to_its_owner() -> None:
         assert used(client, cg) == 0
 
 
+def refusals(client: QgpuClient, cg: Cgroup) -> tuple[int, int]:
+    """The cgroup's two refusal counters: (oom, denied)."""
+    stats = stats_of(client, cg)
+    return stats.oom, stats.denied
+
+
+def refusal_events(events: list[QgpuEvent]) -> list[tuple[Event, int | None]]:
+    return [(e.event, e.cgroup_id) for e in events if e.event in (Event.OOM, Event.DENIED)]
+
+
 def test_exports_and_fabric_memory_are_refused_to_a_memory_limited_cgroup() -> None:
     """What qgpu cannot follow once it leaves a tenant's clients: refused where a limit holds,
     the driver's answer elsewhere (nvmock models export to fd; dma-buf export and fabric memory
-    get the answers of a GPU without them, after the driver's argument checks)."""
-    with qgpu_loaded() as client, cgroups(2) as (limited, free):
+    get the answers of a GPU without them, after the driver's argument checks). The refusals
+    exist only because of the limit: the memory gate's, counted as oom and sent as OOM events
+    whatever the tenant is answered, never as denied."""
+    with (
+        qgpu_loaded() as client,
+        QgpuClient.open() as watcher,
+        cgroups(2) as (limited, free),
+    ):
+        watcher.subscribe_events()
         client.set_cgroup(limited.id, 0, "offline", 50, mem_limit=64 * MIB)
         client.set_cgroup(free.id, 0, "offline", 50)
         with mem_tenants(limited, free) as (inside, outside):
@@ -232,8 +250,11 @@ def test_exports_and_fabric_memory_are_refused_to_a_memory_limited_cgroup() -> N
             dmabuf = outside.ask("dmabuf", -1, 1)
             assert dmabuf == {"errno": 0, "status": NvStatus.NV_ERR_NOT_SUPPORTED}
             assert outside.ask("fabric_sub")["status"] == NvStatus.NV_ERR_NOT_SUPPORTED
-            assert stats_of(client, limited).denied == 3
+            assert refusals(client, limited) == (3, 0)
+            assert refusals(client, free) == (0, 0)
             assert used(client, limited) == MIB
+            events = refusal_events(drain(watcher, quiet=0.5))
+            assert events == [(Event.OOM, limited.id)] * 3, events
 
 
 def test_export_and_import_pass_through_for_an_unlimited_cgroup() -> None:
@@ -254,7 +275,7 @@ def test_export_and_import_pass_through_for_an_unlimited_cgroup() -> None:
             pid, fd = owner.hello["pid"], exported["fd"]
             refused = capped.ask("import", pid, fd)
             assert refused["status"] == NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
-            assert stats_of(client, limited).denied == 1
+            assert refusals(client, limited) == (1, 0)  # the memory gate's, not denied
             imported = other.ask("import", pid, fd)
             assert imported["status"] == NvStatus.NV_OK
             assert owner.ask("free", handle)["status"] == NvStatus.NV_OK
@@ -378,6 +399,37 @@ def test_what_rm_answered_is_read_from_the_drivers_copy() -> None:
         (DEBUGFS / "kapi_version").write_text("\n")
 
 
+def test_a_duplicate_without_the_rm_entry_is_refused_to_a_memory_limited_cgroup() -> None:
+    """Without the driver's RM entry (nvmock posing as a driver of another branch) qgpu cannot
+    ask RM whether a duplicate is of memory it tracks, so a memory-limited cgroup is refused
+    every DUP_OBJECT (NV_ERR_INSUFFICIENT_PERMISSIONS) while one without a limit is not. The
+    refusal exists only because of the limit: counted as oom and sent as an OOM event."""
+    (DEBUGFS / "kapi_version").write_text("575.64.05\n")
+    try:
+        with (
+            qgpu_loaded() as client,
+            QgpuClient.open() as watcher,
+            cgroups(2) as (limited, free),
+        ):
+            assert (SYSFS / "rm_version").read_text() == "\n"
+            watcher.subscribe_events()
+            client.set_cgroup(limited.id, 0, "offline", 50, mem_limit=64 * MIB)
+            client.set_cgroup(free.id, 0, "offline", 50)
+            with mem_tenants(limited, free) as (inside, outside):
+                denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+                handle = inside.ask("alloc", MIB)["handle"]
+                assert inside.ask("dup", handle)["status"] == denied
+                assert inside.ask("dup", handle, "second")["status"] == denied
+                assert used(client, limited) == MIB
+                assert outside.ask("dup", outside.ask("alloc", MIB)["handle"])["status"] == 0
+                assert refusals(client, limited) == (2, 0)
+                assert refusals(client, free) == (0, 0)
+                events = refusal_events(drain(watcher, quiet=0.5))
+                assert events == [(Event.OOM, limited.id)] * 2, events
+    finally:
+        (DEBUGFS / "kapi_version").write_text("\n")
+
+
 def test_another_files_client_is_never_charged() -> None:
     with qgpu_loaded() as client, cgroups(2) as (attacker, victim):
         client.set_cgroup(attacker.id, 0, "offline", 50, mem_limit=64 * MIB)
@@ -436,7 +488,8 @@ def test_an_object_left_for_rm_to_name_is_refused_to_a_configured_cgroup() -> No
         assert outcomes[0] == outcomes[1] == {"alloc": denied, "vidheap": denied, "dup": denied}
         ok = NvStatus.NV_OK
         assert outcomes[2] == {"alloc": ok, "vidheap": ok, "dup": ok}
-        assert stats_of(client, limited).denied == 3 and stats_of(client, sliced).denied == 3
+        # A handle rule, not the memory gate's: denied, even where a memory limit holds.
+        assert refusals(client, limited) == refusals(client, sliced) == (0, 3)
         assert used(client, limited) == 0
 
 

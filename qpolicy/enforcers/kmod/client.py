@@ -116,7 +116,14 @@ class CgroupStats:
     clients: int
     tsgs: int
     channels: int
+    # Refusals, each counted in one of the two (QGPU_A_OOM, QGPU_A_DENIED in kmod/uapi/qgpu.h).
+    # oom: the memory gate's, because of the cgroup's memory limit: memory past it, and memory
+    # qgpu cannot charge (fabric, exports and imports, dma-buf, managed memory, a duplicate
+    # without the driver's RM entry), whether the tenant was answered NV_ERR_NO_MEMORY,
+    # NV_ERR_INSUFFICIENT_PERMISSIONS or EPERM.
     oom: int
+    # denied: the tenant guard's (a gated cgroup's own scheduling controls) and the handle
+    # rules' (an object left for RM to name, another file's client).
     denied: int
     busy: bool
     # Its TSGs keep their own timeslices: several of its processes are on the GPU.

@@ -60,8 +60,8 @@ class Attr(IntEnum):
     CLIENTS = 14
     TSGS = 15
     CHANNELS = 16
-    OOM = 17
-    DENIED = 18
+    OOM = 17  # refused by the memory gate, whatever the answer (see the header)
+    DENIED = 18  # refused by the tenant guard or a handle rule
     BUSY = 19
     EVENT = 20
     ONLINE_BUSY = 21
@@ -88,8 +88,8 @@ class CgroupClass(IntEnum):
 
 
 class Event(IntEnum):
-    OOM = 1
-    DENIED = 2
+    OOM = 1  # a refusal counted in Attr.OOM
+    DENIED = 2  # a refusal counted in Attr.DENIED
     CGROUP_GONE = 3
 
 
