@@ -29,7 +29,8 @@
  * A configured cgroup governs every cgroup below it (the nearest configured ancestor wins):
  * its memory limit, time slices and tenant guard apply to the processes of all of them, and
  * their objects are counted in its statistics. Events are sent only while the "events" group
- * has a listener; OOM and DENIED together at most QGPU_EVENT_RATE_PER_SEC a second.
+ * has a listener; OOM and DENIED together at most QGPU_EVENT_RATE_PER_SEC a second, each naming
+ * the configured cgroup whose counter moved (not the child cgroup the process sits in).
  *
  * Every command is all or nothing: a message that fails validation changes nothing.
  *

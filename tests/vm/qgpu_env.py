@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient, QgpuEvent
+from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.telemetry.cgroups import cgroup_id
 from tests.vm.conftest import ROOT, processes, reset
 from tests.vm.gpuload import Gpuload, start_together
@@ -213,6 +214,11 @@ def drain(client: QgpuClient, quiet: float) -> list[QgpuEvent]:
     while not queued.empty() or select.select([sock.fileno()], [], [], quiet)[0]:
         seen.extend(client.events())
     return seen
+
+
+def refusal_events(events: list[QgpuEvent]) -> list[tuple[Event, int | None]]:
+    """The OOM and DENIED events among ``events``, each with the cgroup it names."""
+    return [(e.event, e.cgroup_id) for e in events if e.event in (Event.OOM, Event.DENIED)]
 
 
 def refcount(module: str) -> int:

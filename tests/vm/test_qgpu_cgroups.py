@@ -31,6 +31,7 @@ from tests.vm.qgpu_env import (
     gpu_seconds,
     in_cgroup,
     qgpu_loaded,
+    refusal_events,
     remove_tree,
     stats_of,
 )
@@ -98,7 +99,10 @@ def test_a_container_below_a_configured_pod_is_sliced() -> None:
 
 
 def test_a_tenant_moving_itself_to_a_child_cgroup_stays_gated() -> None:
-    with qgpu_loaded() as client, pod() as (slice_, _):
+    """...and its refusals are counted on, and sent as events naming, the configured cgroup (a
+    listener knows the pods it configured, not the scopes below them)."""
+    with qgpu_loaded() as client, pod() as (slice_, _), QgpuClient.open() as watcher:
+        watcher.subscribe_events()
         client.set_gpu(0, "fixed-share", 50_000)
         client.set_cgroup(slice_.id, 0, "offline", 30, mem_limit=64 * MIB)
         worker = Worker(slice_.path)
@@ -113,6 +117,8 @@ def test_a_tenant_moving_itself_to_a_child_cgroup_stays_gated() -> None:
             assert worker.deny(2) == {DENIED: 2}
             stats = stats_of(client, slice_)
             assert (stats.clients, stats.mem_used, stats.oom, stats.denied) == (1, 32 * MIB, 1, 2)
+            events = refusal_events(drain(watcher, quiet=0.5))
+            assert sorted(events) == [(Event.OOM, slice_.id)] + [(Event.DENIED, slice_.id)] * 2
         finally:
             worker.close()
 

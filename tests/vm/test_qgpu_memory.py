@@ -9,12 +9,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from qpolicy.enforcers.kmod.client import QgpuClient, QgpuEvent
+from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import DEBUGFS, objects, reset
 from tests.vm.linetenant import LineTenant
-from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, drain, qgpu_loaded, stats_of
+from tests.vm.qgpu_env import (
+    SYSFS,
+    Cgroup,
+    cgroups,
+    drain,
+    qgpu_loaded,
+    refusal_events,
+    stats_of,
+)
 
 MIB = 1 << 20
 KIB_64 = 64 << 10
@@ -217,10 +225,6 @@ def refusals(client: QgpuClient, cg: Cgroup) -> tuple[int, int]:
     """The cgroup's two refusal counters: (oom, denied)."""
     stats = stats_of(client, cg)
     return stats.oom, stats.denied
-
-
-def refusal_events(events: list[QgpuEvent]) -> list[tuple[Event, int | None]]:
-    return [(e.event, e.cgroup_id) for e in events if e.event in (Event.OOM, Event.DENIED)]
 
 
 def test_exports_and_fabric_memory_are_refused_to_a_memory_limited_cgroup() -> None:

@@ -9,13 +9,17 @@ import json
 import sys
 from typing import Any
 
+from qpolicy.enforcers.kmod.client import QgpuClient
+from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import ROOT
 from tests.vm.qgpu_env import (
     SYSFS,
     Cgroup,
     cgroups,
+    drain,
     qgpu_loaded,
+    refusal_events,
     remove_tree,
     run_in_cgroup,
     stats_of,
@@ -72,7 +76,8 @@ def test_managed_memory_is_refused_to_a_memory_limited_cgroup_only() -> None:
 def test_a_process_in_a_child_of_a_limited_pod_is_refused_too() -> None:
     """Containers live in scopes below the pod's slice: the nearest configured ancestor's limit
     governs them."""
-    with qgpu_loaded() as client, cgroups(1) as (pod,):
+    with qgpu_loaded() as client, cgroups(1) as (pod,), QgpuClient.open() as watcher:
+        watcher.subscribe_events()
         client.set_cgroup(pod.id, 0, "offline", 50, mem_limit=64 * MIB)
         container = Cgroup(pod.path / "container")
         container.path.mkdir()
@@ -81,6 +86,8 @@ def test_a_process_in_a_child_of_a_limited_pod_is_refused_too() -> None:
         finally:
             remove_tree(container.path)
         assert stats_of(client, pod).oom == 1
+        # The event names the pod, whose counter moved, not the container.
+        assert refusal_events(drain(watcher, quiet=0.5)) == [(Event.OOM, pod.id)]
     check_start_up(report)
     assert report["managed"] == errno.EPERM
     assert report["uvm_ranges"] == 1
