@@ -455,3 +455,36 @@ def test_an_earlier_report_is_summarised_again_from_its_raw_results() -> None:
     assert rows["mps"]["online_behind_s"] < gpu.BEHIND_S
     line = gpu.table(again)[-1]
     assert "trainer 490 it/s; fell 2.5 s behind" in line and "whose online stream fell" in line
+
+
+def test_each_mps_mode_gives_its_clients_their_cap_and_priority() -> None:
+    online = gpu.Pod("online", 20, gpu.PodClass.ONLINE, n=4096, requests_hz=gpu.ONLINE_HZ)
+    trainer = gpu.Pod("trainer", 80, n=8192)
+    cap, prio = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_CLIENT_PRIORITY"
+
+    def given(mode: str, pod: gpu.Pod) -> tuple[str | None, str | None]:
+        env = gpu.mode_env(mode, pod)
+        assert env.items() >= gpu.MPS_ENV.items(), "every MPS client finds the one server"
+        return env.get(cap), env.get(prio)
+
+    assert (given("mps", online), given("mps", trainer)) == (("20", None), ("80", None))
+    assert (given("mps-open", online), given("mps-open", trainer)) == ((None, None), (None, None))
+    assert given("mps-priority", online) == (None, "0")
+    assert given("mps-priority", trainer) == (None, "1")
+    assert given("mps-priority-capped", online) == (None, "0")
+    assert given("mps-priority-capped", trainer) == ("80", "1")
+    assert gpu.mode_env("native", trainer) == gpu.mode_env("qpolicy", online) == {}
+
+
+def test_the_other_modes_table_holds_the_uncapped_mps_runs_against_solo() -> None:
+    name = TRAINER_2048.name
+    summary = {"online_p50_ms": 0.42, "online_p99_ms": 0.55, "online_requests": 3001,
+               "trainer_it_per_s": 34000.0}  # fmt: skip
+    report = {
+        "online_solo": {"p50_ms": 0.40, "p99_ms": 0.50},
+        "scenarios": {name: [{"mode": "native", "summary": summary},
+                             {"mode": "mps-open", "summary": summary}]},
+    }  # fmt: skip
+    rows = [line for line in gpu.other_modes(report) if line.startswith(f"| {name}")]
+    assert len(rows) == 1, "native stays in the main table"
+    assert "| mps-open |" in rows[0] and "| 1.05 / 1.10 |" in rows[0] and "34000 it/s" in rows[0]

@@ -5,6 +5,11 @@ lent GPU machine). For each scenario and matrix size the same PyTorch processes 
 
 * **native**: the driver's own time-slicing;
 * **mps**: an MPS server, each client capped with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its share;
+* MPS without the cap, for online rows (asked for with ``--modes``; ``MPS_MODES``): **mps-open**
+  no cap and no priority; **mps-priority** no cap, the offline pods' clients at
+  ``CUDA_MPS_CLIENT_PRIORITY`` = 1 (below normal), the online ones at 0 (normal);
+  **mps-priority-capped** the same with each offline client capped at its share, the online ones
+  not: one context for all, so no context switch, and the online kernels' blocks placed first;
 * **qpolicy**: ``qpolicy daemon --enforcer rm`` with the scenario's policy and the pods' cgroups.
 
 A pod's achieved share is its throughput divided by the same process's throughput alone on the
@@ -66,6 +71,15 @@ UNSTABLE_SOLO = 2.0
 # requests queued, and whatever ran beside it took GPU time the stream was owed (call BA, H100:
 # native time-slicing 2.5 s behind with requests of four kernels).
 BEHIND_S = 0.5
+# The MPS modes: (offline clients capped at their share, online clients capped at theirs,
+# offline clients below normal priority). NVIDIA's MPS guide: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+# CUDA_MPS_CLIENT_PRIORITY (0 normal, 1 below normal).
+MPS_MODES = {
+    "mps": (True, True, False),
+    "mps-open": (False, False, False),
+    "mps-priority": (False, False, True),
+    "mps-priority-capped": (True, False, True),
+}
 MPS_ENV = {
     "CUDA_MPS_PIPE_DIRECTORY": "/tmp/qpolicy-mps/pipe",
     "CUDA_MPS_LOG_DIRECTORY": "/tmp/qpolicy-mps/log",
@@ -336,6 +350,20 @@ def collect(processes: dict[str, subprocess.Popen[str]], timeout: float) -> dict
     return results
 
 
+def mode_env(mode: str, pod: Pod) -> dict[str, str]:
+    """What a pod's process is given on top of the bench's environment in ``mode``."""
+    if mode not in MPS_MODES:
+        return {}
+    cap_offline, cap_online, below = MPS_MODES[mode]
+    offline = pod.pod_class is PodClass.OFFLINE
+    env = dict(MPS_ENV)
+    if cap_offline if offline else cap_online:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(pod.share or 100)
+    if below:
+        env["CUDA_MPS_CLIENT_PRIORITY"] = "1" if offline else "0"
+    return env
+
+
 @contextlib.contextmanager
 def mps_server() -> Iterator[dict[str, str]]:
     for directory in MPS_ENV.values():
@@ -481,7 +509,7 @@ def run_once(
     start_at = time.time() + INIT_S
     with contextlib.ExitStack() as stack:
         daemon_info: dict[str, Any] | None = None
-        if mode == "mps":
+        if mode in MPS_MODES:
             stack.enter_context(mps_server())
         if mode in ("qpolicy", "probe"):
             # probe: the daemon watching with nothing enforced (--enforcer none), to tell what
@@ -493,11 +521,9 @@ def run_once(
             start_at = time.time() + INIT_S
         processes: dict[str, subprocess.Popen[str]] = {}
         for pod in scenario.pods:
-            pod_env = dict(env)
-            if mode == "mps":
-                pod_env.update(MPS_ENV)
-                pod_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(pod.share or 100)
-            processes[pod.name] = spawn(pod, n, seconds, start_at, cgroups, pod_env)
+            processes[pod.name] = spawn(
+                pod, n, seconds, start_at, cgroups, env | mode_env(mode, pod)
+            )
         cpu_window: tuple[float, float] | None = None
         window = seconds - 2 * CPU_EDGE_S
         if daemon_info is not None:
@@ -812,6 +838,41 @@ def table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def other_modes(report: dict[str, Any]) -> list[str]:
+    """The online rows' runs in modes beside native, MPS and qpolicy (the uncapped MPS modes,
+    the probe), each against the row's solo."""
+    lines = []
+    for scenario in SCENARIOS:
+        if not is_online(scenario):
+            continue
+        own = scenario.name in report.get("online_solo_of", {})
+        solo = report["online_solo_of"][scenario.name] if own else report.get("online_solo", {})
+        for run in report["scenarios"].get(scenario.name, []):
+            summary = run.get("summary") or {}
+            p50, p99 = summary.get("online_p50_ms"), summary.get("online_p99_ms")
+            if run["mode"] in ("native", "mps", "qpolicy") or p50 is None or p99 is None:
+                continue
+            against = ""
+            if solo.get("p50_ms") and solo.get("p99_ms"):
+                against = f"{p50 / solo['p50_ms']:.2f} / {p99 / solo['p99_ms']:.2f}"
+            trainer = summary.get("trainer_it_per_s")
+            lines.append(
+                f"| {scenario.name} | {run['mode']} | p50 {p50:.2f} / p90 "
+                f"{summary.get('online_p90_ms') or 0:.2f} / p99 {p99:.2f} / p99.9 "
+                f"{summary.get('online_p999_ms') or 0:.2f} ms "
+                f"({summary.get('online_requests') or 0}) | {against or '-'} | "
+                f"{'-' if trainer is None else f'{trainer:.0f} it/s'} |"
+            )
+    if not lines:
+        return []
+    head = [
+        "",
+        "| scenario | mode | online | p50 / p99 x solo | trainer |",
+        "|---|---|---|---|---|",
+    ]
+    return head + lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench-results/gpu.json")
@@ -833,7 +894,8 @@ def main() -> int:
     parser.add_argument(
         "--modes",
         default="native,mps,qpolicy",
-        help="also 'probe' for online rows: the daemon's probe attached, nothing enforced",
+        help="also, for online rows, 'probe' (the daemon's probe attached, nothing enforced) "
+        "and the uncapped MPS modes: " + ", ".join(m for m in MPS_MODES if m != "mps"),
     )
     parser.add_argument("--only", action="append", default=None, help="scenario name prefix")
     parser.add_argument(
@@ -886,7 +948,8 @@ def main() -> int:
         parser.error("--online-timed and --online-plain exclude each other")
     ONLINE_ARGS.extend(online_args(args.online_timed))
     if args.table:
-        print("\n".join(table(resummarise(json.loads(Path(args.table).read_text())))))
+        earlier = resummarise(json.loads(Path(args.table).read_text()))
+        print("\n".join(table(earlier) + other_modes(earlier)))
         return 0
     sizes = [int(x) for x in args.sizes.split(",")]
     modes = args.modes.split(",")
@@ -957,7 +1020,7 @@ def main() -> int:
             for n in scenario.sizes if scenario.sizes != (0,) else (0,):
                 if n and n not in sizes:
                     continue
-                extra = ["probe"] if is_online(scenario) else []
+                extra = ["probe", *MPS_MODES.keys() - {"mps"}] if is_online(scenario) else []
                 for mode in [*scenario.modes, *extra]:
                     if mode not in modes:
                         continue
@@ -985,7 +1048,7 @@ def main() -> int:
     finally:
         cgroups.clean()
         out.write_text(json.dumps(report, indent=1))
-    print("\n".join(table(report)))
+    print("\n".join(table(report) + other_modes(report)))
     return 0
 
 
