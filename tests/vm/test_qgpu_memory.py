@@ -227,12 +227,10 @@ def refusals(client: QgpuClient, cg: Cgroup) -> tuple[int, int]:
     return stats.oom, stats.denied
 
 
-def test_exports_and_fabric_memory_are_refused_to_a_memory_limited_cgroup() -> None:
-    """What qgpu cannot follow once it leaves a tenant's clients: refused where a limit holds,
-    the driver's answer elsewhere (nvmock models export to fd; dma-buf export and fabric memory
-    get the answers of a GPU without them, after the driver's argument checks). The refusals
-    exist only because of the limit: the memory gate's, counted as oom and sent as OOM events
-    whatever the tenant is answered, never as denied."""
+@contextmanager
+def limited_and_free() -> Iterator[tuple[QgpuClient, QgpuClient, Cgroup, Cgroup]]:
+    """qgpu loaded, a listener on its events, and two configured cgroups: one with a 64 MiB
+    limit, one without."""
     with (
         qgpu_loaded() as client,
         QgpuClient.open() as watcher,
@@ -241,24 +239,36 @@ def test_exports_and_fabric_memory_are_refused_to_a_memory_limited_cgroup() -> N
         watcher.subscribe_events()
         client.set_cgroup(limited.id, 0, "offline", 50, mem_limit=64 * MIB)
         client.set_cgroup(free.id, 0, "offline", 50)
-        with mem_tenants(limited, free) as (inside, outside):
-            denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
-            handle = inside.ask("alloc", MIB)["handle"]
-            assert inside.ask("export", handle)["status"] == denied
-            assert inside.ask("dmabuf", -1, 1)["errno"] == 1  # EPERM
-            assert inside.ask("fabric_sub")["status"] == denied
-            handle = outside.ask("alloc", MIB)["handle"]
-            exported = outside.ask("export", handle)
-            assert exported["status"] == NvStatus.NV_OK
-            outside.ask("closefd", exported["fd"])
-            dmabuf = outside.ask("dmabuf", -1, 1)
-            assert dmabuf == {"errno": 0, "status": NvStatus.NV_ERR_NOT_SUPPORTED}
-            assert outside.ask("fabric_sub")["status"] == NvStatus.NV_ERR_NOT_SUPPORTED
-            assert refusals(client, limited) == (3, 0)
-            assert refusals(client, free) == (0, 0)
-            assert used(client, limited) == MIB
-            events = refusal_events(drain(watcher, quiet=0.5))
-            assert events == [(Event.OOM, limited.id)] * 3, events
+        yield client, watcher, limited, free
+
+
+def test_exports_and_fabric_memory_are_refused_to_a_memory_limited_cgroup() -> None:
+    """What qgpu cannot follow once it leaves a tenant's clients: refused where a limit holds,
+    the driver's answer elsewhere (nvmock models export to fd; dma-buf export and fabric memory
+    get the answers of a GPU without them, after the driver's argument checks). The refusals
+    exist only because of the limit: the memory gate's, counted as oom and sent as OOM events
+    whatever the tenant is answered, never as denied."""
+    with (
+        limited_and_free() as (client, watcher, limited, free),
+        mem_tenants(limited, free) as (inside, outside),
+    ):
+        denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+        handle = inside.ask("alloc", MIB)["handle"]
+        assert inside.ask("export", handle)["status"] == denied
+        assert inside.ask("dmabuf", -1, 1)["errno"] == 1  # EPERM
+        assert inside.ask("fabric_sub")["status"] == denied
+        handle = outside.ask("alloc", MIB)["handle"]
+        exported = outside.ask("export", handle)
+        assert exported["status"] == NvStatus.NV_OK
+        outside.ask("closefd", exported["fd"])
+        dmabuf = outside.ask("dmabuf", -1, 1)
+        assert dmabuf == {"errno": 0, "status": NvStatus.NV_ERR_NOT_SUPPORTED}
+        assert outside.ask("fabric_sub")["status"] == NvStatus.NV_ERR_NOT_SUPPORTED
+        assert refusals(client, limited) == (3, 0)
+        assert refusals(client, free) == (0, 0)
+        assert used(client, limited) == MIB
+        events = refusal_events(drain(watcher, quiet=0.5))
+        assert events == [(Event.OOM, limited.id)] * 3, events
 
 
 def test_export_and_import_pass_through_for_an_unlimited_cgroup() -> None:
@@ -410,15 +420,8 @@ def test_a_duplicate_without_the_rm_entry_is_refused_to_a_memory_limited_cgroup(
     refusal exists only because of the limit: counted as oom and sent as an OOM event."""
     (DEBUGFS / "kapi_version").write_text("575.64.05\n")
     try:
-        with (
-            qgpu_loaded() as client,
-            QgpuClient.open() as watcher,
-            cgroups(2) as (limited, free),
-        ):
+        with limited_and_free() as (client, watcher, limited, free):
             assert (SYSFS / "rm_version").read_text() == "\n"
-            watcher.subscribe_events()
-            client.set_cgroup(limited.id, 0, "offline", 50, mem_limit=64 * MIB)
-            client.set_cgroup(free.id, 0, "offline", 50)
             with mem_tenants(limited, free) as (inside, outside):
                 denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
                 handle = inside.ask("alloc", MIB)["handle"]
