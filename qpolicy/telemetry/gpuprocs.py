@@ -44,3 +44,17 @@ def uses_nvidia(pid: int, proc: Path = Path("/proc")) -> bool:
         if target.startswith("/dev/nvidia") and not target.startswith("/dev/nvidia-"):
             return True
     return False
+
+
+#: The MPS server's executable (NVIDIA's MPS guide: nvidia-cuda-mps-control starts it for the
+#: first client). /proc/PID/comm would not tell it from the control daemon: both are cut to 15
+#: characters, "nvidia-cuda-mps".
+MPS_SERVER = "nvidia-cuda-mps-server"
+
+
+def is_mps_server(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` runs NVIDIA's MPS server (gone or unreadable: no)."""
+    try:
+        return os.path.basename(os.readlink(proc / str(pid) / "exe")) == MPS_SERVER
+    except OSError:
+        return False

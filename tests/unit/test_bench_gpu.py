@@ -488,3 +488,17 @@ def test_the_other_modes_table_holds_the_uncapped_mps_runs_against_solo() -> Non
     rows = [line for line in gpu.other_modes(report) if line.startswith(f"| {name}")]
     assert len(rows) == 1, "native stays in the main table"
     assert "| mps-open |" in rows[0] and "| 1.05 / 1.10 |" in rows[0] and "34000 it/s" in rows[0]
+
+
+def test_pod_mps_runs_an_offline_pod_of_several_under_a_server_of_its_own() -> None:
+    scenario = next(s for s in gpu.SCENARIOS if "offline pod of two" in s.name)
+    assert gpu.shared_pods(scenario) == ["trainer"]
+    dirs = {
+        pod.name: gpu.mode_env("qpolicy-pod-mps", pod, scenario).get("CUDA_MPS_PIPE_DIRECTORY")
+        for pod in scenario.pods
+    }
+    # Both trainers find the pod's own server; the online pod is not an MPS client at all.
+    assert dirs["trainer"] == dirs["trainer2"] != gpu.MPS_ENV["CUDA_MPS_PIPE_DIRECTORY"]
+    assert dirs["trainer"] is not None and dirs["online"] is None
+    assert gpu.shared_pods(TRAINER_8192) == []
+    assert all(gpu.mode_env("qpolicy-pod-mps", p, TRAINER_8192) == {} for p in TRAINER_8192.pods)

@@ -15,7 +15,7 @@ from qpolicy.model import GpuConfig, GpuPolicy, PodSpec
 from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import CgroupMap
-from qpolicy.telemetry.gpuprocs import processes_in, uses_nvidia
+from qpolicy.telemetry.gpuprocs import is_mps_server, processes_in, uses_nvidia
 from qpolicy.telemetry.probesource import ProbeSource
 from tests.unit.test_telemetry_live import FakeProbe, process
 
@@ -78,3 +78,11 @@ def test_the_rm_backend_names_the_processes_it_cannot_govern(
         )
     finally:
         backend.close()
+
+
+def test_only_the_mps_servers_executable_is_an_mps_server(tmp_path: Path) -> None:
+    exes = ("/usr/bin/nvidia-cuda-mps-server", "/usr/bin/nvidia-cuda-mps-control", "/bin/python3")
+    for pid, exe in enumerate(exes, start=1):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "exe").symlink_to(exe)
+    assert [p for p in (1, 2, 3, 4) if is_mps_server(p, tmp_path)] == [1]

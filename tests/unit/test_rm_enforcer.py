@@ -22,6 +22,7 @@ import pytest
 
 from qpolicy.backends.rm import DEFAULT_MIN_TURN_MS
 from qpolicy.control import ControlLoop, PeriodicControl
+from qpolicy.enforcers.rm import control as control_module
 from qpolicy.enforcers.rm.control import RmChannelControl, compute_contexts
 from qpolicy.enforcers.rm.enforcer import RmEnforcer, RmShared
 from qpolicy.enforcers.rm.record import RECORD_NAME, RmRecord, process_start_time, recover
@@ -693,6 +694,46 @@ def test_contexts_are_counted_per_process_and_one_at_least() -> None:
     assert compute_contexts([a2, other]) == 2
     # A group with no TSG is no context; a process without pid is not counted.
     assert compute_contexts([dataclasses.replace(b, tsgs=())]) == 0
+
+
+def test_an_mps_servers_clients_are_no_contexts_of_their_own() -> None:
+    """A pod whose processes are clients of its own MPS server: the server holds the compute
+    context, each client TSGs without a compute object."""
+    server = dataclasses.replace(group(700, 0xC1D00700, 7), compute_tsgs=(0x70,))
+    clients = [group(701, 0xC1D00701, 8), group(702, 0xC1D00702, 9)]
+    assert compute_contexts([server, *clients]) == 3  # not known as a server: as before
+    assert compute_contexts([server, *clients], frozenset({700})) == 1
+    # A process of the pod with a compute object of its own is a context of its own.
+    own = dataclasses.replace(clients[0], compute_tsgs=(0x80,))
+    assert compute_contexts([server, own, clients[1]], frozenset({700})) == 2
+    # A server of another pod changes nothing here.
+    assert compute_contexts(clients, frozenset({700})) == 2
+
+
+def test_a_pod_run_as_clients_of_its_own_mps_server_keeps_the_class_timeslice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its clients' kernels run in the server's one context, so the class's short timeslice
+    switches that context against other pods' alone; the same pod without the server keeps its
+    TSGs' own timeslices (three contexts)."""
+    monkeypatch.setattr(control_module, "is_mps_server", lambda pid: pid == 300)
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    strategy = OnlineStrategy(1, 1_000_000, "GPreempt's values")
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=strategy)
+    # The pod's first process becomes an MPS client: the server and a second client start.
+    (client,) = r.resolver._groups["/train"]
+    server = dataclasses.replace(group(300, 0xC1D00300, 5), compute_tsgs=(0x50,))
+    second = group(301, 0xC1D00301, 6)
+    r.resolver._groups["/train"] = [client, server, second]
+    r.loop.run_until(0.3e6)
+    assert r.driver.timeslice == {0x10: 1_000_000, 0x20: 1, 0x50: 1, 0x60: 1}
+    assert r.shared.controls[0].several_contexts() == {}
+    # The same TSGs with the compute context in a process that is no MPS server: three
+    # contexts, and the pod's TSGs get their own timeslices back.
+    r.resolver._groups["/train"] = [client, dataclasses.replace(server, pid=400), second]
+    r.loop.run_until(0.3e6 + 50_000 + 3 * LATENCY)
+    assert r.shared.controls[0].several_contexts() == {"/train": 3}
+    assert r.driver.timeslice[0x20] == 2048
 
 
 @pytest.mark.parametrize("how", ["removed", "moved to another GPU"])

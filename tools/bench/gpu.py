@@ -10,6 +10,10 @@ lent GPU machine). For each scenario and matrix size the same PyTorch processes 
   ``CUDA_MPS_CLIENT_PRIORITY`` = 1 (below normal), the online ones at 0 (normal);
   **mps-priority-capped** the same with each offline client capped at its share, the online ones
   not: one context for all, so no context switch, and the online kernels' blocks placed first;
+* **qpolicy-pod-mps** (online rows, asked for with ``--modes``): qpolicy, with the processes of an
+  offline pod of several run as clients of an MPS server of that pod's own, started in its
+  cgroup: one context for the pod, which the offline timeslice then switches against the online
+  pod alone;
 * **qpolicy**: ``qpolicy daemon --enforcer rm`` with the scenario's policy and the pods' cgroups.
 
 A pod's achieved share is its throughput divided by the same process's throughput alone on the
@@ -350,8 +354,22 @@ def collect(processes: dict[str, subprocess.Popen[str]], timeout: float) -> dict
     return results
 
 
-def mode_env(mode: str, pod: Pod) -> dict[str, str]:
+def shared_pods(scenario: Scenario) -> list[str]:
+    """The cgroups of the offline pods with more than one process."""
+    cgroups = [p.cgroup for p in scenario.pods if p.pod_class is PodClass.OFFLINE]
+    return sorted({c for c in cgroups if cgroups.count(c) > 1})
+
+
+def pod_mps_env(cgroup: str) -> dict[str, str]:
+    """The pipe and log directories of one pod's own MPS server (qpolicy-pod-mps)."""
+    return {name: f"{directory}-{cgroup}" for name, directory in MPS_ENV.items()}
+
+
+def mode_env(mode: str, pod: Pod, scenario: Scenario | None = None) -> dict[str, str]:
     """What a pod's process is given on top of the bench's environment in ``mode``."""
+    if mode == "qpolicy-pod-mps":
+        shared = scenario is not None and pod.cgroup in shared_pods(scenario)
+        return pod_mps_env(pod.cgroup) if shared else {}
     if mode not in MPS_MODES:
         return {}
     cap_offline, cap_online, below = MPS_MODES[mode]
@@ -365,13 +383,20 @@ def mode_env(mode: str, pod: Pod) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def mps_server() -> Iterator[dict[str, str]]:
-    for directory in MPS_ENV.values():
+def mps_server(
+    dirs: dict[str, str] = MPS_ENV, cgroup: Path | None = None
+) -> Iterator[dict[str, str]]:
+    """An MPS control daemon with ``dirs``; in ``cgroup`` if given (the server it starts for the
+    first client is its child, so its context's RM objects are that cgroup's)."""
+    for directory in dirs.values():
         Path(directory).mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **MPS_ENV}
-    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True)
+    env = {**os.environ, **dirs}
+    argv = ["nvidia-cuda-mps-control", "-d"]
+    if cgroup is not None:
+        argv = ["sh", "-c", f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"', "sh", *argv]
+    subprocess.run(argv, env=env, check=True)
     try:
-        yield MPS_ENV
+        yield dirs
     finally:
         subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=env, check=False)
         time.sleep(1.0)
@@ -511,18 +536,21 @@ def run_once(
         daemon_info: dict[str, Any] | None = None
         if mode in MPS_MODES:
             stack.enter_context(mps_server())
-        if mode in ("qpolicy", "probe"):
+        if mode in ("qpolicy", "probe", "qpolicy-pod-mps"):
             # probe: the daemon watching with nothing enforced (--enforcer none), to tell what
             # the probe alone costs the pods from what the enforcer does.
-            enforcer = "rm" if mode == "qpolicy" else "none"
+            enforcer = "none" if mode == "probe" else "rm"
             daemon_info = stack.enter_context(
                 qpolicy_daemon(scenario, cgroups, keep_log, profile, enforcer)
             )
             start_at = time.time() + INIT_S
+        if mode == "qpolicy-pod-mps":
+            for cgroup in shared_pods(scenario):
+                stack.enter_context(mps_server(pod_mps_env(cgroup), cgroups.path(cgroup)))
         processes: dict[str, subprocess.Popen[str]] = {}
         for pod in scenario.pods:
             processes[pod.name] = spawn(
-                pod, n, seconds, start_at, cgroups, env | mode_env(mode, pod)
+                pod, n, seconds, start_at, cgroups, env | mode_env(mode, pod, scenario)
             )
         cpu_window: tuple[float, float] | None = None
         window = seconds - 2 * CPU_EDGE_S
@@ -895,7 +923,8 @@ def main() -> int:
         "--modes",
         default="native,mps,qpolicy",
         help="also, for online rows, 'probe' (the daemon's probe attached, nothing enforced) "
-        "and the uncapped MPS modes: " + ", ".join(m for m in MPS_MODES if m != "mps"),
+        "the uncapped MPS modes (" + ", ".join(m for m in MPS_MODES if m != "mps") + "), "
+        "and qpolicy-pod-mps",
     )
     parser.add_argument("--only", action="append", default=None, help="scenario name prefix")
     parser.add_argument(
@@ -1020,14 +1049,17 @@ def main() -> int:
             for n in scenario.sizes if scenario.sizes != (0,) else (0,):
                 if n and n not in sizes:
                     continue
-                extra = ["probe", *MPS_MODES.keys() - {"mps"}] if is_online(scenario) else []
+                extra = ["probe", "qpolicy-pod-mps", *MPS_MODES.keys() - {"mps"}]
+                if not is_online(scenario):
+                    extra = []
                 for mode in [*scenario.modes, *extra]:
                     if mode not in modes:
                         continue
                     keep_log = profile = None
                     slug = "".join(c if c.isalnum() else "-" for c in scenario.name)
-                    if args.daemon_logs and mode == "qpolicy":
-                        keep_log = out.parent / f"daemon-{slug}-{n}.log"
+                    if args.daemon_logs and mode in ("qpolicy", "qpolicy-pod-mps"):
+                        which = "" if mode == "qpolicy" else f"-{mode}"
+                        keep_log = out.parent / f"daemon-{slug}-{n}{which}.log"
                     if args.profile_daemon and mode == "qpolicy":
                         profile = out.parent / f"daemon-{slug}-{n}.prof"
                     seconds = args.seconds

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from qpolicy.enforcers.rm.files import BorrowedFiles
 from qpolicy.enforcers.rm.record import RmRecord, group_key
@@ -24,6 +25,7 @@ from qpolicy.nvrm import rmctl
 from qpolicy.nvrm.tracker import ClientChannels
 from qpolicy.runtime.clock import Loop
 from qpolicy.runtime.worker import ControlWorker, Worker
+from qpolicy.telemetry.gpuprocs import is_mps_server
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +35,28 @@ ERROR_LOG_EVERY_S = 60.0
 TsgKey = tuple[int, int, int]
 
 
-def compute_contexts(groups: list[ClientChannels]) -> int:
+def compute_contexts(
+    groups: list[ClientChannels], mps_servers: frozenset[int] = frozenset()
+) -> int:
     """How many CUDA contexts ``groups`` hold: per process, its TSGs with a compute object (one
     per context), or one for a process whose compute object has not been seen yet (it makes its
     TSGs before it, and a process is one context at least). A process with two contexts on the
-    GPU switches against itself at a short timeslice just as two processes do."""
+    GPU switches against itself at a short timeslice just as two processes do.
+
+    Where the groups hold an MPS server (pid in ``mps_servers``), a process without a compute
+    object is one of its clients and no context of its own: the clients' kernels run in the
+    server's context, which nothing switches between (an offline pod of two 8192 trainers run
+    as clients of one server kept 105 % of native's throughput; BENCHMARKS.md, 2026-11-27,
+    twelfth session). Such a pod is one context, and keeps the class's timeslice."""
     computing: dict[int, set[tuple[int, int]]] = {}
     for group in groups:
         if group.pid is None or not group.tsgs:
             continue
         tsgs = computing.setdefault(group.pid, set())
         tsgs.update((group.client, tsg) for tsg in group.compute_tsgs)
-    return sum(max(len(tsgs), 1) for tsgs in computing.values())
+    served = not mps_servers.isdisjoint(computing)
+    least = 0 if served else 1
+    return sum(max(len(tsgs), least) for tsgs in computing.values())
 
 
 class RmChannelControl:
@@ -57,8 +69,10 @@ class RmChannelControl:
         files: BorrowedFiles,
         record: RmRecord,
         worker: Worker | None = None,
+        mps_server: Callable[[int], bool] | None = None,
     ) -> None:
         self.loop = loop
+        self.is_mps_server = mps_server or is_mps_server
         self.resolver = resolver
         self.files = files
         self.record = record
@@ -82,6 +96,8 @@ class RmChannelControl:
         # Pods whose TSGs keep their own timeslices because several of the pod's CUDA contexts
         # are on this GPU (_send_timeslices), with how many there were.
         self._several: dict[str, int] = {}
+        # Per pid: whether it is an MPS server (read from /proc once per process).
+        self._mps_server: dict[int, bool] = {}
         self.errors = 0
         self._last_error_log: dict[str, float] = {}
 
@@ -224,6 +240,19 @@ class RmChannelControl:
         for pod, timeslice_us in list(self._wanted_timeslice.items()):
             self._send_timeslices(pod, timeslice_us, only_new=True)
 
+    def _mps_servers(self, groups: list[ClientChannels]) -> frozenset[int]:
+        servers = []
+        for pid in {g.pid for g in groups if g.pid}:
+            with self._lock:
+                known = self._mps_server.get(pid)
+            if known is None:
+                known = self.is_mps_server(pid)
+                with self._lock:
+                    self._mps_server[pid] = known
+            if known:
+                servers.append(pid)
+        return frozenset(servers)
+
     def several_contexts(self) -> dict[str, int]:
         """Pods left at their TSGs' own timeslices, each with its number of CUDA contexts here
         (one per process, unless a process holds several)."""
@@ -232,6 +261,7 @@ class RmChannelControl:
     def forget(self, pid: int) -> None:
         """Drop what is kept about the objects of a process that exited."""
         with self._lock:
+            self._mps_server.pop(pid, None)
             for key in [k for k in self._original_timeslice if k[0] == pid]:
                 del self._original_timeslice[key]
             for key in [k for k in self._timeslice_sent if k[0] == pid]:
@@ -245,7 +275,7 @@ class RmChannelControl:
 
     def _send_timeslices(self, pod: str, timeslice_us: int, *, only_new: bool) -> None:
         groups = [g for g in self.resolver.groups(pod) if g.pid and g.fd is not None]
-        contexts = compute_contexts(groups)
+        contexts = compute_contexts(groups, self._mps_servers(groups))
         if contexts > 1:
             # The class's timeslice is for a pod's TSGs against other pods'. Two busy contexts
             # of one pod given it switch against each other at every slice, and a compute
