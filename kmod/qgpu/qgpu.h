@@ -56,6 +56,7 @@ struct qgpu_cg {
 	pid_t ts_tgid;
 	u32 ts_computing;
 	bool ts_several;
+	bool ts_mps;		/* an MPS server's client is among them: its clients are none */
 
 	/* scheduler state, per period (CFS-bandwidth style) */
 	bool open;			/* its channels are meant to run now */
@@ -131,6 +132,7 @@ struct qgpu_client {
 	struct cgroup *origin;		/* the allocating process's cgroup, referenced; or NULL */
 	struct qgpu_cg *cg;		/* charged for everything below it: governs origin */
 	pid_t tgid;			/* the process that allocated it (timeslice.c) */
+	bool mps_server;		/* allocated by NVIDIA's MPS server (timeslice.c) */
 	struct list_head objects;
 	u64 freed;			/* when an RM_FREE in it last returned (track.c) */
 	u64 added;			/* when RM last confirmed it or an object in it */

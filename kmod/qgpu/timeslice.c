@@ -98,6 +98,22 @@ static void online_gpus(bool *online)
 			online[cg->gpu] = true;
 }
 
+/* Whether @client has TSGs on its cgroup's GPU; adds their compute objects to @computing. */
+static bool client_tsgs(const struct qgpu_client *client, u32 *computing)
+{
+	const struct qgpu_obj *obj;
+	bool tsgs = false;
+
+	list_for_each_entry(obj, &client->objects, node) {
+		if (obj->kind != QGPU_OBJ_TSG || obj->gpu < 0 || (u32)obj->gpu != client->cg->gpu)
+			continue;
+		tsgs = true;
+		if (computing)
+			*computing += obj->computes;
+	}
+	return tsgs;
+}
+
 /*
  * Which cgroups have more than one CUDA context on their GPU. A class's timeslice is for a
  * cgroup's TSGs against other cgroups'; busy contexts of one cgroup given it switch against each
@@ -107,11 +123,16 @@ static void online_gpus(bool *online)
  * a TSG with a compute object (track.c; CUDA's shape is four TSGs, one computing); a process
  * whose TSGs have none yet is one context, so two processes are several whatever they hold,
  * and so is one process with two computing TSGs.
+ *
+ * Except beside an MPS server: where a cgroup holds one (client->mps_server), its processes
+ * without a compute object are its clients, whose kernels run in its context, and count as
+ * none; the cgroup is several only with more than one computing TSG. Two 8192 trainers of one
+ * offline pod run so kept the lever and 102-103 % of their native throughput on an H100 and an
+ * H200 (the rm enforcer's rule; BENCHMARKS.md, 2026-11-27, twelfth session).
  */
 static void count_contexts(void)
 {
 	struct qgpu_client *client;
-	struct qgpu_obj *obj;
 	struct qgpu_cg *cg;
 
 	lockdep_assert_held(&qgpu_lock);
@@ -119,23 +140,18 @@ static void count_contexts(void)
 		cg->ts_tgid = 0;
 		cg->ts_computing = 0;
 		cg->ts_several = false;
+		cg->ts_mps = false;
 	}
+	list_for_each_entry(client, &qgpu_clients, node)
+		if (client->mps_server && client_tsgs(client, NULL))
+			client->cg->ts_mps = true;
 	list_for_each_entry(client, &qgpu_clients, node) {
 		u32 computing = 0;
-		bool tsgs = false;
 
 		cg = client->cg;
-		if (cg->ts_several)
+		if (cg->ts_several || !client_tsgs(client, &computing))
 			continue;
-		list_for_each_entry(obj, &client->objects, node) {
-			if (obj->kind != QGPU_OBJ_TSG || obj->gpu < 0 || (u32)obj->gpu != cg->gpu)
-				continue;
-			tsgs = true;
-			computing += obj->computes;
-		}
-		if (!tsgs)
-			continue;
-		if (cg->ts_tgid && cg->ts_tgid != client->tgid) {
+		if (!cg->ts_mps && cg->ts_tgid && cg->ts_tgid != client->tgid) {
 			cg->ts_several = true;
 			continue;
 		}

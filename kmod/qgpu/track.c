@@ -321,6 +321,20 @@ static enum qgpu_obj_kind kind_of(u32 hclass)
 	return QGPU_OBJ_OTHER;
 }
 
+/*
+ * Whether @task belongs to NVIDIA's MPS server, whose clients' kernels run in its context
+ * (timeslice.c). Its executable, nvidia-cuda-mps-server, is the process's name cut to
+ * TASK_COMM_LEN - 1 characters, as is the control daemon's: that one holds no TSG. A tenant that
+ * names itself so only makes its own cgroup's processes count as one context.
+ */
+static bool is_mps_server(struct task_struct *task)
+{
+	char comm[TASK_COMM_LEN];
+
+	get_task_comm(comm, task->group_leader);
+	return !strcmp(comm, "nvidia-cuda-mps");
+}
+
 static struct qgpu_client *client_new(struct qgpu_cg *cg, struct file *file, u32 handle)
 {
 	struct qgpu_client *client = kzalloc(sizeof(*client), GFP_KERNEL);
@@ -338,6 +352,7 @@ static struct qgpu_client *client_new(struct qgpu_cg *cg, struct file *file, u32
 	client->file = file;
 	client->origin = origin;
 	client->tgid = task_tgid_nr(current);
+	client->mps_server = is_mps_server(current);
 	client->cg = governing_cg(client, cg);
 	INIT_LIST_HEAD(&client->objects);
 	list_add_tail(&client->node, &qgpu_clients);

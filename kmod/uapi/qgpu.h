@@ -107,7 +107,7 @@ enum qgpu_attr {
 	/* GPU_SET and GPU_GET */
 	QGPU_A_OFFLINE_TIMESLICE_US = 23,	/* u32, us, <= QGPU_TIMESLICE_MAX_US; 0: own */
 	QGPU_A_ONLINE_TIMESLICE_US = 24,	/* u32, us, <= QGPU_TIMESLICE_MAX_US; 0: own */
-	QGPU_A_OWN_TIMESLICES = 25,	/* u8, CGROUP_GET: TSGs keep their own (processes > 1) */
+	QGPU_A_OWN_TIMESLICES = 25,	/* u8, CGROUP_GET: TSGs keep their own (contexts > 1) */
 	__QGPU_A_MAX,
 };
 

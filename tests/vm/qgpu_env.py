@@ -168,8 +168,8 @@ class HeldTenant(LineTenant):
     """tests/vm/tenant.py's ``hold`` inside a cgroup: a process with a TSG of its own, which
     sends its own timeslice controls when asked."""
 
-    def __init__(self, cg: Cgroup) -> None:
-        super().__init__(cg.path, "tests.vm.tenant", "hold")
+    def __init__(self, cg: Cgroup, comm: str | None = None) -> None:
+        super().__init__(cg.path, "tests.vm.tenant", "hold", *(["--comm", comm] if comm else []))
         self.pid, self.client, self.tsg = self.hello["pid"], self.hello["client"], self.hello["tsg"]
 
     def set_timeslice(self, us: int, target: HeldTenant | None = None) -> int:

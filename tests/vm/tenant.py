@@ -13,6 +13,9 @@ their statuses as one JSON object.
                                                     ``compute`` puts a channel with a compute
                                                     object in its TSG, ``context`` a new TSG
                                                     with one (a second CUDA context)
+    python -m tests.vm.tenant hold --comm NAME      the same, named NAME (/proc/PID/comm) before
+                                                    its first RM call: an MPS server's is
+                                                    ``nvidia-cuda-mps``
 """
 
 from __future__ import annotations
@@ -132,7 +135,16 @@ def hold(rm: Rm, client: int, device: int) -> None:
             raise ValueError(line)
 
 
+PR_SET_NAME = 15
+
+
 def main(argv: list[str]) -> int:
+    if argv[1:3] and argv[1] == "--comm":
+        # The process's name (its main thread's), as the kernel sees it from then on.
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_NAME, argv[2].encode(), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NAME)")
+        argv = [argv[0], *argv[3:]]
     rm = Rm(0)
     client = rm.new(0, 0, 0x41)
     device = rm.new(client, client, 0x80, DEVICE_PARAMS)

@@ -150,6 +150,38 @@ def test_a_cgroup_of_two_processes_keeps_their_own_timeslices_until_one_is_left(
             assert not stats_of(client, offline).own_timeslices
 
 
+def test_a_cgroup_run_as_clients_of_its_own_mps_server_keeps_its_class_timeslice() -> None:
+    """Processes that are clients of an MPS server in their cgroup run their kernels in the
+    server's one context: a process without a compute object counts as no context beside one
+    (its name is the server's, nvidia-cuda-mps), so the cgroup keeps its class's timeslice; a
+    process of it with a compute object of its own is a second context."""
+    with (
+        qgpu_loaded() as client,
+        cgroups(2) as (online, offline),
+        held_tenants(online) as (serving,),
+        ExitStack() as stack,
+    ):
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        server = HeldTenant(offline, comm="nvidia-cuda-mps")
+        stack.callback(server.close)
+        assert server.ask("compute")["tsg"] == server.tsg
+        clients = [HeldTenant(offline) for _ in range(2)]
+        for tenant in clients:
+            stack.callback(tenant.close)
+        everyone = (serving, server, *clients)
+        want = [ONLINE_US, OFFLINE_US, OFFLINE_US, OFFLINE_US]
+        assert settles(lambda: of(*everyone) == want), of(*everyone)
+        time.sleep(0.3)
+        assert of(*everyone) == want
+        assert not stats_of(client, offline).own_timeslices
+        # A client makes a context of its own: two contexts, their own timeslices.
+        assert clients[0].ask("compute")["tsg"] == clients[0].tsg
+        want = [ONLINE_US, DEFAULT_US, DEFAULT_US, DEFAULT_US]
+        assert settles(lambda: of(*everyone) == want), of(*everyone)
+        assert stats_of(client, offline).own_timeslices
+
+
 def test_a_process_with_two_cuda_contexts_keeps_its_own_timeslices() -> None:
     """A process with two computing TSGs (two CUDA contexts) would switch against itself at its
     class's short timeslice as two processes do; a compute object in its one TSG (CUDA's shape)
