@@ -69,10 +69,10 @@ class RmChannelControl:
         files: BorrowedFiles,
         record: RmRecord,
         worker: Worker | None = None,
-        mps_server: Callable[[int], bool] | None = None,
     ) -> None:
         self.loop = loop
-        self.is_mps_server = mps_server or is_mps_server
+        # Looked up when made, so that a test can stand in for /proc.
+        self.is_mps_server: Callable[[int], bool] = is_mps_server
         self.resolver = resolver
         self.files = files
         self.record = record
