@@ -112,6 +112,8 @@ class ClientChannels:
     device_instance: int | None = None
     #: Per TSG (as ``tsgs``): how many times the tenant set its timeslice itself.
     timeslice_sets: tuple[int, ...] = ()
+    #: Per TSG (as ``tsgs``): the value the tenant last set, where the probe read it.
+    tenant_timeslices: tuple[int | None, ...] = ()
     #: The TSGs of ``tsgs`` with a compute engine object on one of their channels: one per CUDA
     #: context (the shipped H200 trace: 4 TSGs, the compute object on 8 channels of one).
     compute_tsgs: tuple[int, ...] = ()
@@ -122,6 +124,13 @@ class ClientChannels:
             return self.timeslice_sets[self.tsgs.index(tsg)]
         except (ValueError, IndexError):
             return 0
+
+    def tenant_timeslice(self, tsg: int) -> int | None:
+        """The timeslice the tenant last set on ``tsg`` itself (None if never, or not read)."""
+        try:
+            return self.tenant_timeslices[self.tsgs.index(tsg)]
+        except (ValueError, IndexError):
+            return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,6 +460,7 @@ class Tracker:
                             device_obj.info.get("device_instance") if device_obj else None
                         ),
                         timeslice_sets=tuple(o.info.get("timeslice_sets", 0) for o in tsgs),
+                        tenant_timeslices=tuple(o.info.get("timeslice_us") for o in tsgs),
                         compute_tsgs=tuple(o.handle for o in tsgs if o.handle in computing),
                     )
                 )

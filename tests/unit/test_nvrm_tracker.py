@@ -258,6 +258,10 @@ def test_controls_record_timeslice_schedule_and_submit_token() -> None:
     assert objects[TSG].info == {"timeslice_us": 2048, "timeslice_sets": 1, "scheduled": 1}
     assert objects[CHANNEL].info == {"work_submit_token": 0x30005}
     assert t.summary(100).controls["NVA06C_CTRL_CMD_SET_TIMESLICE"] == 1
+    # The rm enforcer's view: how often the tenant set it, and to what.
+    (group,) = t.channel_groups(100)
+    assert (group.tenant_sets(TSG), group.tenant_timeslice(TSG)) == (1, 2048)
+    assert group.tenant_timeslice(CHANNEL) is None
 
 
 def test_ioctls_on_other_files_are_counted_apart() -> None:

@@ -615,6 +615,36 @@ def test_a_timeslice_the_tenant_sets_over_ours_is_set_again_and_its_value_is_wha
     assert r.driver.timeslice[0x20] == 4096
 
 
+@pytest.mark.parametrize("read", [True, False], ids=["value read by the probe", "not read"])
+def test_a_tenant_set_counted_only_after_ours_though_it_came_first_is_still_what_is_restored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read: bool
+) -> None:
+    """The probe reports a call once it has returned and the daemon reads its events later:
+    libcuda's own SET_TIMESLICE (2048 us) can reach RM before the daemon's first and be counted
+    after it, while RM holds the daemon's value. Re-read from RM, the value to give back was then
+    the daemon's own 1 us: on an H100 (call 12J) a trainer's TSG was given back 1 us beside its
+    pod's other process and ran 8 iterations in 20 s."""
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+    r.driver.timeslice[0x20] = 2048  # the tenant's own, set before the daemon's first
+    r.loop.run_until(0.3e6)
+    assert r.driver.timeslice[0x20] == OFFLINE_US
+    # Its set is counted now, after ours: RM holds ours.
+    (train,) = r.resolver._groups["/train"]
+    seen = dataclasses.replace(
+        train, timeslice_sets=(1,), tenant_timeslices=(2048 if read else None,)
+    )
+    r.resolver._groups["/train"] = [seen]
+    r.loop.run_until(0.3e6 + 50_000 + 3 * LATENCY)
+    assert r.driver.timeslice[0x20] == OFFLINE_US
+    record = json.loads((tmp_path / RECORD_NAME).read_text())
+    originals = {entry["tsg"]: entry["original_us"] for entry in record["timeslices"].values()}
+    assert originals[0x20] == 2048
+    r.enforcer.release()
+    r.shared.close()
+    assert r.driver.timeslice[0x20] == 2048
+
+
 def test_a_pod_of_several_processes_keeps_their_own_timeslices_until_one_is_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

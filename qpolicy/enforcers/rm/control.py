@@ -296,7 +296,9 @@ class RmChannelControl:
             self._restore_timeslices(pod)
             return
         self._several.pop(pod, None)
-        todo: list[tuple[ClientChannels, int]] = []
+        # Per TSG: whether the value to give back must be learnt again first (True: read it
+        # from RM), and the tenant's own value where the probe read it from its call.
+        todo: list[tuple[ClientChannels, int, bool, int | None]] = []
         with self._lock:
             for group in groups:
                 for tsg in group.tsgs:
@@ -305,30 +307,38 @@ class RmChannelControl:
                     sent = self._timeslice_sent.get(key)
                     if only_new and sent is not None and sent >= tenant_sets:
                         continue
-                    if sent is not None and sent < tenant_sets:
-                        # The tenant chose a timeslice of its own after ours: that is the value
-                        # to give back when the pod lets go, so it is read again first.
-                        self._original_timeslice.pop(key, None)
+                    # The tenant chose a timeslice of its own since ours was planned: that is
+                    # the value to give back when the pod lets go. The probe reports a call once
+                    # it has returned and the daemon reads its events later, so a set counted
+                    # now may have come before ours, and RM may hold ours: the tenant's value is
+                    # taken from its call where the probe read it, else from RM unless RM
+                    # answers ours (call 12J, an H100: libcuda's set read back as 1 us, and the
+                    # TSG given "back" 1 us starved its process beside its pod's other one).
+                    again = sent is not None and sent < tenant_sets
                     self._timeslice_sent[key] = tenant_sets
-                    todo.append((group, tsg))
+                    todo.append((group, tsg, again, group.tenant_timeslice(tsg) if again else None))
         if not todo:
             return
 
         def job() -> float:
             sent = 0
-            for group, tsg in todo:
+            for group, tsg, again, chosen in todo:
                 assert group.pid is not None and group.fd is not None
                 key = (group.pid, group.client, tsg)
                 try:
                     fd = self.files.get(group.pid, group.fd)
                     with self._lock:
                         original = self._original_timeslice.get(key)
-                    if original is None:
+                    value = chosen
+                    if value is None and (original is None or again):
                         result, value = rmctl.get_timeslice(fd, group.client, tsg)
                         sent += 1
                         if not result.ok:
                             self._complain(pod, f"GET_TIMESLICE answered {result.status:#x}")
                             continue
+                        if again and value == timeslice_us:
+                            value = None  # ours: the tenant's set came before it
+                    if value is not None and value != original:
                         original = value
                         # Written down before it is changed: a SIGKILL in between leaves a
                         # record that restores the value the TSG already has.
