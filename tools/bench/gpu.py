@@ -309,6 +309,12 @@ class Cgroups:
                 self.root.rmdir()
 
 
+def in_cgroup(cgroup: Path, argv: list[str]) -> list[str]:
+    """``argv`` run so that its process joins ``cgroup`` before it execs (and its children with
+    it)."""
+    return ["sh", "-c", f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"', "sh", *argv]
+
+
 def spawn(
     pod: Pod, n: int, seconds: float, start_at: float, cgroups: Cgroups, env: dict[str, str]
 ) -> subprocess.Popen[str]:
@@ -328,10 +334,12 @@ def spawn(
         argv += ["--start-at", str(start_at + seconds / 2), "--seconds", str(seconds / 2)]
     else:
         argv += ["--start-at", str(start_at), "--seconds", str(seconds), "--timeline"]
-    cgroup = cgroups.path(pod.cgroup)
-    wrapper = ["sh", "-c", f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"', "sh", *argv]
     return subprocess.Popen(
-        wrapper, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        in_cgroup(cgroups.path(pod.cgroup), argv),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -392,9 +400,7 @@ def mps_server(
         Path(directory).mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **dirs}
     argv = ["nvidia-cuda-mps-control", "-d"]
-    if cgroup is not None:
-        argv = ["sh", "-c", f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"', "sh", *argv]
-    subprocess.run(argv, env=env, check=True)
+    subprocess.run(argv if cgroup is None else in_cgroup(cgroup, argv), env=env, check=True)
     try:
         yield dirs
     finally:
