@@ -46,6 +46,49 @@ bool qgpu_mem_class(u32 hclass)
 }
 
 /**
+ * qgpu_gate_limited() - whether a caller's cgroup has a memory limit
+ * @id: the caller's governing cgroup (qgpu_current_cgroup_id())
+ *
+ * For memory qgpu cannot charge (exports, dma-buf, managed memory): refused where a limit holds.
+ *
+ * Context: process context; takes qgpu_lock.
+ * Return: true when @id is configured with a memory limit.
+ */
+bool qgpu_gate_limited(u64 id)
+{
+	struct qgpu_cg *cg;
+	bool limited;
+
+	mutex_lock(&qgpu_lock);
+	cg = qgpu_cg_get(id, false);
+	limited = cg && cg->mem_limit;
+	mutex_unlock(&qgpu_lock);
+	return limited;
+}
+
+/**
+ * qgpu_gate_refused() - count and announce a refusal a memory limit made
+ * @id: the caller's governing cgroup
+ *
+ * Every refusal a memory limit makes is the memory gate's, whatever the tenant is answered
+ * (NV_ERR_INSUFFICIENT_PERMISSIONS, -EPERM): counted in oom and sent as QGPU_EVENT_OOM
+ * (uapi/qgpu.h).
+ *
+ * Context: process context; takes qgpu_lock.
+ */
+void qgpu_gate_refused(u64 id)
+{
+	struct qgpu_cg *cg;
+
+	mutex_lock(&qgpu_lock);
+	cg = qgpu_cg_get(id, false);
+	if (cg)
+		cg->oom++;
+	mutex_unlock(&qgpu_lock);
+	qgpu_event(QGPU_EVENT_OOM, id, 0);
+}
+
+/**
  * qgpu_gate_fits() - whether @bytes more fit under @cg's memory limit
  * @cg: the cgroup to charge
  * @bytes: the size

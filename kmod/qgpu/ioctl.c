@@ -852,18 +852,10 @@ static bool memory_export_control(u32 cmd)
  */
 static bool memory_limited(u64 id)
 {
-	struct qgpu_cg *cg;
-	bool limited;
-
-	mutex_lock(&qgpu_lock);
-	cg = qgpu_cg_get(id, false);
-	limited = cg && cg->mem_limit;
-	if (limited)
-		cg->oom++;
-	mutex_unlock(&qgpu_lock);
-	if (limited)
-		qgpu_event(QGPU_EVENT_OOM, id, 0);
-	return limited;
+	if (!qgpu_gate_limited(id))
+		return false;
+	qgpu_gate_refused(id);
+	return true;
 }
 
 /*

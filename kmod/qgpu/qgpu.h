@@ -255,6 +255,8 @@ u32 qgpu_rmapi_objects_are_duplicates(u32 hclient, u32 hobject1, u32 hobject2, b
 
 /* gate.c: device memory charges */
 bool qgpu_mem_class(u32 hclass);
+bool qgpu_gate_limited(u64 id);
+void qgpu_gate_refused(u64 id);
 bool qgpu_gate_fits(const struct qgpu_cg *cg, u64 bytes);
 bool qgpu_gate_reserve(struct qgpu_cg *cg, u64 bytes, struct qgpu_resv *resv);
 void qgpu_gate_unreserve(struct qgpu_resv *resv);

@@ -31,18 +31,6 @@
 
 static const struct vm_operations_struct refused_ops;
 
-static bool mem_limited(u64 id)
-{
-	struct qgpu_cg *cg;
-	bool limited;
-
-	mutex_lock(&qgpu_lock);
-	cg = qgpu_cg_get(id, false);
-	limited = cg && cg->mem_limit;
-	mutex_unlock(&qgpu_lock);
-	return limited;
-}
-
 static bool made_managed_range(const struct vm_area_struct *vma)
 {
 	return vma->vm_private_data && vma->vm_private_data != vma && vma->vm_ops &&
@@ -63,10 +51,9 @@ int qgpu_uvm_mmap(int (*orig)(struct file *, struct vm_area_struct *), struct fi
 		  struct vm_area_struct *vma)
 {
 	u64 caller = qgpu_current_cgroup_id();
-	struct qgpu_cg *cg;
 	int ret;
 
-	if (!mem_limited(caller))
+	if (!qgpu_gate_limited(caller))
 		return orig(file, vma);
 	ret = orig(file, vma);
 	if (ret || !made_managed_range(vma))
@@ -74,11 +61,6 @@ int qgpu_uvm_mmap(int (*orig)(struct file *, struct vm_area_struct *), struct fi
 	vma->vm_ops->close(vma);
 	vma->vm_ops = &refused_ops;
 	vma->vm_private_data = NULL;
-	mutex_lock(&qgpu_lock);
-	cg = qgpu_cg_get(caller, false);
-	if (cg)
-		cg->oom++;
-	mutex_unlock(&qgpu_lock);
-	qgpu_event(QGPU_EVENT_OOM, caller, 0);
+	qgpu_gate_refused(caller);
 	return -EPERM;
 }
