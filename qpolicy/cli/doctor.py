@@ -56,6 +56,14 @@ def doctor(
             show_default=False,
         ),
     ] = None,
+    no_mps: Annotated[
+        bool,
+        typer.Option(
+            "--no-mps",
+            help="Leave out the MPS comparison (both workloads as clients of a private MPS "
+            "server; needs nvidia-cuda-mps-control).",
+        ),
+    ] = False,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not keep the result for the daemon.")
     ] = False,
@@ -67,8 +75,10 @@ def doctor(
     each lever on them (timeslices, CILP and CTA preemption, interleave levels, realtime TSGs,
     per-request PREEMPT and channel disabling) and prints, per lever: RM's answers, the cost per
     call, the online p50 / p90 / p99, the trainer's throughput and context switches. Restores
-    everything it set. The result is kept in $QPOLICY_STATE_DIR/doctor-gpuN.json, where the daemon
-    chooses its online lever from it. Needs root, the eBPF probe and PyTorch; takes about a minute.
+    everything it set. Last, for comparison, it runs both workloads under an MPS server of its
+    own (not a lever qpolicy sets; --no-mps leaves it out). The result is kept in
+    $QPOLICY_STATE_DIR/doctor-gpuN.json, where the daemon chooses its online lever from it. Needs
+    root, the eBPF probe and PyTorch; takes about a minute.
     """
     known = {lever.name for lever in LEVERS}
     chosen = tuple(known) if levers is None else tuple(x.strip() for x in levers.split(","))
@@ -88,6 +98,7 @@ def doctor(
         phase_s=_positive(phase_s, "phase length", 120),
         hz=_positive(hz, "request rate", 2000),
         levers=chosen,
+        mps=not no_mps,
     )
     from qpolicy.doctor.checkup import checkup  # the probe and torch checks only when run
 

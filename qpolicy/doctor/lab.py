@@ -69,9 +69,10 @@ class Workload:
         on_ask: Callable[[], None] = lambda: None,
         on_result: Callable[[], None] = lambda: None,
     ) -> None:
+        self.env = dict(env)
         self.proc = subprocess.Popen(
             argv,
-            env=dict(env),
+            env=self.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -1,4 +1,5 @@
-"""One doctor run: the online stream alone, then next to the trainer with each lever in turn.
+"""One doctor run: the online stream alone, then next to the trainer with each lever in turn, and
+last both as clients of one MPS server (a comparison: MPS is not a lever qpolicy sets).
 
 Each phase lasts ``phase_s``; its first ``settle_s`` is left out (the lever takes effect, the
 queues drain). Whatever a lever set is undone at the end of its phase, and everything is undone
@@ -9,6 +10,7 @@ how the GPU switches, not only the latency.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -17,7 +19,9 @@ from typing import Any
 from qpolicy import __version__
 from qpolicy.doctor.lab import Call, Lab
 from qpolicy.doctor.levers import LEVERS, Lever, Objects
+from qpolicy.doctor.mps import mps_server
 from qpolicy.doctor.report import SCHEMA, calls_summary, latency_stats, recommend
+from qpolicy.errors import QPolicyError
 from qpolicy.nvrm import abi
 
 
@@ -30,6 +34,15 @@ class DoctorConfig:
     phase_s: float = 4.0
     settle_s: float = 0.5
     levers: tuple[str, ...] = tuple(lever.name for lever in LEVERS)
+    mps: bool = True  # the MPS comparison phase
+
+
+MPS = Lever(
+    "mps",
+    "comparison",
+    "both workloads as clients of one MPS server of the doctor's own (no cap, no priority): "
+    "one context, no time-slicing; not a lever qpolicy sets",
+)
 
 
 def discover(lab: Lab) -> Objects:
@@ -123,10 +136,16 @@ class Doctor:
     def run(self, gpu_info: dict[str, Any]) -> dict[str, Any]:
         lab, config = self.lab, self.config
         phases: list[dict[str, Any]] = []
+        measured = round((config.phase_s - config.settle_s) * config.hz)
         notes = [
             f"each phase {config.phase_s:g} s at {config.hz:g} requests/s, the first "
-            f"{config.settle_s:g} s left out: a p99 of a few hundred requests is indicative; "
-            "`make bench-gpu` measures 3 000 and more",
+            f"{config.settle_s:g} s left out: about {measured} requests a phase"
+            + (
+                ", so a p99 is indicative (a p99 needs 1 000 or more; `make bench-gpu` "
+                "measures 3 000 and more)"
+                if measured < 1000
+                else ""
+            ),
             "online latency runs from each request's slot to its result, including the doctor's "
             "go-ahead (the same in every phase)",
             "the FECS context-switch trace (class 0x90CD) is not read",
@@ -160,11 +179,46 @@ class Doctor:
                 if lever.new_trainer:
                     objects = self._new_trainer(objects)
                 phases.append(self._phase(lever, objects))
+            if config.mps:
+                phases.append(self._mps_phase())
         finally:
             lab.before_request = lab.after_request = None
             lab.stop()
         report["recommendation"] = recommend(phases)
         return report
+
+    def _mps_phase(self) -> dict[str, Any]:
+        """Both workloads started again as clients of a private MPS server, measured like a
+        lever (nothing is set on them). A server that cannot start is the phase's error."""
+        lab, config = self.lab, self.config
+        lab.stop()
+        base_env = lab.env
+        phase: dict[str, Any] | None = None
+        try:
+            with mps_server() as dirs:
+                lab.env = {**base_env, **dirs}
+                try:
+                    lab.start_online(config.online_n, config.hz)
+                    lab.start_trainer(config.trainer_n)
+                    phase = self._phase(MPS, None)
+                finally:
+                    lab.stop()
+        except (QPolicyError, OSError, subprocess.SubprocessError) as error:
+            failed = f"{type(error).__name__}: {error}"
+            if phase is None:
+                phase = {
+                    "lever": MPS.name,
+                    "kind": MPS.kind,
+                    "description": MPS.description,
+                    "calls": {},
+                    "online": latency_stats([]),
+                    "trainer_it_per_s": None,
+                }
+            phase["error"] = phase.get("error") or failed
+        finally:
+            lab.env = base_env
+        assert phase is not None
+        return phase
 
     def _new_trainer(self, objects: Objects) -> Objects:
         assert self.lab.trainer is not None
@@ -225,7 +279,7 @@ class Doctor:
             "description": lever.description,
             "calls": calls_summary([c.to_json() for c in (*calls, *per_request)]),
             "online": latency_stats(latencies),
-            "trainer_it_per_s": None if objects is None else _rate(trainer),
+            "trainer_it_per_s": None if lab.trainer is None else _rate(trainer),
         }
         if saves_before is not None and saves_after is not None:
             phase["trainer_saves"] = {k: saves_after[k] - saves_before[k] for k in saves_after}

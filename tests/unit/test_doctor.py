@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -21,8 +23,10 @@ import pytest
 
 from qpolicy.doctor.lab import Lab
 from qpolicy.doctor.levers import LEVERS
+from qpolicy.doctor.mps import PIPE, mps_server, server_pids
 from qpolicy.doctor.report import read_cache, recommend, table, write_cache
 from qpolicy.doctor.run import Doctor, DoctorConfig
+from qpolicy.errors import QPolicyError
 from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.abi import NvStatus
 from qpolicy.nvrm.records import Record
@@ -124,6 +128,47 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+# A stand-in for nvidia-cuda-mps-control: `-d` starts a "server" (a copy of sleep, whose process
+# name is the real server's, "nvidia-cuda-mps") with the caller's environment and returns at once;
+# `quit` on stdin stops it, unless FAKE_MPS_STUCK is set. Every call is logged with its pipe
+# directory.
+FAKE_MPS_CONTROL = """#!/bin/sh
+pipe="$CUDA_MPS_PIPE_DIRECTORY"
+if [ "$1" = "-d" ]; then
+    echo "start $pipe" >> "$FAKE_MPS_LOG"
+    "$FAKE_MPS_SERVER" 600 </dev/null >/dev/null 2>&1 &
+    echo $! > "$pipe/server.pid"
+    exit 0
+fi
+read -r line
+echo "$line $pipe" >> "$FAKE_MPS_LOG"
+[ -n "$FAKE_MPS_STUCK" ] || kill "$(cat "$pipe/server.pid")"
+"""
+
+
+@pytest.fixture
+def fake_mps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The fake MPS control on PATH; yields its log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    control = bin_dir / "nvidia-cuda-mps-control"
+    control.write_text(FAKE_MPS_CONTROL)
+    control.chmod(0o755)
+    server = bin_dir / "nvidia-cuda-mps-server"
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    shutil.copy(sleep, server)
+    log = tmp_path / "mps.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_MPS_LOG", str(log))
+    monkeypatch.setenv("FAKE_MPS_SERVER", str(server))
+    yield log
+    for line in log.read_text().splitlines() if log.exists() else []:
+        pipe = line.split()[-1]
+        for pid in server_pids(pipe):
+            os.kill(pid, signal.SIGKILL)
+
+
 def lab_with(rm: FakeRm) -> tuple[Lab, Handles]:
     lab = Lab(0, None, Files(), send=rm)  # type: ignore[arg-type]
     handles = Handles(lab)
@@ -131,16 +176,29 @@ def lab_with(rm: FakeRm) -> tuple[Lab, Handles]:
     return lab, handles
 
 
-def test_a_run_measures_every_lever_undoes_each_and_stops_its_workloads(fake_torch: None) -> None:
+def test_a_run_measures_every_lever_undoes_each_and_stops_its_workloads(
+    fake_torch: None, fake_mps: Path
+) -> None:
     rm = FakeRm()
     lab, _ = lab_with(rm)
     config = DoctorConfig(gpu=0, hz=200, phase_s=0.4, settle_s=0.1)
     report = Doctor(lab, config).run({"index": 0, "name": "fake", "driver": "580.142"})
     names = [phase["lever"] for phase in report["phases"]]
-    assert names == ["solo", *(lever.name for lever in LEVERS)]
+    assert names == ["solo", *(lever.name for lever in LEVERS), "mps"]
     for phase in report["phases"]:
         assert "error" not in phase, phase
         assert phase["online"]["requests"] >= 40, phase["lever"]
+    # The MPS comparison: both workloads were clients of the doctor's own server, which was
+    # told to quit, is gone, and whose directories are removed; it sent no control.
+    mps = report["phases"][-1]
+    assert mps["kind"] == "comparison" and mps["calls"] == {} and mps["trainer_it_per_s"]
+    started, quit_ = fake_mps.read_text().splitlines()
+    pipe = started.removeprefix("start ")
+    assert quit_ == f"quit {pipe}" and not Path(pipe).exists() and not server_pids(pipe)
+    assert lab.online is not None and lab.trainer is not None
+    assert lab.online.env[PIPE] == lab.trainer.env[PIPE] == pipe
+    assert PIPE not in lab.env  # the workloads after it (none here) are not clients
+    assert "about 60 requests a phase, so a p99 is indicative" in report["notes"][0]
     # Everything a lever set was put back: every TSG its own 2048 µs again, CTA back to CILP.
     assert set(rm.timeslice.values()) == {2048}
     assert set(rm.cilp.values()) == {2}
@@ -326,7 +384,9 @@ def test_a_run_of_chosen_levers_still_measures_the_baselines(fake_torch: None) -
     the doctor recommended nothing and its cache turned the daemon back to the engine's pair."""
     rm = FakeRm()
     lab, _ = lab_with(rm)
-    config = DoctorConfig(gpu=0, hz=200, phase_s=0.3, settle_s=0.1, levers=("timeslice-1us",))
+    config = DoctorConfig(
+        gpu=0, hz=200, phase_s=0.3, settle_s=0.1, levers=("timeslice-1us",), mps=False
+    )
     report = Doctor(lab, config).run({"index": 0})
     assert [p["lever"] for p in report["phases"]] == ["solo", "native", "timeslice-1us"]
     assert report["recommendation"].get("why") != "no native baseline was measured"
@@ -348,3 +408,60 @@ def test_the_trainer_side_reaches_the_run(
     doctor(trainer_n="2048", levers="cta+timeslice-1us-8ms", no_cache=True, as_json=True)
     assert seen[0].trainer_n == 2048 and seen[0].levers == ("cta+timeslice-1us-8ms",)
     assert json.loads(capsys.readouterr().out) == {"phases": []}
+    assert seen[0].mps
+    doctor(no_mps=True, no_cache=True, as_json=True)
+    assert not seen[1].mps
+    capsys.readouterr()
+
+
+def test_without_the_mps_tools_the_comparison_says_so_and_the_run_goes_on(
+    fake_torch: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-cuda-mps-control
+    rm = FakeRm()
+    lab, _ = lab_with(rm)
+    config = DoctorConfig(gpu=0, hz=200, phase_s=0.3, settle_s=0.1, levers=("timeslice-1us",))
+    report = Doctor(lab, config).run({"index": 0})
+    *levers, mps = report["phases"]
+    assert [p["lever"] for p in levers] == ["solo", "native", "timeslice-1us"]
+    assert all("error" not in p for p in levers)
+    assert mps["lever"] == "mps" and "nvidia-cuda-mps-control is not on PATH" in mps["error"]
+    assert mps["online"]["requests"] == 0 and mps["trainer_it_per_s"] is None
+    rows = [line for line in table(report) if line.startswith("| mps | comparison |")]
+    assert len(rows) == 1 and "error: QPolicyError" in rows[0]
+    assert lab.online is not None and lab.online.proc.poll() is not None
+
+
+def test_a_server_that_does_not_quit_is_named_and_its_directory_kept(
+    fake_mps: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_MPS_STUCK", "1")
+    quit_late = pytest.raises(QPolicyError, match=r"did not quit within 0.3 s \(pids \d+")
+    with quit_late, mps_server(quit_timeout_s=0.3) as dirs:
+        (pid,) = server_pids(dirs[PIPE])
+    assert Path(dirs[PIPE]).exists()  # still the running server's
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_the_comparison_is_never_recommended() -> None:
+    native = {**phase("native", "baseline", 2.8, 100.0), "online": {"p50_ms": 1.7, "p99_ms": 2.8}}
+    mps = {**phase("mps", "comparison", 0.5, 100.0), "online": {"p50_ms": 0.4, "p99_ms": 0.5}}
+    mps["calls"] = {}
+    lever = timed("timeslice-1us-8ms", p50=0.73, p99=0.85)
+    assert recommend([native, mps, lever])["lever"] == "timeslice-1us-8ms"
+    assert recommend([native, mps])["lever"] is None
+
+
+def test_server_pids_are_the_mps_processes_of_one_pipe_directory(tmp_path: Path) -> None:
+    def process(pid: int, comm: str, pipe: str) -> None:
+        entry = tmp_path / str(pid)
+        entry.mkdir()
+        (entry / "comm").write_text(comm + "\n")
+        (entry / "environ").write_bytes(f"HOME=/root\0{PIPE}={pipe}\0".encode())
+
+    process(10, "nvidia-cuda-mps", "/tmp/a/pipe")
+    process(11, "nvidia-cuda-mps", "/tmp/b/pipe")  # another server, on other directories
+    process(12, "python3", "/tmp/a/pipe")  # a client of it
+    process(13, "nvidia-cuda-mps", "/tmp/a/pipe/x")
+    (tmp_path / "self").mkdir()
+    assert server_pids("/tmp/a/pipe", tmp_path) == [10]
