@@ -212,8 +212,12 @@ def configure(client: QgpuClient, a: Cgroup, b: Cgroup, c: Cgroup) -> None:
 
 STREAM_STEPS = 100_000
 # The soak's processes are shaped like CUDA's (gpuload --tree cuda: 4 TSGs, 20 channels, USERD
-# in a video memory object); QGPU_SOAK_TREE=simple gives gpuload's one-channel tree.
-SOAK = [*SATURATE, "--tree", os.environ.get("QGPU_SOAK_TREE", "cuda")]
+# in a video memory object); QGPU_SOAK_TREE=simple gives gpuload's one-channel tree. They look
+# for finished work every millisecond, not gpuload's default 20 us: on single-threaded TCG four
+# processes waking every 20 us left this test's own netlink calls seconds late (opening a qgpu
+# client 4-11 s, against 0.1-1.8 s at 1 ms; BENCHMARKS.md, thirteenth session), which made a
+# cycle 27 s, while the calls the unloads meet are the same.
+SOAK = [*SATURATE, "--tree", os.environ.get("QGPU_SOAK_TREE", "cuda"), "--poll-us", "1000"]
 STREAM = [*SOAK, "--steps", str(STREAM_STEPS), "--vidmem-mib", "1", "--seconds", "0.2"]
 
 

@@ -11,7 +11,8 @@ Run by ``make bench-vm`` (through tools/vm/run); writes build/vm/bench-qgpu.json
    bench-vm BEFORE=rev``: a recent commit's qgpu.ko, which follows the cgroup hierarchy) each
    round also runs hooked by that one, gated as the current module is: a change's before and
    after from the same run.
-   BENCH_ONLY=hook stops after this part.
+   BENCH_ONLY=hook stops after this part; BENCH_ONLY=online skips it and part 2's shares (the
+   online-offline scenario alone, REPEAT times, to see how much it moves between runs).
 2. The kmod issue's targets on nvmock's engine (ground truth: its debugfs): fixed-share 50/30/20,
    a lone fixed-share pod, burst-share hand-back, and online requests next to an offline
    trainer, native and gated; each with gpuload's own object tree and with CUDA's.
@@ -58,8 +59,13 @@ REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--p
 # Each scenario runs with gpuload's own tree (one TSG, one channel) and with CUDA's (the H200
 # trace's: 4 TSGs and 20 channels a process, USERD in video memory; tools/gpuload/CUDA_SEQUENCE.md).
 TREES = {"gpuload tree": [], "CUDA tree": ["--tree", "cuda"]}
-# qgpu's online_hold_us for the whole run; unset keeps the module's default.
-ONLINE_HOLD_US = int(os.environ["ONLINE_HOLD_US"]) if "ONLINE_HOLD_US" in os.environ else None
+# qgpu's online_hold_us and busy_hold_us for the whole run; unset keeps the module's default.
+HOLDS = {
+    name: int(os.environ[name.upper()])
+    for name in ("online_hold_us", "busy_hold_us")
+    if name.upper() in os.environ
+}
+REPEAT = int(os.environ.get("REPEAT", "1"))
 
 
 def run_bench(in_cgroup: bool) -> dict[str, float]:
@@ -188,6 +194,17 @@ def online_offline(client: QgpuClient, tree: list[str]) -> dict[str, float]:
     return out
 
 
+def print_online(oo: dict[str, float]) -> None:
+    print(
+        "  online p99 / solo    -> native {native_p99_ratio:.2f}x,"
+        " qgpu {qgpu_p99_ratio:.2f}x (solo p99 {online_solo_p99_ms:.2f} ms)".format(**oo)
+    )
+    print(
+        "  offline kept of what online leaves -> native {native_offline_kept:.3f},"
+        " qgpu {qgpu_offline_kept:.3f}".format(**oo)
+    )
+
+
 def main() -> int:
     subprocess.run(["insmod", str(NVMOCK), "num_gpus=1"], check=True)
     for name, minor in (("nvidiactl", 255), ("nvidia0", 0)):
@@ -197,19 +214,27 @@ def main() -> int:
         subprocess.run(["mount", "-t", "cgroup2", "none", "/sys/fs/cgroup"], check=True)
     if not Path("/sys/kernel/debug/nvmock").exists():
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
-    result: dict[str, object] = {"hook": hook_overhead()}
+    result: dict[str, object] = {} if ONLY == "online" else {"hook": hook_overhead()}
     if ONLY == "hook":
         subprocess.run(["rmmod", "nvmock"], check=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps(result, indent=2) + "\n")
         return 0
     params = ["target=nvmock"]
-    if ONLINE_HOLD_US is not None:
-        params.append(f"online_hold_us={ONLINE_HOLD_US}")
-        result["online_hold_us"] = ONLINE_HOLD_US
+    for name, value in HOLDS.items():
+        params.append(f"{name}={value}")
+        result[name] = value
     subprocess.run(["insmod", str(QGPU), *params], check=True)
     with QgpuClient.open() as client:
         for name, tree in TREES.items():
+            if ONLY == "online":
+                runs = [online_offline(client, tree) for _ in range(REPEAT)]
+                client.set_gpu(0, "best-effort")
+                result[name] = {"online_offline": runs}
+                print(f"{name}:")
+                for oo in runs:
+                    print_online(oo)
+                continue
             fs = shares(client, "fixed-share", (50, 30, 20), tree)
             lone = shares(client, "fixed-share", (30,), tree)
             bs = shares(client, "burst-share", (30, 70), tree)
@@ -225,14 +250,7 @@ def main() -> int:
             print(f"  fixed-share 50/30/20 -> {fs[0]:.1f}/{fs[1]:.1f}/{fs[2]:.1f}")
             print(f"  lone fixed-share 30  -> {lone[0]:.1f} % of wall time")
             print(f"  burst-share 30/70    -> {bs[0]:.1f}/{bs[1]:.1f}")
-            print(
-                "  online p99 / solo    -> native {native_p99_ratio:.2f}x,"
-                " qgpu {qgpu_p99_ratio:.2f}x (solo p99 {online_solo_p99_ms:.2f} ms)".format(**oo)
-            )
-            print(
-                "  offline kept of what online leaves -> native {native_offline_kept:.3f},"
-                " qgpu {qgpu_offline_kept:.3f}".format(**oo)
-            )
+            print_online(oo)
     subprocess.run(["rmmod", "qgpu"], check=True)
     subprocess.run(["rmmod", "nvmock"], check=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
