@@ -323,6 +323,12 @@ def test_the_engines_pair_is_left_only_for_a_lever_clearly_nearer_solo() -> None
         ("2026-11-26-doctor-h100-callAA-2048-cta", None),
         # Every lever on another host, the engine's pair 1 / 8192 us: timeslice-1us within 5 %.
         ("2026-11-26-doctor-h100-callBD", "timeslice-1us-8ms"),
+        # With the MPS comparison row, which beat every lever's p50 next to the 2048 trainer and
+        # is never recommended (MPS is not a lever qpolicy sets).
+        ("2026-11-27-doctor-mps-8192-h100-call13A", "timeslice-1us-8ms"),
+        ("2026-11-27-doctor-mps-2048-h100-call13A", "cta+timeslice-1us-8ms"),
+        ("2026-11-27-doctor-mps-8192-h200-call13B", "timeslice-1us-8ms"),
+        ("2026-11-27-doctor-mps-2048-h200-call13B", "timeslice-1us-8ms"),
     ],
 )
 def test_the_recorded_doctor_runs_recommend_what_was_nearest_solo(
