@@ -30,11 +30,14 @@ class Gpuload:
     tsg: int = 0
     channel: int = 0
     cgroup: str | None = None  # a cgroup v2 directory to start it in
+    nice: int = 0  # added to its nice value
 
     def __post_init__(self) -> None:
-        cgroup = self.cgroup
+        cgroup, nice = self.cgroup, self.nice
 
         def enter() -> None:
+            if nice:
+                os.nice(nice)
             if cgroup is not None:
                 with open(os.path.join(cgroup, "cgroup.procs"), "w") as procs:
                     procs.write(str(os.getpid()))

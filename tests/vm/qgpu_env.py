@@ -112,9 +112,10 @@ def remove_tree(path: Path) -> None:
             time.sleep(0.05)
 
 
-def in_cgroup(cg: Cgroup, args: list[str]) -> Gpuload:
-    """gpuload started inside ``cg`` (it moves itself before exec)."""
-    return Gpuload(args, cgroup=str(cg.path))
+def in_cgroup(cg: Cgroup, args: list[str], nice: int = 0) -> Gpuload:
+    """gpuload started inside ``cg`` (it moves itself before exec), ``nice`` added to its nice
+    value."""
+    return Gpuload(args, cgroup=str(cg.path), nice=nice)
 
 
 def run_in_cgroup(

@@ -213,18 +213,19 @@ def configure(client: QgpuClient, a: Cgroup, b: Cgroup, c: Cgroup) -> None:
 STREAM_STEPS = 100_000
 # The soak's processes are shaped like CUDA's (gpuload --tree cuda: 4 TSGs, 20 channels, USERD
 # in a video memory object); QGPU_SOAK_TREE=simple gives gpuload's one-channel tree. They look
-# for finished work every millisecond, not gpuload's default 20 us: on single-threaded TCG four
-# processes waking every 20 us left this test's own netlink calls seconds late (opening a qgpu
-# client 4-11 s, against 0.1-1.8 s at 1 ms; BENCHMARKS.md, thirteenth session), which made a
-# cycle 27 s, while the calls the unloads meet are the same.
+# for finished work every millisecond, not gpuload's default 20 us, and run at nice SOAK_NICE:
+# on single-threaded TCG four processes waking every 20 us left this test's own netlink calls
+# seconds late (opening a qgpu client 4-11 s, against 0.1-1.8 s at 1 ms; BENCHMARKS.md,
+# thirteenth session), which made a cycle 27 s, while the calls the unloads meet are the same.
 SOAK = [*SATURATE, "--tree", os.environ.get("QGPU_SOAK_TREE", "cuda"), "--poll-us", "1000"]
+SOAK_NICE = 10
 STREAM = [*SOAK, "--steps", str(STREAM_STEPS), "--vidmem-mib", "1", "--seconds", "0.2"]
 
 
 def check_gating(pod: Cgroup, neighbour: Cgroup, timeout: float = 30.0) -> None:
     """A saturating gpuload started in ``pod`` under the loaded instance gets tracked and
     throttled; on failure, what the module and the load say."""
-    load = in_cgroup(pod, [*SOAK, "--seconds", "30"]).ready()
+    load = in_cgroup(pod, [*SOAK, "--seconds", "30"], SOAK_NICE).ready()
     try:
         with QgpuClient.open() as client:
             started = time.monotonic()
@@ -261,11 +262,11 @@ def test_load_unload_cycles_under_gated_load() -> None:
             configure(client, a, b, c)
         # Long runners on both GPUs, set up under the first instance only.
         runners = [
-            in_cgroup(a, [*SOAK, "--seconds", "100000"]).ready(),
-            in_cgroup(c, [*SOAK, "--gpu", "1", "--seconds", "100000"]).ready(),
+            in_cgroup(a, [*SOAK, "--seconds", "100000"], SOAK_NICE).ready(),
+            in_cgroup(c, [*SOAK, "--gpu", "1", "--seconds", "100000"], SOAK_NICE).ready(),
         ]
         # And a process always in the driver: allocating and freeing device memory.
-        streamer = in_cgroup(b, STREAM)
+        streamer = in_cgroup(b, STREAM, SOAK_NICE)
         streams = 0
         started = time.monotonic()
         for cycle in range(CYCLES):
@@ -280,7 +281,9 @@ def test_load_unload_cycles_under_gated_load() -> None:
             assert (SYSFS / "hooked").read_text() == "1\n"
             if cycle % churn_every == 0:
                 pod = (a, b)[cycle // churn_every % 2]
-                churn.append(in_cgroup(pod, [*SOAK, "--seconds", "1.5", "--steps", "20"]))
+                churn.append(
+                    in_cgroup(pod, [*SOAK, "--seconds", "1.5", "--steps", "20"], SOAK_NICE)
+                )
             if cycle % check_every == 0:
                 # This instance's scheduler gates: it closes a channel it tracks in ``a``.
                 check_gating(a, b)
@@ -297,7 +300,7 @@ def test_load_unload_cycles_under_gated_load() -> None:
                 churn.remove(load)
             if streamer.proc.poll() is not None:
                 assert streamer.result()["steps"] == STREAM_STEPS
-                streamer = in_cgroup(b, STREAM)
+                streamer = in_cgroup(b, STREAM, SOAK_NICE)
                 streams += 1
         elapsed = time.monotonic() - started
         for load in churn:
