@@ -763,3 +763,80 @@ def test_yaml_has_no_tabs_or_trailing_spaces() -> None:
             assert "\t" not in line, f"{path.relative_to(ROOT)}:{number}"
             if path.name != "grafana-dashboard-configmap.yaml":
                 assert line == line.rstrip(), f"{path.relative_to(ROOT)}:{number}"
+
+
+# ------------------------------------------------------------------ examples
+
+POD_MPS = DEPLOY / "examples" / "offline-pod-own-mps.yaml"
+
+# Stand-ins for the pod's commands, each logging what it was run with. The control daemon
+# insists that the pipe directory exists; torchrun, that the server was started before it.
+FAKE_CONTROL = """#!/bin/sh
+if [ "$1" = "-d" ]; then
+    [ -d "$CUDA_MPS_PIPE_DIRECTORY" ] && [ -d "$CUDA_MPS_LOG_DIRECTORY" ] || exit 7
+    [ -z "$FAIL_START" ] || exit 1
+    echo "started $CUDA_MPS_PIPE_DIRECTORY" >> "$LOG"
+    exit 0
+fi
+read -r line
+echo "$line" >> "$LOG"
+"""
+FAKE_TORCHRUN = """#!/bin/sh
+grep -q "^started $CUDA_MPS_PIPE_DIRECTORY$" "$LOG" || exit 9
+echo "torchrun $CUDA_MPS_PIPE_DIRECTORY $*" >> "$LOG"
+exit 3
+"""
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_pod_own_mps_example_is_valid_kubernetes(version: str) -> None:
+    (pod,) = load(POD_MPS)
+    validate(pod, version)
+
+
+def test_the_pod_own_mps_example_is_an_offline_gpu_pod() -> None:
+    explained = subprocess.run(
+        [sys.executable, "-m", "qpolicy", "kube", "explain", str(POD_MPS), "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    report = json.loads(explained.stdout)
+    assert report["gpu_pod"] and not report["errors"] and not report["refused"]
+    assert report["class"]["value"] == "offline" and report["share"]["value"] == 50
+
+
+def run_pod_script(tmp_path: Path, **extra: str) -> tuple[int, list[str]]:
+    """The example's container command, run with stand-ins for the MPS control and torchrun and
+    its MPS directories moved under ``tmp_path``."""
+    (pod,) = load(POD_MPS)
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["sh", "-c"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("nvidia-cuda-mps-control", FAKE_CONTROL), ("torchrun", FAKE_TORCHRUN)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "log"
+    env.update(
+        CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / env["CUDA_MPS_PIPE_DIRECTORY"].lstrip("/")),
+        CUDA_MPS_LOG_DIRECTORY=str(tmp_path / env["CUDA_MPS_LOG_DIRECTORY"].lstrip("/")),
+        PATH=f"{bin_dir}{os.pathsep}/usr/bin:/bin",
+        LOG=str(log),
+        **extra,
+    )
+    done = subprocess.run(["sh", "-c", *container["args"]], env=env, cwd=tmp_path, check=False)
+    return done.returncode, log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_pod_own_mps_example_starts_its_server_first_and_stops_it_after(
+    tmp_path: Path,
+) -> None:
+    status, log = run_pod_script(tmp_path)
+    pipe = tmp_path / "tmp" / "nvidia-mps"
+    assert log == [f"started {pipe}", f"torchrun {pipe} --nproc-per-node 2 train.py", "quit"]
+    assert status == 3  # the workload's own exit status, not the quit's
+
+
+def test_the_pod_own_mps_example_runs_nothing_without_its_server(tmp_path: Path) -> None:
+    status, log = run_pod_script(tmp_path, FAIL_START="1")
+    assert status == 1 and log == []
