@@ -20,7 +20,8 @@
  *   - gives the GPU to one offline cgroup at a time (its slice runs while it has work; an idle
  *     holder passes the GPU on, and under burst-share and best-effort the period's unused time
  *     is split again among the busy ones), and to online cgroups before any offline one: while
- *     an online cgroup has work, or had within online_hold_us, every offline channel is closed;
+ *     an online cgroup has work, or had within online_hold_us, every offline channel is closed
+ *     (unless online_gate is 0: then the class timeslices alone put online work first);
  *   - closes and opens channels whose state differs from the plan, through the driver's
  *     in-kernel RM entry (FIFO_DISABLE_CHANNELS), outside qgpu_lock, at most MAX_CHANGES a
  *     pass (the rest at the next passes).
@@ -66,6 +67,17 @@ static unsigned int online_hold_us = 1000;
 module_param(online_hold_us, uint, 0644);
 MODULE_PARM_DESC(online_hold_us,
 		 "Offline work stays closed this long after online work was last seen pending, us");
+
+/*
+ * With the class timeslices set (timeslice.c), the GPU itself switches to an online TSG at the
+ * end of the offline one's short slice; closing the offline channels as well costs two RM
+ * controls per online burst (0.6-1.3 ms each under GSP) and keeps offline work out for the
+ * holds. 0 leaves online preemption to the timeslices; offline cgroups still take turns.
+ */
+static bool online_gate = true;
+module_param(online_gate, bool, 0644);
+MODULE_PARM_DESC(online_gate,
+		 "Close offline channels while online work runs (0: leave it to the timeslices)");
 
 static unsigned int owed_ms = 20;
 module_param(owed_ms, uint, 0644);
@@ -448,7 +460,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 	u64 dt = s->last ? ktime_to_ns(ktime_sub(now, s->last)) : 0;
 	u64 period_ns = (u64)s->period_us * NSEC_PER_USEC;
 	struct qgpu_cg *cg, *holder;
-	bool any = false, online_now = false, ended;
+	bool any = false, online_now = false, ended, gate;
 
 	lockdep_assert_held(&qgpu_lock);
 	s->last = now;
@@ -493,6 +505,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		s->online_seen = now;
 	s->online_busy = online_now ||
 		(s->online_seen && ktime_us_delta(now, s->online_seen) < online_hold_us);
+	gate = s->online_busy && READ_ONCE(online_gate);
 
 	ended = !s->period_end || ktime_after(now, s->period_end);
 	if (ended && s->period_end && slices_owed(s)) {
@@ -526,7 +539,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		if (holder->idle_looks == 1)
 			holder->busy = true;
 	}
-	if (!s->online_busy && (!holder || !holder->busy || holder->slice_ns <= 0)) {
+	if (!gate && (!holder || !holder->busy || holder->slice_ns <= 0)) {
 		struct qgpu_cg *next = next_holder(s, holder);
 
 		/* Work conserving: time the period still has, split again among the busy. */
@@ -541,14 +554,14 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 	s->holder = holder ? holder->id : 0;
 	/* Look again when the holder's slice runs out, if that comes before the next poll. */
 	s->wake_in_ns = (u64)clamp(qgpu_poll_us, 50U, 5000U) * NSEC_PER_USEC;
-	if (holder && !s->online_busy)
+	if (holder && !gate)
 		s->wake_in_ns = clamp_t(s64, holder->slice_ns, 20 * NSEC_PER_USEC, s->wake_in_ns);
 	list_for_each_entry(cg, &qgpu_cgroups, node) {
 		bool open;
 
 		if (!gated_here(s, cg))
 			continue;
-		open = cg->class == QGPU_CLASS_ONLINE || (cg == holder && !s->online_busy);
+		open = cg->class == QGPU_CLASS_ONLINE || (cg == holder && !gate);
 		/* Closed after its work was fetched, or still owed: see owed(). */
 		if (!open && cg->open && (cg->moved_in_turn || cg->owed)) {
 			if (!cg->owed)
@@ -566,7 +579,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		}
 		cg->open = open;
 	}
-	s->ran = s->online_busy ? 0 : holder ? holder->id : s->ran;
+	s->ran = gate ? 0 : holder ? holder->id : s->ran;
 	plan_channels(s, false);
 	return true;
 }

@@ -90,6 +90,30 @@ def test_an_online_cuda_shaped_process_preempts_an_offline_one() -> None:
         assert stats[offline.id].nr_throttled > 0 and stats[online.id].nr_throttled == 0
 
 
+def test_with_online_gate_off_the_timeslices_alone_put_online_work_first() -> None:
+    """qgpu's online_gate=0: online work closes no offline channel, and the class timeslices
+    (offline 1 us, online 8192 us: timeslice.c) still serve it ahead of the trainer, better
+    than native time-slicing. The offline pod may wait for its first turn as it starts (3
+    periods, 2.6 ms in the first run); closed for every online request, as with the gate on,
+    it would be throttled for seconds of the 6 s (50 requests a second, each over 2 ms)."""
+    with qgpu_loaded(online_gate=0) as client, cgroups(2) as (online, offline):
+        native, native_offline = _side_by_side(online, offline)
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        lever, lever_offline = _side_by_side(online, offline)
+        print(
+            f"online_gate=0: online p99 native {native['p99_ms']:.2f} ms, timeslices alone"
+            f" {lever['p99_ms']:.2f} ms; offline share {native_offline:.3f} ->"
+            f" {lever_offline:.3f}"
+        )
+        assert lever["requests"] > 0 and lever["p99_ms"] < native["p99_ms"]
+        stats = {s.cgroup_id: s for s in client.cgroups()}
+        assert stats[offline.id].throttled_ns < 60_000_000, stats[offline.id]
+        assert stats[online.id].nr_throttled == 0
+        assert lever_offline >= 0.95 * native_offline
+
+
 def test_offline_keeps_what_an_online_cuda_shaped_process_leaves() -> None:
     """As for gpuload's own tree (tests/vm/test_qgpu_slices.py): the online pod asks for about a
     tenth of the GPU, and the offline pod must keep at least 95 % of its native share.

@@ -59,10 +59,11 @@ REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--p
 # Each scenario runs with gpuload's own tree (one TSG, one channel) and with CUDA's (the H200
 # trace's: 4 TSGs and 20 channels a process, USERD in video memory; tools/gpuload/CUDA_SEQUENCE.md).
 TREES = {"gpuload tree": [], "CUDA tree": ["--tree", "cuda"]}
-# qgpu's online_hold_us and busy_hold_us for the whole run; unset keeps the module's default.
+# qgpu's online_hold_us, busy_hold_us and online_gate for the whole run; unset keeps the
+# module's default.
 HOLDS = {
     name: int(os.environ[name.upper()])
-    for name in ("online_hold_us", "busy_hold_us")
+    for name in ("online_hold_us", "busy_hold_us", "online_gate")
     if name.upper() in os.environ
 }
 REPEAT = int(os.environ.get("REPEAT", "1"))
