@@ -78,7 +78,7 @@ def doctor(
     everything it set. Last, for comparison, it runs both workloads under an MPS server of its
     own (not a lever qpolicy sets; --no-mps leaves it out). The result is kept in
     $QPOLICY_STATE_DIR/doctor-gpuN.json, where the daemon chooses its online lever from it. Needs
-    root, the eBPF probe and PyTorch; takes about a minute.
+    root, the eBPF probe and PyTorch; takes under two minutes (the MPS comparison included).
     """
     known = {lever.name for lever in LEVERS}
     chosen = tuple(known) if levers is None else tuple(x.strip() for x in levers.split(","))

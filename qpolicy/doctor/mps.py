@@ -27,8 +27,6 @@ from qpolicy.errors import QPolicyError
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
 PIPE, LOG = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
-# The control daemon and the server it starts for the first client.
-SERVER_COMMS = ("nvidia-cuda-mps", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 
 
 def server_pids(pipe_dir: str, proc: Path = Path("/proc")) -> list[int]:
