@@ -61,7 +61,7 @@ REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--p
 TREES = {"gpuload tree": [], "CUDA tree": ["--tree", "cuda"]}
 # qgpu's online_hold_us, busy_hold_us and online_gate for the whole run; unset keeps the
 # module's default.
-HOLDS = {
+QGPU_PARAMS = {
     name: int(os.environ[name.upper()])
     for name in ("online_hold_us", "busy_hold_us", "online_gate")
     if name.upper() in os.environ
@@ -226,7 +226,7 @@ def main() -> int:
         OUT.write_text(json.dumps(result, indent=2) + "\n")
         return 0
     params = ["target=nvmock"]
-    for name, value in HOLDS.items():
+    for name, value in QGPU_PARAMS.items():
         params.append(f"{name}={value}")
         result[name] = value
     subprocess.run(["insmod", str(QGPU), *params], check=True)
