@@ -158,6 +158,25 @@ def side_by_side(
     return served, gpu_seconds(train.pid) / wall
 
 
+def native_then_online(
+    client: QgpuClient,
+    online: Cgroup,
+    offline: Cgroup,
+    request: list[str],
+    saturate: list[str],
+    period_us: int,
+) -> tuple[dict[str, Any], float, dict[str, Any], float]:
+    """side_by_side() under native time-slicing, then again with ``online`` configured online
+    and ``offline`` offline (best-effort, 50 each): the online report and the offline pod's
+    share of each run."""
+    native, native_offline = side_by_side(online, offline, request, saturate)
+    client.set_gpu(0, "best-effort", period_us)
+    client.set_cgroup(online.id, 0, "online", 50)
+    client.set_cgroup(offline.id, 0, "offline", 50)
+    gated, gated_offline = side_by_side(online, offline, request, saturate)
+    return native, native_offline, gated, gated_offline
+
+
 def tenant(cg: Cgroup, *args: str) -> dict[str, Any]:
     """tests/vm/tenant.py run inside ``cg``: its JSON report."""
     result = run_in_cgroup(cg, [sys.executable, "-m", "tests.vm.tenant", *args], cwd=ROOT)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.nvrm.abi import NvStatus
 from tests.vm.qgpu_env import (
     Cgroup,
@@ -17,6 +18,7 @@ from tests.vm.qgpu_env import (
     cgroups,
     fixed_shares,
     in_cgroup,
+    native_then_online,
     qgpu_loaded,
     side_by_side,
     stats_of,
@@ -73,13 +75,18 @@ def _side_by_side(online: Cgroup, offline: Cgroup) -> tuple[dict[str, Any], floa
     )
 
 
+def _native_then_online(
+    client: QgpuClient, online: Cgroup, offline: Cgroup
+) -> tuple[dict[str, Any], float, dict[str, Any], float]:
+    return native_then_online(
+        client, online, offline, [*REQUEST, "--seconds", "6"], [*SATURATE, "--seconds", "6"],
+        PERIOD_US,
+    )  # fmt: skip
+
+
 def test_an_online_cuda_shaped_process_preempts_an_offline_one() -> None:
     with qgpu_loaded() as client, cgroups(2) as (online, offline):
-        native, _ = _side_by_side(online, offline)
-        client.set_gpu(0, "best-effort", PERIOD_US)
-        client.set_cgroup(online.id, 0, "online", 50)
-        client.set_cgroup(offline.id, 0, "offline", 50)
-        gated, gated_offline = _side_by_side(online, offline)
+        native, _, gated, gated_offline = _native_then_online(client, online, offline)
         print(
             f"cuda-shaped online p99: native {native['p99_ms']:.2f} ms,"
             f" qgpu {gated['p99_ms']:.2f} ms; offline share under qgpu {gated_offline:.3f}"
@@ -97,11 +104,7 @@ def test_with_online_gate_off_the_timeslices_alone_put_online_work_first() -> No
     periods, 2.6 ms in the first run); closed for every online request, as with the gate on,
     it would be throttled for seconds of the 6 s (50 requests a second, each over 2 ms)."""
     with qgpu_loaded(online_gate=0) as client, cgroups(2) as (online, offline):
-        native, native_offline = _side_by_side(online, offline)
-        client.set_gpu(0, "best-effort", PERIOD_US)
-        client.set_cgroup(online.id, 0, "online", 50)
-        client.set_cgroup(offline.id, 0, "offline", 50)
-        lever, lever_offline = _side_by_side(online, offline)
+        native, native_offline, lever, lever_offline = _native_then_online(client, online, offline)
         print(
             f"online_gate=0: online p99 native {native['p99_ms']:.2f} ms, timeslices alone"
             f" {lever['p99_ms']:.2f} ms; offline share {native_offline:.3f} ->"

@@ -10,21 +10,19 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.vm.conftest import reset
 from tests.vm.gpuload import Gpuload, start_together
 from tests.vm.qgpu_env import (
-    Cgroup,
     burst_hand_back,
     cgroups,
     fixed_shares,
     gpu_seconds,
     in_cgroup,
+    native_then_online,
     qgpu_loaded,
-    side_by_side,
 )
 
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
@@ -213,12 +211,6 @@ def test_burst_share_lends_idle_time_and_takes_it_back_within_a_period() -> None
 REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--poll-us", "20"]
 
 
-def _side_by_side(online: Cgroup, offline: Cgroup) -> tuple[dict[str, Any], float]:
-    return side_by_side(
-        online, offline, [*REQUEST, "--seconds", "6"], [*SATURATE, "--seconds", "6"]
-    )
-
-
 def test_online_requests_go_first_and_offline_keeps_what_they_leave() -> None:
     """Against native time-slicing in the same VM: the online pod's p99 comes down and the
     offline pod keeps more, not less. The kmod issue's targets (p99 <= 1.5x solo, offline >= 90 %
@@ -226,11 +218,10 @@ def test_online_requests_go_first_and_offline_keeps_what_they_leave() -> None:
     VM run is too noisy to gate CI on them."""
     with qgpu_loaded() as client, cgroups(2) as (online, offline):
         solo = in_cgroup(online, [*REQUEST, "--seconds", "5"]).ready().result()
-        native, native_offline = _side_by_side(online, offline)
-        client.set_gpu(0, "best-effort", PERIOD_US)
-        client.set_cgroup(online.id, 0, "online", 50)
-        client.set_cgroup(offline.id, 0, "offline", 50)
-        gated, gated_offline = _side_by_side(online, offline)
+        native, native_offline, gated, gated_offline = native_then_online(
+            client, online, offline, [*REQUEST, "--seconds", "6"],
+            [*SATURATE, "--seconds", "6"], PERIOD_US,
+        )  # fmt: skip
         print(
             f"online p99: solo {solo['p99_ms']:.2f} ms, native {native['p99_ms']:.2f} ms,"
             f" qgpu {gated['p99_ms']:.2f} ms; offline GPU share: native {native_offline:.3f},"
