@@ -193,6 +193,7 @@ static int cgroup_set(struct sk_buff *skb, struct genl_info *info)
 	cg->gpu = gpu;
 	cg->class = class;
 	cg->share = share;
+	qgpu_timeslice_unsure(cg);
 	cg->mem_limit = limit;
 	if (old_gpu == QGPU_MAX_GPUS)
 		qgpu_cg_config_changed();	/* it now governs the cgroups below it */
@@ -333,7 +334,8 @@ static int put_cg(struct sk_buff *skb, const struct qgpu_cg *cg)
 	    nla_put_u64_64bit(skb, QGPU_A_OOM, cg->oom, QGPU_A_PAD) ||
 	    nla_put_u64_64bit(skb, QGPU_A_DENIED, cg->denied, QGPU_A_PAD) ||
 	    nla_put_u8(skb, QGPU_A_BUSY, cg->busy) ||
-	    nla_put_u8(skb, QGPU_A_OWN_TIMESLICES, cg->ts_several))
+	    nla_put_u8(skb, QGPU_A_OWN_TIMESLICES, cg->ts_several) ||
+	    nla_put_u8(skb, QGPU_A_TIMESLICE_PREEMPTED, cg->ts_preempted))
 		return -EMSGSIZE;
 	return 0;
 }

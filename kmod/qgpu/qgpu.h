@@ -57,6 +57,13 @@ struct qgpu_cg {
 	u32 ts_computing;
 	bool ts_several;
 	bool ts_mps;		/* an MPS server's client is among them: its clients are none */
+	/*
+	 * timeslice.c: offline, and every channel of it on its GPU is in a TSG holding the offline
+	 * timeslice qgpu set, short enough that the GPU itself switches to online work (sched.c
+	 * then leaves it open for online work). Set by a timeslice pass from what RM carried out;
+	 * cleared by whatever may end it (qgpu_timeslice_unsure()).
+	 */
+	bool ts_preempted;
 
 	/* scheduler state, per period (CFS-bandwidth style) */
 	bool open;			/* its channels are meant to run now */
@@ -290,6 +297,7 @@ void qgpu_timeslice_init(void);
 void qgpu_timeslice_exit(void);
 void qgpu_timeslice_kick(void);
 void qgpu_timeslice_tsg_dropped(void);
+void qgpu_timeslice_unsure(struct qgpu_cg *cg);
 u32 qgpu_timeslice_get(u32 gpu, u8 class);
 int qgpu_timeslice_set(u32 gpu, s64 offline_us, s64 online_us);
 bool qgpu_timeslice_tenant(struct file *file, u32 hclient, u32 hobject, u64 us,

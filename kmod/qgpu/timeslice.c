@@ -161,6 +161,59 @@ static void count_contexts(void)
 	}
 }
 
+/*
+ * An offline timeslice up to this long lets the GPU itself switch to online work about as soon
+ * as closing the offline channels would: that takes a FIFO_DISABLE_CHANNELS of 0.6-1.3 ms under
+ * GSP (h200-findings.md section 2), and another to open them again.
+ */
+#define PREEMPTS_MAX_US	1000
+
+/*
+ * Which offline cgroups the GPU preempts by itself (cg->ts_preempted): each TSG of theirs on
+ * their GPU holds the offline timeslice qgpu set, at most PREEMPTS_MAX_US, and so does the TSG
+ * of each channel there. Measured on an H100 and an H200, offline TSGs at 1 us and online ones
+ * at 8192 us took an online pod's p50 next to an 8192 trainer from 1.7 to 0.7-0.8 ms with no
+ * control per request (BENCHMARKS.md, 2026-11-27). A cgroup of several contexts keeps its own
+ * timeslices (count_contexts()), and a channel without a TSG qgpu tracks has none qgpu can set:
+ * those the scheduler closes for online work. From what RM carried out (ts_set), after each half
+ * of a pass.
+ */
+static void note_preempted(void)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+	struct qgpu_cg *cg;
+
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry(cg, &qgpu_cgroups, node) {
+		u32 value = cg->gpu < QGPU_MAX_GPUS ? values[cg->gpu][QGPU_CLASS_OFFLINE] : 0;
+
+		/* ts_tgid: it has TSGs on its GPU (count_contexts(), in this pass's plan()). */
+		cg->ts_preempted = gated(cg) && cg->class == QGPU_CLASS_OFFLINE && cg->ts_tgid &&
+				   value && value <= PREEMPTS_MAX_US;
+	}
+	list_for_each_entry(client, &qgpu_clients, node) {
+		cg = client->cg;
+		if (!cg->ts_preempted)
+			continue;
+		list_for_each_entry(obj, &client->objects, node) {
+			const struct qgpu_obj *tsg = obj;
+
+			if (obj->gpu != (int)cg->gpu)
+				continue;
+			if (obj->kind == QGPU_OBJ_CHANNEL)
+				tsg = qgpu_obj_find(client, obj->parent);
+			else if (obj->kind != QGPU_OBJ_TSG)
+				continue;
+			if (!tsg || tsg->kind != QGPU_OBJ_TSG ||
+			    tsg->ts_set != values[cg->gpu][QGPU_CLASS_OFFLINE]) {
+				cg->ts_preempted = false;
+				break;
+			}
+		}
+	}
+}
+
 /* The timeslice qgpu wants on @tsg of a client of @cg; 0: the TSG's own. */
 static u64 wanted(const struct qgpu_cg *cg, const struct qgpu_obj *tsg, const bool *online)
 {
@@ -306,12 +359,14 @@ static enum pass_result pass(bool now, unsigned long *retry_at)
 		return PASS_DONE;
 	mutex_lock(&qgpu_lock);
 	n = plan(now, &full, &retry, retry_at);
+	note_preempted();
 	mutex_unlock(&qgpu_lock);
 	if (!n)
 		return retry ? PASS_RETRY : PASS_DONE;
 	apply(n);
 	mutex_lock(&qgpu_lock);
 	record(n, &raced, &retry, retry_at);
+	note_preempted();
 	mutex_unlock(&qgpu_lock);
 	if (full || raced)
 		return PASS_MORE;
@@ -366,6 +421,23 @@ void qgpu_timeslice_tsg_dropped(void)
 }
 
 /**
+ * qgpu_timeslice_unsure() - what @cg's TSGs hold may have changed
+ * @cg: the cgroup
+ *
+ * A TSG, channel or compute object made in it, a process moved into or out of it, its
+ * configuration or its GPU's values changed, a tenant's timeslice carried out: the GPU is no
+ * longer taken to preempt its work by itself (cg->ts_preempted) until a pass has looked again.
+ * The caller kicks the pass once its lock is dropped.
+ *
+ * Context: qgpu_lock held.
+ */
+void qgpu_timeslice_unsure(struct qgpu_cg *cg)
+{
+	lockdep_assert_held(&qgpu_lock);
+	cg->ts_preempted = false;
+}
+
+/**
  * qgpu_timeslice_get() - a class's timeslice on a GPU
  * @gpu: the GPU, < QGPU_MAX_GPUS
  * @class: enum qgpu_class
@@ -395,10 +467,15 @@ u32 qgpu_timeslice_get(u32 gpu, u8 class)
  */
 int qgpu_timeslice_set(u32 gpu, s64 offline_us, s64 online_us)
 {
+	struct qgpu_cg *cg;
+
 	lockdep_assert_held(&qgpu_lock);
 	if (gpu >= QGPU_MAX_GPUS || offline_us > QGPU_TIMESLICE_MAX_US ||
 	    online_us > QGPU_TIMESLICE_MAX_US)
 		return -EINVAL;
+	list_for_each_entry(cg, &qgpu_cgroups, node)
+		if (cg->gpu == gpu)
+			qgpu_timeslice_unsure(cg);
 	if (offline_us >= 0)
 		values[gpu][QGPU_CLASS_OFFLINE] = offline_us;
 	if (online_us >= 0)
@@ -437,8 +514,10 @@ bool qgpu_timeslice_tenant(struct file *file, u32 hclient, u32 hobject, u64 us,
 		return false;
 	obj->ts_own = us;
 	obj->ts_owed = !carried_out;
-	if (carried_out)
+	if (carried_out) {
 		obj->ts_set = 0;
+		qgpu_timeslice_unsure(client->cg);
+	}
 	obj->ts_gen = next_gen();
 	return true;
 }

@@ -205,6 +205,8 @@ static void client_move(struct qgpu_client *client, struct qgpu_cg *to)
 	from->clients--;
 	to->clients++;
 	client->cg = to;
+	qgpu_timeslice_unsure(from);
+	qgpu_timeslice_unsure(to);
 }
 
 /* The record of the cgroup governing @client's origin now; the current one if unknown. */
@@ -414,6 +416,15 @@ struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hcl
 		if (tsg && tsg->kind == QGPU_OBJ_TSG)
 			tsg->computes = true;
 	}
+	/*
+	 * A TSG or compute object: until the timeslice pass it kicks has looked (ioctl.c). A
+	 * channel changes nothing in a TSG that holds qgpu's value, and is not preempted outside
+	 * one; no pass would find otherwise.
+	 */
+	if (obj->kind == QGPU_OBJ_TSG || obj->kind == QGPU_OBJ_COMPUTE ||
+	    (obj->kind == QGPU_OBJ_CHANNEL &&
+	     !(parent && parent->kind == QGPU_OBJ_TSG && parent->ts_set)))
+		qgpu_timeslice_unsure(client->cg);
 	if (obj->kind == QGPU_OBJ_TSG) {
 		client->cg->tsgs++;
 	} else if (obj->kind == QGPU_OBJ_CHANNEL) {

@@ -108,6 +108,11 @@ enum qgpu_attr {
 	QGPU_A_OFFLINE_TIMESLICE_US = 23,	/* u32, us, <= QGPU_TIMESLICE_MAX_US; 0: own */
 	QGPU_A_ONLINE_TIMESLICE_US = 24,	/* u32, us, <= QGPU_TIMESLICE_MAX_US; 0: own */
 	QGPU_A_OWN_TIMESLICES = 25,	/* u8, CGROUP_GET: TSGs keep their own (contexts > 1) */
+	/*
+	 * CGROUP_GET: offline, and its TSGs hold the class's short timeslice, so the GPU itself
+	 * switches to online work (qgpu's online_gate 1 leaves it open for that work)
+	 */
+	QGPU_A_TIMESLICE_PREEMPTED = 26,	/* u8 */
 	__QGPU_A_MAX,
 };
 

@@ -53,6 +53,9 @@ def _cgroup_report(stats: CgroupStats, path: str | None) -> dict[str, Any]:
         "throttled_periods": stats.nr_throttled,
         "busy": stats.busy,
         "own_timeslices": stats.own_timeslices,
+        # Offline and at the class's short timeslice: the GPU switches to online work by itself,
+        # so qgpu does not close this cgroup for it (online_gate 1, the default).
+        "timeslice_preempted": stats.timeslice_preempted,
         "clients": stats.clients,
         "tsgs": stats.tsgs,
         "channels": stats.channels,

@@ -373,6 +373,7 @@ def test_status_shows_the_modules_view_where_it_is_loaded(
         "gpu_time_s": 3.5, "throttled_s": 1.25, "periods": 70, "throttled_periods": 20,
         "busy": False, "clients": 0, "tsgs": 0, "channels": 8,
         "refused_allocations": 0, "refused_controls": 0, "own_timeslices": False,
+        "timeslice_preempted": False,
     }  # fmt: skip
     assert (other["cgroup_id"], other["path"], other["memory_limit_bytes"]) == (424242, None, None)
     assert [gpu["index"] for gpu in report["gpus"]] == [0, 1]  # the desired state is still there

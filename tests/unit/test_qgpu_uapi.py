@@ -110,7 +110,7 @@ def test_the_header_is_read() -> None:
     assert defines["QGPU_GENL_NAME"] == "qgpu"
     assert defines["QGPU_CMD_MAX"] == 6
     assert defines["QGPU_ONLINE_TIMESLICE_DEFAULT_US"] == 8192
-    assert len(attribute_types()) == 24  # every attribute but UNSPEC and PAD has a type
+    assert len(attribute_types()) == 25  # every attribute but UNSPEC and PAD has a type
 
 
 def test_every_define_has_the_same_value_both_ways() -> None:

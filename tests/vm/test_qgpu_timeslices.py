@@ -127,12 +127,16 @@ def test_a_tsg_made_in_a_gated_cgroup_is_set_when_it_is_made() -> None:
 def test_a_cgroup_of_two_processes_keeps_their_own_timeslices_until_one_is_left() -> None:
     """Busy TSGs of two processes of one cgroup given its class's short timeslice switch against
     each other at every slice (two 8192 trainers of one offline pod kept 0.04 % of their native
-    throughput at 1 us on an H100): they keep their own, and the one left gets the class's."""
+    throughput at 1 us on an H100): they keep their own, and the one left gets the class's.
+    Whether the GPU preempts the offline cgroup by itself (its stats' timeslice_preempted, which
+    spares it qgpu's closing for online work) follows: not while the two keep their own."""
     with qgpu_loaded() as client, cgroups(2) as (online, offline):
         client.set_cgroup(online.id, 0, "online", 50)
         client.set_cgroup(offline.id, 0, "offline", 50)
         with held_tenants(online, offline) as (serving, first):
             assert settles(lambda: of(serving, first) == [ONLINE_US, OFFLINE_US])
+            assert settles(lambda: stats_of(client, offline).timeslice_preempted)
+            assert not stats_of(client, online).timeslice_preempted  # online: never
             with held_tenants(offline) as (second,):
                 want = [ONLINE_US, DEFAULT_US, DEFAULT_US]
                 assert settles(lambda: of(serving, first, second) == want), of(
@@ -143,11 +147,26 @@ def test_a_cgroup_of_two_processes_keeps_their_own_timeslices_until_one_is_left(
                 # Said in the cgroup's stats (qpolicy status), the online cgroup's not.
                 assert stats_of(client, offline).own_timeslices
                 assert not stats_of(client, online).own_timeslices
+                assert not stats_of(client, offline).timeslice_preempted
             # The second process is gone: the first is the cgroup's only one again.
             assert settles(lambda: of(serving, first) == [ONLINE_US, OFFLINE_US]), of(
                 serving, first
             )
             assert not stats_of(client, offline).own_timeslices
+            assert settles(lambda: stats_of(client, offline).timeslice_preempted)
+            # An offline timeslice longer than the GPU's own switch to online work is worth
+            # (over 1 ms): the TSG holds it, and qgpu no longer counts on it.
+            client.set_gpu(0, offline_timeslice_us=2000)
+            assert settles(lambda: of(first) == [2000])
+            time.sleep(0.3)
+            assert not stats_of(client, offline).timeslice_preempted
+            client.set_gpu(0, offline_timeslice_us=1000)
+            assert settles(lambda: stats_of(client, offline).timeslice_preempted)
+            assert of(first) == [1000]
+            # Made online, it holds the online value and is no offline cgroup to preempt.
+            client.set_cgroup(offline.id, 0, "online", 50)
+            assert settles(lambda: of(first) == [ONLINE_US])
+            assert not stats_of(client, offline).timeslice_preempted
 
 
 def test_a_cgroup_run_as_clients_of_its_own_mps_server_keeps_its_class_timeslice() -> None:

@@ -128,6 +128,9 @@ class CgroupStats:
     busy: bool
     # Its TSGs keep their own timeslices: several of its processes are on the GPU.
     own_timeslices: bool = False
+    # Offline, its TSGs at the class's short timeslice: the GPU itself switches to online work,
+    # and qgpu (online_gate 1) does not close it for that work.
+    timeslice_preempted: bool = False
 
     @classmethod
     def from_message(cls, message: QgpuMsg) -> CgroupStats:
@@ -151,6 +154,7 @@ class CgroupStats:
             denied=v.get(Attr.DENIED, 0),
             busy=bool(v.get(Attr.BUSY, 0)),
             own_timeslices=bool(v.get(Attr.OWN_TIMESLICES, 0)),
+            timeslice_preempted=bool(v.get(Attr.TIMESLICE_PREEMPTED, 0)),
         )
 
 

@@ -69,9 +69,10 @@ class Attr(IntEnum):
     OFFLINE_TIMESLICE_US = 23
     ONLINE_TIMESLICE_US = 24
     OWN_TIMESLICES = 25
+    TIMESLICE_PREEMPTED = 26
 
 
-A_MAX = 25
+A_MAX = 26
 
 
 class Policy(IntEnum):
@@ -129,4 +130,5 @@ class QgpuMsg(genlmsg):  # type: ignore[misc]  # pyroute2 has no type informatio
         (Attr.OFFLINE_TIMESLICE_US.value, "QGPU_A_OFFLINE_TIMESLICE_US", "uint32"),
         (Attr.ONLINE_TIMESLICE_US.value, "QGPU_A_ONLINE_TIMESLICE_US", "uint32"),
         (Attr.OWN_TIMESLICES.value, "QGPU_A_OWN_TIMESLICES", "uint8"),
+        (Attr.TIMESLICE_PREEMPTED.value, "QGPU_A_TIMESLICE_PREEMPTED", "uint8"),
     )
