@@ -20,8 +20,9 @@
  *   - gives the GPU to one offline cgroup at a time (its slice runs while it has work; an idle
  *     holder passes the GPU on, and under burst-share and best-effort the period's unused time
  *     is split again among the busy ones), and to online cgroups before any offline one: while
- *     an online cgroup has work, or had within online_hold_us, every offline channel is closed
- *     (unless online_gate is 0: then the class timeslices alone put online work first);
+ *     an online cgroup has work, or had within online_hold_us, the GPU switches to it at the
+ *     end of the offline TSGs' short class timeslice (timeslice.c), and an offline cgroup whose
+ *     TSGs do not hold that timeslice is closed (online_gate);
  *   - closes and opens channels whose state differs from the plan, through the driver's
  *     in-kernel RM entry (FIFO_DISABLE_CHANNELS), outside qgpu_lock, at most MAX_CHANGES a
  *     pass (the rest at the next passes).
@@ -69,15 +70,39 @@ MODULE_PARM_DESC(online_hold_us,
 		 "Offline work stays closed this long after online work was last seen pending, us");
 
 /*
- * With the class timeslices set (timeslice.c), the GPU itself switches to an online TSG at the
- * end of the offline one's short slice; closing the offline channels as well costs two RM
- * controls per online burst (0.6-1.3 ms each under GSP) and keeps offline work out for the
- * holds. 0 leaves online preemption to the timeslices; offline cgroups still take turns.
+ * Which offline cgroups are closed while online work runs. With the class timeslices set
+ * (timeslice.c) the GPU itself switches to an online TSG at the end of the offline one's short
+ * slice; closing the offline channels as well costs two RM controls per online burst (0.6-1.3
+ * ms each under GSP) and keeps offline work out for the holds: in the VM with controls that
+ * slow, the offline pod kept 0.76 of what online work left closed and 0.90 left open, the
+ * online p99 as near solo (BENCHMARKS.md, 2026-11-27). A cgroup whose TSGs keep their own
+ * timeslices (several CUDA contexts) or whose value RM has not carried out yet has only the
+ * closing. Offline cgroups take turns whatever the mode.
  */
-static bool online_gate = true;
-module_param(online_gate, bool, 0644);
+enum {
+	GATE_NEVER,		/* the timeslices alone */
+	GATE_UNPREEMPTED,	/* close those the GPU does not preempt (cg->ts_preempted) */
+	GATE_ALWAYS,		/* close every offline cgroup (the only way before 2026-11-27) */
+};
+
+static unsigned int online_gate = GATE_UNPREEMPTED;
+
+/* A bad value, out of range or not a number at all, is -EINVAL (kstrtouint says -ERANGE too). */
+static int online_gate_set(const char *val, const struct kernel_param *kp)
+{
+	int err = param_set_uint_minmax(val, kp, GATE_NEVER, GATE_ALWAYS);
+
+	return err ? -EINVAL : 0;
+}
+
+static const struct kernel_param_ops online_gate_ops = {
+	.set = online_gate_set,
+	.get = param_get_uint,
+};
+
+module_param_cb(online_gate, &online_gate_ops, &online_gate, 0644);
 MODULE_PARM_DESC(online_gate,
-		 "Close offline channels while online work runs (0: leave it to the timeslices)");
+		 "Offline cgroups closed while online work runs: 0 none, 1 those the class timeslice does not preempt, 2 all");
 
 static unsigned int owed_ms = 20;
 module_param(owed_ms, uint, 0644);
@@ -454,13 +479,22 @@ static bool all_open(struct qgpu_sched *s)
 	return true;
 }
 
+/* Whether @cg is kept closed for online work at this pass (online_gate, read once as @gate). */
+static bool shut(const struct qgpu_sched *s, unsigned int gate, const struct qgpu_cg *cg)
+{
+	if (!s->online_busy || gate == GATE_NEVER)
+		return false;
+	return gate == GATE_ALWAYS || !cg->ts_preempted;
+}
+
 /* One pass; false when nothing on this GPU is gated and every channel is open. */
 static bool step(struct qgpu_sched *s, ktime_t now)
 {
 	u64 dt = s->last ? ktime_to_ns(ktime_sub(now, s->last)) : 0;
 	u64 period_ns = (u64)s->period_us * NSEC_PER_USEC;
 	struct qgpu_cg *cg, *holder;
-	bool any = false, online_now = false, ended, gate;
+	unsigned int gate = READ_ONCE(online_gate);
+	bool any = false, online_now = false, ended, held;
 
 	lockdep_assert_held(&qgpu_lock);
 	s->last = now;
@@ -505,7 +539,6 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		s->online_seen = now;
 	s->online_busy = online_now ||
 		(s->online_seen && ktime_us_delta(now, s->online_seen) < online_hold_us);
-	gate = s->online_busy && READ_ONCE(online_gate);
 
 	ended = !s->period_end || ktime_after(now, s->period_end);
 	if (ended && s->period_end && slices_owed(s)) {
@@ -539,7 +572,12 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		if (holder->idle_looks == 1)
 			holder->busy = true;
 	}
-	if (!gate && (!holder || !holder->busy || holder->slice_ns <= 0)) {
+	/*
+	 * A holder kept closed for online work keeps its turn until it is over; one the GPU
+	 * preempts by itself runs it out, and so may its successor.
+	 */
+	held = holder && shut(s, gate, holder);
+	if (!held && (!holder || !holder->busy || holder->slice_ns <= 0)) {
 		struct qgpu_cg *next = next_holder(s, holder);
 
 		/* Work conserving: time the period still has, split again among the busy. */
@@ -552,16 +590,17 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		holder = next;
 	}
 	s->holder = holder ? holder->id : 0;
+	held = holder && shut(s, gate, holder);
 	/* Look again when the holder's slice runs out, if that comes before the next poll. */
 	s->wake_in_ns = (u64)clamp(qgpu_poll_us, 50U, 5000U) * NSEC_PER_USEC;
-	if (holder && !gate)
+	if (holder && !held)
 		s->wake_in_ns = clamp_t(s64, holder->slice_ns, 20 * NSEC_PER_USEC, s->wake_in_ns);
 	list_for_each_entry(cg, &qgpu_cgroups, node) {
 		bool open;
 
 		if (!gated_here(s, cg))
 			continue;
-		open = cg->class == QGPU_CLASS_ONLINE || (cg == holder && !gate);
+		open = cg->class == QGPU_CLASS_ONLINE || (cg == holder && !held);
 		/* Closed after its work was fetched, or still owed: see owed(). */
 		if (!open && cg->open && (cg->moved_in_turn || cg->owed)) {
 			if (!cg->owed)
@@ -579,7 +618,11 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 		}
 		cg->open = open;
 	}
-	s->ran = gate ? 0 : holder ? holder->id : s->ran;
+	/* Online work had the GPU since, unless an offline holder ran beside it. */
+	if (held || (!holder && s->online_busy))
+		s->ran = 0;
+	else if (holder)
+		s->ran = holder->id;
 	plan_channels(s, false);
 	return true;
 }

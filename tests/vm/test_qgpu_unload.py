@@ -78,7 +78,8 @@ def test_unloading_reopens_a_thousand_closed_channels() -> None:
 
 
 def test_a_failed_close_is_tried_again_until_rm_carries_it_out() -> None:
-    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+    # online_gate=2: the offline channel is closed for online work whatever its timeslice.
+    with qgpu_loaded(online_gate=2) as client, cgroups(2) as (online, offline):
         client.set_gpu(0, "best-effort", 50_000)
         busy = Worker(online.path)
         victim = Worker(offline.path)

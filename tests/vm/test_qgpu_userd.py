@@ -143,8 +143,10 @@ def test_an_online_cuda_process_does_not_keep_offline_work_closed() -> None:
 
 
 def test_online_gpuload_with_client_userd_closes_offline_work_while_it_runs() -> None:
-    """End to end through the engine: GP_PUT in a BAR1 slot, GP_GET moved on fetch."""
-    with qgpu_loaded() as client, cgroups(2) as (online, offline):
+    """End to end through the engine: GP_PUT in a BAR1 slot, GP_GET moved on fetch. With
+    online_gate=2 qgpu closes every offline cgroup while online work is seen, so what the
+    offline pod gets follows what qgpu reads in USERD."""
+    with qgpu_loaded(online_gate=2) as client, cgroups(2) as (online, offline):
         client.set_gpu(0, "best-effort", PERIOD_US)
         client.set_cgroup(online.id, 0, "online", 50)
         client.set_cgroup(offline.id, 0, "offline", 50)
