@@ -17,13 +17,14 @@ from rich.table import Table
 from qpolicy.cli.output import console, print_own_timeslices
 from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient
 from qpolicy.enforcers.kmod.error import KmodError
-from qpolicy.enforcers.kmod.sysfs import SYSFS_ROOT, read_sysfs
+from qpolicy.enforcers.kmod.sysfs import PARAMS_ROOT, SYSFS_ROOT, read_sysfs
 from qpolicy.model import format_bytes
 from qpolicy.telemetry.cgroups import CGROUP_ROOT, CgroupError, CgroupMap, cgroup2_mount
 
 # Looked up when the command runs, so that tests can point them elsewhere. CGROUPS: None is the
 # cgroup2 mount.
 SYSFS = SYSFS_ROOT
+PARAMS = PARAMS_ROOT
 CGROUPS: Path | None = None
 open_client: Callable[[], QgpuClient] = QgpuClient.open
 
@@ -72,13 +73,14 @@ def report() -> dict[str, Any] | None:
     """The module's view as JSON, or None when it is not loaded."""
     if not SYSFS.is_dir():
         return None
-    info = read_sysfs(SYSFS)
+    info = read_sysfs(SYSFS, PARAMS)
     doc: dict[str, Any] = {
         "sysfs": str(SYSFS),
         "version": info.version,
         "target": info.target,
         "hooked": info.hooked,
         "uvm_hooked": info.uvm_hooked,
+        "online_gate": info.online_gate,
         "cgroups_configured": info.cgroups,
         "gpus": [
             {
@@ -138,13 +140,17 @@ def render(doc: dict[str, Any]) -> None:
         by_gpu.setdefault(cgroup["gpu"], []).append(cgroup)
     for index in sorted(gpus.keys() | by_gpu.keys()):
         known = None if doc["cgroups"] is None else by_gpu.get(index, [])
-        _render_gpu(index, gpus.get(index), known)
+        _render_gpu(index, gpus.get(index), known, closes=doc.get("online_gate") in (1, 2))
 
 
 def _render_gpu(
-    index: int, gpu: dict[str, Any] | None, cgroups: list[dict[str, Any]] | None
+    index: int,
+    gpu: dict[str, Any] | None,
+    cgroups: list[dict[str, Any]] | None,
+    closes: bool = False,
 ) -> None:
-    """One GPU's line, and the table of its cgroups (None: they could not be read)."""
+    """One GPU's line, and the table of its cgroups (None: they could not be read). ``closes``:
+    the module closes an offline cgroup of several CUDA contexts for online work."""
     title = f"qgpu.ko GPU {index}"
     slices = None
     if gpu is not None:
@@ -183,4 +189,7 @@ def _render_gpu(
     for cgroup in cgroups:
         if cgroup.get("own_timeslices"):
             path = cgroup["path"] or f"#{cgroup['cgroup_id']}"
-            print_own_timeslices(f"{escape(path)}: several CUDA contexts on this GPU")
+            print_own_timeslices(
+                f"{escape(path)}: several CUDA contexts on this GPU",
+                closed_for_online=closes,
+            )

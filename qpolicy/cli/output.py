@@ -33,12 +33,18 @@ def print_json(data: object) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
-def print_own_timeslices(subject: str) -> None:
+def print_own_timeslices(subject: str, closed_for_online: bool = False) -> None:
     """Say that a pod's TSGs keep their own timeslices (several of its CUDA contexts on a GPU), and
-    what that costs online work: the same words for either enforcer. ``subject`` comes escaped."""
+    what that costs: the same words for either enforcer. qgpu.ko (online_gate 1 or 2) closes such
+    a pod while online work runs instead, two RM controls per online burst. ``subject`` comes
+    escaped."""
+    cost = (
+        "qgpu closes it while online work runs (two RM controls a burst)"
+        if closed_for_online
+        else "online work next to it waits as under native time-slicing"
+    )
     console.print(
-        f"[yellow]{subject}: its TSGs keep their own timeslices, and online work next to it "
-        "waits as under native time-slicing[/yellow]",
+        f"[yellow]{subject}: its TSGs keep their own timeslices, and {cost}[/yellow]",
         soft_wrap=True,
     )
 

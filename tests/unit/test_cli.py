@@ -331,10 +331,14 @@ def qgpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeQgpu, Pat
         "online_timeslice_us": "8192",
     }.items():
         (sysfs / "gpu0" / name).write_text(value + "\n")
+    params = tmp_path / "parameters"
+    params.mkdir()
+    (params / "online_gate").write_text("1\n")
     cgroups = tmp_path / "cgroup"
     (cgroups / "a").mkdir(parents=True)
     fake = FakeQgpu()
     monkeypatch.setattr(qpolicy.cli.kmodstatus, "SYSFS", sysfs)
+    monkeypatch.setattr(qpolicy.cli.kmodstatus, "PARAMS", params)
     monkeypatch.setattr(qpolicy.cli.kmodstatus, "CGROUPS", cgroups)
     monkeypatch.setattr(qpolicy.cli.kmodstatus, "open_client", lambda: QgpuClient(fake))
     return fake, cgroups
@@ -359,6 +363,7 @@ def test_status_shows_the_modules_view_where_it_is_loaded(
         "target": "nvmock",
         "hooked": True,
         "uvm_hooked": False,
+        "online_gate": 1,
         "cgroups_configured": 2,
         "error": None,
     }
@@ -787,6 +792,14 @@ def test_kmod_status_says_which_cgroups_keep_their_own_timeslices(
     kmodstatus.render(doc)
     out = " ".join(capsys.readouterr().out.split())
     assert "/train: several CUDA contexts on this GPU: its TSGs keep their own timeslices" in out
+    assert "waits as under native time-slicing" in out  # online_gate unknown: nothing promised
+    # qgpu's default closes such a pod for online work, and the status says so.
+    for gate in (1, 2):
+        kmodstatus.render({**doc, "online_gate": gate})
+        out = " ".join(capsys.readouterr().out.split())
+        assert "qgpu closes it while online work runs" in out and "waits" not in out
+    kmodstatus.render({**doc, "online_gate": 0})
+    assert "waits as under native time-slicing" in " ".join(capsys.readouterr().out.split())
     kmodstatus.render({**doc, "cgroups": [{**cgroup, "own_timeslices": False}]})
     assert "own timeslices" not in capsys.readouterr().out
 

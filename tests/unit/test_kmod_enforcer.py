@@ -288,8 +288,13 @@ def test_sysfs_is_read_file_by_file(tmp_path: Path) -> None:
         (gpu / "period_us").write_text("50000\n")
         (gpu / "online_busy").write_text("0\n")
     (tmp_path / "gpux").mkdir()
-    info = read_sysfs(tmp_path)
+    params = tmp_path / "parameters"
+    params.mkdir()
+    info = read_sysfs(tmp_path, params)
     assert (info.version, info.target, info.hooked, info.cgroups) == (1, "nvmock", True, 3)
+    assert info.online_gate is None  # no such file: unknown
+    (params / "online_gate").write_text("2\n")
+    assert read_sysfs(tmp_path, params).online_gate == 2
     assert [(g.index, g.policy, g.period_us, g.nr_periods) for g in info.gpus] == [
         (0, "best-effort", 50_000, None),
         (1, "fixed-share", 50_000, None),

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SYSFS_ROOT = Path("/sys/kernel/qgpu")
+# The module's parameters (read-only ones included), where the kernel puts every module's.
+PARAMS_ROOT = Path("/sys/module/qgpu/parameters")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,9 @@ class SysfsInfo:
     gpus: tuple[SysfsGpu, ...]
     # nvidia-uvm's mmap hooked: managed memory is refused to memory-limited cgroups
     uvm_hooked: bool | None = None
+    # Which offline cgroups close for online work: 0 none, 1 those the class timeslice does not
+    # preempt (several CUDA contexts), 2 all (kmod/qgpu/sched.c)
+    online_gate: int | None = None
 
 
 def _read(path: Path) -> str | None:
@@ -52,7 +57,7 @@ def _read_bool(path: Path) -> bool | None:
     return None if value is None else value != 0
 
 
-def read_sysfs(root: Path = SYSFS_ROOT) -> SysfsInfo:
+def read_sysfs(root: Path = SYSFS_ROOT, params: Path = PARAMS_ROOT) -> SysfsInfo:
     gpus = []
     for directory in root.glob("gpu*"):
         suffix = directory.name.removeprefix("gpu")
@@ -76,4 +81,5 @@ def read_sysfs(root: Path = SYSFS_ROOT) -> SysfsInfo:
         cgroups=_read_int(root / "cgroups"),
         gpus=tuple(sorted(gpus, key=lambda g: g.index)),
         uvm_hooked=_read_bool(root / "uvm_hooked"),
+        online_gate=_read_int(params / "online_gate"),
     )
