@@ -3,8 +3,9 @@
 Every lever acts on the workloads' own objects, through the calls the rm enforcer (and qgpu.ko's
 kernel client) can make: TSG timeslices, the trainer's compute preemption mode, the runlist's
 interleave policy and levels, a realtime online TSG with a runlist restart per request, a PREEMPT
-per request, and disabling the trainer's channels around each request. Numbers and layouts are
-NVIDIA's (qpolicy/nvrm/abi.py cites where); what GSP does with them is what the doctor measures.
+per request, and disabling the trainer's channels around each request (or beside it). Numbers and
+layouts are NVIDIA's (qpolicy/nvrm/abi.py cites where); what GSP does with them is what the doctor
+measures.
 
 A *setting* is made once and left for the GPU to enforce; a *per-request* lever sends a control
 before (and after) each online request, which costs a GSP round trip every time.
@@ -12,6 +13,7 @@ before (and after) each online request, which costs a GSP round trip every time.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -127,6 +129,51 @@ def _disable(lab: Lab, objects: Objects, disable: bool) -> list[Call]:
             )
         )
     return calls
+
+
+class _DisableBeside:
+    """FIFO_DISABLE_CHANNELS on the trainer sent from a thread of its own as each online request
+    is released, the request not waiting for it: the way qgpu.ko closes an offline cgroup whose
+    TSGs keep their own timeslices (several CUDA contexts) once it sees online work, where
+    disable-per-request makes the request wait for RM's answer first. The trainer is enabled
+    again once both the request and the disable are done (and by the phase's undo, should the
+    phase end between the two)."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._calls: list[Call] = []
+        self._error: BaseException | None = None
+
+    def before(self, lab: Lab, objects: Objects) -> list[Call]:
+        done = self._join()
+
+        def send() -> None:
+            try:
+                self._calls = _disable(lab, objects, True)
+            except BaseException as error:  # raised where the request's hooks run, at _join
+                self._error = error
+
+        self._thread = threading.Thread(target=send, name="doctor-disable", daemon=True)
+        self._thread.start()
+        return done
+
+    def after(self, lab: Lab, objects: Objects) -> list[Call]:
+        return [*self._join(), *_disable(lab, objects, False)]
+
+    def _join(self) -> list[Call]:
+        """The calls of the disable sent last, once RM has answered it."""
+        if self._thread is None:
+            return []
+        self._thread.join()
+        self._thread = None
+        calls, self._calls = self._calls, []
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        return calls
+
+
+_beside = _DisableBeside()
 
 
 def _timeslice_and_rebuild(lab: Lab, objects: Objects) -> list[Call]:
@@ -332,5 +379,17 @@ LEVERS: tuple[Lever, ...] = (
         "engine), enabled again once the request is done",
         before=lambda lab, o: _disable(lab, o, True),
         after=lambda lab, o: _disable(lab, o, False),
+        # The phase may end between a request's disable and its enable.
+        undo=lambda lab, o: _disable(lab, o, False),
+    ),
+    Lever(
+        "disable-beside-request",
+        "per-request",
+        "FIFO_DISABLE_CHANNELS on the trainer sent from another thread as each request is "
+        "released (the request does not wait for it, as qgpu.ko closes a pod of several CUDA "
+        "contexts once it sees online work), enabled again once both are done",
+        before=_beside.before,
+        after=_beside.after,
+        undo=_beside.after,
     ),
 )

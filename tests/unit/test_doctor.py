@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,10 +94,15 @@ class FakeRm:
         self.cilp: dict[tuple[int, int], int] = {}
         self.refuse = refuse or set()
         self.lock = threading.Lock()
+        self.disabled: set[int] = set()  # channels FIFO_DISABLE_CHANNELS left disabled
+        #: How long a FIFO_DISABLE_CHANNELS that disables takes to answer (GSP: 0.6-1.3 ms).
+        self.disable_s = 0.0
 
     def __call__(
         self, fd: int, client: int, obj: int, cmd: int, **fields: int
     ) -> tuple[rmctl.ControlResult, dict[str, int]]:
+        if cmd == abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS and fields["bDisable"]:
+            time.sleep(self.disable_s)
         with self.lock:
             self.calls.append((cmd, obj, fields))
             answer = dict(fields)
@@ -116,6 +122,11 @@ class FakeRm:
                 answer["channelInterleaveLevel"] = 1
             elif cmd == abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS:
                 answer.update(saveCnt=len(self.calls), ctaSaveCnt=len(self.calls))
+            elif cmd == abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS:
+                named = {fields[f"hChannelList{i}"] for i in range(fields["numChannels"])}
+                self.disabled = (
+                    self.disabled | named if fields["bDisable"] else self.disabled - named
+                )
             return rmctl.ControlResult(NvStatus.NV_OK, 300_000), answer
 
     def sent(self, cmd: int) -> int:
@@ -211,12 +222,34 @@ def test_a_run_measures_every_lever_undoes_each_and_stops_its_workloads(
     by_lever = {phase["lever"]: phase for phase in report["phases"]}
     restarts = by_lever["realtime+restart"]["calls"]["NVA06F_CTRL_CMD_RESTART_RUNLIST"]
     assert restarts["sent"] >= 0.8 * 0.4 * 200
-    disables = by_lever["disable-per-request"]["calls"]["NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS"]
-    assert disables["sent"] >= 2 * 0.8 * 0.4 * 200  # a disable before, an enable after
+    for name in ("disable-per-request", "disable-beside-request"):
+        disables = by_lever[name]["calls"]["NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS"]
+        assert disables["sent"] >= 2 * 0.8 * 0.4 * 200, name  # a disable before, an enable after
+    assert not rm.disabled  # whenever a phase ended, the trainer was enabled again
     assert report["preemption_modes"]  # read before anything was changed
     assert lab.online is not None and lab.online.proc.poll() is not None
     assert lab.trainer is not None and lab.trainer.proc.poll() is not None
     assert "lever" in report["recommendation"]
+
+
+def test_a_disable_beside_the_request_does_not_hold_the_request_up(fake_torch: None) -> None:
+    """disable-beside-request sends its FIFO_DISABLE_CHANNELS from another thread, as qgpu.ko
+    closes a pod when it sees online work: with RM taking 30 ms to answer each disable, the
+    requests of disable-per-request wait that long and those beside it do not; both enable the
+    trainer again."""
+    rm = FakeRm()
+    rm.disable_s = 0.03
+    lab, _ = lab_with(rm)
+    levers = ("native", "disable-per-request", "disable-beside-request")
+    config = DoctorConfig(gpu=0, hz=20, phase_s=1.0, settle_s=0.1, levers=levers, mps=False)
+    report = Doctor(lab, config).run({"index": 0})
+    by_lever = {phase["lever"]: phase for phase in report["phases"]}
+    waited, beside = by_lever["disable-per-request"], by_lever["disable-beside-request"]
+    assert waited["online"]["p50_ms"] >= 30
+    assert beside["online"]["p50_ms"] < 10, beside["online"]
+    sent = beside["calls"]["NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS"]["sent"]
+    assert sent >= 2 * 0.8 * 1.0 * 20  # a disable and an enable for (nearly) every request
+    assert not rm.disabled
 
 
 def test_refusals_are_recorded_and_a_refused_lever_is_never_recommended(fake_torch: None) -> None:
