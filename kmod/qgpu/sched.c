@@ -21,8 +21,8 @@
  *     holder passes the GPU on, and under burst-share and best-effort the period's unused time
  *     is split again among the busy ones), and to online cgroups before any offline one: while
  *     an online cgroup has work, or had within online_hold_us, the GPU switches to it at the
- *     end of the offline TSGs' short class timeslice (timeslice.c), and an offline cgroup whose
- *     TSGs do not hold that timeslice is closed (online_gate);
+ *     end of the offline TSGs' short class timeslice (timeslice.c); with online_gate 1 an
+ *     offline cgroup whose TSGs do not hold that timeslice is closed as well, with 2 all are;
  *   - closes and opens channels whose state differs from the plan, through the driver's
  *     in-kernel RM entry (FIFO_DISABLE_CHANNELS), outside qgpu_lock, at most MAX_CHANGES a
  *     pass (the rest at the next passes).
@@ -77,7 +77,14 @@ MODULE_PARM_DESC(online_hold_us,
  * slow, the offline pod kept 0.76 of what online work left closed and 0.90 left open, the
  * online p99 as near solo (BENCHMARKS.md, 2026-11-27). A cgroup whose TSGs keep their own
  * timeslices (several CUDA contexts) or whose value RM has not carried out yet has only the
- * closing. Offline cgroups take turns whatever the mode.
+ * closing, and on real GPUs that does not pay as a default: the doctor's
+ * disable-beside-request, a trainer at its own timeslice disabled beside each online request
+ * as qgpu would close it, took the online p99 next to an 8192 trainer from 2.85 to 1.91-1.97 ms
+ * (p50 1.68 to 1.59-1.64) for 6-7 % of the trainer, and next to a 2048 trainer made p50 and
+ * p99 about 1.6 x native's for 17-19 % of it, on an H100 and an H200 (BENCHMARKS.md,
+ * 2026-11-27, calls 14A-B). So by default qgpu closes nothing for online work, as the rm
+ * enforcer does; 1 closes such cgroups (where their kernels are long). Offline cgroups take
+ * turns whatever the mode.
  */
 enum {
 	GATE_NEVER,		/* the timeslices alone */
@@ -85,7 +92,7 @@ enum {
 	GATE_ALWAYS,		/* close every offline cgroup (the only way before 2026-11-27) */
 };
 
-static unsigned int online_gate = GATE_UNPREEMPTED;
+static unsigned int online_gate = GATE_NEVER;
 
 /* A bad value, out of range or not a number at all, is -EINVAL (kstrtouint says -ERANGE too). */
 static int online_gate_set(const char *val, const struct kernel_param *kp)

@@ -1006,18 +1006,18 @@ def test_sysfs_refuses_garbage_and_keeps_the_value(setup: Setup) -> None:
 
 def test_online_gate_takes_0_1_and_2_and_refuses_the_rest(setup: Setup) -> None:
     """The module parameter that says which offline cgroups close for online work
-    (kmod/qgpu/sched.c): 1 by default; anything but 0, 1 and 2 refused, the value kept."""
+    (kmod/qgpu/sched.c): 0 by default; anything but 0, 1 and 2 refused, the value kept."""
     gate = Path("/sys/module/qgpu/parameters/online_gate")
-    assert gate.read_text() == "1\n"
+    assert gate.read_text() == "0\n"
     for data in (b"3", b"-1", b"abc", b"4294967297", b"1x"):
         assert write(gate, data) == errno.EINVAL, data
-    assert gate.read_text() == "1\n"
+    assert gate.read_text() == "0\n"
     try:
-        for data in (b"2", b"0\n", b"1"):
+        for data in (b"2", b"1\n", b"0"):
             assert write(gate, data) == 0, data
             assert gate.read_text() == f"{int(data)}\n"
     finally:
-        gate.write_text("1")
+        gate.write_text("0")
 
 
 def test_sysfs_read_only_files_refuse_writes(setup: Setup) -> None:

@@ -234,8 +234,9 @@ def test_online_requests_go_first_and_offline_keeps_what_they_leave() -> None:
         assert gated["p99_ms"] <= 2.0 * solo["p99_ms"]
         assert gated_offline >= 0.95 * native_offline
         # One offline process, its TSG at the class's 1 us timeslice: the GPU makes way for
-        # online work by itself, and qgpu does not close it for that work (online_gate=1; a
-        # pod of two processes it closes: test_qgpu_cuda_shape.py).
+        # online work by itself, and qgpu does not close it for that work (its default,
+        # online_gate=0, closes nothing; 1 closes only a pod of several processes:
+        # test_qgpu_cuda_shape.py).
         stats = {s.cgroup_id: s for s in client.cgroups()}
         assert stats[offline.id].throttled_ns < 60_000_000, stats[offline.id]
         assert stats[online.id].nr_throttled == 0
