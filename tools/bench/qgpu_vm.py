@@ -220,9 +220,6 @@ def main() -> int:
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
     result: dict[str, object] = {} if ONLY == "online" else {"hook": hook_overhead()}
     result["nvmock_disable_us"] = DISABLE_US
-    # What the run set of qgpu's parameters (the rest at the module's defaults): a result says
-    # what it measured.
-    result["qgpu_params"] = dict(QGPU_PARAMS)
     if ONLY == "hook":
         subprocess.run(["rmmod", "nvmock"], check=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
