@@ -169,7 +169,11 @@ class Summary:
 class Tracker:
     def __init__(self) -> None:
         self.processes: dict[int | None, ProcessState] = {}
-        #: Records fed so far: what is derived from the tracker holds while this is unchanged.
+        #: Changes to the processes, their files and their object trees so far: what is derived
+        #: from those (summaries of what a cgroup holds, the channels to stop) holds while this is
+        #: unchanged. Counting alone does not change it: the rm enforcer's own controls, five a
+        #: second with ten busy pods, made every publish rebuild every summary (py-spy, H100,
+        #: 2026-11-27).
         self.generation = 0
 
     # -- feeding -------------------------------------------------------------------------------
@@ -179,18 +183,23 @@ class Tracker:
 
         Returns the decoded ioctl for ioctl records on NVIDIA nodes.
         """
-        self.generation += 1
         if record.kind == "exit":
+            self.generation += 1
             self.processes.pop(record.pid, None)
             return None
+        known = self.processes.get(record.pid)
+        if known is None or (record.cgroup is not None and record.cgroup != known.cgroup):
+            self.generation += 1  # a new process, or one moved to another cgroup
         proc = self._process(record.pid, record.cgroup)
         if record.kind == "open":
             if record.ret >= 0:
+                self.generation += 1
                 opened = node or Node.of_path(record.s)
                 proc.fds[record.ret] = opened
                 proc.opens[opened] += 1
             return None
         if record.kind == "close":
+            self.generation += 1
             self.close_fd(proc, record.a1)
             return None
         fd_node = node or proc.fds.get(record.fd)
@@ -204,7 +213,8 @@ class Tracker:
         ioctl = decode(fd_node, record.cmd, record.p, record.q)
         self._count(proc, record, ioctl)
         if ioctl.succeeded(record.ret):
-            self._apply(proc, record.fd, ioctl)
+            if self._apply(proc, record.fd, ioctl):
+                self.generation += 1
         else:
             proc.failed += 1
         return ioctl
@@ -241,15 +251,16 @@ class Tracker:
 
     # -- the object tree -----------------------------------------------------------------------
 
-    def _apply(self, proc: ProcessState, fd: int, ioctl: Ioctl) -> None:
+    def _apply(self, proc: ProcessState, fd: int, ioctl: Ioctl) -> bool:
+        """Follow a call that succeeded in the object tree; whether the tree may have changed."""
         f = ioctl.fields
         # A capture may hold only a prefix of the argument (and a tenant may send anything):
         # without its handles a request changes nothing the tracker can name.
         if ioctl.escape is None or any(key not in f for key in _HANDLES.get(ioctl.escape, ())):
-            return
+            return False
         if ioctl.escape in (Escape.RM_ALLOC, Escape.RM_ALLOC_MEMORY):
             if ioctl.alloc_class is None:
-                return
+                return False
             # RM_ALLOC_MEMORY describes memory by its last byte (limit), RM_ALLOC by its size.
             if ioctl.escape is Escape.RM_ALLOC:
                 size = ioctl.params.get("size", 0)
@@ -257,12 +268,16 @@ class Tracker:
                 size = f["limit"] + 1 if "limit" in f else 0
             new = (f["hRoot"], f["hObjectParent"], f["hObjectNew"])
             self._alloc(proc, fd, *new, ioctl.alloc_class, size, ioctl.params)
-        elif ioctl.escape is Escape.RM_FREE:
+            return True
+        if ioctl.escape is Escape.RM_FREE:
             self._free(proc, f["hRoot"], f["hObjectOld"])
-        elif ioctl.escape is Escape.RM_DUP_OBJECT:
+            return True
+        if ioctl.escape is Escape.RM_DUP_OBJECT:
             self._dup(proc, f)
-        elif ioctl.escape is Escape.RM_CONTROL and ioctl.control is not None:
-            self._control(proc, f["hClient"], f["hObject"], ioctl.control, ioctl.params)
+            return True
+        if ioctl.escape is Escape.RM_CONTROL and ioctl.control is not None:
+            return self._control(proc, f["hClient"], f["hObject"], ioctl.control, ioctl.params)
+        return False
 
     def _alloc(
         self,
@@ -329,11 +344,12 @@ class Tracker:
     @staticmethod
     def _control(
         proc: ProcessState, client_handle: int, handle: int, cmd: int, params: dict[str, int]
-    ) -> None:
+    ) -> bool:
+        """Note what a control tells about its object; whether it told anything."""
         client = proc.clients.get(client_handle)
         obj = client.objects.get(handle) if client else None
         if obj is None:
-            return
+            return False
         if cmd == abi.NVA06C_CTRL_CMD_SET_TIMESLICE:
             # Counted whether or not the parameters were captured: libcuda sets its compute
             # TSG's timeslice itself, some 110 ms after allocating it (the shipped H200 trace),
@@ -348,6 +364,9 @@ class Tracker:
             cmd == abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN and "workSubmitToken" in params
         ):
             obj.info["work_submit_token"] = params["workSubmitToken"]
+        else:
+            return False
+        return True
 
     def _remove_subtree(self, proc: ProcessState, client: Client, handle: int) -> None:
         stack = [handle]

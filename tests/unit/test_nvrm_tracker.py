@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -370,3 +372,31 @@ def test_garbage_from_the_probe_never_raises(
         t.feed(Record("ioctl", next(_ts), 100, cmd=cmd, a1=fd, ret=ret, p=p, q=q, pid=100))
     t.summary(100)
     t.channel_groups(100)
+
+
+def test_the_generation_moves_with_the_tree_and_not_with_counting() -> None:
+    """What is derived from the tree (what a cgroup holds, the channels to stop) is rebuilt only
+    when the generation moves: the rm enforcer's own FIFO_DISABLE_CHANNELS, failed calls and
+    mmaps must not move it, every change to a process, its files or its tree must."""
+    t = Tracker()
+    basic_tree(t)
+
+    def moves(record: Record) -> bool:
+        before = t.generation
+        t.feed(record)
+        return t.generation != before
+
+    disable = abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS
+    assert not moves(control(SUBDEVICE, disable, bytes(16)))
+    assert not moves(alloc(DEVICE, 0x30, 0x40, size=1 << 20, status=0x1F))  # refused by RM
+    assert not moves(Record("mmap", next(_ts), 100, a1=GPU_FD, pid=100, cgroup=7))
+    assert not moves(control(0x99, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, bytes(8)))  # no object
+    assert moves(control(TSG, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, (64).to_bytes(8, "little")))
+    assert moves(alloc(DEVICE, 0x31, 0x40, size=1 << 20))
+    assert moves(freed(0x31))
+    assert moves(Record("open", next(_ts), 100, ret=9, s="/dev/nvidia0", pid=100, cgroup=7))
+    assert moves(Record("close", next(_ts), 100, a1=9, pid=100, cgroup=7))
+    assert moves(control(SUBDEVICE, disable, bytes(16), pid=200))  # a process not seen before
+    moved = control(SUBDEVICE, disable, bytes(16))
+    assert moves(dataclasses.replace(moved, cgroup=8))  # the same process, another cgroup
+    assert moves(Record("exit", next(_ts), 100, pid=100))
