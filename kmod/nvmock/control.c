@@ -35,9 +35,11 @@
  * 1.1-1.3 ms (../shared/docs/h200-findings.md section 2) and one control 0.84 ms under cProfile
  * (BENCHMARKS.md, 2026-11-26). When within the call GSP stops or starts the channels is not
  * published; nvmock changes them at the end, the latest a caller can count on, so work the
- * GPU fetches while the control is on its way still runs. 0 (the default) answers at once.
+ * GPU fetches while the control is on its way still runs. The default, 600 us, is the low end
+ * of those measurements (a sleep in the VM overshoots it by up to half as much again); 0
+ * answers at once.
  */
-static unsigned int disable_us;
+static unsigned int disable_us = 600;
 module_param(disable_us, uint, 0644);
 MODULE_PARM_DESC(disable_us, "How long FIFO_DISABLE_CHANNELS takes before it acts, us");
 

@@ -44,6 +44,12 @@ def processes(gpu: int = 0) -> dict[int, int]:
     return out
 
 
+def engine_account(gpu: int = 0) -> dict[str, int]:
+    """The engine's own totals since the last reset: switches, switch_ns, busy_ns."""
+    text = (DEBUGFS / f"gpu{gpu}" / "engine").read_text()
+    return {key: int(value) for key, value, *_ in (line.split() for line in text.splitlines())}
+
+
 def reset(gpu: int = 0) -> None:
     (DEBUGFS / f"gpu{gpu}" / "reset").write_text("1")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from qpolicy.nvrm import rmctl
-from tests.vm.conftest import DEBUGFS, objects, processes, reset
+from tests.vm.conftest import engine_account, objects, processes, reset
 from tests.vm.gpuload import Gpuload, start_together
 
 PARAMS = Path("/sys/module/nvmock/parameters")
@@ -42,12 +42,6 @@ def test_two_saturating_processes_split_the_gpu_evenly() -> None:
     b.result()
     share = gpu_seconds(a.pid) / (gpu_seconds(a.pid) + gpu_seconds(b.pid))
     assert share == pytest.approx(0.5, abs=0.03)
-
-
-def engine_account() -> dict[str, int]:
-    """The engine's own totals since the last reset: switches, switch_ns, busy_ns."""
-    text = (DEBUGFS / "gpu0" / "engine").read_text()
-    return {key: int(value) for key, value, *_ in (line.split() for line in text.splitlines())}
 
 
 def test_a_context_switch_costs_switch_us_not_what_a_sleep_overshoots() -> None:

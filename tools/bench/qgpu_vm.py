@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup_id  # noqa: E402
-from tests.vm.conftest import reset  # noqa: E402
+from tests.vm.conftest import engine_account, reset  # noqa: E402
 from tests.vm.gpuload import start_together  # noqa: E402
 from tests.vm.qgpu_env import cgroups, gpu_seconds, in_cgroup  # noqa: E402
 
@@ -67,9 +67,9 @@ QGPU_PARAMS = {
     if name.upper() in os.environ
 }
 REPEAT = int(os.environ.get("REPEAT", "1"))
-# nvmock's FIFO_DISABLE_CHANNELS duration for the run (its default is 0; GSP's is 0.6-1.3 ms:
-# kmod/nvmock/CONFORMANCE.md).
-DISABLE_US = int(os.environ.get("DISABLE_US", "0"))
+# nvmock's FIFO_DISABLE_CHANNELS duration for the run, if not its default (600 us; GSP's is
+# 0.6-1.3 ms: kmod/nvmock/CONFORMANCE.md).
+DISABLE_US = os.environ.get("DISABLE_US")
 
 
 def run_bench(in_cgroup: bool) -> dict[str, float]:
@@ -184,6 +184,10 @@ def online_offline(client: QgpuClient, tree: list[str]) -> dict[str, float]:
             )
             served = infer.result()
             wall = train.result()["elapsed_s"]
+            # The engine's own account of its switches: time no one ran in.
+            engine = engine_account()
+            out[f"{mode}_switches"] = engine["switches"]
+            out[f"{mode}_switch_s"] = engine["switch_ns"] / 1e9
             online_share = gpu_seconds(infer.pid) / wall
             offline_share = gpu_seconds(train.pid) / wall
             out[f"{mode}_online_p99_ms"] = served["p99_ms"]
@@ -207,10 +211,15 @@ def print_online(oo: dict[str, float]) -> None:
         "  offline kept of what online leaves -> native {native_offline_kept:.3f},"
         " qgpu {qgpu_offline_kept:.3f}".format(**oo)
     )
+    print(
+        "  engine switches      -> native {native_switches} in {native_switch_s:.3f} s,"
+        " qgpu {qgpu_switches} in {qgpu_switch_s:.3f} s".format(**oo)
+    )
 
 
 def main() -> int:
-    subprocess.run(["insmod", str(NVMOCK), "num_gpus=1", f"disable_us={DISABLE_US}"], check=True)
+    disable = [] if DISABLE_US is None else [f"disable_us={int(DISABLE_US)}"]
+    subprocess.run(["insmod", str(NVMOCK), "num_gpus=1", *disable], check=True)
     for name, minor in (("nvidiactl", 255), ("nvidia0", 0)):
         if not Path(f"/dev/{name}").exists():
             os.mknod(f"/dev/{name}", 0o666 | 0o020000, os.makedev(195, minor))
@@ -219,7 +228,9 @@ def main() -> int:
     if not Path("/sys/kernel/debug/nvmock").exists():
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
     result: dict[str, object] = {} if ONLY == "online" else {"hook": hook_overhead()}
-    result["nvmock_disable_us"] = DISABLE_US
+    result["nvmock_disable_us"] = int(
+        Path("/sys/module/nvmock/parameters/disable_us").read_text().strip()
+    )
     if ONLY == "hook":
         subprocess.run(["rmmod", "nvmock"], check=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
