@@ -36,8 +36,8 @@
  * (BENCHMARKS.md, 2026-11-26). When within the call GSP stops or starts the channels is not
  * published; nvmock changes them at the end, the latest a caller can count on, so work the
  * GPU fetches while the control is on its way still runs. The default, 600 us, is the low end
- * of those measurements (a sleep in the VM overshoots it by up to half as much again); 0
- * answers at once.
+ * of those measurements (a sleep in the VM overshoots by about 0.5 ms, which keeps it within
+ * them); 0 answers at once.
  */
 static unsigned int disable_us = 600;
 module_param(disable_us, uint, 0644);
