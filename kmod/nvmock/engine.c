@@ -348,21 +348,23 @@ static u64 spend(u64 ns)
  * the VM overshoots by about 500 us, which no TSG would get back, so every switch cost more
  * than four times switch_us (measured, 2026-11-27: 801 switches took 0.548 s). A switch_us
  * of a millisecond or more offers the CPU back each millisecond, and unloading cuts it short:
- * any value root writes stays harmless to the rest of the machine.
+ * any value root writes stays harmless to the rest of the machine. Returns what passed, as
+ * spend() does.
  */
-static void spin(u64 ns)
+static u64 spin(u64 ns)
 {
-	ktime_t now = ktime_get(), end = ktime_add_ns(now, ns);
-	ktime_t yield = ktime_add_us(now, USEC_PER_MSEC);
+	ktime_t start = ktime_get(), now = start, end = ktime_add_ns(start, ns);
+	ktime_t yield = ktime_add_us(start, USEC_PER_MSEC);
 
 	while (ktime_before(now, end) && !kthread_should_stop()) {
-		cpu_relax();
-		now = ktime_get();
 		if (!ktime_before(now, yield)) {
 			cond_resched();
 			yield = ktime_add_us(now, USEC_PER_MSEC);
 		}
+		cpu_relax();
+		now = ktime_get();
 	}
+	return ktime_to_ns(ktime_sub(now, start));
 }
 
 /* Whether a TSG other than tsg has work: the only thing the hardware switches away for. */
@@ -453,7 +455,6 @@ static int engine_thread(void *data)
 
 	while (!kthread_should_stop()) {
 		struct nvmock_tsg *tsg;
-		ktime_t start;
 
 		spin_lock(&engine->lock);
 		tsg = pick_tsg(engine);
@@ -466,9 +467,7 @@ static int engine_thread(void *data)
 		if (engine->last && engine->last != tsg && switch_us) {
 			engine->switches++;
 			spin_unlock(&engine->lock);
-			start = ktime_get();
-			spin((u64)switch_us * NSEC_PER_USEC);
-			engine->switch_ns += ktime_to_ns(ktime_sub(ktime_get(), start));
+			engine->switch_ns += spin((u64)switch_us * NSEC_PER_USEC);
 			spin_lock(&engine->lock);
 		}
 		if (!tsg->gone) {
