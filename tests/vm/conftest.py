@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NVMOCK = ROOT / "kmod" / "nvmock" / "nvmock.ko"
 GPULOAD = ROOT / "tools" / "gpuload" / "gpuload"
 DEBUGFS = Path("/sys/kernel/debug/nvmock")
+NVMOCK_PARAMS = Path("/sys/module/nvmock/parameters")
 GPUS = 2
 BAD_KERNEL_LOG = re.compile(
     r"WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|nvidia.ko would fault"
@@ -42,6 +43,11 @@ def processes(gpu: int = 0) -> dict[int, int]:
         pid, ns = line.split()
         out[int(pid)] = int(ns)
     return out
+
+
+def read_nvmock_param(name: str) -> int:
+    """The loaded nvmock's module parameter ``name``."""
+    return int((NVMOCK_PARAMS / name).read_text())
 
 
 def engine_account(gpu: int = 0) -> dict[str, int]:

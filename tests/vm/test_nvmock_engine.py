@@ -8,15 +8,13 @@ import os
 import signal
 import struct
 import time
-from pathlib import Path
 
 import pytest
 
 from qpolicy.nvrm import rmctl
-from tests.vm.conftest import engine_account, objects, processes, reset
+from tests.vm.conftest import engine_account, objects, processes, read_nvmock_param, reset
 from tests.vm.gpuload import Gpuload, start_together
 
-PARAMS = Path("/sys/module/nvmock/parameters")
 SATURATE = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "4", "--queue", "2"]
 
 
@@ -49,7 +47,7 @@ def test_a_context_switch_costs_switch_us_not_what_a_sleep_overshoots() -> None:
     this VM (801 switches, 0.548 s): every switch cost four times its model, and next to an
     online request stream the offline pod lost 8 % of the GPU to it. Spun, it ends on time; the
     mean allows for the host taking the vCPU now and then."""
-    switch_us = int((PARAMS / "switch_us").read_text())
+    switch_us = read_nvmock_param("switch_us")
     reset()
     a, b = start_together([*SATURATE, "--seconds", "3"], [*SATURATE, "--seconds", "3"])
     a.result()

@@ -9,11 +9,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
-from tests.vm.conftest import reset
+from tests.vm.conftest import NVMOCK_PARAMS, reset
 from tests.vm.gpuload import Gpuload, start_together
 from tests.vm.qgpu_env import (
     burst_hand_back,
@@ -44,7 +43,7 @@ def test_fixed_share_50_30_20_within_two_points() -> None:
 @contextmanager
 def nvmock_param(name: str, value: int) -> Iterator[None]:
     """nvmock's module parameter ``name`` set to ``value`` for the block."""
-    param = Path("/sys/module/nvmock/parameters") / name
+    param = NVMOCK_PARAMS / name
     before = param.read_text().strip()
     param.write_text(str(value))
     try:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup_id  # noqa: E402
-from tests.vm.conftest import engine_account, reset  # noqa: E402
+from tests.vm.conftest import engine_account, read_nvmock_param, reset  # noqa: E402
 from tests.vm.gpuload import start_together  # noqa: E402
 from tests.vm.qgpu_env import cgroups, gpu_seconds, in_cgroup  # noqa: E402
 
@@ -228,9 +228,7 @@ def main() -> int:
     if not Path("/sys/kernel/debug/nvmock").exists():
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
     result: dict[str, object] = {} if ONLY == "online" else {"hook": hook_overhead()}
-    result["nvmock_disable_us"] = int(
-        Path("/sys/module/nvmock/parameters/disable_us").read_text().strip()
-    )
+    result["nvmock_disable_us"] = read_nvmock_param("disable_us")
     if ONLY == "hook":
         subprocess.run(["rmmod", "nvmock"], check=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
