@@ -6,6 +6,7 @@ tests/vm/test_qgpu_gates.py). Ground truth is nvmock's engine and qgpu's counter
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -64,11 +65,13 @@ def test_burst_share_lends_and_takes_back_for_cuda_shaped_processes() -> None:
     30:70 again. A process of this tree runs its kernels on one of its 20 channels; the other
     19, idle, must not hold its cgroup's turns."""
     with qgpu_loaded() as client, cgroups(2) as cgs:
-        lent, a_share, first = burst_hand_back(client, cgs, SATURATE, PERIOD_US)
-        print(f"cuda-shaped burst-share: A alone {lent:.3f}, next to B {a_share:.3f}"
-              f" (first 0.5 s {first:.3f})")  # fmt: skip
+        lent, a_share, firsts = burst_hand_back(client, cgs, SATURATE, PERIOD_US)
+        first = statistics.mean(firsts)
+        print(f"cuda-shaped burst-share: A alone {lent:.3f}, next to B {a_share:.3f} (first 0.5 s"
+              f" {', '.join(f'{f:.3f}' for f in firsts)}: mean {first:.3f})")  # fmt: skip
         assert lent > 0.8
         assert a_share == pytest.approx(0.30, abs=0.03)
+        # A hand-back a period late would add about 0.07 to the mean.
         assert first == pytest.approx(0.30, abs=0.05)
 
 
