@@ -74,6 +74,9 @@ struct qgpu_cg {
 	bool owed;			/* closed with fetched work maybe unfinished (sched.c) */
 	u64 owed_open_ns;		/* open time since it was owed, with nothing moving */
 	bool owed_only;			/* busy at this pass only as owed (owed_idle()) */
+	bool owed_beside;		/* open beside the holder for owed_ms (owed_again()) */
+	u8 owed_every;			/* periods between owed_again()'s, doubling; 0: none yet */
+	u8 owed_wait;			/* periods until the next owed_again() */
 	bool started;			/* its work was seen on the GPU since it was opened */
 	bool closing;			/* RM closed its channels at this pass (sched.c settle()) */
 	ktime_t opened;			/* when it was last opened */
