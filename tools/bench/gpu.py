@@ -227,6 +227,34 @@ SCENARIOS = (
         sizes=(0,),
     ),
     Scenario(
+        # A loop of long kernels (32768 matmuls, ~0.1 s each) waited for one by one launches
+        # nothing for longer than the rm enforcer's idle grace (50 ms) while its kernel runs, so
+        # its turns end "idle" and it is left open beside the trainer (enforcers/slicer.py:
+        # _step_aside). Without an online pod the TSGs keep their own timeslices: does the
+        # hardware's time-slicing then run both?
+        "best-effort: an 8192 trainer beside 32768 matmuls waited for one by one",
+        GpuPolicy.BEST_EFFORT,
+        (Pod("a", None, n=8192), Pod("b", None, n=32768, sync_every=1)),
+        sizes=(8192,),
+        modes=("native", "qpolicy"),
+    ),
+    Scenario(
+        # The same with an online pod: the offline TSGs then hold the short offline timeslice,
+        # and two offline TSGs with work at 1 us switch at every slice (a pod of two 8192
+        # trainers kept 0.04 % of its throughput, BENCHMARKS.md, sixth session). Does the long
+        # loop, left open beside the trainer, stall both?
+        f"online 4096 @ {ONLINE_HZ:g} Hz next to an 8192 trainer and 32768 matmuls waited for "
+        "one by one",
+        GpuPolicy.BURST_SHARE,
+        (
+            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
+            Pod("trainer", 40, n=8192),
+            Pod("long", 40, n=32768, sync_every=1),
+        ),
+        sizes=(0,),
+        modes=("native", "qpolicy"),
+    ),
+    Scenario(
         "daemon CPU, 10 pods",
         GpuPolicy.BEST_EFFORT,
         tuple(Pod(f"p{i}", None) for i in range(10)),
