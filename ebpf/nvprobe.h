@@ -81,6 +81,8 @@ struct cg_stats {
 	__u64 opens;
 	__u64 mmaps;
 	__u64 launches;
+	__u64 syncs;	/* libcuda synchronize calls entered */
+	__u64 waiting;	/* threads inside one now (entered less returned) */
 };
 
 #endif /* QPOLICY_NVPROBE_H */

@@ -26,6 +26,12 @@ from qpolicy.errors import ValidationError
 LAUNCH_SYMBOLS = re.compile(
     r"^(cuLaunchKernel(Ex)?|cuLaunchCooperativeKernel(MultiDevice)?|cuGraphLaunch)(_ptsz)?$"
 )
+# What a thread waits for its GPU work in: cuCtxSynchronize (cudaDeviceSynchronize,
+# torch.cuda.synchronize), cuStreamSynchronize (a stream's, and .item() / .cpu() after their
+# copy), cuEventSynchronize; the _v2 and _ptsz variants where libcuda has them.
+SYNC_SYMBOLS = re.compile(
+    r"^(cuCtxSynchronize(_v2)?|cuStreamSynchronize(_ptsz)?|cuEventSynchronize)$"
+)
 COMMON_PATHS = (
     "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
     "/usr/lib64/libcuda.so.1",

@@ -31,7 +31,7 @@ from qpolicy.nvrm.decode import decode
 from qpolicy.telemetry import wire
 from qpolicy.telemetry.btf import Btf, Member, probe_offsets
 from qpolicy.telemetry.devices import DeviceFilter
-from qpolicy.telemetry.libcuda import LAUNCH_SYMBOLS, find_libcuda, probe_address
+from qpolicy.telemetry.libcuda import LAUNCH_SYMBOLS, SYNC_SYMBOLS, find_libcuda, probe_address
 from qpolicy.telemetry.wire import ProbeRecord
 
 EBPF_DIR = Path(__file__).resolve().parents[2] / "ebpf"
@@ -305,6 +305,8 @@ class NvProbe:
         self._pending: list[bytes] = []
         self.bad_events = 0
         self._batch_lookup = True
+        # Per cgroup: reads that found a thread of it inside a synchronize call (_activity).
+        self._wait_ticks: dict[int, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -398,6 +400,17 @@ class NvProbe:
         names = sorted({name.decode() for name, _ in found})
         self.features["launch_symbols"] = ",".join(names) if names else "none found"
         self.features["launch_uprobes"] = str(len(addresses))
+        try:
+            found = bpf.get_user_functions_and_addresses(path, SYNC_SYMBOLS.pattern.encode())
+            addresses = sorted({probe_address(libcuda, int(address)) for _, address in found})
+            for address in addresses:
+                bpf.attach_uprobe(name=path, addr=address, fn_name=b"on_sync")
+                bpf.attach_uretprobe(name=path, addr=address, fn_name=b"on_synced")
+        except Exception as error:
+            raise ProbeError(f"cannot attach uprobes to {libcuda}'s syncs: {error}") from None
+        names = sorted({name.decode() for name, _ in found})
+        self.features["sync_symbols"] = ",".join(names) if names else "none found"
+        self.features["sync_uprobes"] = str(len(addresses))
 
     def _open_output(self, bpf: Any) -> None:
         if self.features["output"] == "ringbuf":
@@ -473,13 +486,26 @@ class NvProbe:
             ),
         )
 
+    def _activity(self, cgroup: int, stats: Any) -> int:
+        """What the rm enforcer's sensor watches move: launches and synchronize calls entered,
+        plus one at each read that finds a thread of the cgroup inside a synchronize call. A
+        loop waiting for a long kernel launches nothing while it runs, and to the sensor a count
+        that stands still for its grace is an idle pod (enforcers/rm/sensor.py); left open
+        beside the pod holding the GPU, both switched at every 1 us slice and stalled on an
+        H100 and an H200 (BENCHMARKS.md, 2026-11-27, sixteenth session)."""
+        ticks = self._wait_ticks.get(cgroup, 0)
+        if 0 < int(stats.waiting) < 1 << 63:  # a wrapped count is a lost return: not waiting
+            ticks += 1
+            self._wait_ticks[cgroup] = ticks
+        return int(stats.launches) + int(stats.syncs) + ticks
+
     def launches(self) -> dict[int, int]:
-        """CUDA launches per cgroup id: one map, read whole at the rm enforcer's polls of every
-        pod (:meth:`launches_of` reads single cgroups)."""
-        return {_number(k): int(v.launches) for k, v in self._items(b"stats")}
+        """CUDA activity per cgroup id (:meth:`_activity`): one map, read whole at the rm
+        enforcer's polls of every pod (:meth:`launches_of` reads single cgroups)."""
+        return {_number(k): self._activity(_number(k), v) for k, v in self._items(b"stats")}
 
     def launches_of(self, cgroups: Iterable[int]) -> dict[int, int]:
-        """The launch counters of ``cgroups`` only, one map lookup each (no entry: none yet).
+        """The activity counts of ``cgroups`` only, one map lookup each (no entry: none yet).
 
         A batch read of the whole map walks all of its buckets and has bcc allocate arrays for
         all of its entries; a look at the pod holding the GPU needs one or two cgroups
@@ -492,7 +518,7 @@ class NvProbe:
         for cgroup in cgroups:
             key.value = cgroup
             if lookup(fd, ctypes.byref(key), ctypes.byref(leaf)) == 0:
-                found[cgroup] = int(leaf.launches)
+                found[cgroup] = self._activity(cgroup, leaf)
         return found
 
     def _items(self, name: bytes) -> list[tuple[Any, Any]]:
@@ -524,6 +550,7 @@ class NvProbe:
                     removed += 1
         stats = bpf[b"stats"]
         for cgroup in gone:
+            self._wait_ticks.pop(cgroup, None)
             with contextlib.suppress(KeyError):
                 del stats[stats.Key(cgroup)]
                 removed += 1

@@ -384,6 +384,42 @@ def test_one_poll_takes_at_most_a_batch_and_the_rest_waits(
     assert probe.lost == lost  # all of them fitted: none was dropped for the bound
 
 
+def test_a_thread_waiting_in_a_synchronize_call_keeps_its_cgroups_activity_moving(
+    probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn, fake_libcuda: Path
+) -> None:
+    """A loop waiting for a long kernel launches nothing while it runs; the rm enforcer's
+    sensor must still see it busy (enforcers/rm/sensor.py). Each synchronize call entered
+    counts once, and each read that finds a thread inside one moves the count again."""
+    assert set(str(probe.features["sync_symbols"]).split(",")) == {
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuStreamSynchronize",
+    }
+    assert probe.features["sync_uprobes"] == "3"
+    lib = str(fake_libcuda)
+    cg = make_cgroup()
+    waiter = spawn(
+        cg,
+        [
+            {"launch": "cuCtxSynchronize", "lib": lib},
+            {"say": "waiting"},
+            {"launch": "cuStreamSynchronize", "lib": lib},  # 0.4 s inside
+            {"launch": "cuEventSynchronize", "lib": lib},
+        ],
+    )
+    waiter.go()
+    waiter.wait_line("waiting")
+    time.sleep(0.05)
+    inside = [probe.launches_of([cg.id])[cg.id] for _ in range(3)]
+    assert inside[0] < inside[1] < inside[2]  # moving at every read while it waits
+    assert probe.counters()[cg.id].launches == 0  # and no launch counted for it
+    waiter.report()
+    after = probe.launches_of([cg.id])[cg.id]
+    assert probe.launches_of([cg.id])[cg.id] == after  # returned: still again
+    assert after == inside[2] + 1  # cuEventSynchronize, entered once
+    assert probe.launches()[cg.id] == after
+
+
 def test_launches_are_counted_per_cgroup(
     probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn, fake_libcuda: Path
 ) -> None:

@@ -83,6 +83,8 @@ def test_header_matches_the_python_mirror() -> None:
         "opens",
         "mmaps",
         "launches",
+        "syncs",
+        "waiting",
     ]
 
 

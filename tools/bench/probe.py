@@ -13,7 +13,11 @@ with the probe detached and then attached, best of 3:
   like a CET distro library (endbr64, then push %rbp: the probe sits on the push, which the
   kernel emulates), and with a first instruction the kernel must single-step out of line (a
   rip-relative load), the worst case. libcuda 580.159.04 on the lent H200 host starts every
-  launch function with push %rbp (read there on 21-Nov-2026): the emulated case.
+  launch function with push %rbp (read there on 21-Nov-2026): the emulated case;
+- a call of cuStreamSynchronize in the same library: a uprobe and a uretprobe (the count of
+  threads waiting for the GPU, which the rm enforcer's sensor reads). Not in the trace estimate:
+  a synchronize call waits for the GPU, microseconds to seconds, so a few us more are the wait's
+  noise.
 Streamed events are drained after each run, not during it, so no consumer competes for the CPU.
 
 The target (< 1 % of the workload, the issue's GPU-tier target) is estimated on the shipped H200
@@ -115,7 +119,7 @@ int main(int argc, char **argv)
 	long calls = atol(argv[2]), i;
 	struct timespec start, end;
 
-	if (!lib || !(launch = (int (*)(void))dlsym(lib, "cuLaunchKernel"))) {
+	if (!lib || !(launch = (int (*)(void))dlsym(lib, argc > 3 ? argv[3] : "cuLaunchKernel"))) {
 		fprintf(stderr, "%s\n", dlerror());
 		return 1;
 	}
@@ -131,8 +135,9 @@ int main(int argc, char **argv)
 """
 
 FAKE_LIBCUDA_C = r"""
-volatile int launched;
+volatile int launched, synced;
 __attribute__((noinline)) int cuLaunchKernel(void) { launched++; return 0; }
+__attribute__((noinline)) int cuStreamSynchronize(void) { synced++; return 0; }
 """
 
 
@@ -180,6 +185,13 @@ def _loops(built: dict[str, Path]) -> dict[str, list[str]]:
         "unmatched_ioctl": [ioctl_loop, "/dev/null", hex(RM_ALLOC_48), str(CALLS)],
         "other_syscall": [str(built["syscall_loop"]), str(CALLS)],
         "uprobe_call": [str(built["launch_loop"]), str(built["libcuda.so.1"]), str(CALLS)],
+        # A synchronize call: a uprobe and a uretprobe (the waits of enforcers/rm/sensor.py).
+        "sync_call": [
+            str(built["launch_loop"]),
+            str(built["libcuda.so.1"]),
+            str(CALLS),
+            "cuStreamSynchronize",
+        ],
         "uprobe_call_stepped": [
             str(built["launch_loop"]),
             str(built["libcuda-stepped.so.1"]),
@@ -214,7 +226,10 @@ def run() -> dict[str, Any]:
         features: dict[str, Any] = {}
         # One probe per stand-in library: the probe watches one libcuda.
         for library, names in (
-            ("libcuda.so.1", ("matched_ioctl", "unmatched_ioctl", "other_syscall", "uprobe_call")),
+            (
+                "libcuda.so.1",
+                ("matched_ioctl", "unmatched_ioctl", "other_syscall", "uprobe_call", "sync_call"),
+            ),
             ("libcuda-stepped.so.1", ("uprobe_call_stepped",)),
         ):
             with NvProbe(
