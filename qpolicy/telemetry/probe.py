@@ -385,32 +385,39 @@ class NvProbe:
             self.features["launch_symbols"] = "libcuda not found"
             return
         self.features["libcuda"] = str(libcuda)
+        self._attach_calls(bpf, libcuda, "launch", LAUNCH_SYMBOLS, b"on_launch", None)
+        # Threads waiting for their GPU work: entered and left (_activity).
+        self._attach_calls(bpf, libcuda, "sync", SYNC_SYMBOLS, b"on_sync", b"on_synced")
+
+    def _attach_calls(
+        self,
+        bpf: Any,
+        libcuda: Path,
+        kind: str,
+        symbols: re.Pattern[str],
+        entry: bytes,
+        exit_: bytes | None,
+    ) -> None:
+        """Uprobes (and uretprobes, given ``exit_``) on the functions of libcuda ``symbols``
+        names; ``features[kind + "_symbols"]`` names them, ``features[kind + "_uprobes"]``
+        counts the addresses probed."""
         path = str(libcuda).encode()
         try:
-            found = bpf.get_user_functions_and_addresses(path, LAUNCH_SYMBOLS.pattern.encode())
+            found = bpf.get_user_functions_and_addresses(path, symbols.pattern.encode())
         except Exception as error:
             raise ProbeError(f"cannot read the symbols of {libcuda}: {error}") from None
         # Aliases share an address: one uprobe each, or a call would count once per name.
         addresses = sorted({probe_address(libcuda, int(address)) for _, address in found})
         try:
             for address in addresses:
-                bpf.attach_uprobe(name=path, addr=address, fn_name=b"on_launch")
+                bpf.attach_uprobe(name=path, addr=address, fn_name=entry)
+                if exit_ is not None:
+                    bpf.attach_uretprobe(name=path, addr=address, fn_name=exit_)
         except Exception as error:
             raise ProbeError(f"cannot attach uprobes to {libcuda}: {error}") from None
         names = sorted({name.decode() for name, _ in found})
-        self.features["launch_symbols"] = ",".join(names) if names else "none found"
-        self.features["launch_uprobes"] = str(len(addresses))
-        try:
-            found = bpf.get_user_functions_and_addresses(path, SYNC_SYMBOLS.pattern.encode())
-            addresses = sorted({probe_address(libcuda, int(address)) for _, address in found})
-            for address in addresses:
-                bpf.attach_uprobe(name=path, addr=address, fn_name=b"on_sync")
-                bpf.attach_uretprobe(name=path, addr=address, fn_name=b"on_synced")
-        except Exception as error:
-            raise ProbeError(f"cannot attach uprobes to {libcuda}'s syncs: {error}") from None
-        names = sorted({name.decode() for name, _ in found})
-        self.features["sync_symbols"] = ",".join(names) if names else "none found"
-        self.features["sync_uprobes"] = str(len(addresses))
+        self.features[f"{kind}_symbols"] = ",".join(names) if names else "none found"
+        self.features[f"{kind}_uprobes"] = str(len(addresses))
 
     def _open_output(self, bpf: Any) -> None:
         if self.features["output"] == "ringbuf":
