@@ -67,8 +67,13 @@ BPF_F_TABLE("hash", struct cg_key, u64, controls, 131072, BPF_F_NO_PREALLOC);
 BPF_F_TABLE("hash", struct cg_key, u64, allocs, 65536, BPF_F_NO_PREALLOC);
 BPF_F_TABLE("hash", struct cg_key, u64, latency, 65536, BPF_F_NO_PREALLOC);
 BPF_F_TABLE("hash", u64, struct cg_stats, stats, 16384, BPF_F_NO_PREALLOC);
-/* Threads inside a libcuda synchronize call -> the cgroup it was entered from. */
-BPF_HASH(syncing, u32, u64, 16384);
+/* Threads inside a libcuda synchronize call -> the cgroup it was entered from, and how deep. */
+struct sync_entry {
+	u64 cgroup;
+	u32 depth;
+	u32 pad;
+};
+BPF_HASH(syncing, u32, struct sync_entry, 16384);
 BPF_ARRAY(meta, u64, META_SLOTS);
 
 struct inflight {
@@ -461,15 +466,22 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 	return 0;
 }
 
-/* A thread left a synchronize call (returned, or exited inside it). */
-static __always_inline void end_sync(u32 tid)
+/*
+ * A thread returned from a synchronize call (@exited: it exits, inside one or not). The wait is
+ * over when its outermost call returns.
+ */
+static __always_inline void end_sync(u32 tid, bool exited)
 {
-	u64 *cgroup = syncing.lookup(&tid);
+	struct sync_entry *entry = syncing.lookup(&tid);
 	struct cg_stats *st;
 
-	if (!cgroup)
+	if (!entry)
 		return;
-	st = stats.lookup(cgroup);
+	if (!exited && entry->depth > 1) {
+		entry->depth--;
+		return;
+	}
+	st = stats.lookup(&entry->cgroup);
 	if (st)
 		lock_xadd(&st->waiting, -1);
 	syncing.delete(&tid);
@@ -497,7 +509,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 
 	inflight.delete(&tid);
 	opening.delete(&tid);
-	end_sync(tid);
+	end_sync(tid, true);
 	if (!(QP_GROUP_DEAD))
 		return 0;
 	if (!tracked.lookup(&pid))
@@ -531,13 +543,17 @@ int on_launch(struct pt_regs *ctx)
  */
 int on_sync(struct pt_regs *ctx)
 {
-	u64 cgroup = bpf_get_current_cgroup_id();
+	struct sync_entry entry = { .cgroup = bpf_get_current_cgroup_id(), .depth = 1 };
 	u32 tid = (u32)bpf_get_current_pid_tgid();
-	struct cg_stats *st = stats_of(cgroup);
+	struct sync_entry *inside = syncing.lookup(&tid);
+	struct cg_stats *st;
 
-	if (!st || syncing.lookup(&tid))
-		return 0;	/* a nested call: counted once */
-	if (syncing.update(&tid, &cgroup))
+	if (inside) {
+		inside->depth++;	/* one called from another: one wait */
+		return 0;
+	}
+	st = stats_of(entry.cgroup);
+	if (!st || syncing.update(&tid, &entry))
 		return 0;
 	lock_xadd(&st->syncs, 1);
 	lock_xadd(&st->waiting, 1);
@@ -546,6 +562,6 @@ int on_sync(struct pt_regs *ctx)
 
 int on_synced(struct pt_regs *ctx)
 {
-	end_sync((u32)bpf_get_current_pid_tgid());
+	end_sync((u32)bpf_get_current_pid_tgid(), false);
 	return 0;
 }

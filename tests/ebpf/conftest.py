@@ -48,11 +48,18 @@ __attribute__((noinline)) int cuLaunchKernelEx(void) { calls[2]++; return 0; }
 int cuLaunchKernelEx_ptsz(void) __attribute__((alias("cuLaunchKernelEx")));
 __attribute__((noinline)) int cuGraphLaunch(void) { calls[3]++; return 0; }
 __attribute__((noinline)) int cuMemAlloc(void) { calls[4]++; return 0; }
-/* Synchronize calls: the stream's waits 0.4 s, as for a long kernel; the others return. */
+/* Synchronize calls: the stream's waits 0.4 s, as for a long kernel; the context's returns; the
+ * event's calls the context's, then waits 0.4 s (one call inside another: one wait). */
 int usleep(unsigned int usec);
 __attribute__((noinline)) int cuStreamSynchronize(void) { calls[5]++; usleep(400000); return 0; }
 __attribute__((noinline)) int cuCtxSynchronize(void) { calls[6]++; return 0; }
-__attribute__((noinline)) int cuEventSynchronize(void) { calls[7]++; return 0; }
+__attribute__((noinline)) int cuEventSynchronize(void)
+{
+	calls[7]++;
+	cuCtxSynchronize();
+	usleep(400000);
+	return 0;
+}
 """
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the eBPF probe needs root")

@@ -402,21 +402,32 @@ def test_a_thread_waiting_in_a_synchronize_call_keeps_its_cgroups_activity_movin
         cg,
         [
             {"launch": "cuCtxSynchronize", "lib": lib},
-            {"say": "waiting"},
+            {"say": "stream"},
             {"launch": "cuStreamSynchronize", "lib": lib},  # 0.4 s inside
-            {"launch": "cuEventSynchronize", "lib": lib},
+            {"say": "event"},
+            {"launch": "cuEventSynchronize", "lib": lib},  # cuCtxSynchronize, then 0.4 s
         ],
     )
+
+    def reads(n: int) -> list[int]:
+        return [probe.launches_of([cg.id])[cg.id] for _ in range(n)]
+
     waiter.go()
-    waiter.wait_line("waiting")
-    time.sleep(0.05)
-    inside = [probe.launches_of([cg.id])[cg.id] for _ in range(3)]
-    assert inside[0] < inside[1] < inside[2]  # moving at every read while it waits
+    waiter.wait_line("stream")
+    time.sleep(0.1)
+    stream = reads(3)
+    assert stream[0] < stream[1] < stream[2]  # moving at every read while it waits
+    waiter.wait_line("event")
+    time.sleep(0.1)
+    # Still waiting after the call inside it returned.
+    event = reads(2)
+    assert event[0] < event[1]
     assert probe.counters()[cg.id].launches == 0  # and no launch counted for it
     waiter.report()
     after = probe.launches_of([cg.id])[cg.id]
     assert probe.launches_of([cg.id])[cg.id] == after  # returned: still again
-    assert after == inside[2] + 1  # cuEventSynchronize, entered once
+    # Three waits (the one inside another is part of it) and the five reads that found one.
+    assert after == 3 + 5
     assert probe.launches()[cg.id] == after
 
 
