@@ -297,6 +297,12 @@ static struct qgpu_cg *next_holder(struct qgpu_sched *s, struct qgpu_cg *after)
  */
 #define OWED_PASS_MAX_NS	(2 * NSEC_PER_MSEC)
 
+/* Whether an owed cgroup has had its owed_ms of open time. */
+static bool owed_spent(const struct qgpu_cg *cg)
+{
+	return cg->owed_open_ns >= (u64)owed_ms * NSEC_PER_MSEC;
+}
+
 static bool owed(struct qgpu_cg *cg, u64 dt)
 {
 	lockdep_assert_held(&qgpu_lock);
@@ -305,20 +311,20 @@ static bool owed(struct qgpu_cg *cg, u64 dt)
 	} else if (cg->moved) {
 		cg->owed = true;
 		cg->owed_open_ns = 0;
-		cg->owed_every = 0;
-		cg->owed_wait = 0;
 	}
-	if (!cg->owed) {
+	/* Its work moved, or it is owed no more: what owed_again() kept ends with that. */
+	if (cg->moved || !cg->owed) {
 		cg->owed_beside = false;
 		cg->owed_every = 0;
 		cg->owed_wait = 0;
-		return false;
 	}
+	if (!cg->owed)
+		return false;
 	if (cg->open)
 		cg->owed_open_ns += min_t(u64, dt, OWED_PASS_MAX_NS);
-	if (cg->owed_open_ns >= (u64)owed_ms * NSEC_PER_MSEC)
+	if (owed_spent(cg))
 		cg->owed_beside = false;
-	return !cg->owed_beside && cg->owed_open_ns < (u64)owed_ms * NSEC_PER_MSEC;
+	return !cg->owed_beside && !owed_spent(cg);
 }
 
 /*
@@ -349,7 +355,7 @@ static void owed_again(struct qgpu_sched *s, struct qgpu_cg *cg)
 {
 	lockdep_assert_held(&qgpu_lock);
 	if (!cg->owed || cg->owed_beside || s->policy == QGPU_POLICY_FIXED_SHARE ||
-	    cg->owed_open_ns < (u64)owed_ms * NSEC_PER_MSEC)
+	    !owed_spent(cg))
 		return;
 	if (!cg->owed_every) {
 		cg->owed_every = cg->ts_preempted ? OWED_TURN_FIRST : 1;
