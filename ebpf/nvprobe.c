@@ -8,8 +8,9 @@
  *
  * Attaches: syscalls:sys_{enter,exit}_openat (+ openat2 and open where the kernel has them),
  * syscalls:sys_{enter,exit}_ioctl, syscalls:sys_enter_mmap, syscalls:sys_enter_close,
- * sched:sched_process_exit, uprobes on libcuda's launch entry points (on_launch), and uprobes
- * and uretprobes on its synchronize calls (on_sync, on_synced).
+ * sched:sched_process_exit, uprobes on libcuda's launch entry points (on_launch), uprobes
+ * and uretprobes on its synchronize calls (on_sync, on_synced), and uretprobes on its query
+ * calls (on_queried).
  *
  * Everything is filtered in the kernel to fds whose inode is a character device listed in the
  * devs/majors maps (filled from userspace) and keyed by the cgroup v2 id. bcc compiles this
@@ -52,6 +53,7 @@
 #define ESC_RM_DUP_OBJECT 0x34
 #define NVOS21_BYTES 32
 #define NVOS64_BYTES 48
+#define CUDA_ERROR_NOT_READY 600	/* cuda.h, CUresult */
 
 BPF_HASH(devs, u32, u8, 1024);          /* kernel dev_t -> NODE_* */
 BPF_HASH(majors, u32, u8, 64);          /* major, any minor -> NODE_* */
@@ -563,5 +565,22 @@ int on_sync(struct pt_regs *ctx)
 int on_synced(struct pt_regs *ctx)
 {
 	end_sync((u32)bpf_get_current_pid_tgid(), false);
+	return 0;
+}
+
+/*
+ * A thread that polls cuStreamQuery or cuEventQuery instead of waiting in a synchronize call
+ * (PyTorch's Stream.query(), an event poll thread) launches nothing while its kernel runs
+ * either. Each answer "not ready" is work of the cgroup still on the GPU; "done" says nothing.
+ */
+int on_queried(struct pt_regs *ctx)
+{
+	struct cg_stats *st;
+
+	if ((u32)PT_REGS_RC(ctx) != CUDA_ERROR_NOT_READY)
+		return 0;
+	st = stats_of(bpf_get_current_cgroup_id());
+	if (st)
+		lock_xadd(&st->polls, 1);
 	return 0;
 }

@@ -32,6 +32,9 @@ LAUNCH_SYMBOLS = re.compile(
 SYNC_SYMBOLS = re.compile(
     r"^(cuCtxSynchronize(_v2)?|cuStreamSynchronize(_ptsz)?|cuEventSynchronize)$"
 )
+# What a thread polls its GPU work with instead (cudaStreamQuery, torch.cuda.Stream.query(),
+# cudaEventQuery): an answer CUDA_ERROR_NOT_READY is work still on the GPU.
+QUERY_SYMBOLS = re.compile(r"^(cuStreamQuery(_ptsz)?|cuEventQuery)$")
 COMMON_PATHS = (
     "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
     "/usr/lib64/libcuda.so.1",

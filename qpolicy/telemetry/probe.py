@@ -31,7 +31,13 @@ from qpolicy.nvrm.decode import decode
 from qpolicy.telemetry import wire
 from qpolicy.telemetry.btf import Btf, Member, probe_offsets
 from qpolicy.telemetry.devices import DeviceFilter
-from qpolicy.telemetry.libcuda import LAUNCH_SYMBOLS, SYNC_SYMBOLS, find_libcuda, probe_address
+from qpolicy.telemetry.libcuda import (
+    LAUNCH_SYMBOLS,
+    QUERY_SYMBOLS,
+    SYNC_SYMBOLS,
+    find_libcuda,
+    probe_address,
+)
 from qpolicy.telemetry.wire import ProbeRecord
 
 EBPF_DIR = Path(__file__).resolve().parents[2] / "ebpf"
@@ -388,6 +394,8 @@ class NvProbe:
         self._attach_calls(bpf, libcuda, "launch", LAUNCH_SYMBOLS, b"on_launch", None)
         # Threads waiting for their GPU work: entered and left (_activity).
         self._attach_calls(bpf, libcuda, "sync", SYNC_SYMBOLS, b"on_sync", b"on_synced")
+        # Threads polling for it: the answers "not ready".
+        self._attach_calls(bpf, libcuda, "query", QUERY_SYMBOLS, None, b"on_queried")
 
     def _attach_calls(
         self,
@@ -395,12 +403,12 @@ class NvProbe:
         libcuda: Path,
         kind: str,
         symbols: re.Pattern[str],
-        entry: bytes,
+        entry: bytes | None,
         exit_: bytes | None,
     ) -> None:
-        """Uprobes (and uretprobes, given ``exit_``) on the functions of libcuda ``symbols``
-        names; ``features[kind + "_symbols"]`` names them, ``features[kind + "_uprobes"]``
-        counts the addresses probed."""
+        """Uprobes (given ``entry``) and uretprobes (given ``exit_``) on the functions of
+        libcuda ``symbols`` names; ``features[kind + "_symbols"]`` names them,
+        ``features[kind + "_uprobes"]`` counts the addresses probed."""
         path = str(libcuda).encode()
         try:
             found = bpf.get_user_functions_and_addresses(path, symbols.pattern.encode())
@@ -410,7 +418,8 @@ class NvProbe:
         addresses = sorted({probe_address(libcuda, int(address)) for _, address in found})
         try:
             for address in addresses:
-                bpf.attach_uprobe(name=path, addr=address, fn_name=entry)
+                if entry is not None:
+                    bpf.attach_uprobe(name=path, addr=address, fn_name=entry)
                 if exit_ is not None:
                     bpf.attach_uretprobe(name=path, addr=address, fn_name=exit_)
         except Exception as error:
@@ -494,17 +503,18 @@ class NvProbe:
         )
 
     def _activity(self, cgroup: int, stats: Any) -> int:
-        """What the rm enforcer's sensor watches move: launches and synchronize calls entered,
-        plus one at each read that finds a thread of the cgroup inside a synchronize call. A
-        loop waiting for a long kernel launches nothing while it runs, and to the sensor a count
-        that stands still for its grace is an idle pod (enforcers/rm/sensor.py); left open
-        beside the pod holding the GPU, both switched at every 1 us slice and stalled on an
-        H100 and an H200 (BENCHMARKS.md, 2026-11-27, sixteenth session)."""
+        """What the rm enforcer's sensor watches move: launches, synchronize calls entered and
+        query calls answered "not ready", plus one at each read that finds a thread of the
+        cgroup inside a synchronize call. A loop waiting for a long kernel launches nothing
+        while it runs, and to the sensor a count that stands still for its grace is an idle pod
+        (enforcers/rm/sensor.py); left open beside the pod holding the GPU, both switched at
+        every 1 us slice and stalled on an H100 and an H200 (BENCHMARKS.md, 2026-11-27,
+        sixteenth session)."""
         ticks = self._wait_ticks.get(cgroup, 0)
         if 0 < int(stats.waiting) < 1 << 63:  # a wrapped count is a lost return: not waiting
             ticks += 1
             self._wait_ticks[cgroup] = ticks
-        return int(stats.launches) + int(stats.syncs) + ticks
+        return int(stats.launches) + int(stats.syncs) + int(stats.polls) + ticks
 
     def launches(self) -> dict[int, int]:
         """CUDA activity per cgroup id (:meth:`_activity`): one map, read whole at the rm

@@ -41,7 +41,7 @@ FAKE_LIBCUDA_C = r"""
  * share an address, except cuLaunchKernelEx_ptsz, an alias of cuLaunchKernelEx (the probe must
  * count one call once, not once per name). Built for CET, so each starts with endbr64, which
  * the probe steps over. */
-volatile int calls[8];
+volatile int calls[10];
 __attribute__((noinline)) int cuLaunchKernel(void) { calls[0]++; return 0; }
 __attribute__((noinline)) int cuLaunchKernel_ptsz(void) { calls[1]++; return 0; }
 __attribute__((noinline)) int cuLaunchKernelEx(void) { calls[2]++; return 0; }
@@ -60,6 +60,10 @@ __attribute__((noinline)) int cuEventSynchronize(void)
 	usleep(400000);
 	return 0;
 }
+/* Query calls: the stream's answers CUDA_ERROR_NOT_READY (600) five times, then done; the
+ * event's is always done. */
+__attribute__((noinline)) int cuStreamQuery(void) { return ++calls[8] <= 5 ? 600 : 0; }
+__attribute__((noinline)) int cuEventQuery(void) { calls[9]++; return 0; }
 """
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the eBPF probe needs root")

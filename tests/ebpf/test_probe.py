@@ -431,6 +431,29 @@ def test_a_thread_waiting_in_a_synchronize_call_keeps_its_cgroups_activity_movin
     assert probe.launches()[cg.id] == after
 
 
+def test_a_query_answered_not_ready_moves_its_cgroups_activity_and_one_answered_done_does_not(
+    probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn, fake_libcuda: Path
+) -> None:
+    """A loop that polls cuStreamQuery while its long kernel runs launches nothing and waits in
+    no synchronize call: each "not ready" is its work still on the GPU. The stand-in's stream
+    query answers CUDA_ERROR_NOT_READY five times, then done; its event query always done."""
+    assert set(str(probe.features["query_symbols"]).split(",")) == {"cuEventQuery", "cuStreamQuery"}
+    assert probe.features["query_uprobes"] == "2"
+    lib = str(fake_libcuda)
+    polling, done = make_cgroup(), make_cgroup()
+    poller = spawn(polling, [{"launch": "cuStreamQuery", "lib": lib, "times": 9}])
+    finished = spawn(done, [{"launch": "cuEventQuery", "lib": lib, "times": 9}])
+    poller.go()
+    finished.go()
+    poller.report()
+    finished.report()
+    assert probe.launches_of([polling.id]) == {polling.id: 5}
+    assert probe.launches()[polling.id] == 5
+    assert probe.counters()[polling.id].launches == 0  # polls are not launches
+    # Done answers leave no count (the cgroup has no entry at all, or a still one).
+    assert probe.launches_of([done.id]).get(done.id, 0) == 0
+
+
 def test_launches_are_counted_per_cgroup(
     probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn, fake_libcuda: Path
 ) -> None:

@@ -85,6 +85,7 @@ def test_header_matches_the_python_mirror() -> None:
         "launches",
         "syncs",
         "waiting",
+        "polls",
     ]
 
 
