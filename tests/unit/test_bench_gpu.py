@@ -110,10 +110,19 @@ class _RecordingTorch:
             def elapsed_time(self, other: object) -> float:
                 return 0.2
 
+        class Stream:
+            def query(self) -> bool:
+                outer.calls.append("query")
+                return outer.calls[-3:] == ["query"] * 3  # done at the third query
+
         class Cuda:
             @staticmethod
             def synchronize() -> None:
                 outer.calls.append("sync")
+
+            @staticmethod
+            def current_stream() -> Stream:
+                return Stream()
 
         self.cuda = Cuda
         self.cuda.Event = Event  # type: ignore[attr-defined]
@@ -208,6 +217,45 @@ def test_matmul_refuses_a_bad_request_shape_in_one_line(flag: str, value: str) -
     )
     assert done.returncode == 2
     assert f"{flag} {value}: must" in done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("wait", ["sync", "poll", "host"])
+def test_a_loop_waits_for_its_results_as_asked(wait: str) -> None:
+    """sync: in a synchronize call; poll: by stream queries and in no synchronize call at all
+    (the probe must see the queries); host: host work first, then a synchronize call."""
+    import time
+
+    matmul = _matmul_module()
+    torch = _RecordingTorch()
+    start = time.perf_counter()
+    out = matmul.saturate(torch, 64, 0.0, 1, 2, wait=wait, host_ms=5.0)
+    assert out["iterations"] == 2
+    loop = torch.calls[4:]  # after 3 warm-up matmuls and their sync
+    expected = {
+        "sync": ["matmul", "sync"],
+        "poll": ["matmul", "query", "query", "query"],
+        "host": ["matmul", "sync"],
+    }[wait]
+    assert loop == expected * 2
+    assert (time.perf_counter() - start >= 0.010) == (wait == "host")
+
+
+def test_the_bench_tells_a_polling_loop_how_to_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+
+    class Popen:
+        def __init__(self, argv: list[str], **_: object) -> None:
+            seen.append(argv)
+
+    monkeypatch.setattr(gpu.subprocess, "Popen", Popen)
+    cgroups = gpu.Cgroups(root=__import__("pathlib").Path("/tmp/qpolicy-bench-test-cg"))
+    polled = next(s for s in gpu.SCENARIOS if "polled for one by one" in s.name)
+    hosted = next(s for s in gpu.SCENARIOS if "host work after each launch" in s.name)
+    for pod in (*polled.pods, *hosted.pods):
+        gpu.spawn(pod, 8192, 1.0, 0.0, cgroups, {})
+    waits = [argv[argv.index("--wait") + 1 :][:3] if "--wait" in argv else None for argv in seen]
+    assert waits == [None, ["poll", "--host-ms", "0.0"], None, None, ["host", "--host-ms", "80.0"]]
+    cgroups.clean()
 
 
 MULTI_KERNEL = next(s for s in gpu.SCENARIOS if s.name.startswith("online 4 x 4096"))

@@ -107,6 +107,10 @@ class Pod:
     # Offline: matmuls between the trainer's waits for its results (1: a loop that waits for
     # each, which its channel shows as pending only for µs: tools/gpu/userd_fetch.py).
     sync_every: int = 8
+    # Offline: how it waits for them (tools/gpu/matmul.py --wait): "sync", "poll" or "host" (after
+    # host_ms of host work).
+    wait: str = "sync"
+    host_ms: float = 0.0
 
     @property
     def cgroup(self) -> str:
@@ -255,6 +259,42 @@ SCENARIOS = (
         modes=("native", "qpolicy"),
     ),
     Scenario(
+        # The same loop polling its stream (cudaStreamQuery every 0.5 ms) instead of waiting in a
+        # synchronize call: it launches nothing and waits in no call while each kernel runs.
+        "best-effort: an 8192 trainer beside 32768 matmuls polled for one by one",
+        GpuPolicy.BEST_EFFORT,
+        (Pod("a", None, n=8192), Pod("b", None, n=32768, sync_every=1, wait="poll")),
+        sizes=(8192,),
+        modes=("native", "qpolicy"),
+    ),
+    Scenario(
+        f"online 4096 @ {ONLINE_HZ:g} Hz next to an 8192 trainer and 32768 matmuls polled for "
+        "one by one",
+        GpuPolicy.BURST_SHARE,
+        (
+            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
+            Pod("trainer", 40, n=8192),
+            Pod("long", 40, n=32768, sync_every=1, wait="poll"),
+        ),
+        sizes=(0,),
+        modes=("native", "qpolicy"),
+    ),
+    Scenario(
+        # Host work (80 ms) after each launch, then the wait: for the 30 ms past the rm
+        # enforcer's 50 ms grace the loop shows nothing at all (README: what the rm enforcer
+        # cannot see). How much does that cost it and the trainer?
+        f"online 4096 @ {ONLINE_HZ:g} Hz next to an 8192 trainer and 32768 matmuls, 80 ms of "
+        "host work after each launch",
+        GpuPolicy.BURST_SHARE,
+        (
+            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
+            Pod("trainer", 40, n=8192),
+            Pod("long", 40, n=32768, sync_every=1, wait="host", host_ms=80.0),
+        ),
+        sizes=(0,),
+        modes=("native", "qpolicy"),
+    ),
+    Scenario(
         "daemon CPU, 10 pods",
         GpuPolicy.BEST_EFFORT,
         tuple(Pod(f"p{i}", None) for i in range(10)),
@@ -356,8 +396,11 @@ def spawn(
                 "--request-gap-ms",
                 str(pod.request_gap_ms),
             ]
-    elif pod.sync_every != 8:
-        argv += ["--sync-every", str(pod.sync_every)]
+    else:
+        if pod.sync_every != 8:
+            argv += ["--sync-every", str(pod.sync_every)]
+        if pod.wait != "sync":
+            argv += ["--wait", pod.wait, "--host-ms", str(pod.host_ms)]
     if pod.late:
         argv += ["--start-at", str(start_at + seconds / 2), "--seconds", str(seconds / 2)]
     else:

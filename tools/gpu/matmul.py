@@ -1,6 +1,9 @@
 """A PyTorch bf16 matmul loop, the workload of docs/gpu-measurements.md, for the GPU tier.
 
     python3 matmul.py --n 4096 --seconds 10 [--sync-every 8] [--count-kernels] [--hold]
+    python3 matmul.py --n 32768 --sync-every 1 --wait poll        # poll the stream, 0.5 ms apart
+    python3 matmul.py --n 32768 --sync-every 1 --wait host --host-ms 80
+                                            # 80 ms of host work after each launch, then wait
     python3 matmul.py --n 4096 --requests-hz 50 --seconds 10     # online: one matmul per request
     python3 matmul.py --n 4096 --requests-hz 50 --plain           # the same, no events around it
     python3 matmul.py --n 4096 --requests-hz 50 --plain --request-kernels 4 --request-gap-ms 0.5
@@ -50,7 +53,14 @@ def saturate(
     iters: int | None,
     start_at: float | None = None,
     timeline: bool = False,
+    wait: str = "sync",
+    host_ms: float = 0.0,
 ) -> dict[str, Any]:
+    """Matmuls for ``seconds``, waiting for the results every ``sync_every``: in
+    torch.cuda.synchronize() (``wait`` "sync"); by polling the stream every 0.5 ms ("poll":
+    cudaStreamQuery, which a synchronize-free event loop uses); or after ``host_ms`` of host
+    work that overlaps the kernels ("host": the process launches nothing and waits in no call
+    meanwhile)."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     for _ in range(3):
@@ -67,7 +77,15 @@ def saturate(
     ):
         for _ in range(sync_every):
             torch.matmul(a, b)
-        torch.cuda.synchronize()
+        if wait == "poll":
+            # No synchronize call at all, even once the stream says done.
+            stream = torch.cuda.current_stream()
+            while not stream.query():
+                time.sleep(0.0005)
+        else:
+            if wait == "host":
+                _busy_wait(host_ms / 1000)
+            torch.cuda.synchronize()
         done += sync_every
         if timeline:
             syncs.append(time.perf_counter() - start)
@@ -169,6 +187,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--iters", type=int, default=None, help="stop after this many matmuls")
     parser.add_argument("--sync-every", type=int, default=8)
+    parser.add_argument(
+        "--wait",
+        choices=("sync", "poll", "host"),
+        default="sync",
+        help="how results are waited for",
+    )
+    parser.add_argument("--host-ms", type=float, default=0.0, help="--wait host: host work (ms)")
     parser.add_argument("--requests-hz", type=float, default=None)
     parser.add_argument(
         "--plain", action="store_true", help="online: no timing events around each request"
@@ -187,6 +212,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.request_kernels < 1:
         parser.error(f"--request-kernels {args.request_kernels}: must be at least 1")
+    if args.host_ms < 0:
+        parser.error(f"--host-ms {args.host_ms}: must not be negative")
     if args.request_gap_ms < 0:
         parser.error(f"--request-gap-ms {args.request_gap_ms}: must not be negative")
 
@@ -211,7 +238,15 @@ def main() -> int:
         )
     else:
         result = saturate(
-            torch, args.n, args.seconds, args.sync_every, args.iters, args.start_at, args.timeline
+            torch,
+            args.n,
+            args.seconds,
+            args.sync_every,
+            args.iters,
+            args.start_at,
+            args.timeline,
+            wait=args.wait,
+            host_ms=args.host_ms,
         )
     result.update({"n": args.n, "label": args.label, "pid": __import__("os").getpid()})
     if profiler is not None:
