@@ -31,7 +31,8 @@
  * per call where the probed instruction is emulated (push, after endbr64; libcuda 580.159.04
  * starts every launch function with push %rbp) and 9 us where it is single-stepped; a
  * synchronize call, with its uprobe and uretprobe, 2.7 us (27-Nov-2026), against a wait for
- * the GPU of microseconds to seconds. The shipped H200 PyTorch trace (1864 ioctls, 202 launches, 3.7 s) would pay
+ * the GPU of microseconds to seconds; a query call, with its uretprobe, 1.6 us (28-Nov-2026: a
+ * loop polling every 0.5 ms pays 0.3 % of a core). The shipped H200 PyTorch trace (1864 ioctls, 202 launches, 3.7 s) would pay
  * about 0.13 %. Hooking the NVIDIA module's ioctl handlers instead of the syscall would take the
  * cost off every other process; that needs the module's symbols (not testable without it).
  *

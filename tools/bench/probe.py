@@ -17,7 +17,9 @@ with the probe detached and then attached, best of 3:
 - a call of cuStreamSynchronize in the same library: a uprobe and a uretprobe (the count of
   threads waiting for the GPU, which the rm enforcer's sensor reads). Not in the trace estimate:
   a synchronize call waits for the GPU, microseconds to seconds, so a few us more are the wait's
-  noise.
+  noise;
+- a call of cuStreamQuery that answers "not ready", as a poll for a running kernel does: a
+  uretprobe that counts it (a poll loop pays this per poll).
 Streamed events are drained after each run, not during it, so no consumer competes for the CPU.
 
 The target (< 1 % of the workload, the issue's GPU-tier target) is estimated on the shipped H200
@@ -138,6 +140,7 @@ FAKE_LIBCUDA_C = r"""
 volatile int launched, synced;
 __attribute__((noinline)) int cuLaunchKernel(void) { launched++; return 0; }
 __attribute__((noinline)) int cuStreamSynchronize(void) { synced++; return 0; }
+__attribute__((noinline)) int cuStreamQuery(void) { synced++; return 600; }
 """
 
 
@@ -192,6 +195,13 @@ def _loops(built: dict[str, Path]) -> dict[str, list[str]]:
             str(CALLS),
             "cuStreamSynchronize",
         ],
+        # A poll answered CUDA_ERROR_NOT_READY: a uretprobe that counts it.
+        "query_call": [
+            str(built["launch_loop"]),
+            str(built["libcuda.so.1"]),
+            str(CALLS),
+            "cuStreamQuery",
+        ],
         "uprobe_call_stepped": [
             str(built["launch_loop"]),
             str(built["libcuda-stepped.so.1"]),
@@ -228,7 +238,14 @@ def run() -> dict[str, Any]:
         for library, names in (
             (
                 "libcuda.so.1",
-                ("matched_ioctl", "unmatched_ioctl", "other_syscall", "uprobe_call", "sync_call"),
+                (
+                    "matched_ioctl",
+                    "unmatched_ioctl",
+                    "other_syscall",
+                    "uprobe_call",
+                    "sync_call",
+                    "query_call",
+                ),
             ),
             ("libcuda-stepped.so.1", ("uprobe_call_stepped",)),
         ):
