@@ -258,6 +258,8 @@ class Daemon:
                     "closed": pod.enforcement.closed,
                     "unseen_processes": pod.enforcement.unseen_processes,
                     "launches": pod.activity.launches,
+                    "waits": pod.activity.waits,
+                    "polls": pod.activity.polls,
                     "processes": pod.activity.processes,
                     "device_memory_bytes": pod.activity.device_memory,
                 }

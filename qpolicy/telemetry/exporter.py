@@ -140,6 +140,18 @@ class NodeCollector(Collector):
             "CUDA kernel and graph launches seen in libcuda.",
             labels=labels,
         )
+        waits = CounterMetricFamily(
+            "qpolicy_cuda_waits",
+            "Synchronize calls entered in libcuda (cuCtxSynchronize, cuStreamSynchronize, "
+            "cuEventSynchronize): waits for the pod's GPU work.",
+            labels=labels,
+        )
+        polls = CounterMetricFamily(
+            "qpolicy_cuda_polls_not_ready",
+            'Query calls in libcuda (cuStreamQuery, cuEventQuery) answered "not ready": the '
+            "pod's GPU work still running.",
+            labels=labels,
+        )
         memory = GaugeMetricFamily(
             "qpolicy_device_memory_bytes", "Device memory the pod's processes hold.", labels=labels
         )
@@ -189,6 +201,8 @@ class NodeCollector(Collector):
                 ioctls.add_metric([*values, escape], count)
             _add_histogram(latency, values, activity.ioctl_latency)
             launches.add_metric(values, activity.launches)
+            waits.add_metric(values, activity.waits)
+            polls.add_metric(values, activity.polls)
             memory.add_metric(values, activity.device_memory)
             tsgs.add_metric(values, activity.tsgs)
             channels.add_metric(values, activity.channels)
@@ -209,6 +223,8 @@ class NodeCollector(Collector):
             ioctls,
             latency,
             launches,
+            waits,
+            polls,
             memory,
             limit,
             tsgs,

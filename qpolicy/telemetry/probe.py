@@ -106,6 +106,9 @@ class CgroupCounters:
     opens: int = 0
     mmaps: int = 0
     launches: int = 0
+    #: libcuda synchronize calls entered, and query calls answered "not ready": waits for GPU work.
+    waits: int = 0
+    polls: int = 0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -125,13 +128,13 @@ def build_counters(
     controls: Iterable[tuple[int, int, int]],
     allocs: Iterable[tuple[int, int, int]],
     latency: Iterable[tuple[int, int, int]],
-    stats: Iterable[tuple[int, int, int, int, int, int]],
+    stats: Iterable[tuple[int, int, int, int, int, int, int, int]],
 ) -> dict[int, CgroupCounters]:
     """Per-cgroup counters from the rows of the kernel maps.
 
     ``ioctls``: (cgroup, node code, code, by_nr, count); ``controls`` / ``allocs`` / ``latency``:
     (cgroup, command / class / log2 slot, count); ``stats``: (cgroup, ioctls, latency ns, opens,
-    mmaps, launches).
+    mmaps, launches, synchronize calls, "not ready" answers).
     """
     escapes: dict[int, Counter[str]] = defaultdict(Counter)
     for cgroup, node_code, code, by_nr, count in ioctls:
@@ -149,7 +152,9 @@ def build_counters(
     totals = {row[0]: row[1:] for row in stats}
     result = {}
     for cgroup in set(totals) | set(escapes) | set(named_controls) | set(named_allocs):
-        n_ioctls, latency_ns, opens, mmaps, launches = totals.get(cgroup, (0, 0, 0, 0, 0))
+        n_ioctls, latency_ns, opens, mmaps, launches, waits, polls = totals.get(
+            cgroup, (0, 0, 0, 0, 0, 0, 0)
+        )
         hist = slots.get(cgroup, {})
         width = max(hist, default=-1) + 1
         result[cgroup] = CgroupCounters(
@@ -163,6 +168,8 @@ def build_counters(
             opens=opens,
             mmaps=mmaps,
             launches=launches,
+            waits=waits,
+            polls=polls,
         )
     return result
 
@@ -313,6 +320,10 @@ class NvProbe:
         self._batch_lookup = True
         # Per cgroup: reads that found a thread of it inside a synchronize call (_activity).
         self._wait_ticks: dict[int, int] = {}
+        #: Per cgroup, as the last read of its activity found them: launches, synchronize calls
+        #: entered, query calls answered "not ready" (what a view shows without reading the
+        #: ioctl counters).
+        self.cuda_calls: dict[int, tuple[int, int, int]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -497,7 +508,16 @@ class NvProbe:
             ((k.cgroup, k.value, _number(v)) for k, v in self._items(b"allocs")),
             ((k.cgroup, k.value, _number(v)) for k, v in self._items(b"latency")),
             (
-                (_number(k), v.ioctls, v.latency_ns, v.opens, v.mmaps, v.launches)
+                (
+                    _number(k),
+                    v.ioctls,
+                    v.latency_ns,
+                    v.opens,
+                    v.mmaps,
+                    v.launches,
+                    v.syncs,
+                    v.polls,
+                )
                 for k, v in self._items(b"stats")
             ),
         )
@@ -514,7 +534,9 @@ class NvProbe:
         if 0 < int(stats.waiting) < 1 << 63:  # a wrapped count is a lost return: not waiting
             ticks += 1
             self._wait_ticks[cgroup] = ticks
-        return int(stats.launches) + int(stats.syncs) + int(stats.polls) + ticks
+        calls = (int(stats.launches), int(stats.syncs), int(stats.polls))
+        self.cuda_calls[cgroup] = calls
+        return sum(calls) + ticks
 
     def launches(self) -> dict[int, int]:
         """CUDA activity per cgroup id (:meth:`_activity`): one map, read whole at the rm

@@ -35,6 +35,8 @@ def merge(a: DriverActivity, b: DriverActivity) -> DriverActivity:
         ioctls=ioctls,
         ioctl_latency=a.ioctl_latency.merged(b.ioctl_latency),
         launches=a.launches + b.launches,
+        waits=a.waits + b.waits,
+        polls=a.polls + b.polls,
         tsgs=a.tsgs + b.tsgs,
         channels=a.channels + b.channels,
         device_memory=a.device_memory + b.device_memory,
@@ -104,7 +106,9 @@ class ProbeSource:
         return self._lost
 
     def launches(self) -> dict[int, int]:
-        """CUDA launches per cgroup id, read fresh (cheap where the probe offers it)."""
+        """CUDA activity per cgroup id, read fresh (cheap where the probe offers it): launches,
+        and for the real probe also its waits for the GPU (NvProbe._activity), what the rm
+        enforcer's sensor watches move."""
         cheap = getattr(self.probe, "launches", None)
         if cheap is not None:
             read = dict(cheap())
@@ -148,6 +152,9 @@ class ProbeSource:
         held = self._held()
         read = self.probe.counters() if counters else {}
         launches = {} if counters else self.recent_launches()
+        calls: Mapping[int, tuple[int, int, int]] = (
+            {} if counters else dict(getattr(self.probe, "cuda_calls", None) or {})
+        )
         found: dict[int, CgroupActivity] = {}
         for cgid in set(read) | set(launches) | set(held):
             path = self.view.cgroups.path_of(cgid) or f"cgroup#{cgid}"
@@ -161,7 +168,13 @@ class ProbeSource:
                         count.latency_log2, count.latency_sum_ns / 1e9
                     ),
                     launches=count.launches,
+                    waits=count.waits,
+                    polls=count.polls,
                 )
+            elif cgid in calls:
+                # The probe's read of the activity the sensor watches, split into its calls.
+                launched, waits, polls = calls[cgid]
+                base = dataclasses.replace(base, launches=launched, waits=waits, polls=polls)
             elif cgid in launches:
                 base = dataclasses.replace(base, launches=launches[cgid])
             found[cgid] = CgroupActivity(path, base, frozenset(self._gpus.get(cgid, ())))

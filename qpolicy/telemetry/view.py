@@ -87,6 +87,10 @@ class DriverActivity:
     ioctls: Mapping[str, int] = field(default_factory=dict)
     ioctl_latency: Histogram = field(default_factory=lambda: Histogram.from_log2_us((), 0.0))
     launches: int = 0
+    #: libcuda synchronize calls entered, and query calls answered "not ready" (the rm
+    #: enforcer's sensor counts both as work, with the launches).
+    waits: int = 0
+    polls: int = 0
     tsgs: int = 0
     channels: int = 0
     device_memory: int = 0

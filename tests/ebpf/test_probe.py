@@ -429,6 +429,7 @@ def test_a_thread_waiting_in_a_synchronize_call_keeps_its_cgroups_activity_movin
     # Three waits (the one inside another is part of it) and the five reads that found one.
     assert after == 3 + 5
     assert probe.launches()[cg.id] == after
+    assert probe.counters()[cg.id].waits == 3 and probe.cuda_calls[cg.id] == (0, 3, 0)
 
 
 def test_a_query_answered_not_ready_moves_its_cgroups_activity_and_one_answered_done_does_not(
@@ -449,7 +450,9 @@ def test_a_query_answered_not_ready_moves_its_cgroups_activity_and_one_answered_
     finished.report()
     assert probe.launches_of([polling.id]) == {polling.id: 5}
     assert probe.launches()[polling.id] == 5
-    assert probe.counters()[polling.id].launches == 0  # polls are not launches
+    counted = probe.counters()[polling.id]
+    assert (counted.launches, counted.waits, counted.polls) == (0, 0, 5)  # polls, not launches
+    assert probe.cuda_calls[polling.id] == (0, 0, 5)
     # Done answers leave no count (the cgroup has no entry at all, or a still one).
     assert probe.launches_of([done.id]).get(done.id, 0) == 0
 

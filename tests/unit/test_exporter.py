@@ -34,6 +34,8 @@ def pod(name: str, pod_class: str = "offline", *, limit: int | None = None) -> P
             ioctls={"RM_ALLOC": 7, "RM_CONTROL": 3},
             ioctl_latency=Histogram.from_log2_us([1, 2, 0, 4], 0.5),
             launches=11,
+            waits=5,
+            polls=13,
             tsgs=4,
             channels=20,
             device_memory=800 << 20,
@@ -78,6 +80,8 @@ def test_counters_gauges_and_their_labels() -> None:
     assert kinds["qpolicy_gpu_time_seconds"] == "counter"
     assert kinds["qpolicy_throttled_seconds"] == "counter"
     assert kinds["qpolicy_cuda_launches"] == "counter"
+    assert kinds["qpolicy_cuda_waits"] == "counter"
+    assert kinds["qpolicy_cuda_polls_not_ready"] == "counter"
     assert kinds["qpolicy_device_memory_bytes"] == "gauge"
     assert kinds["qpolicy_share_target_ratio"] == "gauge"
     assert kinds["qpolicy_ioctl_duration_seconds"] == "histogram"
@@ -88,6 +92,11 @@ def test_counters_gauges_and_their_labels() -> None:
         {"gpu": "0", "namespace": "", "pod": "train", "container": "", "class": "offline"},
         12.5,
     ) in gpu_time
+    train = {"gpu": "0", "namespace": "", "pod": "train", "container": "", "class": "offline"}
+    for name, value in (("launches", 11), ("waits", 5), ("polls_not_ready", 13)):
+        assert (f"qpolicy_cuda_{name}_total", train, value) in samples(
+            families, f"qpolicy_cuda_{name}"
+        )
     ioctls = samples(families, "qpolicy_ioctls")
     assert (
         "qpolicy_ioctls_total",

@@ -52,6 +52,43 @@ def test_a_view_takes_the_launches_of_a_recent_look_and_reads_them_when_none_is_
     assert src.recent_launches(max_age_s=0.0) == {cgid: 9} and probe.launch_reads == 2
 
 
+class WithWaits(ReadCounting):
+    """As NvProbe: its activity read counts waits for the GPU with the launches, and keeps each
+    cgroup's calls apart in ``cuda_calls``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: dict[int, tuple[int, int]] = {}
+        self.cuda_calls: dict[int, tuple[int, int, int]] = {}
+
+    def launches(self) -> dict[int, int]:
+        self.launch_reads += 1
+        self.cuda_calls = {
+            cgid: (c.launches, *self.waits.get(cgid, (0, 0))) for cgid, c in self.counts.items()
+        }
+        return {cgid: sum(calls) for cgid, calls in self.cuda_calls.items()}
+
+
+def test_a_view_between_scrapes_shows_launches_apart_from_the_waits_the_sensor_counts_with_them(
+    tmp_path: Path,
+) -> None:
+    """The rm enforcer's read is launches, synchronize calls and "not ready" polls together; a
+    published view, and the status file, show each as what it is, and a scrape the same."""
+    root = tmp_path / "cgroup"
+    (root / "pod").mkdir(parents=True)
+    cgroups = CgroupMap(root=root)
+    cgid = cgroups.id_of("/pod")
+    probe = WithWaits()
+    probe.counts = {cgid: CgroupCounters(cgid, launches=5, waits=2, polls=30)}
+    probe.waits = {cgid: (2, 30)}
+    src = ProbeSource(probe, cgroups)
+    assert src.launches() == {cgid: 37}  # what the sensor watches move
+    between = src.activity(counters=False)[cgid].activity
+    scraped = src.activity(counters=True)[cgid].activity
+    for activity in (between, scraped):
+        assert (activity.launches, activity.waits, activity.polls) == (5, 2, 30)
+
+
 def test_what_processes_hold_is_recomputed_when_the_tracker_changes(tmp_path: Path) -> None:
     src, probe, cgid = source(tmp_path)
     probe.pending = [

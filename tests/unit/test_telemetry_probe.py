@@ -53,7 +53,11 @@ def test_counters_from_map_rows() -> None:
         controls=[(7, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, 6), (7, 0x12345678, 1)],
         allocs=[(7, 0xA06C, 3), (7, 0x1234, 2)],
         latency=[(7, 0, 1), (7, 3, 10), (8, 1, 1)],
-        stats=[(7, 15, 123456, 2, 9, 40), (8, 1, 999, 0, 0, 0), (9, 0, 0, 0, 0, 5)],
+        stats=[
+            (7, 15, 123456, 2, 9, 40, 6, 11),
+            (8, 1, 999, 0, 0, 0, 0, 0),
+            (9, 0, 0, 0, 0, 5, 0, 0),
+        ],
     )
     assert set(counters) == {7, 8, 9}
     seven = counters[7]
@@ -73,6 +77,8 @@ def test_counters_from_map_rows() -> None:
         opens=2,
         mmaps=9,
         launches=40,
+        waits=6,
+        polls=11,
     )
     assert counters[8].escapes == {"UVM_INITIALIZE": 1}
     assert counters[8].latency_log2 == (0, 1)

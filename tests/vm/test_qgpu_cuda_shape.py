@@ -105,9 +105,7 @@ def test_an_online_cuda_shaped_process_preempts_an_offline_one(gate: int) -> Non
     (solo's p99 is 3-4 x its p50 there), and `make bench-vm` measures p99 over repeated runs.
     Native p50 7.5-8.3 ms, qgpu's 3.6-4.6 ms in eight runs of either value (solo 3.1-3.5 ms)."""
     with qgpu_loaded(online_gate=gate) as client, cgroups(2) as (online, offline):
-        native, native_offline, gated, gated_offline = _native_then_online(
-            client, online, offline
-        )
+        native, native_offline, gated, gated_offline = _native_then_online(client, online, offline)
         print(
             f"online_gate={gate}: cuda-shaped online p50/p99 native {native['p50_ms']:.2f}/"
             f"{native['p99_ms']:.2f} ms, qgpu {gated['p50_ms']:.2f}/{gated['p99_ms']:.2f} ms;"
