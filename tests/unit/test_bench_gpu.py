@@ -168,7 +168,8 @@ def test_a_plain_request_submits_the_matmul_alone(plain: bool) -> None:
     assert len(out["latencies_ms"]) == requests
 
 
-def test_the_bench_passes_plain_to_online_streams_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def spawned(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The command lines the bench starts from now on, written down instead of run."""
     seen: list[list[str]] = []
 
     class Popen:
@@ -176,6 +177,11 @@ def test_the_bench_passes_plain_to_online_streams_only(monkeypatch: pytest.Monke
             seen.append(argv)
 
     monkeypatch.setattr(gpu.subprocess, "Popen", Popen)
+    return seen
+
+
+def test_the_bench_passes_plain_to_online_streams_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = spawned(monkeypatch)
     monkeypatch.setattr(gpu, "ONLINE_ARGS", gpu.online_args(timed=False))
     cgroups = gpu.Cgroups(root=__import__("pathlib").Path("/tmp/qpolicy-bench-test-cg"))
     for pod in TRAINER_2048.pods:
@@ -241,13 +247,7 @@ def test_a_loop_waits_for_its_results_as_asked(wait: str) -> None:
 
 
 def test_the_bench_tells_a_polling_loop_how_to_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[list[str]] = []
-
-    class Popen:
-        def __init__(self, argv: list[str], **_: object) -> None:
-            seen.append(argv)
-
-    monkeypatch.setattr(gpu.subprocess, "Popen", Popen)
+    seen = spawned(monkeypatch)
     cgroups = gpu.Cgroups(root=__import__("pathlib").Path("/tmp/qpolicy-bench-test-cg"))
     polled = next(s for s in gpu.SCENARIOS if "polled for one by one" in s.name)
     hosted = next(s for s in gpu.SCENARIOS if "host work after each launch" in s.name)
@@ -264,13 +264,7 @@ MULTI_KERNEL = next(s for s in gpu.SCENARIOS if s.name.startswith("online 4 x 40
 def test_the_multi_kernel_row_tells_its_online_stream_the_shape(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    seen: list[list[str]] = []
-
-    class Popen:
-        def __init__(self, argv: list[str], **_: object) -> None:
-            seen.append(argv)
-
-    monkeypatch.setattr(gpu.subprocess, "Popen", Popen)
+    seen = spawned(monkeypatch)
     cgroups = gpu.Cgroups(root=__import__("pathlib").Path("/tmp/qpolicy-bench-test-cg"))
     for scenario in (MULTI_KERNEL, TRAINER_8192):
         for pod in scenario.pods:
@@ -389,13 +383,7 @@ def test_a_pod_of_two_trainers_is_one_pod_with_both_processes_in_its_cgroup(
 ) -> None:
     """The row that opens two offline TSGs together: the daemon is told of one offline pod (its
     turns are the pod's), both trainers run in that pod's cgroup, and both are summed."""
-    seen: list[list[str]] = []
-
-    class Popen:
-        def __init__(self, argv: list[str], **_: object) -> None:
-            seen.append(argv)
-
-    monkeypatch.setattr(gpu.subprocess, "Popen", Popen)
+    seen = spawned(monkeypatch)
     monkeypatch.setattr(gpu, "cgroup2_mount", lambda: tmp_path)
     cgroups = gpu.Cgroups(root=tmp_path / "qpolicy-bench")
     pods = gpu.desired_pods(ONE_POD_TWO_TRAINERS, cgroups)
