@@ -9,8 +9,8 @@
  * Attaches: syscalls:sys_{enter,exit}_openat (+ openat2 and open where the kernel has them),
  * syscalls:sys_{enter,exit}_ioctl, syscalls:sys_enter_mmap, syscalls:sys_enter_close,
  * sched:sched_process_exit, uprobes on libcuda's launch entry points (on_launch), uprobes
- * and uretprobes on its synchronize calls (on_sync, on_synced), and uretprobes on its query
- * calls (on_queried).
+ * and uretprobes on its synchronize calls and synchronous copies (on_sync, on_synced), and
+ * uretprobes on its query calls (on_queried).
  *
  * Everything is filtered in the kernel to fds whose inode is a character device listed in the
  * devs/majors maps (filled from userspace) and keyed by the cgroup v2 id. bcc compiles this
@@ -538,8 +538,9 @@ int on_launch(struct pt_regs *ctx)
 }
 
 /*
- * A thread waiting in cuCtxSynchronize, cuStreamSynchronize or cuEventSynchronize has work on
- * the GPU that it waits for, whether or not it launches anything meanwhile: a loop of long
+ * A thread waiting in cuCtxSynchronize, cuStreamSynchronize or cuEventSynchronize, or in a
+ * synchronous copy (cuMemcpy, cuMemcpyDtoH_v2, ...: it waits for the work before it), has work
+ * on the GPU that it waits for, whether or not it launches anything meanwhile: a loop of long
  * kernels waited for one by one launches nothing while each runs. Counted from the cgroup the
  * call was entered from, and taken back from that one (a thread moved meanwhile, or one that
  * exits inside the call, does not leave a count behind).

@@ -81,7 +81,7 @@ struct cg_stats {
 	__u64 opens;
 	__u64 mmaps;
 	__u64 launches;
-	__u64 syncs;	/* libcuda synchronize calls entered */
+	__u64 syncs;	/* libcuda synchronize calls and synchronous copies entered */
 	__u64 waiting;	/* threads inside one now (entered less returned) */
 	__u64 polls;	/* libcuda query calls answered "not ready" */
 };

@@ -142,8 +142,9 @@ class NodeCollector(Collector):
         )
         waits = CounterMetricFamily(
             "qpolicy_cuda_waits",
-            "Synchronize calls entered in libcuda (cuCtxSynchronize, cuStreamSynchronize, "
-            "cuEventSynchronize): waits for the pod's GPU work.",
+            "Synchronize calls (cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize) and "
+            "synchronous copies (cuMemcpy*, not *Async) entered in libcuda: waits for the pod's "
+            "GPU work.",
             labels=labels,
         )
         polls = CounterMetricFamily(

@@ -32,6 +32,14 @@ LAUNCH_SYMBOLS = re.compile(
 SYNC_SYMBOLS = re.compile(
     r"^(cuCtxSynchronize(_v2)?|cuStreamSynchronize(_ptsz)?|cuEventSynchronize)$"
 )
+# Copies that return when done (cudaMemcpy, and the classic kernel<<<...>>>; cudaMemcpy(..., D2H)
+# loop): on the legacy default stream a thread inside one waits for the work before the copy
+# too. Not the *Async copies, which return at once; the _ptds variants are the per-thread
+# default stream's (cuda.h, __CUDA_API_PTDS).
+COPY_SYMBOLS = re.compile(
+    r"^cuMemcpy(DtoH|HtoD|DtoD|Peer|2D|2DUnaligned|3D|3DPeer|AtoH|HtoA|DtoA|AtoD|AtoA)?"
+    r"(_v2)?(_ptds)?$"
+)
 # What a thread polls its GPU work with instead (cudaStreamQuery, torch.cuda.Stream.query(),
 # cudaEventQuery): an answer CUDA_ERROR_NOT_READY is work still on the GPU.
 QUERY_SYMBOLS = re.compile(r"^(cuStreamQuery(_ptsz)?|cuEventQuery)$")

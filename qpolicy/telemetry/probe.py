@@ -32,6 +32,7 @@ from qpolicy.telemetry import wire
 from qpolicy.telemetry.btf import Btf, Member, probe_offsets
 from qpolicy.telemetry.devices import DeviceFilter
 from qpolicy.telemetry.libcuda import (
+    COPY_SYMBOLS,
     LAUNCH_SYMBOLS,
     QUERY_SYMBOLS,
     SYNC_SYMBOLS,
@@ -106,7 +107,8 @@ class CgroupCounters:
     opens: int = 0
     mmaps: int = 0
     launches: int = 0
-    #: libcuda synchronize calls entered, and query calls answered "not ready": waits for GPU work.
+    #: libcuda synchronize calls and synchronous copies entered, and query calls answered "not
+    #: ready": waits for GPU work.
     waits: int = 0
     polls: int = 0
 
@@ -405,6 +407,7 @@ class NvProbe:
         self._attach_calls(bpf, libcuda, "launch", LAUNCH_SYMBOLS, b"on_launch", None)
         # Threads waiting for their GPU work: entered and left (_activity).
         self._attach_calls(bpf, libcuda, "sync", SYNC_SYMBOLS, b"on_sync", b"on_synced")
+        self._attach_calls(bpf, libcuda, "copy", COPY_SYMBOLS, b"on_sync", b"on_synced")
         # Threads polling for it: the answers "not ready".
         self._attach_calls(bpf, libcuda, "query", QUERY_SYMBOLS, None, b"on_queried")
 
@@ -523,13 +526,14 @@ class NvProbe:
         )
 
     def _activity(self, cgroup: int, stats: Any) -> int:
-        """What the rm enforcer's sensor watches move: launches, synchronize calls entered and
-        query calls answered "not ready", plus one at each read that finds a thread of the
-        cgroup inside a synchronize call. A loop waiting for a long kernel launches nothing
-        while it runs, and to the sensor a count that stands still for its grace is an idle pod
-        (enforcers/rm/sensor.py); left open beside the pod holding the GPU, both switched at
-        every 1 us slice and stalled on an H100 and an H200 (BENCHMARKS.md, 2026-11-27,
-        sixteenth session)."""
+        """What the rm enforcer's sensor watches move: launches, synchronize calls and
+        synchronous copies entered and query calls answered "not ready", plus one at each read
+        that finds a thread of the cgroup inside a synchronize call or a synchronous copy. A
+        loop waiting for a long kernel launches nothing while it runs, and to the sensor a count
+        that stands still for its grace is an idle pod (enforcers/rm/sensor.py); left open
+        beside the pod holding the GPU, both switched at every 1 us slice and stalled on an H100
+        and an H200, whether it waited in a synchronize call or polled (BENCHMARKS.md,
+        2026-11-27 and 2026-11-28)."""
         ticks = self._wait_ticks.get(cgroup, 0)
         if 0 < int(stats.waiting) < 1 << 63:  # a wrapped count is a lost return: not waiting
             ticks += 1

@@ -87,8 +87,8 @@ class DriverActivity:
     ioctls: Mapping[str, int] = field(default_factory=dict)
     ioctl_latency: Histogram = field(default_factory=lambda: Histogram.from_log2_us((), 0.0))
     launches: int = 0
-    #: libcuda synchronize calls entered, and query calls answered "not ready" (the rm
-    #: enforcer's sensor counts both as work, with the launches).
+    #: libcuda synchronize calls and synchronous copies entered, and query calls answered "not
+    #: ready" (the rm enforcer's sensor counts both as work, with the launches).
     waits: int = 0
     polls: int = 0
     tsgs: int = 0

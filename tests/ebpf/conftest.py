@@ -41,7 +41,7 @@ FAKE_LIBCUDA_C = r"""
  * share an address, except cuLaunchKernelEx_ptsz, an alias of cuLaunchKernelEx (the probe must
  * count one call once, not once per name). Built for CET, so each starts with endbr64, which
  * the probe steps over. */
-volatile int calls[10];
+volatile int calls[12];
 __attribute__((noinline)) int cuLaunchKernel(void) { calls[0]++; return 0; }
 __attribute__((noinline)) int cuLaunchKernel_ptsz(void) { calls[1]++; return 0; }
 __attribute__((noinline)) int cuLaunchKernelEx(void) { calls[2]++; return 0; }
@@ -64,6 +64,9 @@ __attribute__((noinline)) int cuEventSynchronize(void)
  * event's is always done. */
 __attribute__((noinline)) int cuStreamQuery(void) { return ++calls[8] <= 5 ? 600 : 0; }
 __attribute__((noinline)) int cuEventQuery(void) { calls[9]++; return 0; }
+/* Copies: the synchronous one waits 0.4 s, as behind a long kernel; the Async one returns. */
+__attribute__((noinline)) int cuMemcpyDtoH_v2(void) { calls[10]++; usleep(400000); return 0; }
+__attribute__((noinline)) int cuMemcpyDtoHAsync_v2(void) { calls[11]++; return 0; }
 """
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the eBPF probe needs root")

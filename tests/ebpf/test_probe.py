@@ -432,6 +432,33 @@ def test_a_thread_waiting_in_a_synchronize_call_keeps_its_cgroups_activity_movin
     assert probe.counters()[cg.id].waits == 3 and probe.cuda_calls[cg.id] == (0, 3, 0)
 
 
+def test_a_thread_inside_a_synchronous_copy_waits_for_its_gpu_work(
+    probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn, fake_libcuda: Path
+) -> None:
+    """kernel<<<...>>>; cudaMemcpy(..., D2H): the copy waits for the kernel before it, and the
+    process launches nothing and waits in no synchronize call meanwhile. A synchronous copy is
+    a wait; an Async one returns at once and is not."""
+    assert set(str(probe.features["copy_symbols"]).split(",")) == {"cuMemcpyDtoH_v2"}
+    assert probe.features["copy_uprobes"] == "1"
+    lib = str(fake_libcuda)
+    cg = make_cgroup()
+    copier = spawn(
+        cg,
+        [
+            {"launch": "cuMemcpyDtoHAsync_v2", "lib": lib, "times": 4},
+            {"say": "copy"},
+            {"launch": "cuMemcpyDtoH_v2", "lib": lib},  # 0.4 s inside
+        ],
+    )
+    copier.go()
+    copier.wait_line("copy")
+    time.sleep(0.1)
+    inside = [probe.launches_of([cg.id])[cg.id] for _ in range(3)]
+    assert inside[0] < inside[1] < inside[2]
+    copier.report()
+    assert probe.counters()[cg.id].waits == 1  # the synchronous copy; no Async one
+
+
 def test_a_query_answered_not_ready_moves_its_cgroups_activity_and_one_answered_done_does_not(
     probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn, fake_libcuda: Path
 ) -> None:

@@ -14,7 +14,15 @@ from qpolicy.telemetry import probe as probe_module
 from qpolicy.telemetry import wire
 from qpolicy.telemetry.btf import Member
 from qpolicy.telemetry.devices import DeviceFilter, char_majors
-from qpolicy.telemetry.libcuda import ENDBR64, LAUNCH_SYMBOLS, find_libcuda, probe_address
+from qpolicy.telemetry.libcuda import (
+    COPY_SYMBOLS,
+    ENDBR64,
+    LAUNCH_SYMBOLS,
+    QUERY_SYMBOLS,
+    SYNC_SYMBOLS,
+    find_libcuda,
+    probe_address,
+)
 from qpolicy.telemetry.probe import (
     CgroupCounters,
     NvProbe,
@@ -228,6 +236,28 @@ def test_launch_symbols() -> None:
     assert all(LAUNCH_SYMBOLS.match(name) for name in wanted)
     for other in ("cuLaunchHostFunc", "cuGraphLaunchX", "cuMemAlloc", "xcuLaunchKernel"):
         assert not LAUNCH_SYMBOLS.match(other)
+
+
+def test_wait_symbols_are_the_calls_that_return_when_the_gpu_work_is_done() -> None:
+    """Names as cuda.h gives them (the _v2 and per-thread default stream _ptsz / _ptds
+    variants): what waits is probed; what returns at once (Async copies, a host function) is
+    not; a query is probed apart (its answer says whether the work is done)."""
+    waits = {
+        SYNC_SYMBOLS: ["cuCtxSynchronize", "cuCtxSynchronize_v2", "cuStreamSynchronize",
+                       "cuStreamSynchronize_ptsz", "cuEventSynchronize"],
+        COPY_SYMBOLS: ["cuMemcpy", "cuMemcpy_ptds", "cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds",
+                       "cuMemcpyHtoD_v2", "cuMemcpyDtoD_v2", "cuMemcpyPeer", "cuMemcpy2D_v2",
+                       "cuMemcpy2DUnaligned_v2_ptds", "cuMemcpy3D_v2", "cuMemcpy3DPeer",
+                       "cuMemcpyAtoH_v2"],
+        QUERY_SYMBOLS: ["cuStreamQuery", "cuStreamQuery_ptsz", "cuEventQuery"],
+    }  # fmt: skip
+    for pattern, names in waits.items():
+        assert [n for n in names if not pattern.match(n)] == []
+    others = ["cuMemcpyAsync", "cuMemcpyDtoHAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz",
+              "cuMemcpyBatchAsync", "cuMemcpy3DPeerAsync", "cuMemAlloc_v2", "cuStreamWaitEvent",
+              "cuEventRecord", "cuLaunchHostFunc", "cuCtxSynchronizeX"]  # fmt: skip
+    for pattern in waits:
+        assert [n for n in others if pattern.match(n)] == []
 
 
 def test_find_libcuda(tmp_path: Path) -> None:
