@@ -1,7 +1,9 @@
 """GPU time and activity of pods under the rm enforcer, from what a userspace enforcer can see.
 
 Time comes from when a pod's channels were open (the enforcer opened and closed them), less the
-time it sat open idle; activity from libcuda launches the probe counts per cgroup.
+time it sat open idle; activity from what the probe counts per cgroup in libcuda: launches, and
+waits for the GPU (synchronize calls, synchronous copies, queries answered "not ready";
+NvProbe._activity).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ log = logging.getLogger(__name__)
 
 class RmUsageSensor:
     """GPU time from open intervals (less the time an idle pod sits open); activity from
-    libcuda launches seen by the probe.
+    libcuda launches and waits seen by the probe.
 
-    A pod is idle once its channels have been open for the grace without it launching. Only open
+    A pod is idle once its channels have been open for the grace without it launching or
+    waiting for its GPU work (a loop of long kernels launches nothing while each runs). Only open
     time counts: a closed pod cannot make progress, so its process may be waiting on work stuck
     behind the closed channels and launch nothing, and a long wait must not make it look idle.
     A pod that launches while closed (launching needs no open channel) is busy again at once.
