@@ -130,6 +130,39 @@ class Scenario:
 # 4096 matmuls, one a request, at ONLINE_HZ.
 SOLO_STREAM = Pod("online", None, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ)
 
+
+def _long_loop(pod: Pod) -> Pod:
+    """``pod`` as a loop of 32768 matmuls (~0.1 s each), each waited for before the next."""
+    return dataclasses.replace(pod, n=32768, sync_every=1)
+
+
+def _trainer_beside_a_long_loop(how: str, loop: Pod) -> Scenario:
+    """Best-effort: an 8192 trainer beside a long loop (``how``: the name's end, which says how
+    the loop waits for its kernels)."""
+    return Scenario(
+        f"best-effort: an 8192 trainer beside 32768 matmuls{how}",
+        GpuPolicy.BEST_EFFORT,
+        (Pod("a", None, n=8192), _long_loop(loop)),
+        sizes=(8192,),
+        modes=("native", "qpolicy"),
+    )
+
+
+def _online_beside_a_trainer_and_a_long_loop(how: str, loop: Pod) -> Scenario:
+    """An online stream next to an 8192 trainer and a long loop (``how``: the name's end)."""
+    return Scenario(
+        f"online 4096 @ {ONLINE_HZ:g} Hz next to an 8192 trainer and 32768 matmuls{how}",
+        GpuPolicy.BURST_SHARE,
+        (
+            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
+            Pod("trainer", 40, n=8192),
+            _long_loop(loop),
+        ),
+        sizes=(0,),
+        modes=("native", "qpolicy"),
+    )
+
+
 SCENARIOS = (
     Scenario("fixed-share 70/30", GpuPolicy.FIXED_SHARE, (Pod("a", 70), Pod("b", 30))),
     Scenario(
@@ -230,69 +263,27 @@ SCENARIOS = (
         ),
         sizes=(0,),
     ),
-    Scenario(
-        # A loop of long kernels (32768 matmuls, ~0.1 s each) waited for one by one launches
-        # nothing for longer than the rm enforcer's idle grace (50 ms) while its kernel runs, so
-        # its turns end "idle" and it is left open beside the trainer (enforcers/slicer.py:
-        # _step_aside). Without an online pod the TSGs keep their own timeslices: does the
-        # hardware's time-slicing then run both?
-        "best-effort: an 8192 trainer beside 32768 matmuls waited for one by one",
-        GpuPolicy.BEST_EFFORT,
-        (Pod("a", None, n=8192), Pod("b", None, n=32768, sync_every=1)),
-        sizes=(8192,),
-        modes=("native", "qpolicy"),
+    # A loop of long kernels (32768 matmuls, ~0.1 s each) waited for one by one launches nothing
+    # for longer than the rm enforcer's idle grace (50 ms) while its kernel runs, so its turns end
+    # "idle" and it is left open beside the trainer (enforcers/slicer.py: _step_aside). Without
+    # an online pod the TSGs keep their own timeslices: does the hardware's time-slicing then run
+    # both? With an online pod the offline TSGs hold the short offline timeslice, and two offline
+    # TSGs with work at 1 us switch at every slice (a pod of two 8192 trainers kept 0.04 % of its
+    # throughput, BENCHMARKS.md, sixth session). Does the long loop, left open beside the
+    # trainer, stall both?
+    _trainer_beside_a_long_loop(" waited for one by one", Pod("b", None)),
+    _online_beside_a_trainer_and_a_long_loop(" waited for one by one", Pod("long", 40)),
+    # The same loop polling its stream (cudaStreamQuery every 0.5 ms) instead of waiting in a
+    # synchronize call: it launches nothing and waits in no call while each kernel runs.
+    _trainer_beside_a_long_loop(" polled for one by one", Pod("b", None, wait="poll")),
+    _online_beside_a_trainer_and_a_long_loop(
+        " polled for one by one", Pod("long", 40, wait="poll")
     ),
-    Scenario(
-        # The same with an online pod: the offline TSGs then hold the short offline timeslice,
-        # and two offline TSGs with work at 1 us switch at every slice (a pod of two 8192
-        # trainers kept 0.04 % of its throughput, BENCHMARKS.md, sixth session). Does the long
-        # loop, left open beside the trainer, stall both?
-        f"online 4096 @ {ONLINE_HZ:g} Hz next to an 8192 trainer and 32768 matmuls waited for "
-        "one by one",
-        GpuPolicy.BURST_SHARE,
-        (
-            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
-            Pod("trainer", 40, n=8192),
-            Pod("long", 40, n=32768, sync_every=1),
-        ),
-        sizes=(0,),
-        modes=("native", "qpolicy"),
-    ),
-    Scenario(
-        # The same loop polling its stream (cudaStreamQuery every 0.5 ms) instead of waiting in a
-        # synchronize call: it launches nothing and waits in no call while each kernel runs.
-        "best-effort: an 8192 trainer beside 32768 matmuls polled for one by one",
-        GpuPolicy.BEST_EFFORT,
-        (Pod("a", None, n=8192), Pod("b", None, n=32768, sync_every=1, wait="poll")),
-        sizes=(8192,),
-        modes=("native", "qpolicy"),
-    ),
-    Scenario(
-        f"online 4096 @ {ONLINE_HZ:g} Hz next to an 8192 trainer and 32768 matmuls polled for "
-        "one by one",
-        GpuPolicy.BURST_SHARE,
-        (
-            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
-            Pod("trainer", 40, n=8192),
-            Pod("long", 40, n=32768, sync_every=1, wait="poll"),
-        ),
-        sizes=(0,),
-        modes=("native", "qpolicy"),
-    ),
-    Scenario(
-        # Host work (80 ms) after each launch, then the wait: for the 30 ms past the rm
-        # enforcer's 50 ms grace the loop shows nothing at all (README: what the rm enforcer
-        # cannot see). How much does that cost it and the trainer?
-        f"online 4096 @ {ONLINE_HZ:g} Hz next to an 8192 trainer and 32768 matmuls, 80 ms of "
-        "host work after each launch",
-        GpuPolicy.BURST_SHARE,
-        (
-            Pod("online", 20, PodClass.ONLINE, n=4096, requests_hz=ONLINE_HZ),
-            Pod("trainer", 40, n=8192),
-            Pod("long", 40, n=32768, sync_every=1, wait="host", host_ms=80.0),
-        ),
-        sizes=(0,),
-        modes=("native", "qpolicy"),
+    # Host work (80 ms) after each launch, then the wait: for the 30 ms past the rm enforcer's
+    # 50 ms grace the loop shows nothing at all (README: what the rm enforcer cannot see). How
+    # much does that cost it and the trainer?
+    _online_beside_a_trainer_and_a_long_loop(
+        ", 80 ms of host work after each launch", Pod("long", 40, wait="host", host_ms=80.0)
     ),
     Scenario(
         "daemon CPU, 10 pods",
