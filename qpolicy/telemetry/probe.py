@@ -323,8 +323,8 @@ class NvProbe:
         # Per cgroup: reads that found a thread of it inside a synchronize call (_activity).
         self._wait_ticks: dict[int, int] = {}
         #: Per cgroup, as the last read of its activity found them: launches, synchronize calls
-        #: entered, query calls answered "not ready" (what a view shows without reading the
-        #: ioctl counters).
+        #: and synchronous copies entered, query calls answered "not ready" (what a view shows
+        #: without reading the ioctl counters).
         self.cuda_calls: dict[int, tuple[int, int, int]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -79,11 +79,12 @@ def main() -> int:
     child.stdin.close()
     code = child.wait()
     seconds = time.monotonic() - start
-    counts = bpf[b"counts"]
+    table = bpf[b"counts"]
+    counts = [int(table[table.Key(i)].value) for i in range(len(addresses))]
     called = {
-        "/".join(sorted(set(by_address[address]))): int(counts[counts.Key(i)].value)
-        for i, address in enumerate(addresses)
-        if counts[counts.Key(i)].value
+        "/".join(sorted(set(by_address[address]))): count
+        for address, count in zip(addresses, counts, strict=True)
+        if count
     }
     result = {
         "command": command,
