@@ -98,6 +98,7 @@ class _RecordingTorch:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.returned: list[object] = []
         outer = self
 
         class Event:
@@ -132,7 +133,8 @@ class _RecordingTorch:
 
     def matmul(self, a: object, b: object) -> object:
         self.calls.append("matmul")
-        return a
+        self.returned.append(object())
+        return self.returned[-1]
 
 
 MATMUL = __import__("pathlib").Path(__file__).resolve().parents[2] / "tools" / "gpu" / "matmul.py"
@@ -225,14 +227,25 @@ def test_matmul_refuses_a_bad_request_shape_in_one_line(flag: str, value: str) -
     assert f"{flag} {value}: must" in done.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("wait", ["sync", "poll", "host"])
-def test_a_loop_waits_for_its_results_as_asked(wait: str) -> None:
+@pytest.mark.parametrize("wait", ["sync", "poll", "host", "copy"])
+def test_a_loop_waits_for_its_results_as_asked(wait: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """sync: in a synchronize call; poll: by stream queries and in no synchronize call at all
-    (the probe must see the queries); host: host work first, then a synchronize call."""
+    (the probe must see the queries); host: host work first, then a synchronize call; copy: a
+    synchronous copy of the last matmul's result, and no synchronize call."""
     import time
 
     matmul = _matmul_module()
     torch = _RecordingTorch()
+    results: list[object] = []
+
+    def copy_to_host() -> object:
+        def copy_back(tensor: object) -> None:
+            results.append(tensor)
+            torch.calls.append("copy")
+
+        return copy_back
+
+    monkeypatch.setattr(matmul, "_copy_to_host", copy_to_host)
     start = time.perf_counter()
     out = matmul.saturate(torch, 64, 0.0, 1, 2, wait=wait, host_ms=5.0)
     assert out["iterations"] == 2
@@ -241,8 +254,11 @@ def test_a_loop_waits_for_its_results_as_asked(wait: str) -> None:
         "sync": ["matmul", "sync"],
         "poll": ["matmul", "query", "query", "query"],
         "host": ["matmul", "sync"],
+        "copy": ["matmul", "copy"],
     }[wait]
     assert loop == expected * 2
+    # What is copied back is what the loop's last matmul returned.
+    assert results == ([torch.returned[-2], torch.returned[-1]] if wait == "copy" else [])
     assert (time.perf_counter() - start >= 0.010) == (wait == "host")
 
 
@@ -251,10 +267,14 @@ def test_the_bench_tells_a_polling_loop_how_to_wait(monkeypatch: pytest.MonkeyPa
     cgroups = gpu.Cgroups(root=__import__("pathlib").Path("/tmp/qpolicy-bench-test-cg"))
     polled = next(s for s in gpu.SCENARIOS if "polled for one by one" in s.name)
     hosted = next(s for s in gpu.SCENARIOS if "host work after each launch" in s.name)
-    for pod in (*polled.pods, *hosted.pods):
+    copied = next(s for s in gpu.SCENARIOS if "copied back one by one" in s.name)
+    for pod in (*polled.pods, *hosted.pods, *copied.pods):
         gpu.spawn(pod, 8192, 1.0, 0.0, cgroups, {})
     waits = [argv[argv.index("--wait") + 1 :][:3] if "--wait" in argv else None for argv in seen]
-    assert waits == [None, ["poll", "--host-ms", "0.0"], None, None, ["host", "--host-ms", "80.0"]]
+    assert waits == [
+        None, ["poll", "--host-ms", "0.0"], None, None, ["host", "--host-ms", "80.0"],
+        None, ["copy", "--host-ms", "0.0"],
+    ]  # fmt: skip
     cgroups.clean()
 
 

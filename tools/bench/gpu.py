@@ -107,8 +107,8 @@ class Pod:
     # Offline: matmuls between the trainer's waits for its results (1: a loop that waits for
     # each, which its channel shows as pending only for µs: tools/gpu/userd_fetch.py).
     sync_every: int = 8
-    # Offline: how it waits for them (tools/gpu/matmul.py --wait): "sync", "poll" or "host" (after
-    # host_ms of host work).
+    # Offline: how it waits for them (tools/gpu/matmul.py --wait): "sync", "poll", "host" (after
+    # host_ms of host work) or "copy" (a synchronous copy of the result).
     wait: str = "sync"
     host_ms: float = 0.0
 
@@ -278,6 +278,12 @@ SCENARIOS = (
     _trainer_beside_a_long_loop(" polled for one by one", Pod("b", None, wait="poll")),
     _online_beside_a_trainer_and_a_long_loop(
         " polled for one by one", Pod("long", 40, wait="poll")
+    ),
+    # The same loop copying each result back with a synchronous copy (cuMemcpyDtoH_v2): it
+    # waits inside the copy and makes no synchronize or query call.
+    _trainer_beside_a_long_loop(" copied back one by one", Pod("b", None, wait="copy")),
+    _online_beside_a_trainer_and_a_long_loop(
+        " copied back one by one", Pod("long", 40, wait="copy")
     ),
     # Host work (80 ms) after each launch, then the wait: for the 30 ms past the rm enforcer's
     # 50 ms grace the loop shows nothing at all (README: what the rm enforcer cannot see). How

@@ -4,6 +4,7 @@
     python3 matmul.py --n 32768 --sync-every 1 --wait poll        # poll the stream, 0.5 ms apart
     python3 matmul.py --n 32768 --sync-every 1 --wait host --host-ms 80
                                             # 80 ms of host work after each launch, then wait
+    python3 matmul.py --n 32768 --sync-every 1 --wait copy  # a synchronous copy of the result
     python3 matmul.py --n 4096 --requests-hz 50 --seconds 10     # online: one matmul per request
     python3 matmul.py --n 4096 --requests-hz 50 --plain           # the same, no events around it
     python3 matmul.py --n 4096 --requests-hz 50 --plain --request-kernels 4 --request-gap-ms 0.5
@@ -45,6 +46,27 @@ def _busy_wait(seconds: float) -> None:
         pass
 
 
+def _copy_to_host() -> Any:
+    """A function that copies a tensor's first 4 bytes to the host with libcuda's synchronous
+    cuMemcpyDtoH_v2 (not PyTorch's copy, which is an async copy and a stream synchronize).
+    Issued on the legacy default stream, where PyTorch launches, so it returns once the kernel
+    that wrote the tensor is done."""
+    import ctypes
+
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    memcpy = libcuda.cuMemcpyDtoH_v2
+    memcpy.argtypes = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t)
+    memcpy.restype = ctypes.c_int
+    host = ctypes.create_string_buffer(4)
+
+    def copy_back(tensor: Any) -> None:
+        status = memcpy(host, tensor.data_ptr(), 4)
+        if status != 0:
+            raise RuntimeError(f"cuMemcpyDtoH_v2 returned CUDA error {status}")
+
+    return copy_back
+
+
 def saturate(
     torch: Any,
     n: int,
@@ -60,12 +82,15 @@ def saturate(
     torch.cuda.synchronize() (``wait`` "sync"); by polling the stream every 0.5 ms ("poll":
     cudaStreamQuery, which a synchronize-free event loop uses); or after ``host_ms`` of host
     work that overlaps the kernels ("host": the process launches nothing and waits in no call
-    meanwhile)."""
+    meanwhile); or in a synchronous copy of the last result to the host ("copy": libcuda's
+    cuMemcpyDtoH_v2, the CUDA samples' ``kernel<<<...>>>; cudaMemcpy(D2H)``, which waits for
+    the kernel inside the copy and makes no synchronize call)."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     for _ in range(3):
         torch.matmul(a, b)
     torch.cuda.synchronize()
+    copy_back = _copy_to_host() if wait == "copy" else None
     _wait_until(start_at)
     done = 0
     syncs: list[float] = []
@@ -76,8 +101,10 @@ def saturate(
         iters is not None and done < iters
     ):
         for _ in range(sync_every):
-            torch.matmul(a, b)
-        if wait == "poll":
+            c = torch.matmul(a, b)
+        if copy_back is not None:
+            copy_back(c)
+        elif wait == "poll":
             # No synchronize call at all, even once the stream says done.
             stream = torch.cuda.current_stream()
             while not stream.query():
@@ -189,7 +216,7 @@ def main() -> int:
     parser.add_argument("--sync-every", type=int, default=8)
     parser.add_argument(
         "--wait",
-        choices=("sync", "poll", "host"),
+        choices=("sync", "poll", "host", "copy"),
         default="sync",
         help="how results are waited for",
     )
