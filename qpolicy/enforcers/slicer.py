@@ -59,6 +59,8 @@ Handover = Literal["make-before-break", "break-before-make"]
 _BUDGET = "budget"
 _DEADLINE = "deadline"
 _IDLE = "idle"
+# The shortest wait for a read the sensor asks for (sensor_due).
+SENSOR_GAP_US = 500.0
 _SKIPPED = "skipped"
 
 
@@ -142,6 +144,9 @@ class SliceScheduler:
         self.wakeups = 0
         #: Looks at the holder that found it still busy and changed nothing (:meth:`_look_again`).
         self.quick_looks = 0
+        #: When the sensor next needs a read of its own (a check of an idle pod on the GPU;
+        #: math.inf: never): the scheduler wakes then too, with a full read.
+        self.sensor_due: Callable[[], float] | None = None
         #: Called when an offline pod with nothing planned this period starts launching.
         self.on_wake: Callable[[], None] | None = None
         self._woken: set[str] = set()
@@ -394,6 +399,9 @@ class SliceScheduler:
         wake = min(wake, self._advance_turns(plan, now))
         if self._close_woken(plan, now):
             wake = min(wake, now + self.poll_us)
+        if self.sensor_due is not None:
+            # Never sooner than the smallest wait: a read in flight settles a control later.
+            wake = min(wake, max(self.sensor_due(), now + SENSOR_GAP_US))
         if wake < self._period_end:
             look = self._look
             if look is not None and wake == look[1] and self._others_settled(plan, look[0]):

@@ -82,6 +82,10 @@ class FakeDriver:
     fail_pid: int | None = None
     gpu_of_subdevice: dict[int, rmctl.PciAddress] = field(default_factory=dict)
     subdevices: list[int] = field(default_factory=list)
+    # Per TSG: GR's saves of it mid-work (GR_GET_CTXSW_STATS), as a test sets them; the reads.
+    preempted: dict[int, int] = field(default_factory=dict)
+    preemption_reads: list[tuple[float, int]] = field(default_factory=list)
+    preemptions_status: int = NvStatus.NV_OK
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
 
@@ -105,7 +109,14 @@ class FakeDriver:
         def gpu_pci_address(fd: int, client: int, subdevice: int) -> rmctl.PciAddress | None:
             return self.gpu_of_subdevice.get(subdevice)
 
+        def preemption_saves(
+            fd: int, client: int, subdevice: int, tsg: int
+        ) -> tuple[rmctl.ControlResult, int]:
+            self.preemption_reads.append((self.loop.now, tsg))
+            return rmctl.ControlResult(self.preemptions_status, 1), self.preempted.get(tsg, 0)
+
         monkeypatch.setattr(rmctl, "disable_channels", disable_channels)
+        monkeypatch.setattr(rmctl, "preemption_saves", preemption_saves)
         monkeypatch.setattr(rmctl, "get_timeslice", get_timeslice)
         monkeypatch.setattr(rmctl, "set_timeslice", set_timeslice)
         monkeypatch.setattr(rmctl, "gpu_pci_address", gpu_pci_address)
@@ -437,6 +448,123 @@ def test_a_pod_that_stops_launching_is_idle_after_one_grace_of_open_time(
     # /b keeps at most one more turn's grace; then /a has the GPU to itself.
     assert r.enforcer.sensor.gpu_time_us("/b") - b_before < 0.1e6
     assert (r.enforcer.sensor.gpu_time_us("/a") - a_mark) / 2e6 > 0.93
+
+
+def _open_intervals(
+    calls: list[tuple[float, str, int, bool]], client: int, end: float
+) -> list[tuple[float, float]]:
+    """When ``client``'s channels were open, from the driver's calls (open at 0 until closed)."""
+    intervals: list[tuple[float, float]] = []
+    since: float | None = 0.0
+    for at, _, who, disable in calls:
+        if who != client:
+            continue
+        if disable and since is not None:
+            intervals.append((since, at))
+            since = None
+        elif not disable and since is None:
+            since = at
+    if since is not None:
+        intervals.append((since, end))
+    return intervals
+
+
+def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]], start: float) -> float:
+    return sum(
+        max(0.0, min(a1, b1) - max(a0, b0, start)) for a0, a1 in a for b0, b1 in b
+    )
+
+
+def _host_work_rig(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Rig, dict[str, int]]:
+    """/b launches until 1 s, then only runs the kernel it launched last (a loop doing host work
+    before its next wait): it shows nothing more to the probe. GR takes /b's context off the
+    engine mid-kernel whenever /a is open beside it, as the doctor saw a long-kernel trainer
+    saved by CILP at every slice (docs/levers.md): 100 saves at each read that finds both open
+    (the TSG of /b is 0x20)."""
+    pods = [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+    original = r.resolver.launches
+    stopped: dict[str, int] = {}
+
+    def launches() -> dict[str, int]:
+        counts = original()
+        if r.loop.now >= 1e6:
+            counts["/b"] = stopped.setdefault("/b", counts["/b"])
+        return counts
+
+    r.resolver.launches = launches  # type: ignore[method-assign]
+    saves = {"interrupted": 0}
+    read = rmctl.preemption_saves
+
+    def preemption_saves(
+        fd: int, client: int, subdevice: int, tsg: int
+    ) -> tuple[rmctl.ControlResult, int]:
+        a_open = (0xC1D00000, 0x100) not in r.driver.disabled
+        b_open = (0xC1D00001, 0x200) not in r.driver.disabled
+        if tsg == 0x20 and a_open and b_open and r.loop.now >= 1e6:
+            r.driver.preempted[0x20] = r.driver.preempted.get(0x20, 0) + 100
+            saves["interrupted"] += 1
+        return read(fd, client, subdevice, tsg)
+
+    monkeypatch.setattr(rmctl, "preemption_saves", preemption_saves)
+    return r, saves
+
+
+def test_a_pod_idle_to_the_probe_but_preempted_mid_work_is_closed_outside_its_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left open beside /a, the two TSGs would switch at every slice for as long as /b's kernel
+    runs (a loop with 80 ms of host work per 0.1 s kernel lost 12-20 % so on an H100 and an
+    H200). The GPU check sees /b saved mid-work and /b is closed: each time /b goes idle in
+    its turn it overlaps /a for a few milliseconds only, not for good."""
+    r, saves = _host_work_rig(tmp_path, monkeypatch)
+    r.loop.run_until(4e6)
+    a = _open_intervals(r.driver.calls, 0xC1D00000, 4e6)
+    b = _open_intervals(r.driver.calls, 0xC1D00001, 4e6)
+    overlap = _overlap(a, b, 1.2e6)
+    assert saves["interrupted"] >= 2 and r.enforcer.sensor.found_running >= 2
+    # Before the check /b stayed open beside /a from its first idle turn on: 2.8 s of 2.8 s.
+    assert overlap / 2.8e6 < 0.1, overlap
+    # /b, busy to the GPU, still gets turns: it is not starved while its kernel runs.
+    assert sum(end - start for start, end in b if start >= 1.2e6) > 0.5e6
+
+
+def test_an_idle_pod_with_nothing_running_is_left_open_and_read_ever_less_often(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/b never launches and GR never saves it mid-work: it stays open (closing it would gain
+    nothing), /a keeps the GPU, and the checks back off to one read per 1.6 s."""
+    pods = [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+    original = r.resolver.launches
+    r.resolver.launches = lambda: {**original(), "/b": 0}  # type: ignore[method-assign]
+    r.loop.run_until(10e6)
+    assert (0xC1D00001, 0x200) not in r.driver.disabled
+    assert r.enforcer.sensor.gpu_time_us("/a") / 10e6 > 0.95
+    reads = [at for at, tsg in r.driver.preemption_reads if tsg == 0x20]
+    # 5, 10, 20 ... 1600 ms apart: 9 reads in the first 2.6 s, then one per 1.6 s.
+    assert 2 <= len(reads) <= 16, reads
+    assert reads[-1] - reads[-2] == pytest.approx(1.6e6, abs=60_000)
+    assert r.enforcer.sensor.found_running == 0
+
+
+def test_a_gpu_that_refuses_the_saves_read_is_asked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where RM refuses GR_GET_CTXSW_STATS (a MIG instance or another GPU may), one warning,
+    no more reads, and an idle pod is left open as before the check existed."""
+    r, _ = _host_work_rig(tmp_path, monkeypatch)
+    r.driver.preemptions_status = NvStatus.NV_ERR_NOT_SUPPORTED
+    r.loop.run_until(4e6)
+    warnings = [rec for rec in caplog.records if "GR_GET_CTXSW_STATS" in rec.getMessage()]
+    assert len(warnings) == 1 and "0x56" in warnings[0].getMessage()
+    assert len(r.driver.preemption_reads) == 1
+    assert r.enforcer.control.preemptions_refused == NvStatus.NV_ERR_NOT_SUPPORTED
+    a = _open_intervals(r.driver.calls, 0xC1D00000, 4e6)
+    b = _open_intervals(r.driver.calls, 0xC1D00001, 4e6)
+    assert _overlap(a, b, 1.2e6) / 2.8e6 > 0.9  # left open beside /a, as before
 
 
 def test_debug_log_tells_each_period_and_control(

@@ -98,6 +98,13 @@ class RmChannelControl:
         self._several: dict[str, int] = {}
         # Per pid: whether it is an MPS server (read from /proc once per process).
         self._mps_server: dict[int, bool] = {}
+        # Per pod: whether the last set_enabled asked for its channels open (queued or sent).
+        self._wanted_open: dict[str, bool] = {}
+        # Per pod: the last read of its TSGs' preemption saves (read_preemptions), numbered.
+        self._preemption_reads: dict[str, int] = {}
+        self._preemptions: dict[str, tuple[int, dict[TsgKey, int] | None]] = {}
+        #: Set when RM refused GR_GET_CTXSW_STATS: idle pods are then not checked on the GPU.
+        self.preemptions_refused: int | None = None
         self.errors = 0
         self._last_error_log: dict[str, float] = {}
 
@@ -138,6 +145,11 @@ class RmChannelControl:
             # Unknown pods have never been touched: their channels are as the tenant left them.
             return self._opened_at.get(pod, 0.0) is not None
 
+    def wanted_open(self, pod: str) -> bool:
+        """Whether the pod's channels are open once the queued controls have settled."""
+        with self._lock:
+            return self._wanted_open.get(pod, True)
+
     def closed_pods(self) -> list[str]:
         """Pods with channel groups closed by this control right now."""
         with self._lock:
@@ -165,6 +177,8 @@ class RmChannelControl:
     # -- channels ----------------------------------------------------------------------------
 
     def set_enabled(self, pod: str, enabled: bool) -> None:
+        with self._lock:
+            self._wanted_open[pod] = enabled
         groups = {
             group_key(g): g
             for g in self.resolver.groups(pod)
@@ -221,6 +235,65 @@ class RmChannelControl:
             return float(sent)
 
         self.worker.submit(job)
+
+    # -- what the GPU did --------------------------------------------------------------------
+
+    def read_preemptions(self, pod: str) -> int | None:
+        """Ask RM, on the worker, how often GR has saved each of the pod's compute TSGs while it
+        had work running (rmctl.preemption_saves); :meth:`preemptions` answers once the read
+        settles. Returns the read's number, or None where nothing can be read (no TSG known,
+        or RM refused the control before)."""
+        if self.preemptions_refused is not None:
+            return None
+        todo = [
+            (group, tsg)
+            for group in self.resolver.groups(pod)
+            if group.pid and group.fd is not None and group.subdevice is not None
+            for tsg in group.compute_tsgs or group.tsgs
+        ]
+        if not todo:
+            return None
+        with self._lock:
+            number = self._preemption_reads.get(pod, 0) + 1
+            self._preemption_reads[pod] = number
+
+        def job() -> float:
+            saves: dict[TsgKey, int] | None = {}
+            sent = 0
+            for group, tsg in todo:
+                assert group.pid is not None and group.fd is not None
+                assert group.subdevice is not None
+                try:
+                    fd = self.files.get(group.pid, group.fd)
+                    result, count = rmctl.preemption_saves(fd, group.client, group.subdevice, tsg)
+                    sent += 1
+                except rmctl.RmError as error:
+                    # A process that exited meanwhile: its TSGs are not compared.
+                    self._complain(pod, str(error))
+                    continue
+                if not result.ok:
+                    if self.preemptions_refused is None:
+                        log.warning(
+                            "GR_GET_CTXSW_STATS answered %#x: idle pods are not checked on "
+                            "the GPU for work still running",
+                            result.status,
+                        )
+                    self.preemptions_refused = result.status
+                    saves = None
+                    break
+                assert saves is not None
+                saves[(group.pid, group.client, tsg)] = count
+            with self._lock:
+                self._preemptions[pod] = (number, saves)
+            return float(sent)
+
+        self.worker.submit(job)
+        return number
+
+    def preemptions(self, pod: str) -> tuple[int, dict[TsgKey, int] | None] | None:
+        """The pod's last settled read: its number and the saves per TSG (None: refused)."""
+        with self._lock:
+            return self._preemptions.get(pod)
 
     # -- timeslices --------------------------------------------------------------------------
 

@@ -129,6 +129,7 @@ class RmEnforcer:
             # The scheduler wakes only when a turn can end or a pod can change; the launch
             # counters are read then, not on a grid.
             self.scheduler.refresh = self.sensor.poll
+            self.scheduler.sensor_due = self.sensor.look_due_at
 
     def _poll(self) -> None:
         self.sensor.poll()

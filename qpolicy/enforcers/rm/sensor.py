@@ -3,7 +3,8 @@
 Time comes from when a pod's channels were open (the enforcer opened and closed them), less the
 time it sat open idle; activity from what the probe counts per cgroup in libcuda: launches, and
 waits for the GPU (synchronize calls, synchronous copies, queries answered "not ready";
-NvProbe._activity).
+NvProbe._activity), and from the GPU itself for a pod that reads idle while open: GR saving its
+context mid-work.
 """
 
 from __future__ import annotations
@@ -11,11 +12,36 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 
-from qpolicy.enforcers.rm.control import RmChannelControl
+from qpolicy.enforcers.rm.control import RmChannelControl, TsgKey
 from qpolicy.enforcers.rm.resolver import PodResolver
 
 log = logging.getLogger(__name__)
+
+
+# A pod that reads idle while open is checked on the GPU this long after the first read, then
+# at twice the interval each time nothing was found, up to the longest.
+CHECK_FIRST_US = 5_000.0
+CHECK_LONGEST_US = 1_600_000.0
+
+
+@dataclass(slots=True)
+class _Check:
+    """The GPU check of one pod that reads idle while open (RmUsageSensor)."""
+
+    #: The read the next one is compared with (None until the first settles, or refused).
+    baseline: dict[TsgKey, int] | None = None
+    #: The read in flight (its number), if any.
+    pending: int | None = None
+    #: When to read next, once nothing is in flight; and the wait after that.
+    due: float = math.inf
+    interval: float = CHECK_FIRST_US
+
+
+def _interrupted(before: dict[TsgKey, int], after: dict[TsgKey, int]) -> int:
+    """Preemption saves between two reads, over the TSGs both know."""
+    return sum(max(after[key] - count, 0) for key, count in before.items() if key in after)
 
 
 class RmUsageSensor:
@@ -27,6 +53,18 @@ class RmUsageSensor:
     time counts: a closed pod cannot make progress, so its process may be waiting on work stuck
     behind the closed channels and launch nothing, and a long wait must not make it look idle.
     A pod that launches while closed (launching needs no open channel) is busy again at once.
+
+    Some work shows no call at all: a process that launched a long kernel and works on the host
+    before it waits launches nothing and waits in nothing meanwhile, so it reads idle with its
+    kernel still running. Left open beside the pod that gets the GPU, the two TSGs then switch
+    at every short offline slice, and neither gets far (an 80 ms host step per 0.1 s kernel cost
+    such a loop 12-20 % against native time-slicing on an H100 and an H200, BENCHMARKS.md
+    2026-11-28). So a pod that reads idle while open is checked on the GPU: its TSGs' preemption
+    saves are read when it goes idle and again ``CHECK_FIRST_US`` later (then at doubling
+    intervals while it stays idle and open). A save in between means GR took it off the engine
+    in the middle of work, which a context with nothing to run never is (it is saved by
+    wait-for-idle): the pod is busy, and the scheduler closes it outside its turn. A pod with
+    nothing to run beside it is not switched, and reads idle as before; that costs nobody.
     """
 
     # Open time is when a pod may run, not when it ran: an online pod that shares the GPU with
@@ -48,6 +86,10 @@ class RmUsageSensor:
         self._unused: dict[str, float] = {}
         self.throttled_us: dict[str, float] = {}
         self.polls = 0
+        self._checks: dict[str, _Check] = {}
+        #: Pods found busy by the GPU check, and the reads it made.
+        self.found_running = 0
+        self.check_reads = 0
 
     def poll(self, pods: AbstractSet[str] | None = None) -> None:
         """Read the launch counters of every pod, or of ``pods`` only (the others keep what
@@ -86,6 +128,10 @@ class RmUsageSensor:
                 open_time.get(pod, 0.0) - seen if seen is not None else 0.0
             )
             busy = idle < self.grace_us
+            if busy or not is_open:
+                self._checks.pop(pod, None)
+            elif self._check(pod, now):
+                busy = True
             if not is_open and busy:
                 self.throttled_us[pod] = self.throttled_us.get(pod, 0.0) + since
             if busy != self._busy.get(pod) and debug:
@@ -97,6 +143,67 @@ class RmUsageSensor:
                     "open" if is_open else "closed",
                 )
             self._busy[pod] = busy
+
+    def _check(self, pod: str, now: float) -> bool:
+        """Move the GPU check of ``pod``, idle and open: True once it found work running."""
+        check = self._checks.get(pod)
+        if check is None:
+            # Read at the next wake-up, not now: a read queued ahead of the hand-over this read
+            # of the sensor leads to would hold it back a control.
+            self._checks[pod] = _Check(due=now)
+            return False
+        if check.pending is not None:
+            read = self.control.preemptions(pod)
+            if read is None or read[0] < check.pending:
+                return False  # still in flight
+            check.pending = None
+            saves = read[1]
+            if check.baseline is not None and saves is not None:
+                interrupted = _interrupted(check.baseline, saves)
+                if interrupted:
+                    # Work of the pod's was running: busy from now, as after a launch.
+                    self._open_idle[pod] = 0.0
+                    del self._checks[pod]
+                    self.found_running += 1
+                    log.debug("pod %s: busy (%d preemption saves while idle)", pod, interrupted)
+                    return True
+                check.interval = min(2 * check.interval, CHECK_LONGEST_US)
+            check.baseline = saves
+            check.due = now + check.interval
+            return False
+        if now >= check.due:
+            check.pending = self._read(pod)
+            if check.pending is None:
+                self._read_later(check, now)
+        return False
+
+    def _read_later(self, check: _Check, now: float) -> None:
+        """Nothing could be read: no TSG of the pod's known yet (tried again at the longest
+        interval), or RM refused the control (never again)."""
+        refused = self.control.preemptions_refused is not None
+        check.due = math.inf if refused else now + CHECK_LONGEST_US
+
+    def _read(self, pod: str) -> int | None:
+        number = self.control.read_preemptions(pod)
+        if number is not None:
+            self.check_reads += 1
+        return number
+
+    def look_due_at(self) -> float:
+        """When a GPU check next needs a read of the sensor: a read due, or one in flight to
+        collect once the controls queued before it have settled, or a pod idle at the last
+        read and without a check that is open once they have (stepped aside at a turn's end,
+        an idle pod is left open) (math.inf: none)."""
+        due = math.inf
+        for pod, busy in self._busy.items():
+            if not busy and pod not in self._checks and self.control.wanted_open(pod):
+                due = min(due, self.control.settled_at())
+        for check in self._checks.values():
+            if check.pending is not None:
+                due = min(due, self.control.settled_at())
+            else:
+                due = min(due, check.due)
+        return due
 
     def gpu_time_us(self, pod: str) -> float:
         opened = self.control.open_time_us(pod)
