@@ -228,6 +228,8 @@ class RmBackend:
                     "online_strategy": driven.enforcer.strategy.describe(),
                     # Pods of several CUDA contexts here keep their TSGs' own timeslices.
                     "own_timeslices": driven.enforcer.control.several_contexts(),
+                    # Pods idle to the probe but open, checked on the GPU for work running.
+                    "idle_checks": driven.enforcer.sensor.checks(),
                 }
                 for index, driven in sorted(self._gpus.items())
             },

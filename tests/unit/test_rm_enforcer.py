@@ -525,6 +525,9 @@ def test_a_pod_idle_to_the_probe_but_preempted_mid_work_is_closed_outside_its_tu
     b = _open_intervals(r.driver.calls, 0xC1D00001, 4e6)
     overlap = _overlap(a, b, 1.2e6)
     assert saves["interrupted"] >= 2 and r.enforcer.sensor.found_running >= 2
+    checks = r.enforcer.sensor.checks()
+    assert checks["found_running"] == r.enforcer.sensor.found_running and not checks["refused"]
+    assert checks["reads"] == len(r.driver.preemption_reads)
     # Before the check /b stayed open beside /a from its first idle turn on: 2.8 s of 2.8 s.
     assert overlap / 2.8e6 < 0.1, overlap
     # /b, busy to the GPU, still gets turns: it is not starved while its kernel runs.
@@ -561,7 +564,9 @@ def test_a_gpu_that_refuses_the_saves_read_is_asked_once(
     warnings = [rec for rec in caplog.records if "GR_GET_CTXSW_STATS" in rec.getMessage()]
     assert len(warnings) == 1 and "0x56" in warnings[0].getMessage()
     assert len(r.driver.preemption_reads) == 1
-    assert r.enforcer.control.preemptions_refused == NvStatus.NV_ERR_NOT_SUPPORTED
+    assert r.enforcer.sensor.checks() == {
+        "reads": 1, "found_running": 0, "refused": NvStatus.NV_ERR_NOT_SUPPORTED
+    }  # fmt: skip
     a = _open_intervals(r.driver.calls, 0xC1D00000, 4e6)
     b = _open_intervals(r.driver.calls, 0xC1D00001, 4e6)
     assert _overlap(a, b, 1.2e6) / 2.8e6 > 0.9  # left open beside /a, as before

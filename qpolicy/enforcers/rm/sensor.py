@@ -183,6 +183,15 @@ class RmUsageSensor:
         refused = self.control.preemptions_refused is not None
         check.due = math.inf if refused else now + CHECK_LONGEST_US
 
+    def checks(self) -> dict[str, int | None]:
+        """What the GPU checks of idle pods did: reads sent, pods found with work running, and
+        the status RM refused the read with (None: not refused)."""
+        return {
+            "reads": self.check_reads,
+            "found_running": self.found_running,
+            "refused": self.control.preemptions_refused,
+        }
+
     def _read(self, pod: str) -> int | None:
         number = self.control.read_preemptions(pod)
         if number is not None:
