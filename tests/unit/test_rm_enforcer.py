@@ -424,22 +424,26 @@ def test_a_pod_closed_longer_than_the_grace_is_not_mistaken_for_idle(
     assert a == pytest.approx(0.70, abs=0.03)
 
 
-def test_a_pod_that_stops_launching_is_idle_after_one_grace_of_open_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pods = [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)]
-    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+def _stop_launching(r: Rig, pod: str, at: float) -> None:
+    """``pod``'s launch count stands still from ``at`` on (its process launches no more)."""
     original = r.resolver.launches
     stopped: dict[str, int] = {}
 
     def launches() -> dict[str, int]:
         counts = original()
-        if r.loop.now >= 1e6:  # /b's job ends after one second
-            stopped.setdefault("/b", counts["/b"])
-            counts["/b"] = stopped["/b"]
+        if r.loop.now >= at:
+            counts[pod] = stopped.setdefault(pod, counts[pod])
         return counts
 
     r.resolver.launches = launches  # type: ignore[method-assign]
+
+
+def test_a_pod_that_stops_launching_is_idle_after_one_grace_of_open_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+    _stop_launching(r, "/b", 1e6)  # /b's job ends after one second
     r.loop.run_until(1e6)
     b_before = r.enforcer.sensor.gpu_time_us("/b")
     assert b_before / 1e6 == pytest.approx(0.5, abs=0.05)
@@ -485,16 +489,7 @@ def _host_work_rig(
     (the TSG of /b is 0x20)."""
     pods = [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)]
     r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
-    original = r.resolver.launches
-    stopped: dict[str, int] = {}
-
-    def launches() -> dict[str, int]:
-        counts = original()
-        if r.loop.now >= 1e6:
-            counts["/b"] = stopped.setdefault("/b", counts["/b"])
-        return counts
-
-    r.resolver.launches = launches  # type: ignore[method-assign]
+    _stop_launching(r, "/b", 1e6)
     saves = {"interrupted": 0}
     read = rmctl.preemption_saves
 
