@@ -16,6 +16,14 @@
  * cgroup's hold does not run down: work taken off the GPU by FIFO_DISABLE_CHANNELS is still
  * owed its time). A kernel that runs longer than that after its fetch reads idle before it
  * ends; busy_hold_us is the knob.
+ * A signal of a fetched kernel still running exists, but not in USERD: GR_GET_CTXSW_STATS on
+ * the TSG counts the saves of its context, and one taken off the engine mid-work is saved by
+ * CILP (or CTA), one with nothing to run by wait-for-idle. Read from userspace on tenants'
+ * TSGs (the rm enforcer does, enforcers/rm/sensor.py), a loop idle to every call it made was
+ * saved 10-13 times in 5 ms beside a trainer, on an H100 and an H200 (BENCHMARKS.md,
+ * 2026-11-28, eighteenth session). Only while something else runs beside it, though: a TSG
+ * alone on the engine is switched by nothing. qgpu does not use it yet: its kernel client could
+ * send the control, but nvmock does not model the counters.
  * What that costs: an online cgroup in such a kernel lets offline work in beside it (they share
  * the GPU by the hardware's timeslices), and an offline holder in one passes the GPU on and is
  * closed with its kernel preempted; the kernel runs again when its cgroup is next opened, which
