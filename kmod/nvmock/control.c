@@ -238,6 +238,50 @@ static u32 subdevice_set_ctxsw_preemption(const struct nvmock_caller *caller,
 	return NV_OK;
 }
 
+/*
+ * GR_GET_CTXSW_STATS (ctrl2080gr.h; g_subdevice_nvoc.c: flags 0x48, NON_PRIVILEGED |
+ * ROUTE_TO_PHYSICAL, no access right: GSP answers, its code closed). The header: hChannel names
+ * a channel, or the TSG where the channel is in one; RESET in flags sets the counters back to 0.
+ * Measured on an H100 and an H200 (tools/gpu/ctxsw_saves.py): NV_OK on a process's compute TSG,
+ * from root over that process's own descriptor. nvmock answers for a TSG of the caller's client
+ * on this GPU, or a channel with a TSG of its own; what the engine counts is engine.c's
+ * (mid_kernel()). What GSP answers for a channel inside a TSG, and whether RESET clears before
+ * or after the answer, is not measured: nvmock answers NV_ERR_INVALID_OBJECT_HANDLE, and clears
+ * after.
+ */
+static u32 subdevice_get_ctxsw_stats(const struct nvmock_caller *caller,
+				     struct nvmock_object *obj, void *params)
+{
+	struct nv2080_ctxsw_stats_params *p = params;
+	struct nvmock_object *target = nvmock_object_get(obj->client, p->hChannel);
+	struct nvmock_engine *engine = &obj->gpu->engine;
+	struct nvmock_tsg *tsg;
+
+	if (!target || target->gpu != obj->gpu)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	if (target->kind == NVMOCK_TSG)
+		tsg = target->tsg;
+	else if (target->kind == NVMOCK_CHANNEL && target->channel->own_tsg)
+		tsg = target->channel->tsg;
+	else
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	spin_lock(&engine->lock);
+	p->saveCnt = tsg->saves;
+	p->restoreCnt = tsg->restores;
+	p->wfiSaveCnt = tsg->wfi_saves;
+	p->ctaSaveCnt = 0;
+	p->cilpSaveCnt = tsg->cilp_saves;
+	p->gfxpSaveCnt = 0;
+	if (p->flags & NV2080_CTXSW_STATS_FLAG_RESET) {
+		tsg->saves = 0;
+		tsg->restores = 0;
+		tsg->wfi_saves = 0;
+		tsg->cilp_saves = 0;
+	}
+	spin_unlock(&engine->lock);
+	return NV_OK;
+}
+
 static u32 channel_work_submit_token(const struct nvmock_caller *caller,
 				     struct nvmock_object *obj, void *params)
 {
@@ -454,6 +498,8 @@ static const struct control_desc control_table[] = {
 	  sizeof(struct nv2080_runlist_sched_policy_params), nice_then_gsp },
 	{ NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE, NVMOCK_SUBDEVICE,
 	  sizeof(struct nv2080_ctxsw_preemption_mode_params), subdevice_set_ctxsw_preemption },
+	{ NV2080_CTRL_CMD_GR_GET_CTXSW_STATS, NVMOCK_SUBDEVICE,
+	  sizeof(struct nv2080_ctxsw_stats_params), subdevice_get_ctxsw_stats },
 	{ NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO, NVMOCK_CLIENT,
 	  sizeof(struct nv0000_handle_info_params), client_get_handle_info },
 	{ NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES, NVMOCK_CLIENT,

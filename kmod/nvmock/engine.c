@@ -379,6 +379,44 @@ static bool other_runnable(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
 	return false;
 }
 
+/*
+ * GR's saves of a TSG's context (GR_GET_CTXSW_STATS, control.c), as measured on an H100 and an
+ * H200 (tools/gpu/ctxsw_saves.py; CONFORMANCE.md, the engine): a TSG taken off the engine with a
+ * kernel unfinished, its slice over beside another TSG with work or its channels stopped by
+ * FIFO_DISABLE_CHANNELS, is saved once, by CILP; one switched out with no kernel running is
+ * saved by wait-for-idle when another TSG's context is loaded (engine_thread()); a context never
+ * switched out is never saved, however often it idles or is closed with nothing running.
+ */
+static bool mid_kernel(const struct nvmock_tsg *tsg)
+{
+	const struct nvmock_channel *ch;
+
+	list_for_each_entry(ch, &tsg->channels, tsg_node)
+		if (ch->run_left_ns)
+			return true;
+	return false;
+}
+
+static void taken_off(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
+{
+	lockdep_assert_held(&engine->lock);
+	if (tsg->gone || tsg->saved || !mid_kernel(tsg))
+		return;
+	tsg->saves++;
+	tsg->cilp_saves++;
+	tsg->saved = true;
+}
+
+static void switched_out(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
+{
+	lockdep_assert_held(&engine->lock);
+	if (tsg->saved)
+		return;
+	tsg->saves++;
+	tsg->wfi_saves++;
+	tsg->saved = true;
+}
+
 static void run_slice(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
 {
 	/* RM keeps any timeslice (control.c); the engine runs between 1 us and 1000 s. */
@@ -464,6 +502,8 @@ static int engine_thread(void *data)
 			continue;
 		}
 		engine->pinned = tsg;
+		if (engine->last && engine->last != tsg)
+			switched_out(engine, engine->last);
 		if (engine->last && engine->last != tsg && switch_us) {
 			engine->switches++;
 			spin_unlock(&engine->lock);
@@ -473,8 +513,13 @@ static int engine_thread(void *data)
 		if (!tsg->gone) {
 			struct nvmock_channel *ch;
 
+			if (tsg->saved) {
+				tsg->restores++;
+				tsg->saved = false;
+			}
 			engine->last = tsg;
 			run_slice(engine, tsg);
+			taken_off(engine, tsg);
 			/* Off the engine: what was only unscheduled is now stopped too. */
 			if (!tsg->gone)
 				list_for_each_entry(ch, &tsg->channels, tsg_node)

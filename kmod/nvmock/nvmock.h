@@ -80,6 +80,9 @@ struct nvmock_tsg {
 	bool gone;
 	u64 gpu_ns;
 	s64 overrun_ns;		/* how far its last slice ran past the timeslice */
+	/* GR_GET_CTXSW_STATS: its context's saves by kind and restores (engine.c) */
+	u32 saves, wfi_saves, cilp_saves, restores;
+	bool saved;		/* its context is off the engine, to be restored */
 	struct list_head channels;
 	struct list_head runlist_node;
 	struct nvmock_channel *next_channel;	/* round robin inside the TSG */

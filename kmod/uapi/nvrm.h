@@ -132,6 +132,7 @@
 #define NVA06F_CTRL_CMD_STOP_CHANNEL		0xA06F0112u
 #define NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY	0x20801115u
 #define NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE	0x20801210u
+#define NV2080_CTRL_CMD_GR_GET_CTXSW_STATS	0x20801215u
 
 #define NVA06C_INTERLEAVE_LEVEL_HIGH		2
 #define NV2080_DISABLE_CHANNELS_MAX		64
@@ -454,6 +455,23 @@ struct nv2080_ctxsw_preemption_mode_params {
 #define NV2080_CTXSW_PREEMPTION_FLAG_GFXP	0x2
 #define NV2080_CTXSW_PREEMPTION_COMPUTE_CILP	2
 #define NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL	2
+
+/*
+ * NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS: how often GR saved and restored a TSG's context, the
+ * saves by kind (wait-for-idle, CTA, CILP, GfxP). hChannel names the TSG.
+ */
+struct nv2080_ctxsw_stats_params {
+	__u32 hChannel;
+	__u32 flags;
+	__u32 saveCnt;
+	__u32 restoreCnt;
+	__u32 wfiSaveCnt;
+	__u32 ctaSaveCnt;
+	__u32 cilpSaveCnt;
+	__u32 gfxpSaveCnt;
+};
+
+#define NV2080_CTXSW_STATS_FLAG_RESET	0x1
 
 struct nvc36f_work_submit_token_params {
 	__u32 workSubmitToken;

@@ -1130,6 +1130,40 @@ _Static_assert(offsetof(struct nv2080_ctxsw_preemption_mode_params, grRoute) == 
 	       "offsetof(NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_PARAMS, grRouteInfo.route)");
 _Static_assert(sizeof_field(struct nv2080_ctxsw_preemption_mode_params, grRoute) == 8,
 	       "sizeof(((NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_PARAMS *)0)->grRouteInfo.route)");
+_Static_assert(sizeof(struct nv2080_ctxsw_stats_params) == 32,
+	       "sizeof(NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS)");
+_Static_assert(offsetof(struct nv2080_ctxsw_stats_params, hChannel) == 0,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS, hChannel)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_stats_params, hChannel) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS *)0)->hChannel)");
+_Static_assert(offsetof(struct nv2080_ctxsw_stats_params, flags) == 4,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS, flags)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_stats_params, flags) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS *)0)->flags)");
+_Static_assert(offsetof(struct nv2080_ctxsw_stats_params, saveCnt) == 8,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS, saveCnt)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_stats_params, saveCnt) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS *)0)->saveCnt)");
+_Static_assert(offsetof(struct nv2080_ctxsw_stats_params, restoreCnt) == 12,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS, restoreCnt)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_stats_params, restoreCnt) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS *)0)->restoreCnt)");
+_Static_assert(offsetof(struct nv2080_ctxsw_stats_params, wfiSaveCnt) == 16,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS, wfiSaveCnt)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_stats_params, wfiSaveCnt) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS *)0)->wfiSaveCnt)");
+_Static_assert(offsetof(struct nv2080_ctxsw_stats_params, ctaSaveCnt) == 20,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS, ctaSaveCnt)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_stats_params, ctaSaveCnt) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS *)0)->ctaSaveCnt)");
+_Static_assert(offsetof(struct nv2080_ctxsw_stats_params, cilpSaveCnt) == 24,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS, cilpSaveCnt)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_stats_params, cilpSaveCnt) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS *)0)->cilpSaveCnt)");
+_Static_assert(offsetof(struct nv2080_ctxsw_stats_params, gfxpSaveCnt) == 28,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS, gfxpSaveCnt)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_stats_params, gfxpSaveCnt) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS *)0)->gfxpSaveCnt)");
 _Static_assert(sizeof(struct nvc36f_work_submit_token_params) == 4,
 	       "sizeof(NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS)");
 _Static_assert(offsetof(struct nvc36f_work_submit_token_params, workSubmitToken) == 0,
@@ -1273,6 +1307,8 @@ _Static_assert(NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY == 545263893,
 	       "NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY");
 _Static_assert(NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE == 545264144,
 	       "NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE");
+_Static_assert(NV2080_CTRL_CMD_GR_GET_CTXSW_STATS == 545264149,
+	       "NV2080_CTRL_CMD_GR_GET_CTXSW_STATS");
 _Static_assert(NVA06C_INTERLEAVE_LEVEL_HIGH == 2, "NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH");
 _Static_assert(NV2080_DISABLE_CHANNELS_MAX == 64, "NV2080_CTRL_FIFO_DISABLE_CHANNELS_MAX_ENTRIES");
 _Static_assert(NVA06C_PREEMPT_MAX_TIMEOUT_US == 1000000,
@@ -1302,6 +1338,8 @@ _Static_assert(NV2080_CTXSW_PREEMPTION_COMPUTE_CILP == 2,
 	       "NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_COMPUTE_CILP");
 _Static_assert(NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL == 2,
 	       "NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_GFX_GFXP_POOL");
+_Static_assert(NV2080_CTXSW_STATS_FLAG_RESET == 1,
+	       "(1u << (0 ? NV2080_CTRL_GR_GET_CTXSW_STATS_FLAGS_RESET))");
 _Static_assert(NVRM_USERD_GP_GET == 136, "offsetof(Nvc36fControl, GPGet)");
 _Static_assert(NVRM_USERD_GP_PUT == 140, "offsetof(Nvc36fControl, GPPut)");
 _Static_assert(NVRM_USERMODE_SIZE == 65536, "NVC361_NV_USERMODE__SIZE");

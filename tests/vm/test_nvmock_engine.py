@@ -145,3 +145,79 @@ def test_a_process_alone_keeps_the_engine_under_a_1_us_timeslice() -> None:
         done[timeslice] = load.result()["kernels"]
     print(f"kernels alone: {done[1024]} at 1024 us, {done[1]} at 1 us")
     assert done[1] >= 0.9 * done[1024] > 0
+
+
+def _stats(fd: int, load: Gpuload) -> dict[str, int]:
+    from qpolicy.nvrm import abi
+
+    result, answer = rmctl.control(
+        fd, load.client, load.subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS, hChannel=load.tsg
+    )
+    assert result.ok, hex(result.status)
+    return {k: answer[k] for k in ("saveCnt", "wfiSaveCnt", "ctaSaveCnt", "cilpSaveCnt")}
+
+
+def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in before}
+
+
+def test_gr_saves_a_context_taken_off_mid_kernel_by_cilp_and_never_an_idle_one() -> None:
+    """GR_GET_CTXSW_STATS as an H100 and an H200 answered it (tools/gpu/ctxsw_saves.py, calls
+    18D-E): a loop of long kernels alone on the GPU is never saved; beside another TSG with work
+    at a 1 us timeslice it is saved by CILP at every switch; each close of it mid-kernel is one
+    CILP save; a process with nothing to run is saved by nothing, closed or not. The daemon's
+    read (rmctl.preemption_saves) is the CILP, CTA and GfxP saves."""
+    long = ["--shape", "saturate", "--kernel-us", "40000", "--sync-every", "1", "--queue", "1"]
+    reset()
+    loop = Gpuload([*long, "--seconds", "20"]).ready()
+    other = Gpuload([*SATURATE, "--seconds", "20"]).ready()
+    idle = Gpuload([*SATURATE, "--seconds", "1", "--start-at", f"{time.time() + 60:.3f}"]).ready()
+    loads = (loop, other, idle)
+    fds = [rmctl.borrow_fd(load.pid, load.ctl_fd()) for load in loads]
+    fd_loop, fd_other, fd_idle = fds
+
+    def close(fd: int, load: Gpuload, closed: bool) -> None:
+        assert rmctl.disable_channels(
+            fd, load.client, load.subdevice, [load.channel], disable=closed
+        ).ok
+
+    def phase(seconds: float) -> list[dict[str, int]]:
+        before = [_stats(fd, load) for fd, load in zip(fds, loads, strict=True)]
+        time.sleep(seconds)
+        return [_delta(b, _stats(fd, load)) for b, fd, load in zip(before, fds, loads, strict=True)]
+
+    try:
+        close(fd_other, other, True)
+        time.sleep(0.1)
+        alone = phase(1.0)
+        close(fd_other, other, False)
+        for fd, load in ((fd_loop, loop), (fd_other, other)):
+            assert rmctl.set_timeslice(fd, load.client, load.tsg, 1).ok
+        beside = phase(1.0)
+        close(fd_other, other, True)
+        time.sleep(0.1)
+        closes = {}
+        for name, fd, load in (("loop", fd_loop, loop), ("idle", fd_idle, idle)):
+            closes[name] = []
+            for _ in range(5):
+                before = _stats(fd, load)
+                close(fd, load, True)
+                time.sleep(0.05)
+                closes[name].append(_delta(before, _stats(fd, load)))
+                close(fd, load, False)
+                time.sleep(0.1)
+        result, cilp = rmctl.preemption_saves(fd_loop, loop.client, loop.subdevice, loop.tsg)
+        assert result.ok and cilp == _stats(fd_loop, loop)["cilpSaveCnt"]
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for load in loads:
+            load.proc.kill()
+            load.proc.communicate()
+    print(f"alone {alone}\nbeside {beside}\ncloses {closes}")
+    nothing = {"saveCnt": 0, "wfiSaveCnt": 0, "ctaSaveCnt": 0, "cilpSaveCnt": 0}
+    assert alone[0] == nothing and alone[2] == nothing
+    assert beside[0]["cilpSaveCnt"] > 10 and beside[1]["saveCnt"] > 10
+    assert beside[2] == nothing
+    assert closes["loop"] == [{**nothing, "saveCnt": 1, "cilpSaveCnt": 1}] * 5
+    assert closes["idle"] == [nothing] * 5

@@ -261,6 +261,11 @@ PAIRS: tuple[Pair, ...] = (
         alias={"grRouteFlags": "grRouteInfo.flags", "grRoute": "grRouteInfo.route"},
     ),
     Pair(
+        "nv2080_ctxsw_stats_params",
+        "NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS",
+        SDK + "ctrl/ctrl2080/ctrl2080gr.h",
+    ),
+    Pair(
         "nvc36f_work_submit_token_params",
         "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS",
         SDK + "ctrl/ctrlc36f.h",
@@ -300,6 +305,7 @@ CONSTANT_ALIAS = {
     "NV2080_CTXSW_PREEMPTION_FLAG_GFXP": (
         "(1u << (0 ? NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_FLAGS_GFXP))"
     ),
+    "NV2080_CTXSW_STATS_FLAG_RESET": "(1u << (0 ? NV2080_CTRL_GR_GET_CTXSW_STATS_FLAGS_RESET))",
     "NV2080_CTXSW_PREEMPTION_COMPUTE_CILP": "NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_COMPUTE_CILP",
     "NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL": "NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_GFX_GFXP_POOL",
     "NV2080_RUNLIST_SCHED_POLICY_FLAG_RESTORE": (
