@@ -298,6 +298,35 @@ static u32 channel_work_submit_token(const struct nvmock_caller *caller,
  * published. What it does is modelled on ctrl2080fifo.h's description of
  * NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS and on the H200's hard stop (h200-findings.md).
  */
+#define DISABLE_WAIT_MS	10
+
+/*
+ * Whether the engine still holds one of @channels' TSGs with nothing of it left to run: it is
+ * about to take it off (engine_thread() unpins a TSG once run_slice() is done with it).
+ */
+static bool still_on_engine(struct nvmock_engine *engine, struct nvmock_channel **channels,
+			    u32 n)
+{
+	struct nvmock_tsg *pinned;
+	bool on = false;
+	u32 i;
+
+	spin_lock(&engine->lock);
+	pinned = READ_ONCE(engine->pinned);
+	for (i = 0; i < n && !on; i++) {
+		struct nvmock_channel *other;
+		bool others = false;
+
+		if (channels[i]->tsg != pinned)
+			continue;
+		list_for_each_entry(other, &pinned->channels, tsg_node)
+			others |= other->enabled && other->scheduled;
+		on = !others;
+	}
+	spin_unlock(&engine->lock);
+	return on;
+}
+
 static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 				      struct nvmock_object *obj, void *params)
 {
@@ -327,9 +356,13 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 	}
 	/*
 	 * bOnlyDisableScheduling=0 (what qgpu sends): none of the channels runs once the control
-	 * returns, work on the engine included; the engine stops within a chunk (chunk_us).
-	 * bOnlyDisableScheduling=1: not scheduled again, but a channel whose TSG is on the engine
-	 * runs to the end of that slice. Enabling ignores it.
+	 * returns, work on the engine included ("the call will ensure none of the listed channels
+	 * are running in hardware"): the engine stops within a chunk (chunk_us), and the call waits
+	 * for it to take their TSG off (its context saved, engine.c), as long as the TSG has no
+	 * other channel left to run, and DISABLE_WAIT_MS at most. A close read on an H100 and an
+	 * H200 right after it returned had always saved the running kernel's context
+	 * (tools/gpu/ctxsw_saves.py). bOnlyDisableScheduling=1: not scheduled again, but a channel
+	 * whose TSG is on the engine runs to the end of that slice. Enabling ignores it.
 	 */
 	if (disable_us)
 		fsleep(disable_us);
@@ -342,6 +375,10 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 				   READ_ONCE(engine->pinned) == ch->tsg;
 	}
 	spin_unlock(&engine->lock);
+	if (p->bDisable && !p->bOnlyDisableScheduling)
+		wait_event_timeout(engine->released, !still_on_engine(engine, channels,
+								      p->numChannels),
+				   msecs_to_jiffies(DISABLE_WAIT_MS));
 	return NV_OK;
 }
 

@@ -98,6 +98,7 @@ enum qgpu_obj_kind {
 	QGPU_OBJ_CHANNEL,
 	QGPU_OBJ_VIDMEM,
 	QGPU_OBJ_COMPUTE,		/* a compute engine object, on a channel */
+	QGPU_OBJ_SUBDEVICE,		/* what GR controls on the client's TSGs go to (sched.c) */
 	QGPU_OBJ_OTHER,
 };
 
@@ -258,6 +259,7 @@ u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
 			    const u32 *clients, const u32 *channels, u32 n);
 u32 qgpu_rmapi_free(u32 hclient, u32 hobject);
 u32 qgpu_rmapi_get_timeslice(u32 hclient, u32 htsg, u64 *us);
+u32 qgpu_rmapi_preemption_saves(u32 hclient, u32 hsubdevice, u32 htsg, u32 *saves);
 u32 qgpu_rmapi_set_timeslice(u32 hclient, u32 htsg, u64 us);
 u32 qgpu_rmapi_handle_info(u32 hclient, u32 hobject, u32 index, u32 *result);
 u32 qgpu_rmapi_mem_size(u32 hclient, u32 hmemory, u64 *bytes);

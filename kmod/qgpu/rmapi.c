@@ -384,6 +384,34 @@ u32 qgpu_rmapi_get_timeslice(u32 hclient, u32 htsg, u64 *us)
 }
 
 /**
+ * qgpu_rmapi_preemption_saves() - how often GR took a TSG's context off the engine mid-work
+ * @hclient: the client the TSG belongs to (a tenant's)
+ * @hsubdevice: that client's subdevice on the TSG's GPU (RM finds @htsg in its client)
+ * @htsg: the TSG
+ * @saves: filled with its CILP, CTA and GfxP saves (GR_GET_CTXSW_STATS)
+ *
+ * A context taken off with a kernel running, by a switch or by FIFO_DISABLE_CHANNELS, is saved
+ * so, once a close; one with nothing to run is not (measured on an H100 and an H200:
+ * kmod/nvmock/CONFORMANCE.md, the engine). The control goes to GSP (ROUTE_TO_PHYSICAL).
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ * Return: RM's status; NV_ERR_NOT_SUPPORTED without the RM entry.
+ */
+u32 qgpu_rmapi_preemption_saves(u32 hclient, u32 hsubdevice, u32 htsg, u32 *saves)
+{
+	struct nv2080_ctxsw_stats_params p = { .hChannel = htsg };
+	u32 status;
+
+	if (!bound)
+		return NV_ERR_NOT_SUPPORTED;
+	status = rm_control(hclient, hsubdevice, NV2080_CTRL_CMD_GR_GET_CTXSW_STATS, &p,
+			    sizeof(p));
+	if (status == NV_OK)
+		*saves = p.cilpSaveCnt + p.ctaSaveCnt + p.gfxpSaveCnt;
+	return status;
+}
+
+/**
  * qgpu_rmapi_set_timeslice() - set a TSG's timeslice (NVA06C_CTRL_CMD_SET_TIMESLICE)
  * @hclient: the client the TSG belongs to (a tenant's)
  * @htsg: the TSG (class KEPLER_CHANNEL_GROUP_A)

@@ -129,6 +129,22 @@ struct change {
 	bool ok;			/* RM answered NV_OK */
 };
 
+/*
+ * A compute TSG of a cgroup being closed while owed, read before and after the close (apply()):
+ * whether the close took a kernel off the engine mid-work (took_off()).
+ */
+#define MAX_PROBES 16
+
+struct probe {
+	u64 cg;				/* the cgroup's id */
+	u32 client;
+	u32 subdevice;			/* the client's, on this GPU */
+	u32 tsg;
+	u32 before;
+	u32 after;
+	bool read;			/* RM answered both reads */
+};
+
 struct qgpu_sched {
 	u32 gpu;
 	u8 policy;
@@ -155,6 +171,8 @@ struct qgpu_sched {
 
 	unsigned int nr_changes;
 	struct change changes[MAX_CHANGES];
+	unsigned int nr_probes;
+	struct probe probes[MAX_PROBES];
 };
 
 static struct qgpu_sched *scheds[QGPU_MAX_GPUS];
@@ -529,6 +547,85 @@ static u32 settle(struct qgpu_sched *s, u64 tail_ns)
 	return done;
 }
 
+/*
+ * Read @cg's compute TSGs on this GPU around the close step() is about to send. A cgroup is owed
+ * when it is closed after its work was fetched (owed()), for it may have a kernel taken off
+ * unfinished, which USERD cannot tell (userd.c). GR can: a context taken off the engine with a
+ * kernel running is saved by CILP, once a close, and one with nothing to run is not saved at all
+ * (measured on an H100 and an H200: kmod/nvmock/CONFORMANCE.md, the engine). Such a close makes
+ * the cgroup owed in full again (took_off()). A close that saved nothing changes nothing here:
+ * work fetched and not yet started may not be saved either (not measured), and owed() then
+ * keeps it from hanging.
+ */
+static void probe_close(struct qgpu_sched *s, const struct qgpu_cg *cg)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry(client, &qgpu_clients, node) {
+		u32 subdevice = 0;
+
+		if (client->cg != cg)
+			continue;
+		list_for_each_entry(obj, &client->objects, node)
+			if (obj->kind == QGPU_OBJ_SUBDEVICE && obj->gpu == (int)s->gpu) {
+				subdevice = obj->handle;
+				break;
+			}
+		if (!subdevice)
+			continue;
+		list_for_each_entry(obj, &client->objects, node) {
+			struct probe *p;
+
+			if (obj->kind != QGPU_OBJ_TSG || !obj->computes || obj->gpu != (int)s->gpu)
+				continue;
+			if (s->nr_probes == MAX_PROBES)
+				return;
+			p = &s->probes[s->nr_probes++];
+			*p = (struct probe){ .cg = cg->id, .client = client->handle,
+					     .subdevice = subdevice, .tsg = obj->handle };
+		}
+	}
+}
+
+/* The probes' saves before (@after false) or after the closes. Without qgpu_lock. */
+static void read_probes(struct qgpu_sched *s, bool after)
+{
+	u32 i;
+
+	for (i = 0; i < s->nr_probes; i++) {
+		struct probe *p = &s->probes[i];
+		bool ok = qgpu_rmapi_preemption_saves(p->client, p->subdevice, p->tsg,
+						      after ? &p->after : &p->before) == NV_OK;
+
+		p->read = (after ? p->read : true) && ok;
+	}
+}
+
+/* An owed cgroup whose close took a kernel off mid-work is owed owed_ms of open time afresh. */
+static void took_off(struct qgpu_sched *s)
+{
+	u32 i;
+
+	lockdep_assert_held(&qgpu_lock);
+	for (i = 0; i < s->nr_probes; i++) {
+		const struct probe *p = &s->probes[i];
+		struct qgpu_cg *cg;
+
+		if (!p->read || p->after == p->before)
+			continue;
+		cg = qgpu_cg_get(p->cg, false);
+		if (!cg || !cg->owed || cg->open)
+			continue;
+		cg->owed_open_ns = 0;
+		cg->owed_beside = false;
+		cg->owed_every = 0;
+		cg->owed_wait = 0;
+	}
+	s->nr_probes = 0;
+}
+
 /* Whether every channel on this GPU is open, as RM last carried out. */
 static bool all_open(struct qgpu_sched *s)
 {
@@ -561,6 +658,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 	lockdep_assert_held(&qgpu_lock);
 	s->last = now;
 	s->nr_changes = 0;
+	s->nr_probes = 0;
 	list_for_each_entry(cg, &qgpu_cgroups, node) {
 		if (!gated_here(s, cg))
 			continue;
@@ -673,6 +771,7 @@ static bool step(struct qgpu_sched *s, ktime_t now)
 			if (!cg->owed)
 				cg->owed_open_ns = 0;
 			cg->owed = true;
+			probe_close(s, cg);
 		}
 		if (open && !cg->open) {
 			cg->moved_in_turn = false;
@@ -733,6 +832,7 @@ static void apply(struct qgpu_sched *s)
 		}
 		s->rm_open = true;
 	}
+	read_probes(s, false);
 	for (pass = 0; pass < 2; pass++) {
 		bool disable = pass == 0;
 		u32 i, n = 0;
@@ -749,6 +849,11 @@ static void apply(struct qgpu_sched *s)
 		if (n)
 			apply_batch(s, batch, n, disable);
 	}
+	/*
+	 * After the opens too: a closed TSG is saved no more, and the GPU does not wait for the
+	 * read (a GSP round trip) to run the next cgroup; the read before only delays a close.
+	 */
+	read_probes(s, true);
 }
 
 static int sched_thread(void *data)
@@ -767,6 +872,7 @@ static int sched_thread(void *data)
 			apply(s);
 			mutex_lock(&qgpu_lock);
 			settle(s, ktime_to_ns(ktime_sub(ktime_get(), now)));
+			took_off(s);
 			mutex_unlock(&qgpu_lock);
 		}
 		if (!active) {

@@ -313,6 +313,8 @@ static enum qgpu_obj_kind kind_of(u32 hclass)
 	switch (hclass) {
 	case NV01_DEVICE_0:
 		return QGPU_OBJ_DEVICE;
+	case NV20_SUBDEVICE_0:
+		return QGPU_OBJ_SUBDEVICE;
 	case KEPLER_CHANNEL_GROUP_A:
 		return QGPU_OBJ_TSG;
 	case NV01_MEMORY_LOCAL_USER:

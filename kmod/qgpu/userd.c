@@ -21,9 +21,10 @@
  * CILP (or CTA), one with nothing to run by wait-for-idle. Read from userspace on tenants'
  * TSGs (the rm enforcer does, enforcers/rm/sensor.py), a loop idle to every call it made was
  * saved 10-13 times in 5 ms beside a trainer, on an H100 and an H200 (BENCHMARKS.md,
- * 2026-11-28, eighteenth session). Only while something else runs beside it, though: a TSG
- * alone on the engine is switched by nothing. qgpu does not use it yet: its kernel client could
- * send the control, but nvmock does not model the counters.
+ * 2026-11-28, eighteenth session), and each close of it mid-kernel was one CILP save, while a
+ * context with nothing to run was never saved. A TSG alone on the engine is switched by nothing,
+ * so qgpu reads it around its own closes: an owed cgroup whose close took a kernel off is owed
+ * in full again (sched.c: probe_close()).
  * What that costs: an online cgroup in such a kernel lets offline work in beside it (they share
  * the GPU by the hardware's timeslices), and an offline holder in one passes the GPU on and is
  * closed with its kernel preempted; the kernel runs again when its cgroup is next opened, which

@@ -192,17 +192,22 @@ def test_kernels_that_outlast_owed_ms_are_not_starved_beside_work_that_never_pau
     timeslice (1, 2, 4 ... periods after it passed owed_ms), in a turn of its own where they
     hold qgpu's short offline one (4, 8, 16 ... periods after; an online cgroup is configured:
     two TSGs with work at 1 us would switch at every slice and neither run). Each kernel then
-    ends within a few periods: the pod kept 0.09-0.20 of the engine (0.94-0.98 alone) in 13
-    runs of either kind, less than its half, for what a kernel runs after its fetch is seen by
-    no one; the trainer 0.64-0.83."""
+    ended within a few periods, but the pod kept only 0.09-0.20 of the engine (0.94-0.98 alone)
+    in 13 runs of either kind, for what a kernel runs after its fetch was seen by no one; the
+    trainer 0.64-0.83. Now each close that takes one of its kernels off mid-work (GR saves its
+    context by CILP, read around the close: probe_close() in sched.c) makes it owed in full
+    again, and it keeps most of its half: 0.39-0.41 (the trainer 0.43-0.48) in the first run
+    of each kind."""
     long_kernels = ["--shape", "requests", "--rate-hz", "1000", "--kernel-us", "40000"]
     args = [*long_kernels, "--poll-us", "20"]
     alone, used, trained, preempted = beside_a_trainer(args, 600, policy, online)
     print(f"{policy}{' with an online cgroup' if online else ''}, 40 ms kernels: alone "
           f"{alone:.3f}, beside the trainer {used:.3f}, the trainer {trained:.3f}")  # fmt: skip
     assert preempted == online
-    assert used > 0.05 * alone  # not starved: before, not one kernel in 6 s
-    assert trained > 0.45
+    # Most of its half: before owed_again(), not one kernel in 6 s; before the saves were read
+    # around its closes, 0.09-0.20.
+    assert used > 0.3 * alone
+    assert trained > 0.38
     # The owed time is spent on the taken-off kernels, not left idle.
     assert used + trained > 0.8
 
