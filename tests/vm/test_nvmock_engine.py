@@ -166,8 +166,11 @@ def test_gr_saves_a_context_taken_off_mid_kernel_by_cilp_and_never_an_idle_one()
     18D-E): a loop of long kernels alone on the GPU is never saved; beside another TSG with work
     at a 1 us timeslice it is saved by CILP at every switch; each close of it mid-kernel is one
     CILP save; a process with nothing to run is saved by nothing, closed or not. The daemon's
-    read (rmctl.preemption_saves) is the CILP, CTA and GfxP saves."""
-    long = ["--shape", "saturate", "--kernel-us", "40000", "--sync-every", "1", "--queue", "1"]
+    read (rmctl.preemption_saves) is the CILP, CTA and GfxP saves. The loop keeps two kernels
+    in flight, as PyTorch's did there: each close finds one running."""
+    # Two in flight: a close never lands in a gap between its kernels (a context with nothing
+    # to run is not saved; with one in flight, the first close of a CI run found that gap).
+    long = ["--shape", "saturate", "--kernel-us", "40000", "--sync-every", "1", "--queue", "2"]
     reset()
     loop = Gpuload([*long, "--seconds", "20"]).ready()
     other = Gpuload([*SATURATE, "--seconds", "20"]).ready()
