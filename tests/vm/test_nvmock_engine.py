@@ -167,7 +167,8 @@ def test_gr_saves_a_context_taken_off_mid_kernel_by_cilp_and_never_an_idle_one()
     at a 1 us timeslice it is saved by CILP at every switch; each close of it mid-kernel is one
     CILP save; a process with nothing to run is saved by nothing, closed or not. The daemon's
     read (rmctl.preemption_saves) is the CILP, CTA and GfxP saves. The loop keeps two kernels
-    in flight, as PyTorch's did there: each close finds one running."""
+    in flight: gpuload's host takes longer between kernels in this VM than PyTorch's did on the
+    GPUs, where one in flight gave 20 CILP saves in 20 closes."""
     # Two in flight: a close never lands in a gap between its kernels (a context with nothing
     # to run is not saved; with one in flight, the first close of a CI run found that gap).
     long = ["--shape", "saturate", "--kernel-us", "40000", "--sync-every", "1", "--queue", "2"]
