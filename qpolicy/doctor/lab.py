@@ -23,6 +23,14 @@ from qpolicy.errors import QPolicyError
 from qpolicy.nvrm import rmctl
 from qpolicy.nvrm.tracker import ClientChannels, Tracker
 
+# GR_GET_CTXSW_STATS' counters, and the names the doctor gives them (Lab.saves).
+SAVE_KINDS = (
+    ("saveCnt", "all"),
+    ("wfiSaveCnt", "wfi"),
+    ("ctaSaveCnt", "cta"),
+    ("cilpSaveCnt", "cilp"),
+)
+
 
 class Handles(Protocol):
     """Where RM handles come from: the probe's tracker, refreshed on demand."""
@@ -216,6 +224,19 @@ class Lab:
                 "watching this GPU's device files?"
             )
         return found
+
+    def saves(self, group: ClientChannels, tsg: int, target: str) -> dict[str, int] | None:
+        """``tsg``'s context saves by kind (GR_GET_CTXSW_STATS on ``group``'s subdevice), named
+        as the doctor reports them; None where RM refused the read."""
+        from qpolicy.nvrm import abi
+
+        assert group.subdevice is not None
+        call = self.control(
+            group, target, group.subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS, hChannel=tsg
+        )
+        if call.status != 0:
+            return None
+        return {name: call.answer.get(key, 0) for key, name in SAVE_KINDS}
 
     def control(
         self, group: ClientChannels, target: str, obj: int, cmd: int, **fields: int

@@ -104,17 +104,11 @@ def trainer_saves(lab: Lab, objects: Objects) -> dict[str, int] | None:
     """The trainer compute TSG's context-save counters, summed over its compute TSGs."""
     total: dict[str, int] = {}
     for client, tsg in objects.compute_tsgs("trainer"):
-        group = objects.group_of(client)
-        assert group.subdevice is not None
-        call = lab.control(
-            group, f"trainer TSG {tsg:#x}", group.subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS,
-            hChannel=tsg,
-        )  # fmt: skip
-        if call.status != 0:
+        saves = lab.saves(objects.group_of(client), tsg, f"trainer TSG {tsg:#x}")
+        if saves is None:
             return None
-        for key, name in (("saveCnt", "all"), ("wfiSaveCnt", "wfi"), ("ctaSaveCnt", "cta"),
-                          ("cilpSaveCnt", "cilp")):  # fmt: skip
-            total[name] = total.get(name, 0) + call.answer.get(key, 0)
+        for name, count in saves.items():
+            total[name] = total.get(name, 0) + count
     return total
 
 

@@ -148,10 +148,9 @@ def preemption_saves(fd: int, client: int, subdevice: int, tsg: int) -> tuple[Co
     slices was saved by CILP nearly every time, on an H100 and an H200; a 2048 trainer
     (24 us kernels) under native time-slicing, switched at kernel boundaries, by WFI 1 208
     times of 1 210."""
-    layout = abi.CONTROLS[abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS].params
-    params = bytearray(layout.pack(hChannel=tsg))
-    result = rm_control(fd, client, subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS, params)
-    answer = layout.unpack(bytes(params))
+    result, answer = control(
+        fd, client, subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS, hChannel=tsg
+    )
     return result, answer["cilpSaveCnt"] + answer["ctaSaveCnt"] + answer["gfxpSaveCnt"]
 
 

@@ -32,27 +32,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from qpolicy.doctor.lab import Lab, Workload, workload_argv
+from qpolicy.doctor.lab import SAVE_KINDS, Lab, Workload, workload_argv
 from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.tracker import ClientChannels
-
-KINDS = (("saveCnt", "all"), ("wfiSaveCnt", "wfi"), ("ctaSaveCnt", "cta"), ("cilpSaveCnt", "cilp"))
 
 
 def saves(lab: Lab, groups: list[ClientChannels]) -> dict[str, int]:
     """The saves of ``groups``' compute TSGs (every TSG where none is known), summed by kind."""
-    total = dict.fromkeys((name for _, name in KINDS), 0)
+    total = dict.fromkeys((name for _, name in SAVE_KINDS), 0)
     for group in groups:
-        assert group.subdevice is not None
         for tsg in group.compute_tsgs or group.tsgs:
-            call = lab.control(
-                group, f"TSG {tsg:#x}", group.subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS,
-                hChannel=tsg,
-            )  # fmt: skip
-            if call.status != 0:
-                raise RuntimeError(f"GR_GET_CTXSW_STATS on TSG {tsg:#x}: {call.status:#x}")
-            for key, name in KINDS:
-                total[name] += call.answer.get(key, 0)
+            counts = lab.saves(group, tsg, f"TSG {tsg:#x}")
+            if counts is None:
+                raise RuntimeError(f"GR_GET_CTXSW_STATS on TSG {tsg:#x}: refused")
+            for name, count in counts.items():
+                total[name] += count
     return total
 
 
