@@ -474,14 +474,10 @@ def _open_intervals(
 
 
 def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]], start: float) -> float:
-    return sum(
-        max(0.0, min(a1, b1) - max(a0, b0, start)) for a0, a1 in a for b0, b1 in b
-    )
+    return sum(max(0.0, min(a1, b1) - max(a0, b0, start)) for a0, a1 in a for b0, b1 in b)
 
 
-def _host_work_rig(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[Rig, dict[str, int]]:
+def _host_work_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Rig, dict[str, int]]:
     """/b launches until 1 s, then only runs the kernel it launched last (a loop doing host work
     before its next wait): it shows nothing more to the probe. GR takes /b's context off the
     engine mid-kernel whenever /a is open beside it, as the doctor saw a long-kernel trainer

@@ -27,6 +27,15 @@ BAD_KERNEL_LOG = re.compile(
     r"WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|nvidia.ko would fault"
 )
 
+# One rerun for a test whose numbers are as much the host's as the code's: the VM is emulated
+# (TCG) on two shared cores, and while the host takes them away the VM's processes run far
+# slower than its clock. In CI's run at e249b79 three such tests failed at once: a lone
+# saturating gpuload kept 0.18 of the engine (over 0.9 in every other run), a saturating pod
+# 0.745 of its alone beside a quiet one (0.90-0.93), and 1 000 renamed RM_ALLOCs never once
+# met their renaming process. What breaks the code fails both attempts; a rerun shows in the
+# summary as R, with the first attempt's failure.
+HOST_TIMED = pytest.mark.flaky(reruns=1)
+
 
 def objects() -> dict[str, int]:
     counts = {}

@@ -12,7 +12,14 @@ import time
 import pytest
 
 from qpolicy.nvrm import rmctl
-from tests.vm.conftest import engine_account, objects, processes, read_nvmock_param, reset
+from tests.vm.conftest import (
+    HOST_TIMED,
+    engine_account,
+    objects,
+    processes,
+    read_nvmock_param,
+    reset,
+)
 from tests.vm.gpuload import Gpuload, start_together
 
 SATURATE = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "4", "--queue", "2"]
@@ -22,6 +29,7 @@ def gpu_seconds(pid: int) -> float:
     return processes().get(pid, 0) / 1e9
 
 
+@HOST_TIMED
 def test_one_process_gets_the_gpu_and_is_charged_for_it() -> None:
     reset()
     load = Gpuload([*SATURATE, "--seconds", "3"]).ready()

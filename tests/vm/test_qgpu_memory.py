@@ -12,7 +12,7 @@ from typing import Any
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import DEBUGFS, objects, reset
+from tests.vm.conftest import DEBUGFS, HOST_TIMED, objects, reset
 from tests.vm.linetenant import LineTenant
 from tests.vm.qgpu_env import (
     SYSFS,
@@ -362,6 +362,7 @@ def rewrites() -> dict[str, int]:
     return {name: int((SYSFS / name).read_text()) for name in names}
 
 
+@HOST_TIMED
 def test_an_allocation_renamed_around_the_drivers_copies_is_charged() -> None:
     """A memory-limited tenant's thread flips hObjectNew of its RM_ALLOC between two fresh names
     for as long as each call is in flight, objects kept: before qgpu's probe on rm_ioctl, a

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.vm.conftest import NVMOCK_PARAMS, reset
+from tests.vm.conftest import HOST_TIMED, NVMOCK_PARAMS, reset
 from tests.vm.gpuload import Gpuload, start_together
 from tests.vm.qgpu_env import (
     burst_hand_back,
@@ -212,6 +212,7 @@ def test_kernels_that_outlast_owed_ms_are_not_starved_beside_work_that_never_pau
     assert used + trained > 0.8
 
 
+@HOST_TIMED
 @pytest.mark.parametrize("online", [False, True])
 def test_a_quiet_pod_costs_a_saturating_one_little_under_burst_share(online: bool) -> None:
     """A pod with a 1 ms request twice a second beside a saturating pod, burst-share 50/50:
