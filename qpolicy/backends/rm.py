@@ -230,6 +230,9 @@ class RmBackend:
                     "own_timeslices": driven.enforcer.control.several_contexts(),
                     # Pods idle to the probe but open, checked on the GPU for work running.
                     "idle_checks": driven.enforcer.sensor.checks(),
+                    # Turns handed back at once to a pod found running just after its turn
+                    # ended idle (SliceScheduler._interrupts).
+                    "turns_handed_back": driven.enforcer.scheduler.stats.interrupts,
                 }
                 for index, driven in sorted(self._gpus.items())
             },

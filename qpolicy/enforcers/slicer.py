@@ -9,7 +9,8 @@ Within a period (the model is CFS bandwidth control, with GPU time as the runtim
   never pays for context switches between them (two competing contexts lose 7-35 % of the GPU,
   docs/gpu-measurements.md §3). A turn ends when the pod has used its planned GPU time
   (*budget*), when its part of the remaining wall time is over (*deadline*; a pod cannot starve
-  the ones after it), or when the pod has gone idle.
+  the ones after it), or when the pod has gone idle. A pod found busy again within a grace of
+  its idle turn's end takes the rest of that turn back at once (``_interrupts``).
 * **work-conserving policies** then hand the rest of the period to offline pods that still have
   work, in proportion to their weights (burst-share: shares; best-effort: equal) in *burst* turns.
 
@@ -42,6 +43,7 @@ skips the tick.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
@@ -54,11 +56,15 @@ from qpolicy.engine import Plan
 from qpolicy.model import PodClass
 from qpolicy.runtime.clock import Cancellable, Clock
 
+log = logging.getLogger(__name__)
+
 Handover = Literal["make-before-break", "break-before-make"]
 
 _BUDGET = "budget"
 _DEADLINE = "deadline"
 _IDLE = "idle"
+# Handed back to the pod whose idle turn it followed, which was found busy (_close_woken).
+_INTERRUPTED = "interrupted"
 # The shortest wait for a read the sensor asks for (sensor_due).
 SENSOR_GAP_US = 500.0
 _SKIPPED = "skipped"
@@ -76,6 +82,8 @@ class _Turn:
     deadline: float = 0.0
     end: str | None = None
     closed_at: float | None = None
+    # The rest of a turn of the pod's earlier in the period, not planned time of its own.
+    resumed: bool = False
 
 
 @dataclass(slots=True)
@@ -91,6 +99,8 @@ class SlicerStats:
     turns: int = 0
     switches: int = 0
     throttles: int = 0
+    #: Turns ended early for the pod whose idle turn they followed (_close_woken).
+    interrupts: int = 0
 
 
 class SliceScheduler:
@@ -397,8 +407,14 @@ class SliceScheduler:
                 wake = min(wake, now + left - latency)
         due = wake  # online caps; there are none when the holder is read alone
         wake = min(wake, self._advance_turns(plan, now))
+        interrupts = self.stats.interrupts
         if self._close_woken(plan, now):
             wake = min(wake, now + self.poll_us)
+        if self.stats.interrupts != interrupts:
+            # A turn was handed back: the new holder's end and looks replace the old one's.
+            self._turn_end = None
+            self._look = None
+            wake = min(wake, self._advance_turns(plan, now))
         if self.sensor_due is not None:
             # Never sooner than the smallest wait: a read in flight settles a control later.
             wake = min(wake, max(self.sensor_due(), now + SENSOR_GAP_US))
@@ -596,9 +612,11 @@ class SliceScheduler:
     def _close_woken(self, plan: Plan, now: float) -> bool:
         """Deal with idle offline pods, left open, that started launching outside a turn.
 
-        One whose turn this period was skipped or ended idle gets the rest of it back, at once
-        if nobody holds the GPU; any other is closed until its next turn. True while a pod is
-        open outside a turn, so that ticks keep watching it.
+        One whose turn this period was skipped or ended idle gets the rest of it back: at once
+        if nobody holds the GPU, or if the turn it ended is the one just before the holder's
+        and it woke within a grace of that hand-over (:meth:`_interrupts`); else after the
+        turns queued. Any other is closed until its next turn. True while a pod is open outside
+        a turn, so that ticks keep watching it.
         """
         watching = False
         for pod in self._offline_pods(plan):
@@ -610,7 +628,11 @@ class SliceScheduler:
                 continue
             left = self._unused_turn_time(pod)
             if left > 2 * self.control.latency_us:
-                self._turns.append(_Turn(pod, left, False))
+                rest = _Turn(pod, left, False, resumed=True)
+                if turn is not None and self._interrupts(pod, turn, now):
+                    self._interrupt(turn, rest, now)
+                    continue
+                self._turns.append(rest)
                 if turn is None:
                     self._open_turn(self._turns[self._turn_index], now, previous=None)
                     watching = True
@@ -624,13 +646,66 @@ class SliceScheduler:
             self._set_enabled(pod, False)
         return watching
 
+    def _interrupts(self, pod: str, turn: _Turn, now: float) -> bool:
+        """Whether ``pod``, busy again, takes the GPU back from ``turn`` at once.
+
+        It does when its own turn ended idle just before ``turn`` began, within a grace: "idle"
+        was then most likely a process with a kernel running and nothing to call meanwhile
+        (host work between its launch and its wait), which a GPU check finds about 10 ms later
+        (BENCHMARKS.md, 2026-11-28). Left to wait behind ``turn``, whose deadline was set with
+        nobody after it, such a loop lost the rest of its turn for the period (an 80 ms host
+        step per 0.1 s kernel, 7-9 % behind native time-slicing on an H100 and an H200). Woken
+        later, it waits its turn: a pod that stops and starts at will should not cut into
+        everyone's turns.
+        """
+        if self._turn_index == 0:
+            return False
+        ended = self._turns[self._turn_index - 1]
+        return (
+            ended.pod == pod
+            and ended.end == _IDLE
+            and ended.closed_at is not None
+            and now - ended.closed_at <= self.idle_grace_us
+        )
+
+    def _interrupt(self, turn: _Turn, rest: _Turn, now: float) -> None:
+        """End ``turn`` now for ``rest``; what ``turn`` had left follows ``rest``."""
+        used = self.sensor.gpu_time_us(turn.pod) - turn.start_gpu_us
+        remainder = _Turn(
+            turn.pod,
+            max(turn.target_us - used, 0.0),
+            turn.burst,
+            cap_us=max(turn.cap_us - used, 0.0),
+            resumed=True,
+        )
+        turn.end = _INTERRUPTED
+        self._turns[self._turn_index + 1 : self._turn_index + 1] = [rest, remainder]
+        self._turn_index += 1
+        self.stats.interrupts += 1
+        log.debug(
+            "pod %s: turn handed back by %s (%.1f ms left of %.1f planned)",
+            rest.pod,
+            turn.pod,
+            rest.target_us / 1000,
+            sum(t.target_us for t in self._turns if t.pod == rest.pod and not t.resumed) / 1000,
+        )
+        if self.handover == "make-before-break":
+            self._open_turn(rest, now, previous=turn.pod)
+            self._step_aside(turn.pod)
+            turn.closed_at = self.control.settled_at()
+            return
+        self._step_aside(turn.pod)
+        turn.closed_at = self.control.settled_at()
+        self._open_turn(rest, now, previous=turn.pod)
+
     def _unused_turn_time(self, pod: str) -> float:
         """What is left of ``pod``'s turns this period if they all ended early for idleness."""
         own = [t for t in self._turns if t.pod == pod and not t.burst]
         if not own or any(t.end not in (_SKIPPED, _IDLE) for t in own):
             return 0.0
         used = self.sensor.gpu_time_us(pod) - self._start_gpu.get(pod, 0.0)
-        return sum(t.target_us for t in own) - used
+        # What it was planned, not again the rests it was handed back (each counted in used).
+        return sum(t.target_us for t in own if not t.resumed) - used
 
     def _set_enabled(self, pod: str, enabled: bool) -> None:
         if self._enabled.get(pod, True) == enabled:

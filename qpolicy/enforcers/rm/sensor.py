@@ -84,6 +84,9 @@ class RmUsageSensor:
         self._pod_polled_at: dict[str, float] = {}
         self._busy: dict[str, bool] = {}
         self._unused: dict[str, float] = {}
+        # Per pod: the part of _unused from its present idle stretch (since its last launch),
+        # charged back if the GPU check finds work of its running after all.
+        self._stretch: dict[str, float] = {}
         self.throttled_us: dict[str, float] = {}
         self.polls = 0
         self._checks: dict[str, _Check] = {}
@@ -110,6 +113,7 @@ class RmUsageSensor:
             if count != self._count.get(pod):
                 self._count[pod] = count
                 self._open_idle[pod] = 0.0
+                self._stretch[pod] = 0.0
                 continue
             before = self._open_idle[pod]
             self._open_idle[pod] = before + delta
@@ -117,6 +121,7 @@ class RmUsageSensor:
             past_grace = min(delta, before + delta - self.grace_us)
             if past_grace > 0:
                 self._unused[pod] = self._unused.get(pod, 0.0) + past_grace
+                self._stretch[pod] = self._stretch.get(pod, 0.0) + past_grace
         debug = log.isEnabledFor(logging.DEBUG)
         for pod in self._count if pods is None else [p for p in pods if p in self._count]:
             since = now - self._pod_polled_at.get(pod, previous)
@@ -161,8 +166,13 @@ class RmUsageSensor:
             if check.baseline is not None and saves is not None:
                 interrupted = _interrupted(check.baseline, saves)
                 if interrupted:
-                    # Work of the pod's was running: busy from now, as after a launch.
+                    # Work of the pod's was running: busy from now, as after a launch, and
+                    # charged for the open time it read idle (it was running all along: it
+                    # launched nothing since). Left uncharged, a loop with host work between
+                    # launch and wait had a third of its turns free (tests/unit/
+                    # test_rm_enforcer.py, the host-work rig: 0.71 of the GPU at 50/50).
                     self._open_idle[pod] = 0.0
+                    self._unused[pod] -= self._stretch.pop(pod, 0.0)
                     del self._checks[pod]
                     self.found_running += 1
                     log.debug("pod %s: busy (%d preemption saves while idle)", pod, interrupted)
