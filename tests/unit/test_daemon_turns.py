@@ -1,0 +1,89 @@
+"""tools/gpu/daemon_turns.py on the daemon logs kept from GPU runs: the numbers BENCHMARKS.md and
+the README quote from them come out of the logs themselves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tools.gpu import daemon_turns
+
+RESULTS = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "results"
+
+
+def summaries(name: str, pod: str = "long") -> list[dict[str, object]]:
+    path = RESULTS / name
+    return [daemon_turns.parse(lines, log, pod).summary() for log, lines in daemon_turns.logs(path)]
+
+
+@pytest.mark.parametrize(
+    ("name", "found"),
+    [
+        ("2026-11-28-daemon-logs-host-work-checked-h100-call18C.tar.xz", 22),
+        ("2026-11-28-daemon-logs-host-work-checked-h200-call18B.tar.xz", 29),
+    ],
+)
+def test_an_idle_loop_is_found_running_about_10_ms_after_reading_idle(
+    name: str, found: int
+) -> None:
+    """The eighteenth session's figure: found running 9.7-12.2 ms after reading idle, with 10-13
+    saves in between, 22 and 29 times in a 20 s run."""
+    (summary,) = summaries(name)
+    assert summary["found_running"] == found
+    spread = summary["found_running_ms"]
+    assert isinstance(spread, dict) and spread["min"] >= 9.7 and spread["max"] <= 12.2
+    saves = summary["found_running_saves"]
+    assert isinstance(saves, dict) and saves["min"] >= 10 and saves["max"] <= 13
+    assert summary["handed_back"] == 0  # before turns were handed back
+
+
+def test_turns_handed_back_raise_the_loops_share() -> None:
+    """Call 19A (an H200): the loop's turns handed back 40 times, the GPU time counted for it
+    0.36 of the run against 0.28 with the commit before, in the same call."""
+    (after,) = summaries("2026-11-28-daemon-logs-host-work-handback-h200-call19A.tar.xz")
+    (before,) = summaries("2026-11-28-daemon-logs-host-work-5356669-h200-call19A.tar.xz")
+    assert after["handed_back"] == 40 and before["handed_back"] == 0
+    assert after["used_share"] == pytest.approx(0.358, abs=0.001)
+    assert before["used_share"] == pytest.approx(0.282, abs=0.001)
+    spread = after["handed_back_ms"]
+    # Each hand-back follows the busy line that ended an idle read: by a check or by a call.
+    assert isinstance(spread, dict) and spread["min"] > 0 and spread["max"] <= 12.0
+
+
+def test_lines_of_other_pods_and_other_text_are_not_counted() -> None:
+    head = "qpolicy daemon:     {} ms DEBUG qpolicy.enforcers."
+    lines = [
+        head.format(100.0) + "rm.sensor: pod /x/long: idle (3 launches, open)",
+        head.format(101.0) + "rm.sensor: pod /x/trainer: busy (1 preemption saves while idle)",
+        "something else entirely",
+        head.format(110.5) + "rm.sensor: pod /x/long: busy (12 preemption saves while idle)",
+        head.format(110.6) + "slicer: pod /x/long: turn handed back by /x/trainer (5.0 ms left)",
+        head.format(111.0) + "rm.control: pod /x/trainer: close pid 1 client 0x1 channels 2: 0x0",
+        head.format(150.0) + "rm.enforcer: period used /x/trainer 10.0 ms hungry, /x/long 20.0 ms",
+    ]
+    summary = daemon_turns.parse(lines, "log", "long").summary()
+    assert summary["idle_reads"] == 1 and summary["found_running"] == 1
+    assert summary["found_running_ms"] == {"min": 10.5, "median": 10.5, "max": 10.5}
+    assert summary["handed_back_ms"] == {"min": 10.5, "median": 10.5, "max": 10.5}
+    assert summary["controls"] == 1 and summary["periods"] == 1
+    assert summary["used_share"] == pytest.approx(20.0 / 50.0)
+
+
+def test_the_command_prints_json_and_names_a_missing_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = "2026-11-28-daemon-logs-host-work-checked-h100-call18C.tar.xz"
+    assert daemon_turns.main([str(RESULTS / name), "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["found_running"] == 22
+    missing = tmp_path / "nope.log"
+    assert daemon_turns.main([str(missing)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(missing) in err[0]
+    broken = tmp_path / "logs.tar.xz"
+    broken.write_bytes(b"not an archive")
+    assert daemon_turns.main([str(broken)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(broken) in err[0]
