@@ -172,7 +172,8 @@ class RmUsageSensor:
                     # launch and wait had a third of its turns free (tests/unit/
                     # test_rm_enforcer.py, the host-work rig: 0.71 of the GPU at 50/50).
                     self._open_idle[pod] = 0.0
-                    self._unused[pod] -= self._stretch.pop(pod, 0.0)
+                    stretch = self._stretch.pop(pod, 0.0)
+                    self._unused[pod] = self._unused.get(pod, 0.0) - stretch
                     del self._checks[pod]
                     self.found_running += 1
                     log.debug("pod %s: busy (%d preemption saves while idle)", pod, interrupted)
