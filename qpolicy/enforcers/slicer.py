@@ -531,6 +531,10 @@ class SliceScheduler:
             turn.closed_at = now
             self._open_turn(nxt, now, previous=turn.pod)
             return
+        self._switch(turn, nxt, now)
+
+    def _switch(self, turn: _Turn, nxt: _Turn | None, now: float) -> None:
+        """Take ``turn``'s pod off the GPU and open ``nxt`` (if any), in the hand-over's order."""
         if nxt is not None and self.handover == "make-before-break":
             self._open_turn(nxt, now, previous=turn.pod)
             self._step_aside(turn.pod)
@@ -689,14 +693,7 @@ class SliceScheduler:
             rest.target_us / 1000,
             sum(t.target_us for t in self._turns if t.pod == rest.pod and not t.resumed) / 1000,
         )
-        if self.handover == "make-before-break":
-            self._open_turn(rest, now, previous=turn.pod)
-            self._step_aside(turn.pod)
-            turn.closed_at = self.control.settled_at()
-            return
-        self._step_aside(turn.pod)
-        turn.closed_at = self.control.settled_at()
-        self._open_turn(rest, now, previous=turn.pod)
+        self._switch(turn, rest, now)
 
     def _unused_turn_time(self, pod: str) -> float:
         """What is left of ``pod``'s turns this period if they all ended early for idleness."""
