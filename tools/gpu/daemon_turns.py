@@ -8,15 +8,24 @@ enforcer at debug level). The lines read here are the sensor's "pod P: idle (...
 "period used P 12.3 ms ...". Times are the log's own (ms since the daemon started).
 
     python3 tools/gpu/daemon_turns.py LOG_OR_TAR_XZ [--pod NAME] [--json]
+        [--bench BENCH_JSON_XZ --online POD --offline POD,POD [--shift-ms MS ...]]
 
 A ``.tar.xz`` (as the results directory keeps them) is read member by member: one report per
 log in it.
+
+With ``--bench`` (the bench's JSON of the same run, whose qpolicy row has the online pod's
+latencies in release order, at a fixed rate), each request is placed on the log's clock and
+counted under the offline pod whose channels alone were open then: the requests over 1 ms per
+holder. The two clocks are not tied: request 0 is put 20 s of requests before the last
+period in which the online pod used the GPU, and ``--shift-ms`` moves that guess; a finding
+that holds at every shift does not depend on it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import re
 import statistics
 import sys
@@ -34,6 +43,11 @@ HANDED_BACK = re.compile(r"^pod (?P<pod>\S+): turn handed back by (?P<by>\S+) ")
 CONTROL = re.compile(r"^pod (?P<pod>\S+): (?P<what>open|close) ")
 PERIOD = re.compile(r"^period used (?P<rest>.*)$")
 USED = re.compile(r"(?P<pod>\S+) (?P<ms>\d+(?:\.\d+)?) ms")
+
+
+def names(name: str, pod: str) -> bool:
+    """Whether the log's pod path ``name`` is ``pod``: the path, or its last component."""
+    return name == pod or name.rsplit("/", 1)[-1] == pod
 
 
 @dataclass
@@ -92,7 +106,7 @@ def parse(lines: Iterable[str], log: str, pod: str) -> Report:
     stood = float("nan")
 
     def ours(name: str) -> bool:
-        return name == pod or name.rsplit("/", 1)[-1] == pod
+        return names(name, pod)
 
     for raw in lines:
         match = LINE.match(raw.rstrip("\n"))
@@ -127,6 +141,89 @@ def parse(lines: Iterable[str], log: str, pod: str) -> Report:
     return report
 
 
+def holders(lines: Iterable[str], offline: list[str]) -> list[tuple[float, float, str]]:
+    """(start, end, who) spans of the log: the one ``offline`` pod (path or last component) whose
+    channels alone were open, "several", or "none", from the control's open and close lines
+    (every pod open until its first close)."""
+    open_now = dict.fromkeys(offline, True)
+    spans: list[tuple[float, float, str]] = []
+    since: float | None = None
+
+    def who() -> str:
+        names = [name for name, is_open in open_now.items() if is_open]
+        return names[0] if len(names) == 1 else ("none" if not names else "several")
+
+    for raw in lines:
+        match = LINE.match(raw.rstrip("\n"))
+        if match is None or not match["logger"].endswith("control"):
+            continue
+        control = CONTROL.match(match["text"])
+        if control is None:
+            continue
+        name = next((o for o in offline if names(control["pod"], o)), None)
+        if name is None:
+            continue
+        at = float(match["ms"])
+        if since is not None:
+            spans.append((since, at, who()))
+        open_now[name] = control["what"] == "open"
+        since = at
+    return spans
+
+
+def last_active_ms(lines: Iterable[str], pod: str) -> float | None:
+    """The log time of the last "period used" line that counts GPU time for ``pod``."""
+    last = None
+    for raw in lines:
+        match = LINE.match(raw.rstrip("\n"))
+        if match is None or not (period := PERIOD.match(match["text"])):
+            continue
+        for used in USED.finditer(period["rest"]):
+            if names(used["pod"].rstrip(","), pod) and float(used["ms"]) > 0:
+                last = float(match["ms"])
+    return last
+
+
+def slow_by_holder(
+    latencies_ms: list[float],
+    rate_hz: float,
+    first_ms: float,
+    spans: list[tuple[float, float, str]],
+    over_ms: float = 1.0,
+) -> dict[str, dict[str, float]]:
+    """Requests released every 1 / ``rate_hz`` from ``first_ms`` on the log's clock, counted per
+    holder (``spans``; "unknown" outside them): how many, how many over ``over_ms``, and the
+    fraction."""
+    counts: dict[str, list[int]] = {}
+    index = 0
+    for i, latency in enumerate(latencies_ms):
+        at = first_ms + i * 1000.0 / rate_hz
+        while index < len(spans) and spans[index][1] <= at:
+            index += 1
+        inside = index < len(spans) and spans[index][0] <= at
+        tally = counts.setdefault(spans[index][2] if inside else "unknown", [0, 0])
+        tally[0] += 1
+        tally[1] += latency > over_ms
+    return {
+        who: {"requests": n, "slow": slow, "fraction": round(slow / n, 4)}
+        for who, (n, slow) in sorted(counts.items())
+    }
+
+
+def bench_latencies(path: Path, online: str) -> tuple[list[float], float]:
+    """The qpolicy row's ``online`` latencies and the release rate, from a bench JSON(.xz)."""
+    opener = lzma.open if path.name.endswith(".xz") else open
+    with opener(path, "rt") as handle:
+        data = json.load(handle)
+    for runs in data["scenarios"].values():
+        for run in runs:
+            if run.get("mode") == "qpolicy":
+                pod = run["pods"][online]
+                # Released at a fixed rate (the bench's rows are not Poisson): so many a second.
+                return [float(x) for x in pod["latencies_ms"]], pod["requests"] / pod["seconds"]
+    raise ValueError(f"no qpolicy run in {path}")
+
+
 def logs(path: Path) -> Iterator[tuple[str, list[str]]]:
     """(name, lines) of each log in ``path``: a log, or a .tar.xz of logs."""
     if path.name.endswith(".tar.xz"):
@@ -146,6 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path", type=Path, help="a daemon log, or a .tar.xz of them")
     parser.add_argument("--pod", default="long", help="the pod (its path or last component)")
     parser.add_argument("--json", action="store_true", help="one JSON object per log")
+    parser.add_argument("--bench", type=Path, help="the bench JSON(.xz) of the same run")
+    parser.add_argument("--online", default="online", help="the online pod, with --bench")
+    parser.add_argument(
+        "--offline", default="trainer,long", help="the offline pods, comma-separated (--bench)"
+    )
+    parser.add_argument(
+        "--shift-ms", type=float, nargs="*", default=[-400.0, -200.0, 0.0, 200.0, 400.0]
+    )
     args = parser.parse_args(argv)
     if not args.path.is_file():
         print(f"daemon_turns: no such file: {args.path}", file=sys.stderr)
@@ -155,6 +260,22 @@ def main(argv: list[str] | None = None) -> int:
     except (tarfile.TarError, OSError, EOFError) as error:
         print(f"daemon_turns: cannot read {args.path}: {error}", file=sys.stderr)
         return 2
+    if args.bench is not None:
+        try:
+            latencies, rate = bench_latencies(args.bench, args.online)
+        except (OSError, EOFError, lzma.LZMAError, ValueError, KeyError) as error:
+            print(f"daemon_turns: cannot read {args.bench}: {error}", file=sys.stderr)
+            return 2
+        for summary, (_, lines) in zip(reports, logs(args.path), strict=True):
+            last = last_active_ms(lines, args.online)
+            if last is None:
+                continue
+            spans = holders(lines, args.offline.split(","))
+            first = last - len(latencies) * 1000.0 / rate
+            summary["slow_by_holder"] = {
+                f"{shift:+.0f} ms": slow_by_holder(latencies, rate, first + shift, spans)
+                for shift in args.shift_ms
+            }
     for summary in reports:
         if args.json:
             print(json.dumps(summary))
