@@ -29,6 +29,12 @@ from tests.vm.qgpu_env import (
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
 PERIOD_US = 50_000
 
+# Every test here measures shares or latencies of the emulated GPU: one rerun each (HOST_TIMED).
+# CI's runs failed five of them once each (e249b79, a24da00, 5b3f5d0): a burst-share pod at 0.270
+# for 0.30 +- 0.03, an online p99 of 32.6 ms for at most twice solo's 14.6 (300 requests, whose
+# p99 is the VM's vCPU stalls), each passing here and in other CI runs.
+pytestmark = HOST_TIMED
+
 
 def test_fixed_share_50_30_20_within_two_points() -> None:
     with qgpu_loaded() as client, cgroups(3) as cgs:
@@ -80,7 +86,6 @@ def measured_switch_shares(request: pytest.FixtureRequest) -> tuple[float, ...]:
     return switch_shares()
 
 
-@HOST_TIMED
 def test_the_switch_to_a_turn_is_charged_to_no_slice(request: pytest.FixtureRequest) -> None:
     """Every turn begins with a context switch that no one's work runs in. Charged to the pod
     whose turn it is, a fixed cost per turn comes off small shares more than large ones: with
@@ -91,7 +96,6 @@ def test_the_switch_to_a_turn_is_charged_to_no_slice(request: pytest.FixtureRequ
         assert got >= want - 2
 
 
-@HOST_TIMED
 def test_no_pod_gets_more_than_its_share_when_switches_overfill_the_period(
     request: pytest.FixtureRequest,
 ) -> None:
@@ -225,7 +229,6 @@ def test_kernels_that_outlast_owed_ms_are_not_starved_beside_work_that_never_pau
     assert used + trained > 0.8
 
 
-@HOST_TIMED
 @pytest.mark.parametrize("online", [False, True])
 def test_a_quiet_pod_costs_a_saturating_one_little_under_burst_share(online: bool) -> None:
     """A pod with a 1 ms request twice a second beside a saturating pod, burst-share 50/50:
