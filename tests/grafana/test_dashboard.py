@@ -278,8 +278,13 @@ def get_json(url: str, params: dict[str, str] | list[tuple[str, str]]) -> Any:
         with urllib.request.urlopen(f"{url}?{query}", timeout=10) as response:
             return json.load(response)
     except urllib.error.HTTPError as error:
-        # Prometheus answers a bad query with 400 and a JSON body that says why.
-        return json.load(error)
+        # Prometheus answers a bad query with 400 and a JSON body that says why; while it starts
+        # it answers 503 with a line of text (CI's run at c7a6a39 read that as JSON and erred).
+        body = error.read()
+        try:
+            return json.loads(body)
+        except ValueError:
+            return {"status": "error", "error": f"HTTP {error.code}: {body[:200]!r}"}
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
