@@ -105,9 +105,6 @@ def parse(lines: Iterable[str], log: str, pod: str) -> Report:
     # How long the pod's last idle read stood before a busy line ended it.
     stood = float("nan")
 
-    def ours(name: str) -> bool:
-        return names(name, pod)
-
     for raw in lines:
         match = LINE.match(raw.rstrip("\n"))
         if match is None:
@@ -115,7 +112,7 @@ def parse(lines: Iterable[str], log: str, pod: str) -> Report:
         at, text = float(match["ms"]), match["text"]
         first = at if first is None else first
         last = at
-        if (m := SENSOR.match(text)) and ours(m["pod"]):
+        if (m := SENSOR.match(text)) and names(m["pod"], pod):
             if m["state"] == "idle":
                 report.idle_reads += 1
                 idle_at = at
@@ -128,14 +125,14 @@ def parse(lines: Iterable[str], log: str, pod: str) -> Report:
                 else:
                     report.woke_ms.append(stood)
                 idle_at = None
-        elif (m := HANDED_BACK.match(text)) and ours(m["pod"]):
+        elif (m := HANDED_BACK.match(text)) and names(m["pod"], pod):
             # The idle read before it is the one the sensor's busy line has just ended.
             report.handed_back_ms.append(stood)
         elif (m := CONTROL.match(text)) and match["logger"].endswith("control"):
             report.controls += 1
         elif m := PERIOD.match(text):
             for used in USED.finditer(m["rest"]):
-                if ours(used["pod"].rstrip(",")):
+                if names(used["pod"].rstrip(","), pod):
                     report.periods_used_ms.append(float(used["ms"]))
     report.span_ms = last - first if first is not None else 0.0
     return report
@@ -256,17 +253,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"daemon_turns: no such file: {args.path}", file=sys.stderr)
         return 2
     try:
-        reports = [parse(lines, name, args.pod).summary() for name, lines in logs(args.path)]
+        read = list(logs(args.path))
     except (tarfile.TarError, OSError, EOFError) as error:
         print(f"daemon_turns: cannot read {args.path}: {error}", file=sys.stderr)
         return 2
+    reports = [parse(lines, name, args.pod).summary() for name, lines in read]
     if args.bench is not None:
         try:
             latencies, rate = bench_latencies(args.bench, args.online)
         except (OSError, EOFError, lzma.LZMAError, ValueError, KeyError) as error:
             print(f"daemon_turns: cannot read {args.bench}: {error}", file=sys.stderr)
             return 2
-        for summary, (_, lines) in zip(reports, logs(args.path), strict=True):
+        for summary, (_, lines) in zip(reports, read, strict=True):
             last = last_active_ms(lines, args.online)
             if last is None:
                 continue
