@@ -558,3 +558,17 @@ def test_pod_mps_runs_an_offline_pod_of_several_under_a_server_of_its_own() -> N
     assert dirs["trainer"] is not None and dirs["online"] is None
     assert gpu.shared_pods(TRAINER_8192) == []
     assert all(gpu.mode_env("qpolicy-pod-mps", p, TRAINER_8192) == {} for p in TRAINER_8192.pods)
+
+
+def test_list_names_the_rows_a_prefix_would_run_and_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--only is a prefix: tools/gpu/ab-row.sh asks --list how many rows one starts, because
+    call 20C's prefix ran four rows where one was meant (2026-11-28)."""
+    prefix = "online 4096 @ 150 Hz next to an 8192 trainer and 32768"
+    monkeypatch.setattr("sys.argv", ["gpu.py", "--only", prefix, "--list"])
+    monkeypatch.setattr(gpu, "Cgroups", None)  # nothing is set up on the way to the list
+    assert gpu.main() == 0
+    names = capsys.readouterr().out.splitlines()
+    assert names == [s.name for s in gpu.SCENARIOS if s.name.startswith(prefix)]
+    assert len(names) == 4 and all(n.startswith(prefix) for n in names)

@@ -1042,6 +1042,11 @@ def main() -> int:
         "--table", metavar="JSON", help="print the table of an earlier run's JSON and exit"
     )
     parser.add_argument(
+        "--list",
+        action="store_true",
+        help="print the names of the scenarios --only chooses, one a line, and exit",
+    )
+    parser.add_argument(
         "--solo-from", metavar="JSON", help="reuse the solo throughputs of an earlier run"
     )
     args = parser.parse_args()
@@ -1053,6 +1058,15 @@ def main() -> int:
     if args.table:
         earlier = resummarise(json.loads(Path(args.table).read_text()))
         print("\n".join(table(earlier) + other_modes(earlier)))
+        return 0
+    if args.list:
+        print(
+            "\n".join(
+                s.name
+                for s in SCENARIOS
+                if not args.only or any(s.name.startswith(p) for p in args.only)
+            )
+        )
         return 0
     sizes = [int(x) for x in args.sizes.split(",")]
     modes = args.modes.split(",")

@@ -105,13 +105,16 @@ def read_smi(path: Path) -> list[Sample]:
 
 
 def read_runs(path: Path, row: str) -> list[Run]:
-    """The qpolicy runs of the scenario whose name starts with ``row`` in one bench JSON."""
+    """The qpolicy runs of the one scenario whose name starts with ``row`` in a bench JSON."""
     with lzma.open(path) if path.suffix == ".xz" else path.open("rb") as f:
         report = json.load(f)
     runs = []
-    for name, rows in report.get("scenarios", {}).items():
-        if not name.startswith(row):
-            continue
+    matched = [name for name in report.get("scenarios", {}) if name.startswith(row)]
+    if len(matched) > 1:
+        # bench-gpu.sh's --only is a prefix too: one that matches several rows ran them all.
+        raise ValueError(f"{path}: {row!r} starts {len(matched)} rows: {'; '.join(matched)}")
+    for name in matched:
+        rows = report["scenarios"][name]
         native = next((r for r in rows if r.get("mode") == "native"), None)
         for r in rows:
             if r.get("mode") != "qpolicy":
