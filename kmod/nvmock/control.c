@@ -245,7 +245,7 @@ static u32 subdevice_set_ctxsw_preemption(const struct nvmock_caller *caller,
  * Measured on an H100 and an H200 (tools/gpu/ctxsw_saves.py): NV_OK on a process's compute TSG,
  * from root over that process's own descriptor. nvmock answers for a TSG of the caller's client
  * on this GPU, or a channel with a TSG of its own; what the engine counts is engine.c's
- * (mid_kernel()). What GSP answers for a channel inside a TSG, and whether RESET clears before
+ * (work_in_flight()). What GSP answers for a channel inside a TSG, and whether RESET clears before
  * or after the answer, is not measured: nvmock answers NV_ERR_INVALID_OBJECT_HANDLE, and clears
  * after.
  */

@@ -172,12 +172,14 @@ def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 def test_gr_saves_a_context_taken_off_mid_kernel_by_cilp_and_never_an_idle_one() -> None:
     """GR_GET_CTXSW_STATS as an H100 and an H200 answered it (tools/gpu/ctxsw_saves.py, calls
     18D-E): a loop of long kernels alone on the GPU is never saved; beside another TSG with work
-    at a 1 us timeslice it is saved by CILP at every switch; each close of it mid-kernel is one
-    CILP save; a process with nothing to run is saved by nothing, closed or not. The daemon's
-    read (rmctl.preemption_saves) is the CILP, CTA and GfxP saves. The loop keeps two kernels
-    in flight: gpuload's host takes longer between kernels in this VM than PyTorch's did on the
-    GPUs, where one in flight gave 20 CILP saves in 20 closes; it still leaves gaps now and
-    then."""
+    at a 1 us timeslice both are saved by CILP at every switch (the GPUs: 4 007 and 4 245 saves,
+    all CILP); each close of it mid-kernel is one CILP save; a process with nothing to run is
+    saved by nothing, closed or not. The daemon's read (rmctl.preemption_saves) is the CILP, CTA
+    and GfxP saves. The loop keeps two kernels in flight: gpuload's host takes longer between
+    kernels in this VM than PyTorch's did on the GPUs, where one in flight gave 20 CILP saves in
+    20 closes. Until nvmock counted a kernel queued behind a finished one as work in flight, the
+    other TSG (1 ms kernels) was WFI-saved at 40-100 % of its switches here, and in one CI run
+    the loop at all 1 914 of them."""
     # Two in flight: a close never lands in a gap between its kernels (a context with nothing
     # to run is not saved; with one in flight, the first close of a CI run found that gap).
     long = ["--shape", "saturate", "--kernel-us", "40000", "--sync-every", "1", "--queue", "2"]
@@ -231,11 +233,14 @@ def test_gr_saves_a_context_taken_off_mid_kernel_by_cilp_and_never_an_idle_one()
     nothing = {"saveCnt": 0, "wfiSaveCnt": 0, "ctaSaveCnt": 0, "cilpSaveCnt": 0}
     cilp = {**nothing, "saveCnt": 1, "cilpSaveCnt": 1}
     assert alone[0] == nothing and alone[2] == nothing and beside[2] == nothing
-    # Side by side at 1 us the loop is taken off mid-kernel again and again.
-    assert beside[0]["cilpSaveCnt"] > 0 and beside[1]["saveCnt"] > 0
-    # A close saves a running kernel's context once, by CILP. One that lands between two of
-    # the loop's kernels saves nothing, as a context with nothing to run is not saved: in this
-    # VM gpuload's host is slow to submit the next (4 of 5 closes saved in two of four runs).
+    # Side by side at 1 us both are taken off with work in flight again and again: CILP. A
+    # switch that finds a TSG's queue empty (gpuload's host late with the next kernel) is WFI,
+    # rightly; 1 % of them is room for that, where the old count made 40-100 % of them WFI.
+    for tsg in beside[:2]:
+        assert tsg["saveCnt"] > 100 and tsg["cilpSaveCnt"] >= 0.99 * tsg["saveCnt"]
+    # A close saves a context with work in flight once, by CILP. One that lands when the
+    # loop's queue is empty saves nothing, as a context with nothing to run is not saved; with
+    # two kernels queued that takes a host stall (5 of 5 saved in six runs here).
     assert all(d in (nothing, cilp) for d in closes["loop"])
-    assert closes["loop"].count(cilp) >= 3
+    assert closes["loop"].count(cilp) >= 4
     assert closes["idle"] == [nothing] * 5
