@@ -19,11 +19,19 @@ counted under the offline pod whose channels alone were open then: the requests 
 holder. The two clocks are not tied: request 0 is put 20 s of requests before the last
 period in which the online pod used the GPU, and ``--shift-ms`` moves that guess; a finding
 that holds at every shift does not depend on it.
+
+Also with ``--bench``, ``slow_near_controls``: since the two clocks are not tied to the
+millisecond, every shift within ``--search-ms`` (0.5 ms steps) is tried, and at each the slow
+requests released within 3 ms after an open or close line (or 1 ms before it) are counted. A
+cause in the controls shows as one shift where many more of them are near one than at the
+median shift (what chance gives with the controls' and requests' own rhythms); at that shift,
+each kind of control's requests and their slow fraction, against the requests near none.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import lzma
 import re
@@ -207,6 +215,70 @@ def slow_by_holder(
     }
 
 
+def controls(lines: Iterable[str]) -> list[tuple[float, str]]:
+    """(log ms, "open POD" or "close POD") of the control's lines, POD the path's last part."""
+    out = []
+    for raw in lines:
+        match = LINE.match(raw.rstrip("\n"))
+        if match is None or not match["logger"].endswith("control"):
+            continue
+        if (control := CONTROL.match(match["text"])) is not None:
+            out.append(
+                (float(match["ms"]), f"{control['what']} {control['pod'].rsplit('/', 1)[-1]}")
+            )
+    return out
+
+
+#: A request counts as near a control released from BEFORE_MS before its line to AFTER_MS after:
+#: the line is written around the call, which takes 0.6-1.3 ms under GSP (h200-findings).
+NEAR_BEFORE_MS, NEAR_AFTER_MS = 3.0, 1.0
+
+
+def slow_near_controls(
+    latencies_ms: list[float],
+    rate_hz: float,
+    first_ms: float,
+    events: list[tuple[float, str]],
+    search_ms: float = 800.0,
+    over_ms: float = 1.0,
+) -> dict[str, object]:
+    """The shift (within ±``search_ms``, 0.5 ms steps) at which most requests over ``over_ms``
+    were released near a control (``events``, sorted); how many there, the median over all
+    shifts, and at that shift each kind of control's requests, slow ones and median latency."""
+    times = [t for t, _ in events]
+    gap = 1000.0 / rate_hz
+    slow = [i for i, x in enumerate(latencies_ms) if x > over_ms]
+
+    def near(i: int, shift: float) -> int | None:
+        at = first_ms + shift + i * gap
+        j = bisect.bisect_left(times, at - NEAR_BEFORE_MS)
+        return j if j < len(times) and times[j] <= at + NEAR_AFTER_MS else None
+
+    hits = []
+    for step in range(-round(search_ms * 2), round(search_ms * 2) + 1):
+        shift = step / 2
+        hits.append((sum(near(i, shift) is not None for i in slow), -abs(shift), shift))
+    best_hits, _, best = max(hits)
+    kinds: dict[str, list[float]] = {}
+    for i, latency in enumerate(latencies_ms):
+        j = near(i, best)
+        kinds.setdefault("none" if j is None else events[j][1], []).append(latency)
+    return {
+        "slow": len(slow),
+        "shift_ms": best,
+        "slow_near_a_control": best_hits,
+        "median_over_shifts": statistics.median(h for h, _, _ in hits),
+        "by_control": {
+            kind: {
+                "requests": len(xs),
+                "slow": sum(1 for x in xs if x > over_ms),
+                "median_ms": round(statistics.median(xs), 3),
+            }
+            for kind, xs in sorted(kinds.items())
+        },
+    }
+
+
 def bench_latencies(path: Path, online: str) -> tuple[list[float], float]:
     """The qpolicy row's ``online`` latencies and the release rate, from a bench JSON(.xz)."""
     opener = lzma.open if path.name.endswith(".xz") else open
@@ -248,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shift-ms", type=float, nargs="*", default=[-400.0, -200.0, 0.0, 200.0, 400.0]
     )
+    parser.add_argument(
+        "--search-ms", type=float, default=800.0, help="shifts tried for slow_near_controls"
+    )
     args = parser.parse_args(argv)
     if not args.path.is_file():
         print(f"daemon_turns: no such file: {args.path}", file=sys.stderr)
@@ -274,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{shift:+.0f} ms": slow_by_holder(latencies, rate, first + shift, spans)
                 for shift in args.shift_ms
             }
+            summary["slow_near_controls"] = slow_near_controls(
+                latencies, rate, first, controls(lines), args.search_ms
+            )
     for summary in reports:
         if args.json:
             print(json.dumps(summary))
