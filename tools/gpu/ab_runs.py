@@ -33,6 +33,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+# The bench's own percentiles (nearest rank), so that pooled and per-run numbers read alike.
+from qpolicy.doctor.report import latency_stats  # noqa: E402
+
 # nvidia-smi's clock-event reasons (nvml.h: nvmlClocksEventReason*), the bits this row meets.
 REASONS = {
     0x1: "idle",
@@ -65,7 +71,6 @@ class Run:
     start: float
     seconds: float
     native_pods_it_per_s: dict[str, float] = field(default_factory=dict)
-    clocks: dict[str, Any] = field(default_factory=dict)
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -161,17 +166,12 @@ def clocks(samples: Sequence[Sample], start: float, seconds: float) -> dict[str,
 
 
 def tail(latencies: Iterable[float]) -> dict[str, Any]:
-    """Percentiles by rank (the bench's own rule: the value at int(q * n) of the sorted list) and
-    the requests over each of SLOW_MS."""
-    ordered = sorted(latencies)
-    n = len(ordered)
-    if not n:
-        return {"requests": 0}
-    out: dict[str, Any] = {"requests": n}
-    for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
-        out[f"{name}_ms"] = round(ordered[min(n - 1, int(q * n))], 3)
+    """The bench's latency statistics (``latency_stats``: p50 to p99.9 by nearest rank, the
+    mean) and the requests over each of SLOW_MS."""
+    values = list(latencies)
+    out = latency_stats(values)
     for ms in SLOW_MS:
-        out[f"over_{ms:g}_ms"] = sum(1 for x in ordered if x > ms)
+        out[f"over_{ms:g}_ms"] = sum(1 for x in values if x > ms)
     return out
 
 
@@ -181,7 +181,7 @@ def compare(groups: dict[str, list[Run]], samples: Sequence[Sample]) -> dict[str
     for name, runs in groups.items():
         per_run = []
         for run in runs:
-            run.clocks = clocks(samples, run.start, run.seconds)
+            during = clocks(samples, run.start, run.seconds)
             per_run.append(
                 {
                     "run": run.path,
@@ -192,7 +192,7 @@ def compare(groups: dict[str, list[Run]], samples: Sequence[Sample]) -> dict[str
                         else {}
                     ),
                     **tail(run.latencies_ms),
-                    **({"clocks": run.clocks} if run.clocks else {}),
+                    **({"clocks": during} if during else {}),
                 }
             )
         pods = sorted({p for run in runs for p in run.pods_it_per_s})
