@@ -146,6 +146,17 @@ def parse(lines: Iterable[str], log: str, pod: str) -> Report:
     return report
 
 
+def control_lines(lines: Iterable[str]) -> Iterator[tuple[float, str, str]]:
+    """(log ms, "open" or "close", the pod's path) of each of the control's open and close
+    lines."""
+    for raw in lines:
+        match = LINE.match(raw.rstrip("\n"))
+        if match is None or not match["logger"].endswith("control"):
+            continue
+        if (control := CONTROL.match(match["text"])) is not None:
+            yield float(match["ms"]), control["what"], control["pod"]
+
+
 def holders(lines: Iterable[str], offline: list[str]) -> list[tuple[float, float, str]]:
     """(start, end, who) spans of the log: the one ``offline`` pod (path or last component) whose
     channels alone were open, "several", or "none", from the control's open and close lines
@@ -158,20 +169,13 @@ def holders(lines: Iterable[str], offline: list[str]) -> list[tuple[float, float
         names = [name for name, is_open in open_now.items() if is_open]
         return names[0] if len(names) == 1 else ("none" if not names else "several")
 
-    for raw in lines:
-        match = LINE.match(raw.rstrip("\n"))
-        if match is None or not match["logger"].endswith("control"):
-            continue
-        control = CONTROL.match(match["text"])
-        if control is None:
-            continue
-        name = next((o for o in offline if names(control["pod"], o)), None)
+    for at, what, pod in control_lines(lines):
+        name = next((o for o in offline if names(pod, o)), None)
         if name is None:
             continue
-        at = float(match["ms"])
         if since is not None:
             spans.append((since, at, who()))
-        open_now[name] = control["what"] == "open"
+        open_now[name] = what == "open"
         since = at
     return spans
 
@@ -217,16 +221,7 @@ def slow_by_holder(
 
 def controls(lines: Iterable[str]) -> list[tuple[float, str]]:
     """(log ms, "open POD" or "close POD") of the control's lines, POD the path's last part."""
-    out = []
-    for raw in lines:
-        match = LINE.match(raw.rstrip("\n"))
-        if match is None or not match["logger"].endswith("control"):
-            continue
-        if (control := CONTROL.match(match["text"])) is not None:
-            out.append(
-                (float(match["ms"]), f"{control['what']} {control['pod'].rsplit('/', 1)[-1]}")
-            )
-    return out
+    return [(at, f"{what} {pod.rsplit('/', 1)[-1]}") for at, what, pod in control_lines(lines)]
 
 
 #: A request counts as near a control released from BEFORE_MS before its line to AFTER_MS after:
