@@ -94,18 +94,30 @@ def rm_control(fd: int, client: int, obj: int, cmd: int, params: bytearray) -> C
     return ControlResult(status, duration)
 
 
-def disable_channels_params(client: int, channels: Sequence[int], *, disable: bool) -> bytearray:
-    """NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS for up to 64 channels of one client."""
+def disable_channels_params(
+    client: int, channels: Sequence[int], *, disable: bool, only_scheduling: bool = False
+) -> bytearray:
+    """NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS for up to 64 channels of one client.
+
+    ``only_scheduling`` sets bOnlyDisableScheduling: by ctrl2080fifo.h the channels are no longer
+    scheduled but, where running, are not taken off the hardware (what GSP then does is measured
+    by tools/gpu/sched_only.py)."""
     if not 0 < len(channels) <= abi.FIFO_DISABLE_CHANNELS_MAX:
         raise ValueError(f"1 to {abi.FIFO_DISABLE_CHANNELS_MAX} channels, got {len(channels)}")
-    return bytearray(_disable_channels_packed(client, tuple(channels), disable))
+    return bytearray(_disable_channels_packed(client, tuple(channels), disable, only_scheduling))
 
 
 @functools.lru_cache(maxsize=256)
-def _disable_channels_packed(client: int, channels: tuple[int, ...], disable: bool) -> bytes:
+def _disable_channels_packed(
+    client: int, channels: tuple[int, ...], disable: bool, only_scheduling: bool
+) -> bytes:
     # The rm enforcer closes and opens the same pods' channels at every turn: packing the 130
     # fields field by field was a quarter of its Python time (py-spy, tools/bench/daemon.py).
-    fields: dict[str, int] = {"bDisable": int(disable), "numChannels": len(channels)}
+    fields: dict[str, int] = {
+        "bDisable": int(disable),
+        "numChannels": len(channels),
+        "bOnlyDisableScheduling": int(only_scheduling),
+    }
     for index, channel in enumerate(channels):
         fields[f"hClientList{index}"] = client
         fields[f"hChannelList{index}"] = channel
@@ -113,13 +125,21 @@ def _disable_channels_packed(client: int, channels: tuple[int, ...], disable: bo
 
 
 def disable_channels(
-    fd: int, client: int, subdevice: int, channels: Sequence[int], *, disable: bool
+    fd: int,
+    client: int,
+    subdevice: int,
+    channels: Sequence[int],
+    *,
+    disable: bool,
+    only_scheduling: bool = False,
 ) -> ControlResult:
     """Stop (``disable``) or resume a client's channels; one control per 64 channels."""
     total = 0
     for start in range(0, len(channels), abi.FIFO_DISABLE_CHANNELS_MAX):
         chunk = channels[start : start + abi.FIFO_DISABLE_CHANNELS_MAX]
-        params = disable_channels_params(client, chunk, disable=disable)
+        params = disable_channels_params(
+            client, chunk, disable=disable, only_scheduling=only_scheduling
+        )
         result = rm_control(
             fd, client, subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, params
         )

@@ -49,8 +49,12 @@ def test_disable_channels_params_layout() -> None:
     assert params[0] == 1 and struct.unpack_from("<I", params, 4)[0] == 2
     assert struct.unpack_from("<2I", params, 24) == (0xC1D0001B, 0xC1D0001B)
     assert struct.unpack_from("<3I", params, 280) == (0x5C00001C, 0x5C000022, 0)
+    assert params[8] == 0  # bOnlyDisableScheduling: running work taken off the engine
     resume = disable_channels_params(1, [2], disable=False)
     assert resume[0] == 0
+    only = disable_channels_params(1, [2], disable=True, only_scheduling=True)
+    full = disable_channels_params(1, [2], disable=True)
+    assert only[0] == 1 and only[8] == 1 and only[9:] == full[9:] and full[8] == 0
     with pytest.raises(ValueError, match="1 to 64 channels"):
         disable_channels_params(1, list(range(65)), disable=True)
 

@@ -1,0 +1,229 @@
+"""tools/gpu/sched_only.py against a stand-in GPU whose two kinds of close differ: what each
+close, phase and online request is credited with, and that the GPU is left as found."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from qpolicy.doctor.lab import Lab
+from qpolicy.nvrm import abi, rmctl
+from qpolicy.nvrm.tracker import ClientChannels
+from tools.gpu import sched_only
+
+MATMUL_S = 0.0014  # one trainer alone; two share the GPU
+STEP_S = 0.0002
+CLOSE_US = {False: 800.0, True: 100.0}  # full, sched-only
+OPEN_US = 500.0
+TSG = {"a": 0x10, "b": 0x20, "online": 0x30}
+
+
+def group(name: str) -> ClientChannels:
+    tsg = TSG[name]
+    return ClientChannels(
+        pid=tsg, cgroup=None, fd=8, client=tsg, subdevice=0x5C000003,
+        channels=(tsg + 1,), tsgs=(tsg,), compute_tsgs=(tsg,),
+    )  # fmt: skip
+
+
+class Samples:
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+
+    def between(self, start: float, end: float) -> list[tuple[float, float]]:
+        return [s for s in self.samples if start <= s[0] < end]
+
+
+class Online:
+    """150 Hz requests; one released from 1 ms before a close to 3 ms after it takes 2 ms,
+    any other 0.5 ms."""
+
+    def __init__(self, gpu: StandInGpu) -> None:
+        self.gpu = gpu
+        self.slots: list[float] = []
+
+    def between(self, start: float, end: float) -> list[tuple[float, float]]:
+        def ms(t: float) -> float:
+            near = any(-0.001 <= t - c <= 0.003 for c in self.gpu.close_starts)
+            return 2.0 if near else 0.5
+
+        return [(t, ms(t)) for t in self.slots if start <= t < end]
+
+
+class StandInGpu:
+    """A full close takes a trainer off at once (a CILP save); a sched-only close stops it only
+    once another trainer is open (saved then), and runs on where it is alone on the GPU."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.closed: set[str] = set()
+        self.lingering: set[str] = set()  # closed sched-only, still running alone
+        self.trainers = {"a": Samples(), "b": Samples()}
+        self.online = Online(self)
+        self.progress = {"a": 0.0, "b": 0.0}
+        self.done = {"a": 0, "b": 0}
+        self.next_slot = self.now
+        self.close_starts: list[float] = []
+        self.cilp = dict.fromkeys(TSG.values(), 0)
+        self.timeslice = dict.fromkeys(TSG.values(), 2048)
+
+    def clock(self) -> float:
+        return self.now
+
+    def _running(self) -> list[str]:
+        return [n for n in ("a", "b") if n not in self.closed or n in self.lingering]
+
+    def _advance(self, seconds: float) -> None:
+        end = self.now + seconds
+        while self.now < end:
+            dt = min(STEP_S, end - self.now)
+            self.now += dt
+            running = self._running()
+            for name in running:
+                self.progress[name] += dt / (MATMUL_S * len(running))
+                while self.progress[name] >= 1.0:
+                    self.progress[name] -= 1.0
+                    self.done[name] += 1
+                    self.trainers[name].samples.append((self.now, float(self.done[name])))
+            while self.next_slot <= self.now:
+                self.online.slots.append(self.next_slot)
+                self.next_slot += 1 / 150
+
+    def sleep(self, seconds: float) -> None:
+        self._advance(seconds)
+
+    def disable(
+        self,
+        fd: int,
+        client: int,
+        subdevice: int,
+        channels: tuple[int, ...],
+        *,
+        disable: bool,
+        only_scheduling: bool = False,
+    ) -> rmctl.ControlResult:
+        name = next(n for n, t in TSG.items() if t + 1 == channels[0])
+        if disable:
+            self.close_starts.append(self.now)
+            self._advance(CLOSE_US[only_scheduling] / 1e6)
+            if name not in self.closed:
+                others_open = [n for n in ("a", "b") if n != name and n not in self.closed]
+                if only_scheduling and not others_open:
+                    self.lingering.add(name)
+                else:
+                    self.cilp[TSG[name]] += 1
+            self.closed.add(name)
+        else:
+            self._advance(OPEN_US / 1e6)
+            self.closed.discard(name)
+            self.lingering.discard(name)
+            for other in list(self.lingering):  # another TSG has work: a lingering one stops
+                self.lingering.discard(other)
+                self.cilp[TSG[other]] += 1
+        return rmctl.ControlResult(abi.NvStatus.NV_OK, 1000)
+
+    def send(self, fd: int, client: int, obj: int, cmd: int, **fields: int) -> tuple[Any, dict]:
+        ok = rmctl.ControlResult(abi.NvStatus.NV_OK, 1000)
+        if cmd == abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS:
+            n = self.cilp[fields["hChannel"]]
+            return ok, {"saveCnt": n, "wfiSaveCnt": 0, "ctaSaveCnt": 0, "cilpSaveCnt": n}
+        if cmd == abi.NVA06C_CTRL_CMD_GET_TIMESLICE:
+            return ok, {"timesliceUs": self.timeslice[obj]}
+        assert cmd == abi.NVA06C_CTRL_CMD_SET_TIMESLICE
+        self.timeslice[obj] = fields["timesliceUs"]
+        return ok, dict(fields)
+
+
+class Files:
+    def get(self, pid: int, fd: int) -> int:
+        return 1000 + pid
+
+
+class Hold:
+    def __init__(self) -> None:
+        self.held = False
+
+    def hold(self) -> None:
+        self.held = True
+
+    def release(self) -> None:
+        self.held = False
+
+
+@pytest.fixture(scope="module")
+def measured() -> tuple[StandInGpu, dict[str, Any]]:
+    gpu = StandInGpu()
+    lab = Lab(0, handles=None, files=Files(), send=gpu.send)  # type: ignore[arg-type]
+    rig = sched_only.Rig(
+        lab, {n: [group(n)] for n in TSG}, clock=gpu.clock, sleep=gpu.sleep, disable=gpu.disable
+    )
+    result = sched_only.measure(
+        rig, Hold(), gpu.online, gpu.trainers,  # type: ignore[arg-type]
+        closes=3, grace_s=0.02, watch_s=0.1, seconds=1.0, turn_s=0.05, rounds=1, settle_s=0.1,
+    )  # fmt: skip
+    return gpu, result
+
+
+def test_each_close_of_a_trainer_alone_is_credited_with_its_cost_saves_and_work_after(
+    measured: tuple[StandInGpu, dict[str, Any]],
+) -> None:
+    _, result = measured
+    stop = result["stop"]
+    assert list(stop) == ["full@own", "sched-only@own", "full@1us", "sched-only@1us"]
+    for close in stop["full@1us"]:
+        assert close["us"] == pytest.approx(800, abs=1)
+        assert close["saves_across"]["cilp"] == 1 and close["saves_after"]["cilp"] == 0
+        assert close["done_before"] >= 70 and close["done_after"] == 0
+    for close in stop["sched-only@1us"]:
+        assert close["us"] == pytest.approx(100, abs=1)
+        assert close["saves_across"]["cilp"] == 0  # still running: nothing saved
+        assert close["done_after"] >= 70  # alone on the GPU, it ran on
+    assert result["own_timeslices_us"] == [2048]
+
+
+def test_turn_phases_credit_closes_closed_work_and_the_requests_near_a_close(
+    measured: tuple[StandInGpu, dict[str, Any]],
+) -> None:
+    _, result = measured
+    phases = {p["kind"]: p for p in result["turns"]}
+    assert [p["kind"] for p in result["turns"]] == ["solo", "open", "full", "sched-only"]
+    assert phases["solo"]["trainers"]["a"]["done"] <= 1 and "online_by_close" not in phases["solo"]
+    assert phases["open"]["closes"] == {"n": 0}
+    both_open = phases["open"]["trainers"]
+    assert both_open["a"]["done"] == pytest.approx(both_open["b"]["done"], abs=1)
+    for kind, us in (("full", 800.0), ("sched-only", 100.0)):
+        phase = phases[kind]
+        assert phase["closes"]["n"] >= 19 and phase["closes"]["p50_us"] == pytest.approx(us, abs=1)
+        for trainer in phase["trainers"].values():
+            # Handed over: each ran about half the phase, alone, and nothing while closed (its
+            # ten closed spans counted from 20 ms after each close).
+            assert trainer["done_while_closed"] == 0
+            assert 0.25 < trainer["closed_s"] < 0.35
+            assert 300 < trainer["done"] < 400
+        split = phase["online_by_close"]
+        near, away = split["near_close"], split["elsewhere"]
+        assert near["requests"] + away["requests"] == phase["online"]["requests"]
+        assert near["over_1ms"] == near["requests"] > 0 and away["over_1ms"] == 0
+        assert near["p50_ms"] == 2.0 and away["p99_ms"] == 0.5
+
+
+def test_the_gpu_is_left_open_at_its_own_timeslices(
+    measured: tuple[StandInGpu, dict[str, Any]],
+) -> None:
+    gpu, result = measured
+    assert not gpu.closed and not gpu.lingering
+    assert gpu.timeslice == dict.fromkeys(TSG.values(), 2048)
+    text = sched_only.summary(result)
+    assert "| sched-only@1us x3 | 100 | 0 / 0 |" in text
+    assert "| full |" in text and "| sched-only |" in text
+
+
+def test_a_close_rm_refuses_is_named() -> None:
+    def refuse(*args: Any, **kwargs: Any) -> rmctl.ControlResult:
+        return rmctl.ControlResult(abi.NvStatus.NV_ERR_INVALID_ARGUMENT, 1000)
+
+    lab = Lab(0, handles=None, files=Files(), send=None)  # type: ignore[arg-type]
+    rig = sched_only.Rig(lab, {"a": [group("a")]}, disable=refuse)
+    with pytest.raises(RuntimeError, match="FIFO_DISABLE_CHANNELS on a: 0x"):
+        rig.set_open("a", False, True)
