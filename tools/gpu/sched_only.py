@@ -6,22 +6,24 @@ then does is closed. The rm enforcer closes with 0 (running work taken off the e
 call returns): 0.6-1.3 ms a control, and an online request released near a turn switch was slow
 14-23 % of the time against under 0.8 % elsewhere (BENCHMARKS.md, twentieth session). Were =1 to
 stop a trainer at its next timeslice end (1 µs for offline TSGs) and return sooner, turns could
-hand the GPU over for less. Measured with the doctor's workloads (qpolicy/doctor/workload.py):
-two 8192 trainers A and B, each synchronised after every matmul, and an online stream (4096 at
-150 Hz).
+hand the GPU over for less. Measured with the doctor's workloads (qpolicy/doctor/workload.py),
+each synchronised after every matmul: two 8192 trainers A and B (1.4 ms kernels), a loop of 32768
+matmuls (~0.1 s kernels), and an online stream (4096 at 150 Hz).
 
-- ``stop``: the online stream held and B closed, A alone on the GPU, closed ``--closes`` times
-  with each kind of close, at 1 µs and at its own timeslice. Per close: the call's duration, A's
-  context saves by kind across the call and in the ``--watch-ms`` after it, and A's matmuls
-  finished from ``--grace-ms`` after the call returned to the end of the watch (a stopped
-  trainer finishes none), against those of the same span before the close.
-- ``turns``: A and B at 1 µs, the online stream at 8192 µs (qpolicy's classes). Phases ``solo``
-  (A and B closed), ``open`` (both open, no turns), then ``full`` and ``sched-only`` alternating
-  ``--rounds`` times: A and B handed the GPU every ``--turn-ms``, the one whose turn ends closed
-  by that kind of close, then the other opened. Per phase: the controls' durations, each
-  trainer's matmuls and those it finished while closed (from ``--grace-ms`` after its close), the
-  online latencies, and those of requests released from 1 ms before a close to 3 ms after it
-  (as tools/gpu/daemon_turns.py counts them) against the rest, with the share over 1 ms.
+- ``stop``: A alone on the GPU (the others closed), then the loop alone, each closed
+  ``--closes`` times with each kind of close, at its own timeslice and at 1 µs. Per close: the
+  call's duration, the context saves by kind across the call and in the span after it, its
+  matmuls finished from ``--grace-ms`` after the call returned to ``--watch-ms`` later (a
+  stopped trainer finishes none) against those of as long before the close, and when the first
+  matmul after the call finished (a kernel left to run to its end).
+- ``turns`` (the loop closed, the online stream started only now): A and B at 1 µs, the online
+  stream at 8192 µs (qpolicy's classes). Phases ``solo`` (A and B closed), ``one`` (A open, B
+  closed, no turns), then ``full`` and ``sched-only`` alternating ``--rounds`` times: A and B
+  handed the GPU every ``--turn-ms``, the one whose turn ends closed by that kind of close, then
+  the other opened. Per phase: the controls' durations, each trainer's matmuls and those it
+  finished while closed (from ``--grace-ms`` after its close), the online latencies, and those
+  of requests released from 1 ms before a close to 3 ms after it (as tools/gpu/daemon_turns.py
+  counts them) against the rest, with the share over 1 ms.
 
 As root on a GPU machine with PyTorch and the probe's bcc (tools/gpu/bcc-env.sh):
 
@@ -34,7 +36,6 @@ import argparse
 import json
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -132,23 +133,6 @@ class Rig:
         return [self._timeslices[(g.client, t)] for g in self.groups[name] for t in g.tsgs]
 
 
-class Hold:
-    """Holds the online stream's next request while set (Lab.before_request blocks on it)."""
-
-    def __init__(self) -> None:
-        self._go = threading.Event()
-        self._go.set()
-
-    def __call__(self) -> None:
-        self._go.wait()
-
-    def hold(self) -> None:
-        self._go.clear()
-
-    def release(self) -> None:
-        self._go.set()
-
-
 def finished(samples: Sequence[tuple[float, float]], start: float, end: float) -> int:
     """Matmuls a trainer finished in [start, end): its samples are (wall time, done so far),
     one per synchronised matmul, so each sample in the span is one matmul."""
@@ -157,36 +141,44 @@ def finished(samples: Sequence[tuple[float, float]], start: float, end: float) -
 
 def stop(
     rig: Rig,
-    trainer: Workload,
+    name: str,
+    workload: Workload,
     only_scheduling: bool,
     closes: int,
     grace_s: float,
     watch_s: float,
 ) -> list[dict[str, Any]]:
-    """Close trainer ``a`` (alone on the GPU) ``closes`` times; what each close did."""
+    """Close ``name`` (alone on the GPU) ``closes`` times; what each close did."""
     out = []
     for _ in range(closes):
-        rig.set_open("a", True)
+        rig.set_open(name, True)
         rig.sleep(grace_s + watch_s)
-        before = rig.saves("a")
-        control = rig.set_open("a", False, only_scheduling)
-        across = rig.saves("a")
+        before = rig.saves(name)
+        control = rig.set_open(name, False, only_scheduling)
+        across = rig.saves(name)
         rig.sleep(grace_s + watch_s)
-        after = rig.saves("a")
-        span = watch_s
+        after = rig.saves(name)
         out.append(
             {
                 "us": round(control.us, 1),
                 "saves_across": delta(before, across),
                 "saves_after": delta(across, after),
-                "done_before": finished(trainer.samples, control.t0 - span, control.t0),
+                "done_before": finished(workload.samples, control.t0 - watch_s, control.t0),
                 "done_after": finished(
-                    trainer.samples, control.t1 + grace_s, control.t1 + grace_s + span
+                    workload.samples, control.t1 + grace_s, control.t1 + grace_s + watch_s
                 ),
+                # When the first matmul after the call returned finished (ms), if it did
+                # before the span watched ended: a kernel left to run to its end.
+                "next_done_ms": next_done_ms(workload.samples, control.t1),
             }
         )
-    rig.set_open("a", True)
+    rig.set_open(name, True)
     return out
+
+
+def next_done_ms(samples: Sequence[tuple[float, float]], after: float) -> float | None:
+    later = [t for t, _ in samples if t >= after]
+    return round((min(later) - after) * 1000, 2) if later else None
 
 
 def hand_overs(rig: Rig, only_scheduling: bool, seconds: float, turn_s: float) -> list[Control]:
@@ -271,8 +263,12 @@ def turns_phase(
         controls += [rig.set_open("a", False), rig.set_open("b", False)]
         rig.sleep(seconds)
         controls += [rig.set_open("a", True), rig.set_open("b", True)]
-    elif kind == "open":
+    elif kind == "one":
+        # Not both: two TSGs with work at 1 µs switch at every slice and keep ~0.04 % of their
+        # throughput (README, measured on an H100); offline pods take exclusive turns.
+        controls += [rig.set_open("b", False)]
         rig.sleep(seconds)
+        controls += [rig.set_open("b", True)]
     else:
         controls = hand_overs(rig, KINDS[kind], seconds, turn_s)
     end = rig.clock()
@@ -287,22 +283,21 @@ def turns_phase(
         "trainers": {},
     }
     for name, workload in trainers.items():
-        spans = [] if kind == "solo" else closed_spans(controls, name, end, grace_s)
+        spans = closed_spans(controls, name, end, grace_s) if kind in KINDS else []
         out["trainers"][name] = {
             "done": finished(workload.samples, start, end),
             "done_while_closed": sum(finished(workload.samples, a, b) for a, b in spans),
             "closed_s": round(sum(b - a for a, b in spans), 3),
         }
-    if closes and kind != "solo":
+    if kind in KINDS:
         out["online_by_close"] = near_split(requests, closes)
     return out
 
 
 def measure(
     rig: Rig,
-    hold: Hold,
-    online: Workload,
-    trainers: dict[str, Workload],
+    start_online: Callable[[], Workload],
+    workloads: dict[str, Workload],
     *,
     closes: int,
     grace_s: float,
@@ -310,47 +305,51 @@ def measure(
     seconds: float,
     turn_s: float,
     rounds: int,
-    settle_s: float = 5.0,
+    stops: Sequence[str] = ("a", "loop"),
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {"stop": {}, "turns": []}
-    hold.hold()
+    """``stop`` for each of ``stops`` alone, then (the online stream started, the loop closed)
+    the ``turns`` phases of trainers ``a`` and ``b``. Leaves every workload open at its own
+    timeslices."""
+    out: dict[str, Any] = {"stop": {}, "own_timeslices_us": {}, "turns": []}
     try:
-        rig.set_open("b", False)
-        for timeslice in ("own", "1us"):
-            rig.set_timeslice("a", None if timeslice == "own" else GPREEMPT_OFFLINE_US)
-            for kind, only in KINDS.items():
-                out["stop"][f"{kind}@{timeslice}"] = stop(
-                    rig, trainers["a"], only, closes, grace_s, watch_s
-                )
-        out["own_timeslices_us"] = rig.timeslices("a")
-    finally:
-        rig.set_open("b", True)
-        hold.release()
-    # The held stream catches up on the slots it missed, back to back (workload.online): let it
-    # before any phase is timed. Its late requests count by their slots, before the phases.
-    rig.sleep(settle_s)
-    rig.set_timeslice("a", GPREEMPT_OFFLINE_US)
-    rig.set_timeslice("b", GPREEMPT_OFFLINE_US)
-    rig.set_timeslice("online", ONLINE_TIMESLICE_US)
-    try:
-        kinds = ["solo", "open"]
+        for name in stops:
+            for other in workloads:
+                rig.set_open(other, other == name)
+            for timeslice in ("own", "1us"):
+                rig.set_timeslice(name, None if timeslice == "own" else GPREEMPT_OFFLINE_US)
+                for kind, only in KINDS.items():
+                    out["stop"][f"{name} {kind}@{timeslice}"] = stop(
+                        rig, name, workloads[name], only, closes, grace_s, watch_s
+                    )
+            rig.set_timeslice(name, None)
+            out["own_timeslices_us"][name] = rig.timeslices(name)
+        for name in workloads:
+            rig.set_open(name, name in ("a", "b"))
+        # Started only now: held while the closes above ran, it would catch up on every slot
+        # it missed, back to back (workload.online), into the phases below.
+        online = start_online()
+        rig.set_timeslice("a", GPREEMPT_OFFLINE_US)
+        rig.set_timeslice("b", GPREEMPT_OFFLINE_US)
+        rig.set_timeslice("online", ONLINE_TIMESLICE_US)
+        kinds = ["solo", "one"]
         for _ in range(rounds):
             kinds += list(KINDS)
+        trainers = {"a": workloads["a"], "b": workloads["b"]}
         for kind in kinds:
             out["turns"].append(turns_phase(rig, kind, seconds, turn_s, grace_s, online, trainers))
     finally:
-        for name in ("a", "b"):
+        for name in workloads:
             rig.set_open(name, True)
-        for name in ("a", "b", "online"):
+        for name in rig.groups:
             rig.set_timeslice(name, None)
     return out
 
 
 def summary(result: dict[str, Any]) -> str:
     lines = [
-        "| stop: close of A alone | call p50 µs | CILP saves across / after | A's matmuls in the "
-        "span before / after |",
-        "|---|---|---|---|",
+        "| stop: a close, alone on the GPU | call p50 µs | CILP saves across / after | matmuls in "
+        "the span before / after | next matmul done, ms after the call (median, closes with one) |",
+        "|---|---|---|---|---|",
     ]
     for name, per_close in result["stop"].items():
         us = statistics.median(c["us"] for c in per_close)
@@ -358,8 +357,12 @@ def summary(result: dict[str, Any]) -> str:
         cilp_after = sum(c["saves_after"]["cilp"] for c in per_close)
         before = sum(c["done_before"] for c in per_close)
         after = sum(c["done_after"] for c in per_close)
+        waits = [c["next_done_ms"] for c in per_close if c["next_done_ms"] is not None]
+        wait = f"{statistics.median(waits):.1f}" if waits else "-"
+        wait += f" ({len(waits)} of {len(per_close)})"
         lines.append(
-            f"| {name} x{len(per_close)} | {us:.0f} | {cilp} / {cilp_after} | {before} / {after} |"
+            f"| {name} x{len(per_close)} | {us:.0f} | {cilp} / {cilp_after} | {before} / {after} "
+            f"| {wait} |"
         )
     lines += [
         "",
@@ -404,33 +407,36 @@ def main() -> int:
     source = ProbeSource(NvProbe().start())
     files = BorrowedFiles()
     lab = Lab(args.gpu, _ProbeHandles(source), files)
-    hold = Hold()
-    lab.before_request = hold
-    trainers = {
-        name: Workload(workload_argv("trainer", "--n", "8192", "--sync-every", "1"), lab.env)
-        for name in ("a", "b")
+    sizes = {"a": "8192", "b": "8192", "loop": "32768"}
+    workloads = {
+        name: Workload(workload_argv("trainer", "--n", n, "--sync-every", "1"), lab.env)
+        for name, n in sizes.items()
     }
-    online = lab.start_online(4096, 150.0)
     try:
-        for workload in trainers.values():
+        for workload in workloads.values():
             workload.wait_ready(120)
-        groups = {name: lab.groups(w) for name, w in trainers.items()}
-        groups["online"] = lab.groups(online)
+        groups = {name: lab.groups(w) for name, w in workloads.items()}
         rig = Rig(lab, groups)
+
+        def start_online() -> Workload:
+            online = lab.start_online(4096, 150.0)
+            groups["online"] = lab.groups(online)
+            return online
+
         result = measure(
-            rig, hold, online, trainers,
+            rig, start_online, workloads,
             closes=args.closes, grace_s=args.grace_ms / 1000, watch_s=args.watch_ms / 1000,
             seconds=args.seconds, turn_s=args.turn_ms / 1000, rounds=args.rounds,
         )  # fmt: skip
         result.update(
             driver=driver_version(),
             args={k: str(v) for k, v in vars(args).items()},
+            sizes=sizes,
             groups={name: [asdict(g) for g in gs] for name, gs in groups.items()},
         )
     finally:
-        hold.release()
         lab.stop()
-        for workload in trainers.values():
+        for workload in workloads.values():
             workload.stop()
         files.close_all()
         source.close()
