@@ -59,7 +59,8 @@ class StandInGpu:
 
     def __init__(self) -> None:
         self.now = 1000.0
-        self.closed: set[str] = set()
+        # Closes nest, opens stop at none (measured on an H200: tools/gpu/disable_nesting.py).
+        self.closes = dict.fromkeys(TSG, 0)
         self.lingering: set[str] = set()  # closed sched-only, still running alone
         self.trainers = {name: Samples() for name in TRAINERS}
         self.online = Online(self)
@@ -75,7 +76,7 @@ class StandInGpu:
         return self.now
 
     def _running(self) -> list[str]:
-        return [n for n in TRAINERS if n not in self.closed or n in self.lingering]
+        return [n for n in TRAINERS if not self.closes[n] or n in self.lingering]
 
     def _advance(self, seconds: float) -> None:
         end = self.now + seconds
@@ -111,16 +112,18 @@ class StandInGpu:
         if disable:
             self.close_starts.append(self.now)
             self._advance(CLOSE_US[only_scheduling] / 1e6)
-            if name not in self.closed:
-                others_open = [n for n in TRAINERS if n != name and n not in self.closed]
+            if not self.closes[name]:
+                others_open = [n for n in TRAINERS if n != name and not self.closes[n]]
                 if only_scheduling and not others_open:
                     self.lingering.add(name)
                 else:
                     self.cilp[TSG[name]] += 1
-            self.closed.add(name)
+            self.closes[name] += 1
         else:
             self._advance(OPEN_US / 1e6)
-            self.closed.discard(name)
+            self.closes[name] = max(0, self.closes[name] - 1)
+            if self.closes[name]:
+                return rmctl.ControlResult(abi.NvStatus.NV_OK, 1000)
             self.lingering.discard(name)
             for other in list(self.lingering):  # another TSG has work: a lingering one stops
                 self.lingering.discard(other)
@@ -154,9 +157,12 @@ def measured() -> tuple[StandInGpu, dict[str, Any]]:
     )  # fmt: skip
 
     def start_online() -> Online:
-        # Started once the stop closes are done: for each of A and the loop, the other two
-        # closed and 2 timeslices x 2 kinds x 3 closes; then the loop closed for the turns.
-        assert gpu.online.slots == [] and len(gpu.close_starts) == 2 * (2 + 2 * 2 * 3) + 1
+        # Started once the stop closes and hand-overs are done, each workload closed only where
+        # it was open: for A's stops B and the loop, for the loop's A, and 2 timeslices x 2
+        # kinds x 3 closes each; per kind of hand-over 3 of the loop and 3 of A; then the loop
+        # closed for the turns.
+        assert gpu.online.slots == []
+        assert len(gpu.close_starts) == (2 + 12) + (1 + 12) + 2 * (3 + 3) + 1
         gpu.next_slot, gpu.online_started = gpu.now, True
         rig.groups["online"] = [group("online")]
         return gpu.online
@@ -194,6 +200,24 @@ def test_each_close_of_a_trainer_alone_is_credited_with_its_cost_saves_and_work_
     assert result["own_timeslices_us"] == {"a": [2048], "loop": [2048]}
 
 
+def test_a_hand_over_from_the_loop_is_credited_with_what_the_loop_did_after_it(
+    measured: tuple[StandInGpu, dict[str, Any]],
+) -> None:
+    _, result = measured
+    handover = result["handover"]
+    assert list(handover) == ["loop to a full", "loop to a sched-only"]
+    for kind, us in (("full", 800.0), ("sched-only", 100.0)):
+        for close in handover[f"loop to a {kind}"]:
+            assert close["us"] == pytest.approx(us, abs=1)
+            assert close["open_us"] == pytest.approx(OPEN_US, abs=1)
+            # The stand-in stops a lingering TSG as another is opened: saved, nothing after.
+            assert close["saves_across"]["cilp"] == 1 and close["done_after"] == 0
+            assert close["next_done_ms"] is None and close["new_done"] >= 70
+    assert "| loop to a sched-only x3 | 100 | 3 / 0 | 0 | - (0 of 3) |" in sched_only.summary(
+        result
+    )
+
+
 def test_turn_phases_credit_closes_closed_work_and_the_requests_near_a_close(
     measured: tuple[StandInGpu, dict[str, Any]],
 ) -> None:
@@ -224,7 +248,7 @@ def test_the_gpu_is_left_open_at_its_own_timeslices(
     measured: tuple[StandInGpu, dict[str, Any]],
 ) -> None:
     gpu, result = measured
-    assert not gpu.closed and not gpu.lingering
+    assert not any(gpu.closes.values()) and not gpu.lingering
     assert gpu.timeslice == dict.fromkeys(TSG.values(), 2048)
     text = sched_only.summary(result)
     assert "| a sched-only@1us x3 | 100 | 0 / 0 |" in text

@@ -16,6 +16,10 @@ matmuls (~0.1 s kernels), and an online stream (4096 at 150 Hz).
   matmuls finished from ``--grace-ms`` after the call returned to ``--watch-ms`` later (a
   stopped trainer finishes none) against those of as long before the close, and when the first
   matmul after the call finished (a kernel left to run to its end).
+- ``handover``: the loop alone on the GPU, closed with each kind of close and A opened at once
+  (both at 1 µs), ``--closes`` times: does the loop stop at the hand-over (its context saved as
+  A takes the engine) or run its kernel to the end beside A? Per hand-over: the loop's saves and
+  matmuls after, when its next matmul finished, and A's matmuls.
 - ``turns`` (the loop closed, the online stream started only now): A and B at 1 µs, the online
   stream at 8192 µs (qpolicy's classes). Phases ``solo`` (A and B closed), ``one`` (A open, B
   closed, no turns), then ``full`` and ``sched-only`` alternating ``--rounds`` times: A and B
@@ -90,6 +94,14 @@ class Rig:
         self.sleep = sleep
         self._disable = disable
         self._timeslices: dict[tuple[int, int], int] = {}
+        self._open = dict.fromkeys(groups, True)
+
+    def ensure(self, name: str, is_open: bool) -> None:
+        """``name`` open or closed, sending a control only if it is not so already: GSP counts
+        closes, and a channel closed twice runs again only after two opens (an H200, call 21C,
+        tools/gpu/disable_nesting.py)."""
+        if self._open.get(name) != is_open:
+            self.set_open(name, is_open)
 
     def set_open(self, name: str, is_open: bool, only_scheduling: bool = False) -> Control:
         t0 = self.clock()
@@ -107,7 +119,10 @@ class Rig:
             name, not is_open, only_scheduling and not is_open, t0, self.clock(), status
         )
         if status:
+            # Whether RM acted on part of the groups is unknown: the next ensure() sends again.
+            self._open.pop(name, None)
             raise RuntimeError(f"FIFO_DISABLE_CHANNELS on {name}: {status:#x}")
+        self._open[name] = is_open
         return control
 
     def saves(self, name: str) -> dict[str, int]:
@@ -173,6 +188,46 @@ def stop(
             }
         )
     rig.set_open(name, True)
+    return out
+
+
+def handover(
+    rig: Rig,
+    names: tuple[str, str],
+    workloads: dict[str, Workload],
+    only_scheduling: bool,
+    closes: int,
+    grace_s: float,
+    watch_s: float,
+) -> list[dict[str, Any]]:
+    """``names[0]`` alone on the GPU closed and ``names[1]`` opened at once, ``closes`` times:
+    whether the one closed stops at the hand-over or runs its kernel to the end beside it."""
+    old, new = names
+    out = []
+    for _ in range(closes):
+        rig.ensure(new, False)
+        rig.ensure(old, True)
+        rig.sleep(grace_s + watch_s)
+        before = rig.saves(old)
+        control = rig.set_open(old, False, only_scheduling)
+        opened = rig.set_open(new, True)
+        across = rig.saves(old)
+        rig.sleep(grace_s + watch_s)
+        after = rig.saves(old)
+        watched = (opened.t1 + grace_s, opened.t1 + grace_s + watch_s)
+        out.append(
+            {
+                "us": round(control.us, 1),
+                "open_us": round(opened.us, 1),
+                "saves_across": delta(before, across),
+                "saves_after": delta(across, after),
+                "done_after": finished(workloads[old].samples, *watched),
+                "next_done_ms": next_done_ms(workloads[old].samples, control.t1),
+                "new_done": finished(workloads[new].samples, *watched),
+            }
+        )
+    rig.ensure(new, False)
+    rig.ensure(old, True)
     return out
 
 
@@ -306,15 +361,16 @@ def measure(
     turn_s: float,
     rounds: int,
     stops: Sequence[str] = ("a", "loop"),
+    handovers: tuple[str, str] | None = ("loop", "a"),
 ) -> dict[str, Any]:
-    """``stop`` for each of ``stops`` alone, then (the online stream started, the loop closed)
-    the ``turns`` phases of trainers ``a`` and ``b``. Leaves every workload open at its own
-    timeslices."""
-    out: dict[str, Any] = {"stop": {}, "own_timeslices_us": {}, "turns": []}
+    """``stop`` for each of ``stops`` alone, ``handover`` from one to the other, then (the
+    online stream started, the loop closed) the ``turns`` phases of trainers ``a`` and ``b``.
+    Leaves every workload open at its own timeslices."""
+    out: dict[str, Any] = {"stop": {}, "own_timeslices_us": {}, "handover": {}, "turns": []}
     try:
         for name in stops:
             for other in workloads:
-                rig.set_open(other, other == name)
+                rig.ensure(other, other == name)
             for timeslice in ("own", "1us"):
                 rig.set_timeslice(name, None if timeslice == "own" else GPREEMPT_OFFLINE_US)
                 for kind, only in KINDS.items():
@@ -323,8 +379,18 @@ def measure(
                     )
             rig.set_timeslice(name, None)
             out["own_timeslices_us"][name] = rig.timeslices(name)
+        if handovers:
+            for other in workloads:
+                if other not in handovers:
+                    rig.ensure(other, False)
+            rig.set_timeslice(handovers[0], GPREEMPT_OFFLINE_US)
+            rig.set_timeslice(handovers[1], GPREEMPT_OFFLINE_US)
+            for kind, only in KINDS.items():
+                out["handover"][f"{handovers[0]} to {handovers[1]} {kind}"] = handover(
+                    rig, handovers, workloads, only, closes, grace_s, watch_s
+                )
         for name in workloads:
-            rig.set_open(name, name in ("a", "b"))
+            rig.ensure(name, name in ("a", "b"))
         # Started only now: held while the closes above ran, it would catch up on every slot
         # it missed, back to back (workload.online), into the phases below.
         online = start_online()
@@ -339,7 +405,7 @@ def measure(
             out["turns"].append(turns_phase(rig, kind, seconds, turn_s, grace_s, online, trainers))
     finally:
         for name in workloads:
-            rig.set_open(name, True)
+            rig.ensure(name, True)
         for name in rig.groups:
             rig.set_timeslice(name, None)
     return out
@@ -364,6 +430,24 @@ def summary(result: dict[str, Any]) -> str:
             f"| {name} x{len(per_close)} | {us:.0f} | {cilp} / {cilp_after} | {before} / {after} "
             f"| {wait} |"
         )
+    if result.get("handover"):
+        lines += [
+            "",
+            "| hand-over | close p50 µs | CILP saves across / after | closed one's matmuls after "
+            "| its next matmul, ms after the close (median, closes with one) | new one's matmuls |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, per_close in result["handover"].items():
+            us = statistics.median(c["us"] for c in per_close)
+            cilp = sum(c["saves_across"]["cilp"] for c in per_close)
+            cilp_after = sum(c["saves_after"]["cilp"] for c in per_close)
+            waits = [c["next_done_ms"] for c in per_close if c["next_done_ms"] is not None]
+            wait = f"{statistics.median(waits):.1f}" if waits else "-"
+            lines.append(
+                f"| {name} x{len(per_close)} | {us:.0f} | {cilp} / {cilp_after} "
+                f"| {sum(c['done_after'] for c in per_close)} | {wait} ({len(waits)} of "
+                f"{len(per_close)}) | {sum(c['new_done'] for c in per_close)} |"
+            )
     lines += [
         "",
         "| turns phase | online p50 / p99 / p99.9 ms (n) | close p50 µs | A / B matmuls (while "
@@ -396,6 +480,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of a turns phase")
     parser.add_argument("--turn-ms", type=float, default=50.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-stop", action="store_true", help="skip the stop closes")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -427,6 +512,7 @@ def main() -> int:
             rig, start_online, workloads,
             closes=args.closes, grace_s=args.grace_ms / 1000, watch_s=args.watch_ms / 1000,
             seconds=args.seconds, turn_s=args.turn_ms / 1000, rounds=args.rounds,
+            stops=() if args.no_stop else ("a", "loop"),
         )  # fmt: skip
         result.update(
             driver=driver_version(),
