@@ -71,11 +71,16 @@ class FakeWorker:
 
 @dataclass
 class FakeDriver:
-    """Stands in for RM: records controls, keeps channel and timeslice state per group."""
+    """Stands in for RM: records controls, keeps channel and timeslice state per group.
+
+    Closes nest: a channel closed twice runs again only after two opens, and an open of a
+    channel not closed does nothing (an H200: tools/gpu/disable_nesting.py, call 21C)."""
 
     loop: VirtualLoop
     calls: list[tuple[float, str, int, bool]] = field(default_factory=list)
-    disabled: set[tuple[int, int]] = field(default_factory=set)
+    disabled: set[tuple[int, int]] = field(default_factory=set)  # closed at least once
+    closes: dict[tuple[int, int], int] = field(default_factory=dict)
+    fail_enables: dict[int, int] = field(default_factory=dict)  # client -> opens to refuse
     timeslice: dict[int, int] = field(default_factory=dict)
     timeslice_log: list[int] = field(default_factory=list)  # TSGs, one per SET_TIMESLICE
     borrowed: list[tuple[int, int]] = field(default_factory=list)
@@ -94,8 +99,13 @@ class FakeDriver:
         ) -> rmctl.ControlResult:
             self.calls.append((self.loop.now, "disable" if disable else "enable", client, disable))
             self.subdevices.append(subdevice)
+            if not disable and self.fail_enables.get(client):
+                self.fail_enables[client] -= 1
+                return rmctl.ControlResult(NvStatus.NV_ERR_INVALID_STATE, 600_000)
             for channel in channels:
-                (self.disabled.add if disable else self.disabled.discard)((client, channel))
+                key = (client, channel)
+                self.closes[key] = max(0, self.closes.get(key, 0) + (1 if disable else -1))
+                (self.disabled.add if self.closes[key] else self.disabled.discard)(key)
             return rmctl.ControlResult(NvStatus.NV_OK, 600_000)
 
         def get_timeslice(fd: int, client: int, tsg: int) -> tuple[rmctl.ControlResult, int]:
@@ -289,6 +299,57 @@ def test_release_opens_everything_and_restores_timeslices(
     assert r.driver.disabled == set()
     assert r.driver.timeslice == {0x10: 2048, 0x20: 2048, 0x30: 2048}
     assert not (tmp_path / RECORD_NAME).exists()
+
+
+def test_a_group_whose_open_failed_is_not_closed_again_and_runs_after_one_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GSP counts closes: a second close of a group still closed (its open refused) would leave
+    it closed after the next open, the pod shut out for good."""
+    r = rig(tmp_path, monkeypatch, [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)])
+    r.loop.run_until(1e6)
+    r.driver.fail_enables[0xC1D00001] = 1  # /b's next open is refused
+    r.loop.run_until(2e6)
+    assert NvStatus.NV_ERR_INVALID_STATE.name in caplog.text or "0x" in caplog.text
+    assert max(r.driver.closes.values()) == 1, "a closed group was closed again"
+    before = r.enforcer.sensor.gpu_time_us("/b")
+    r.loop.run_until(4e6)
+    # /b's channels run again: it launches and gets its share of the last two seconds.
+    launched = r.enforcer.sensor.gpu_time_us("/b") - before
+    assert launched / 2e6 == pytest.approx(0.5, abs=0.05)
+
+
+def test_an_open_rm_refused_is_sent_again_until_carried_out_and_a_close_is_never_doubled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = VirtualLoop()
+    driver = FakeDriver(loop)
+    driver.install(monkeypatch)
+    resolver = FakeResolver(driver, {"/b": [group(101, 0xC1D00001, 2)]})
+    control = RmChannelControl(
+        loop,
+        resolver,  # type: ignore[arg-type]
+        FakeFiles(driver),  # type: ignore[arg-type]
+        RmRecord(tmp_path / RECORD_NAME),
+        FakeWorker(loop),  # type: ignore[arg-type]
+    )
+    control.set_enabled("/b", False)
+    loop.run_until(1_000)
+    driver.fail_enables[0xC1D00001] = 2
+    control.set_enabled("/b", True)  # refused, and so is the first retry
+    loop.run_until(2_000)
+    assert (0xC1D00001, 0x200) in driver.disabled and control.closed_pods() == ["/b"]
+    # A close while its open is still refused is not sent: it would take two opens to undo.
+    control.set_enabled("/b", False)
+    control.set_enabled("/b", True)
+    loop.run_until(2 * control_module.OPEN_RETRY_US)
+    assert driver.closes[(0xC1D00001, 0x200)] == 0 and control.closed_pods() == []
+    enables = [c for c in driver.calls if c[1] == "enable"]
+    disables = [c for c in driver.calls if c[1] == "disable"]
+    assert len(disables) == 1 and len(enables) == 3
+    # Nothing more is sent once it is open.
+    loop.run_until(10 * control_module.OPEN_RETRY_US)
+    assert len(driver.calls) == 4
 
 
 def test_a_process_that_is_gone_costs_one_warning_not_a_storm(

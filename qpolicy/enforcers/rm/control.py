@@ -9,6 +9,12 @@ that leaves the desired state (or moves to another GPU) no longer resolves to it
 the channels closed and the timeslices set on its behalf must be undone. Every change is also
 written to the :class:`~qpolicy.enforcers.rm.record.RmRecord` so that a daemon killed with
 SIGKILL leaves nothing changed behind it.
+
+GSP counts closes: a channel closed twice runs again only after two opens, and an open of a
+channel not closed does nothing (an H200, driver 580.159.04: tools/gpu/disable_nesting.py). So
+a group closed here is never closed again before it is opened, and an open RM refused is sent
+again until it is carried out or the pod is no longer wanted open: otherwise the pod would stay
+shut out while the slice scheduler believes it open.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from qpolicy.telemetry.gpuprocs import is_mps_server
 log = logging.getLogger(__name__)
 
 ERROR_LOG_EVERY_S = 60.0
+# A refused open is sent again this much later (µs), for as long as the pod is wanted open.
+OPEN_RETRY_US = 50_000.0
 
 # A TSG is named by its process, client and handle.
 TsgKey = tuple[int, int, int]
@@ -107,6 +115,8 @@ class RmChannelControl:
         self.preemptions_refused: int | None = None
         self.errors = 0
         self._last_error_log: dict[str, float] = {}
+        # Pods with an open to send again (a refused one), already scheduled on the loop.
+        self._open_retry: set[str] = set()
 
     @property
     def latency_us(self) -> float:
@@ -188,16 +198,25 @@ class RmChannelControl:
             with self._lock:
                 # Whatever was closed for the pod is opened, whether or not it still resolves.
                 groups = {**self._closed.get(pod, {}), **groups}
-        debug = log.isEnabledFor(logging.DEBUG)
-        if debug and not groups:
+        if log.isEnabledFor(logging.DEBUG) and not groups:
             log.debug("pod %s: %s with no channels known", pod, "open" if enabled else "close")
-        todo = list(groups.values())
+        self._send(pod, list(groups.values()), enabled)
+
+    def _send(self, pod: str, todo: list[ClientChannels], enabled: bool) -> None:
+        debug = log.isEnabledFor(logging.DEBUG)
 
         def job() -> float:
             sent = 0
+            refused = False
             for group in todo:
                 assert group.pid is not None and group.fd is not None
                 assert group.subdevice is not None
+                if not enabled:
+                    # Closed already (its open refused): a second close would need a second
+                    # open. Asked here, in the order the controls are sent.
+                    with self._lock:
+                        if group_key(group) in self._closed.get(pod, {}):
+                            continue
                 try:
                     fd = self.files.get(group.pid, group.fd)
                     result = rmctl.disable_channels(
@@ -206,6 +225,7 @@ class RmChannelControl:
                     sent += 1
                 except rmctl.RmError as error:
                     self._complain(pod, str(error))
+                    refused = True
                     continue
                 if debug:
                     log.debug(
@@ -219,6 +239,7 @@ class RmChannelControl:
                     )
                 if not result.ok:
                     self._complain(pod, f"FIFO_DISABLE_CHANNELS answered {result.status:#x}")
+                    refused = True
                     continue
                 key = group_key(group)
                 with self._lock:
@@ -232,9 +253,27 @@ class RmChannelControl:
                 else:
                     self.record.channels_closed(group)
             self._mark(pod, enabled)
+            if enabled and refused:
+                self._retry_open_later(pod)
             return float(sent)
 
         self.worker.submit(job)
+
+    def _retry_open_later(self, pod: str) -> None:
+        """Called on the worker: send ``pod``'s refused opens again, from the loop thread."""
+        with self._lock:
+            if pod in self._open_retry:
+                return
+            self._open_retry.add(pod)
+        self.loop.at(self.loop.now + OPEN_RETRY_US, lambda: self._retry_open(pod))
+
+    def _retry_open(self, pod: str) -> None:
+        with self._lock:
+            self._open_retry.discard(pod)
+            todo = list(self._closed.get(pod, {}).values())
+            wanted = self._wanted_open.get(pod, True)
+        if wanted and todo:
+            self._send(pod, todo, True)
 
     # -- what the GPU did --------------------------------------------------------------------
 
