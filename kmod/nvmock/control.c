@@ -207,6 +207,10 @@ static u32 channel_stop(const struct nvmock_caller *caller, struct nvmock_object
 	struct nvmock_engine *engine = &obj->gpu->engine;
 
 	spin_lock(&engine->lock);
+	/* Whether GSP counts it among the closes is unknown: one open undoes it here. */
+	if (!obj->channel->disables)
+		obj->channel->disables = 1;
+	obj->channel->disables_max = max(obj->channel->disables_max, 1u);
 	obj->channel->enabled = false;
 	obj->channel->scheduled = false;
 	spin_unlock(&engine->lock);
@@ -362,7 +366,13 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 	 * other channel left to run, and DISABLE_WAIT_MS at most. A close read on an H100 and an
 	 * H200 right after it returned had always saved the running kernel's context
 	 * (tools/gpu/ctxsw_saves.py). bOnlyDisableScheduling=1: not scheduled again, but a channel
-	 * whose TSG is on the engine runs to the end of that slice. Enabling ignores it.
+	 * whose TSG is on the engine finishes the work it has started and fetches no more; it is
+	 * taken off at its slice's end where another TSG has work (engine.c). Enabling ignores it.
+	 *
+	 * Closes nest: a channel closed twice runs again only after two opens, and an open of a
+	 * channel not closed does nothing (an H200, 580.159.04: tools/gpu/disable_nesting.py,
+	 * call 21C; sched-only closes count alike). What GSP keeps is closed; the count is the
+	 * model of what it did.
 	 */
 	if (disable_us)
 		fsleep(disable_us);
@@ -370,8 +380,17 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 	for (i = 0; i < p->numChannels; i++) {
 		struct nvmock_channel *ch = channels[i];
 
-		ch->enabled = !p->bDisable;
-		ch->finish_slice = p->bDisable && p->bOnlyDisableScheduling &&
+		if (!p->bDisable) {
+			if (ch->disables)
+				ch->disables--;
+			ch->enabled = !ch->disables;
+			continue;
+		}
+		if (ch->disables < U32_MAX)
+			ch->disables++;
+		ch->disables_max = max(ch->disables_max, ch->disables);
+		ch->enabled = false;
+		ch->finish_slice = p->bOnlyDisableScheduling &&
 				   READ_ONCE(engine->pinned) == ch->tsg;
 	}
 	spin_unlock(&engine->lock);

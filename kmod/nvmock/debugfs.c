@@ -13,7 +13,8 @@
  *			NV_ERR_INSUFFICIENT_RESOURCES (a test's fault, not the driver's behaviour)
  *   kapi_fail_control	write a control command and a count ("0xa06c0103 2"): the next
  *			that many kernel CONTROLs of it fail with NV_ERR_INVALID_STATE (a test's
- *			fault); a count of 0 disarms it
+ *			fault); a count of 0 disarms it; "acted" after the count: each is carried
+ *			out before the failure is answered
  *   kapi_version	write a version: nvidia_get_rm_ops takes and answers that version as
  *			its own, as another driver would (a test's pose); an empty line: its own
  *   slow_calls		write a thread group id and ms ("1234 500"): its RM_ALLOC, RM_FREE,
@@ -26,7 +27,8 @@
  *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
  *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels
  *   gpuN/channels	per channel: chid, TSG, enabled, scheduled, faulted, GP_GET, GPU time,
- *			GP_PUT as its process wrote it, whether fetched work is left to run
+ *			GP_PUT as its process wrote it, whether fetched work is left to run,
+ *			closes outstanding and the most ever outstanding at once
  *   gpuN/memory	device memory size, use, and the most used at once (fb_peak)
  *   gpuN/reset		write anything: statistics back to zero, fb_peak to the use now
  */
@@ -146,11 +148,12 @@ static int channels_show(struct seq_file *m, void *unused)
 	spin_lock(&engine->lock);
 	list_for_each_entry(tsg, &engine->runlist, runlist_node)
 		list_for_each_entry(ch, &tsg->channels, tsg_node)
-			seq_printf(m, "%u tsg %u pid %d enabled %d scheduled %d faulted %d gp_get %u gpu_ns %llu gp_put %u running %d\n",
+			seq_printf(m, "%u tsg %u pid %d enabled %d scheduled %d faulted %d gp_get %u gpu_ns %llu gp_put %u running %d disables %u disables_max %u\n",
 				   ch->chid, tsg->id, tsg->tgid, ch->enabled, ch->scheduled,
 				   ch->faulted, ch->gp_get, ch->gpu_ns,
 				   READ_ONCE(ch->userd[NVRM_USERD_GP_PUT / 4]),
-				   ch->run_left_ns || ch->in_segment);
+				   ch->run_left_ns || ch->in_segment, ch->disables,
+				   ch->disables_max);
 	spin_unlock(&engine->lock);
 	return 0;
 }
@@ -193,19 +196,22 @@ static const struct file_operations kapi_fail_fops = {
 static ssize_t kapi_fail_control_write(struct file *file, const char __user *buf, size_t count,
 				       loff_t *ppos)
 {
-	char text[32];
+	char text[40], acted[8] = "";
 	u32 cmd, n;
+	int fields;
 
 	if (!count || count >= sizeof(text))
 		return -EINVAL;
 	if (copy_from_user(text, buf, count))
 		return -EFAULT;
 	text[count] = '\0';
-	if (sscanf(text, "%i %u", &cmd, &n) != 2)
+	fields = sscanf(text, "%i %u %7s", &cmd, &n, acted);
+	if (fields < 2 || (fields == 3 && strcmp(acted, "acted")))
 		return -EINVAL;
 	mutex_lock(&nvmock_lock);
 	nvmock_kapi.fail_cmd = cmd;
 	nvmock_kapi.fail_controls = n;
+	nvmock_kapi.fail_acted = fields == 3;
 	mutex_unlock(&nvmock_lock);
 	return count;
 }

@@ -153,7 +153,8 @@ static u32 gp_put(const struct nvmock_channel *ch)
 
 /*
  * Enabled, or disabled with bOnlyDisableScheduling while its TSG was on the engine: that leaves
- * it running to the end of the slice (FIFO_DISABLE_CHANNELS in control.c).
+ * it the work it has started, to its end or to the end of the slice where another TSG has work
+ * (FIFO_DISABLE_CHANNELS in control.c; channel_fetch()).
  */
 static bool channel_may_run(const struct nvmock_channel *ch)
 {
@@ -222,6 +223,15 @@ static bool channel_fetch(struct nvmock_channel *ch)
 		if (!channel_may_run(ch) || ch->faulted)
 			return false;
 		if (!ch->in_segment) {
+			/*
+			 * Closed with bOnlyDisableScheduling: a trainer alone on an H200
+			 * finished the kernel it ran (a 0.1 s one 62-83 ms after the call) and
+			 * ran no other, those it submitted after the close included
+			 * (tools/gpu/sched_only.py, call 21B). Whether entries queued
+			 * before the close would run is unknown: none is.
+			 */
+			if (!ch->enabled)
+				return false;
 			if (ch->gp_get == gp_put(ch)) {
 				ch->ahead_ns = 0;	/* idle: no credit survives a gap */
 				return false;

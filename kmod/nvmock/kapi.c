@@ -142,6 +142,8 @@ static void op_control(struct nvos54_params *p)
 	 */
 	if (nvmock_kapi.fail_controls && p->cmd == nvmock_kapi.fail_cmd) {
 		nvmock_kapi.fail_controls--;
+		if (nvmock_kapi.fail_acted)
+			nvmock_rm_control(&kernel, p, true);
 		p->status = NV_ERR_INVALID_STATE;
 	} else {
 		p->status = nvmock_rm_control(&kernel, p, true);

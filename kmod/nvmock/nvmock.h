@@ -100,7 +100,9 @@ struct nvmock_channel {
 	struct nvmock_buf *userd_buf;
 	u32 *userd;
 	bool scheduled;		/* GPFIFO_SCHEDULE(bEnable=1), or not delayed at allocation */
-	bool enabled;		/* FIFO_DISABLE_CHANNELS */
+	bool enabled;		/* no FIFO_DISABLE_CHANNELS close outstanding */
+	u32 disables;		/* closes not yet undone by an open: GSP counts them */
+	u32 disables_max;	/* the most there ever were: a caller that closed twice */
 	bool finish_slice;	/* disabled with bOnlyDisableScheduling while on the engine */
 	bool faulted;
 	bool gone;
@@ -307,9 +309,13 @@ struct nvmock_kapi_stats {
 	/* A test's fault: the next kernel ALLOC of this class fails (debugfs "kapi_fail"). */
 	bool fail_armed;
 	u32 fail_class;
-	/* A test's fault: the next fail_controls kernel CONTROLs of this command fail. */
+	/*
+	 * A test's fault: the next fail_controls kernel CONTROLs of this command fail, carried out
+	 * first where fail_acted (GSP answering an error for what it did is not ruled out).
+	 */
 	u32 fail_controls;
 	u32 fail_cmd;
+	bool fail_acted;
 	/* A test's pose: the version nvidia_get_rm_ops has ("kapi_version"); "": its own. */
 	char answer_version[32];
 };

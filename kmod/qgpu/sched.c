@@ -808,7 +808,17 @@ static void apply_batch(struct qgpu_sched *s, struct change **c, u32 n, bool dis
 			c[i]->ok = true;
 		return;
 	}
-	/* All or nothing: one channel freed meanwhile fails the batch, so go one by one. */
+	/*
+	 * One channel freed meanwhile fails the batch, so go one by one. RM counts closes (an
+	 * H200: a channel closed twice runs only after two opens), and whether GSP closed part of
+	 * a batch it failed is not known: a failed close is first undone channel by channel, as an
+	 * open of a channel not closed does nothing (measured likewise), so that none is closed
+	 * twice.
+	 */
+	if (disable)
+		for (i = 0; i < n; i++)
+			qgpu_rmapi_set_channels(s->hclient, s->hsubdevice, false, &clients[i],
+						&channels[i], 1);
 	for (i = 0; i < n; i++) {
 		c[i]->ok = qgpu_rmapi_set_channels(s->hclient, s->hsubdevice, disable, &clients[i],
 						   &channels[i], 1) == NV_OK;

@@ -91,6 +91,108 @@ def test_disabled_channels_stop_at_once_and_resume_when_enabled() -> None:
     load.result()
 
 
+def _set_closed(fd: int, load: Gpuload, closed: bool, only_scheduling: bool = False) -> None:
+    assert rmctl.disable_channels(
+        fd, load.client, load.subdevice, [load.channel],
+        disable=closed, only_scheduling=only_scheduling,
+    ).ok  # fmt: skip
+
+
+def _ran(load: Gpuload, seconds: float) -> float:
+    before = gpu_seconds(load.pid)
+    time.sleep(seconds)
+    return gpu_seconds(load.pid) - before
+
+
+def test_closes_nest_and_an_open_of_an_open_channel_does_nothing() -> None:
+    """As an H200 counted them (tools/gpu/disable_nesting.py, call 21C): a channel closed twice
+    ran again only after two opens, an open while open changed nothing (one close then stopped
+    it), and a sched-only close counted as a close."""
+    load = Gpuload([*SATURATE, "--seconds", "12"]).ready()
+    time.sleep(0.5)
+    fd = rmctl.borrow_fd(load.pid, load.ctl_fd())
+    steps = (
+        (("close", "close"), False),
+        (("open",), False),
+        (("open",), True),
+        (("open",), True),
+        (("close",), False),
+        (("open",), True),
+        (("sched-only", "close"), False),
+        (("open",), False),
+        (("open",), True),
+    )
+    try:
+        ran = []
+        for calls, _ in steps:
+            for call in calls:
+                _set_closed(fd, load, call != "open", call == "sched-only")
+            time.sleep(0.1)
+            ran.append(_ran(load, 0.4))
+        print("GPU seconds per step:", [round(r, 3) for r in ran])
+        assert [r > 0.1 for r in ran] == [runs for _, runs in steps]
+        assert all(r < 0.005 for r, (_, runs) in zip(ran, steps, strict=True) if not runs)
+    finally:
+        os.close(fd)
+    load.result()
+
+
+@HOST_TIMED
+def test_a_sched_only_close_finishes_the_running_kernel_alone_and_hands_over_at_the_slice() -> None:
+    """bOnlyDisableScheduling=1 as an H200 did it (tools/gpu/sched_only.py): a loop of 0.1 s
+    kernels alone on the GPU finished the kernel it ran (62-83 ms after the call), ran no other and
+    was saved by nothing (call 21B); handed over, another TSG opened at once and both at 1 us,
+    it ran nothing more and was CILP-saved, as a full close does (call 21D)."""
+    long = ["--shape", "saturate", "--kernel-us", "300000", "--sync-every", "1", "--queue", "1"]
+    reset()
+    loop = Gpuload([*long, "--seconds", "14"]).ready()
+    other = Gpuload([*SATURATE, "--seconds", "14"]).ready()
+    fd_loop = rmctl.borrow_fd(loop.pid, loop.ctl_fd())
+    fd_other = rmctl.borrow_fd(other.pid, other.ctl_fd())
+    try:
+        _set_closed(fd_other, other, True)
+        time.sleep(0.5)
+        before, saves = gpu_seconds(loop.pid), _stats(fd_loop, loop)
+        _set_closed(fd_loop, loop, True, only_scheduling=True)
+        time.sleep(0.8)
+        finished = gpu_seconds(loop.pid) - before
+        after = _ran(loop, 0.5)
+        alone = _delta(saves, _stats(fd_loop, loop))
+        print(f"alone: {finished:.3f} s after the close, then {after:.4f}; saves {alone}")
+        # The rest of one 0.3 s kernel (a close in the gap between two is 1 in ~300), no more.
+        assert 0.005 < finished < 0.3 + 0.05 and after < 0.005
+        assert alone["saveCnt"] == 0
+        for fd, load in ((fd_loop, loop), (fd_other, other)):
+            assert rmctl.set_timeslice(fd, load.client, load.tsg, 1).ok
+        _set_closed(fd_loop, loop, False)
+        time.sleep(0.5)
+        before, saves = gpu_seconds(loop.pid), _stats(fd_loop, loop)
+        _set_closed(fd_loop, loop, True, only_scheduling=True)
+        _set_closed(fd_other, other, False)
+        time.sleep(0.1)
+        handed = gpu_seconds(loop.pid) - before
+        before = gpu_seconds(loop.pid)
+        other_ran = _ran(other, 0.5)
+        after = gpu_seconds(loop.pid) - before
+        beside = _delta(saves, _stats(fd_loop, loop))
+        print(f"handed over: {handed:.4f} s after the close, other {other_ran:.3f}; saves {beside}")
+        # It runs alone until the other's open has acted (two controls: 20-33 ms of real time in
+        # this VM), then not at all beside it.
+        assert handed < 0.1 and after < 0.005 and other_ran > 0.3
+        assert beside["cilpSaveCnt"] == 1
+    finally:
+        # A failed check must not leave them closed, or running into the next test: opens of
+        # channels not closed do nothing.
+        for fd, load in ((fd_loop, loop), (fd_other, other)):
+            for _ in range(2):
+                rmctl.disable_channels(
+                    fd, load.client, load.subdevice, [load.channel], disable=False
+                )
+            os.close(fd)
+        loop.result()
+        other.result()
+
+
 def test_gpfifo_schedule_disable_is_accepted_and_changes_nothing() -> None:
     load = Gpuload([*SATURATE, "--seconds", "6"]).ready()
     time.sleep(1.0)

@@ -24,15 +24,20 @@ CHANNELS = 1000
 NV_ERR_INVALID_STATE = 0x40
 
 
-def channel_states(pid: int, gpu: int = 0) -> list[bool]:
-    """Whether each of the process's channels is enabled, from nvmock."""
+def channel_fields(pid: int, gpu: int = 0) -> list[dict[str, str]]:
+    """Each of the process's channels as nvmock lists it."""
     out = []
     for line in (DEBUGFS / f"gpu{gpu}" / "channels").read_text().splitlines():
         words = line.split()
         fields = dict(zip(words[1::2], words[2::2], strict=False))
         if int(fields["pid"]) == pid:
-            out.append(fields["enabled"] == "1")
+            out.append(fields)
     return out
+
+
+def channel_states(pid: int, gpu: int = 0) -> list[bool]:
+    """Whether each of the process's channels is enabled, from nvmock."""
+    return [fields["enabled"] == "1" for fields in channel_fields(pid, gpu)]
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float) -> float:
@@ -68,6 +73,10 @@ def test_unloading_reopens_a_thousand_closed_channels() -> None:
                 states = channel_states(worker.pid)
                 assert len(states) == CHANNELS
                 assert states.count(True) == CHANNELS, f"{states.count(False)} left closed"
+                # Never closed twice: GSP counts closes (nvmock's control.c), and a channel
+                # closed twice would have needed two opens.
+                nested = max(int(f["disables_max"]) for f in channel_fields(worker.pid))
+                assert nested == 1
                 # The kernel client went with the module.
                 assert objects()["clients"] == 1
             finally:
@@ -112,3 +121,40 @@ def test_a_failed_close_is_tried_again_until_rm_carries_it_out() -> None:
             (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 0")
             busy.close()
             victim.close()
+
+
+def test_a_close_rm_carried_out_but_failed_is_undone_before_it_is_tried_again() -> None:
+    """RM counts closes (an H200: a channel closed twice runs only after two opens), and
+    whether GSP acted on a list it answered an error for is unknown. Without the open that
+    undoes a failed close, the one-by-one retry closed the channel a second time here, and
+    unloading (one open) left it closed."""
+    with cgroups(2) as (online, offline):
+        insmod(online_gate=2)
+        try:
+            busy = Worker(online.path)
+            victim = Worker(offline.path)
+            try:
+                assert busy.ask("channels 1") == {"channels": 1}
+                assert victim.ask("channels 1") == {"channels": 1}
+                # The next FIFO_DISABLE_CHANNELS is carried out, then answered an error.
+                (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 1 acted")
+                with QgpuClient.open() as client:
+                    client.set_gpu(0, "best-effort", 50_000)
+                    client.set_cgroup(online.id, 0, "online", 50)
+                    client.set_cgroup(offline.id, 0, "offline", 50)
+                wait_for("the offline channel closed",
+                         lambda: channel_states(victim.pid) == [False], timeout=10)  # fmt: skip
+                time.sleep(0.3)
+                (fields,) = channel_fields(victim.pid)
+                assert fields["disables"] == "1" and fields["disables_max"] == "1", fields
+                result = rmmod()
+                assert result.returncode == 0, result.stderr
+                assert channel_states(victim.pid) == [True]
+                assert channel_states(busy.pid) == [True]
+            finally:
+                (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 0")
+                busy.close()
+                victim.close()
+        finally:
+            if loaded():
+                rmmod()
