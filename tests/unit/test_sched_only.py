@@ -255,6 +255,35 @@ def test_the_gpu_is_left_open_at_its_own_timeslices(
     assert "| full |" in text and "| sched-only |" in text
 
 
+def test_matmuls_are_counted_from_the_done_counts_and_turns_may_be_left_out() -> None:
+    samples = [(1.0, 4.0), (2.0, 8.0), (3.0, 12.0), (4.0, 16.0)]
+    assert sched_only.finished(samples, 1.5, 3.5) == 8  # two waits of four matmuls
+    assert sched_only.finished(samples, 0.0, 1.0) == 0
+    gpu = StandInGpu()
+    lab = Lab(0, handles=None, files=Files(), send=gpu.send)  # type: ignore[arg-type]
+    rig = sched_only.Rig(
+        lab, {n: [group(n)] for n in TRAINERS}, clock=gpu.clock, sleep=gpu.sleep,
+        disable=gpu.disable,
+    )  # fmt: skip
+
+    def never() -> Online:
+        raise AssertionError("the online stream is started only for the turns")
+
+    result = sched_only.measure(
+        rig, never, gpu.trainers,  # type: ignore[arg-type]
+        closes=1, grace_s=0.02, watch_s=0.1, seconds=1.0, turn_s=0.05, rounds=1,
+        stops=("a",), handovers=None, turns=False,
+    )  # fmt: skip
+    assert list(result["stop"]) == [
+        "a full@own",
+        "a sched-only@own",
+        "a full@1us",
+        "a sched-only@1us",
+    ]
+    assert result["handover"] == {} and result["turns"] == []
+    assert not any(gpu.closes.values())  # left open
+
+
 def test_a_close_rm_refuses_is_named() -> None:
     def refuse(*args: Any, **kwargs: Any) -> rmctl.ControlResult:
         return rmctl.ControlResult(abi.NvStatus.NV_ERR_INVALID_ARGUMENT, 1000)

@@ -7,8 +7,9 @@ call returns): 0.6-1.3 ms a control, and an online request released near a turn 
 14-23 % of the time against under 0.8 % elsewhere (BENCHMARKS.md, twentieth session). Were =1 to
 stop a trainer at its next timeslice end (1 µs for offline TSGs) and return sooner, turns could
 hand the GPU over for less. Measured with the doctor's workloads (qpolicy/doctor/workload.py),
-each synchronised after every matmul: two 8192 trainers A and B (1.4 ms kernels), a loop of 32768
-matmuls (~0.1 s kernels), and an online stream (4096 at 150 Hz).
+each synchronised after every matmul (after ``--sync-every`` of them, which leaves kernels queued
+behind the running one): two 8192 trainers A and B (1.4 ms kernels), a loop of 32768 matmuls
+(~0.1 s kernels), and an online stream (4096 at 150 Hz).
 
 - ``stop``: A alone on the GPU (the others closed), then the loop alone, each closed
   ``--closes`` times with each kind of close, at its own timeslice and at 1 µs. Per close: the
@@ -149,9 +150,14 @@ class Rig:
 
 
 def finished(samples: Sequence[tuple[float, float]], start: float, end: float) -> int:
-    """Matmuls a trainer finished in [start, end): its samples are (wall time, done so far),
-    one per synchronised matmul, so each sample in the span is one matmul."""
-    return sum(1 for t, _ in samples if start <= t < end)
+    """Matmuls a trainer finished in [start, end): its samples are (wall time, done so far), in
+    order, one per wait (``--sync-every`` matmuls apart)."""
+    total, before = 0.0, 0.0
+    for t, done in samples:
+        if start <= t < end:
+            total += done - before
+        before = done
+    return int(total)
 
 
 def stop(
@@ -362,6 +368,7 @@ def measure(
     rounds: int,
     stops: Sequence[str] = ("a", "loop"),
     handovers: tuple[str, str] | None = ("loop", "a"),
+    turns: bool = True,
 ) -> dict[str, Any]:
     """``stop`` for each of ``stops`` alone, ``handover`` from one to the other, then (the
     online stream started, the loop closed) the ``turns`` phases of trainers ``a`` and ``b``.
@@ -389,6 +396,8 @@ def measure(
                 out["handover"][f"{handovers[0]} to {handovers[1]} {kind}"] = handover(
                     rig, handovers, workloads, only, closes, grace_s, watch_s
                 )
+        if not turns:
+            return out
         for name in workloads:
             rig.ensure(name, name in ("a", "b"))
         # Started only now: held while the closes above ran, it would catch up on every slot
@@ -481,6 +490,15 @@ def main() -> int:
     parser.add_argument("--turn-ms", type=float, default=50.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-stop", action="store_true", help="skip the stop closes")
+    parser.add_argument("--no-handover", action="store_true", help="skip the hand-overs")
+    parser.add_argument("--no-turns", action="store_true", help="skip the turns phases")
+    parser.add_argument(
+        "--sync-every",
+        type=int,
+        default=1,
+        help="matmuls each workload queues between two waits (more than 1: are those queued "
+        "before a sched-only close run?)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -494,7 +512,9 @@ def main() -> int:
     lab = Lab(args.gpu, _ProbeHandles(source), files)
     sizes = {"a": "8192", "b": "8192", "loop": "32768"}
     workloads = {
-        name: Workload(workload_argv("trainer", "--n", n, "--sync-every", "1"), lab.env)
+        name: Workload(
+            workload_argv("trainer", "--n", n, "--sync-every", str(args.sync_every)), lab.env
+        )
         for name, n in sizes.items()
     }
     try:
@@ -513,6 +533,8 @@ def main() -> int:
             closes=args.closes, grace_s=args.grace_ms / 1000, watch_s=args.watch_ms / 1000,
             seconds=args.seconds, turn_s=args.turn_ms / 1000, rounds=args.rounds,
             stops=() if args.no_stop else ("a", "loop"),
+            handovers=None if args.no_handover else ("loop", "a"),
+            turns=not args.no_turns,
         )  # fmt: skip
         result.update(
             driver=driver_version(),
