@@ -68,3 +68,55 @@ def test_each_step_counts_the_matmuls_of_its_own_watch(nests: bool) -> None:
     assert gpu.closes == 0  # left running either way
     text = disable_nesting.summary(steps, 300)
     assert "| closed twice | close, close | 0 |" in text
+
+
+class StallingTrainer(Trainer):
+    """Closed sched-only, it stays stopped after opens until its timeslice is set (as an H200
+    did with kernels queued, call 21E)."""
+
+    def __init__(self) -> None:
+        super().__init__(nests=True)
+        self.stalled = False
+        self.timeslice_sets = 0
+
+    def sleep(self, seconds: float) -> None:
+        closes, self.closes = self.closes, self.closes or int(self.stalled)
+        super().sleep(seconds)
+        self.closes = closes
+
+    def disable(self, fd: int, client: int, subdevice: int, channels: tuple[int, ...], *,
+                disable: bool, only_scheduling: bool = False) -> rmctl.ControlResult:  # fmt: skip
+        self.stalled |= disable and only_scheduling
+        return super().disable(fd, client, subdevice, channels, disable=disable)
+
+    def send(self, fd: int, client: int, obj: int, cmd: int, **fields: int) -> tuple[object, dict]:
+        ok = rmctl.ControlResult(abi.NvStatus.NV_OK, 1000)
+        if cmd == abi.NVA06C_CTRL_CMD_GET_TIMESLICE:
+            return ok, {"timesliceUs": 1024}
+        assert cmd == abi.NVA06C_CTRL_CMD_SET_TIMESLICE and fields["timesliceUs"] == 1024
+        self.timeslice_sets += 1
+        self.stalled = False
+        self.now += 0.0005
+        return ok, {}
+
+
+def test_the_stall_steps_send_timeslices_and_waits_and_read_each_watch() -> None:
+    gpu = StallingTrainer()
+    lab = Lab(0, handles=None, files=Files(), send=gpu.send)  # type: ignore[arg-type]
+    rig = sched_only.Rig(
+        lab, {"trainer": [GROUP]}, clock=gpu.clock, sleep=gpu.sleep, disable=gpu.disable
+    )
+    steps = disable_nesting.run_steps(
+        rig,
+        "trainer",
+        gpu,
+        0.02,
+        0.3,
+        disable_nesting.STALL_STEPS,  # type: ignore[arg-type]
+    )
+    done = [s["done"] for s in steps]
+    # Running; stalled through opens and a full close and open; woken by the timeslice only.
+    assert done[0] >= 299 and done[1:5] == [0, 0, 0, 0] and done[5] >= 299
+    assert gpu.timeslice_sets == 1
+    assert [c["call"] for c in steps[5]["calls"]] == ["timeslice"]
+    assert steps[7]["calls"] == []  # a wait sends nothing

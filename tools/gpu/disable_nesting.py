@@ -46,6 +46,22 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("then opened again", ("open",)),
 )
 
+# ``--steps stall``, with kernels queued behind the running one (``--sync-every 4``): in call
+# 21E a trainer closed sched-only so ran nothing after it was opened again, close after close,
+# until a SET_TIMESLICE on its TSG. What else wakes it? (The trainer starts open.)
+STALL_STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("open, nothing sent", ()),
+    ("closed sched-only, opened", ("sched-only", "open")),
+    ("opened again", ("open",)),
+    ("closed and opened", ("close", "open")),
+    ("closed sched-only, opened", ("sched-only", "open")),
+    ("its timeslice set to what it is", ("timeslice",)),
+    ("closed sched-only, opened", ("sched-only", "open")),
+    ("nothing sent, a second later", ("wait",)),
+    ("closed and opened", ("close", "open")),
+    ("closed, opened", ("close", "open")),
+)
+
 
 def run_steps(
     rig: Rig,
@@ -59,6 +75,14 @@ def run_steps(
     for what, calls in steps:
         sent = []
         for call in calls:
+            if call == "wait":
+                rig.sleep(1.0)
+                continue
+            if call == "timeslice":
+                started = rig.clock()
+                rig.set_timeslice(name, None)
+                sent.append({"call": call, "us": round((rig.clock() - started) * 1e6, 1)})
+                continue
             control = rig.set_open(name, call == "open", only_scheduling=call == "sched-only")
             sent.append({"call": call, "us": round(control.us, 1)})
         done_at = rig.clock()
@@ -86,6 +110,8 @@ def main() -> int:
     parser.add_argument("--gpu", type=int, default=0)
     parser.add_argument("--grace-ms", type=float, default=20.0)
     parser.add_argument("--watch-ms", type=float, default=300.0)
+    parser.add_argument("--steps", choices=("nesting", "stall"), default="nesting")
+    parser.add_argument("--sync-every", type=int, default=1, help="matmuls queued per wait")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -97,11 +123,15 @@ def main() -> int:
     source = ProbeSource(NvProbe().start())
     files = BorrowedFiles()
     lab = Lab(args.gpu, _ProbeHandles(source), files)
-    trainer = Workload(workload_argv("trainer", "--n", "8192", "--sync-every", "1"), lab.env)
+    argv = workload_argv("trainer", "--n", "8192", "--sync-every", str(args.sync_every))
+    trainer = Workload(argv, lab.env)
     try:
         trainer.wait_ready(120)
         rig = Rig(lab, {"trainer": lab.groups(trainer)})
-        steps = run_steps(rig, "trainer", trainer, args.grace_ms / 1000, args.watch_ms / 1000)
+        chosen = STEPS if args.steps == "nesting" else STALL_STEPS
+        steps = run_steps(
+            rig, "trainer", trainer, args.grace_ms / 1000, args.watch_ms / 1000, chosen
+        )
         result = {"driver": driver_version(), "args": vars(args), "steps": steps}
     finally:
         trainer.stop()
