@@ -147,14 +147,19 @@ class Files:
         return 1000 + pid
 
 
-@pytest.fixture(scope="module")
-def measured() -> tuple[StandInGpu, dict[str, Any]]:
+def stand_in_rig() -> tuple[StandInGpu, sched_only.Rig]:
     gpu = StandInGpu()
     lab = Lab(0, handles=None, files=Files(), send=gpu.send)  # type: ignore[arg-type]
     rig = sched_only.Rig(
         lab, {n: [group(n)] for n in TRAINERS}, clock=gpu.clock, sleep=gpu.sleep,
         disable=gpu.disable,
     )  # fmt: skip
+    return gpu, rig
+
+
+@pytest.fixture(scope="module")
+def measured() -> tuple[StandInGpu, dict[str, Any]]:
+    gpu, rig = stand_in_rig()
 
     def start_online() -> Online:
         # Started once the stop closes and hand-overs are done, each workload closed only where
@@ -259,12 +264,7 @@ def test_matmuls_are_counted_from_the_done_counts_and_turns_may_be_left_out() ->
     samples = [(1.0, 4.0), (2.0, 8.0), (3.0, 12.0), (4.0, 16.0)]
     assert sched_only.finished(samples, 1.5, 3.5) == 8  # two waits of four matmuls
     assert sched_only.finished(samples, 0.0, 1.0) == 0
-    gpu = StandInGpu()
-    lab = Lab(0, handles=None, files=Files(), send=gpu.send)  # type: ignore[arg-type]
-    rig = sched_only.Rig(
-        lab, {n: [group(n)] for n in TRAINERS}, clock=gpu.clock, sleep=gpu.sleep,
-        disable=gpu.disable,
-    )  # fmt: skip
+    gpu, rig = stand_in_rig()
 
     def never() -> Online:
         raise AssertionError("the online stream is started only for the turns")

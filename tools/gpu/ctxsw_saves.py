@@ -54,6 +54,23 @@ def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {kind: after[kind] - before[kind] for kind in before}
 
 
+def set_timeslices(
+    lab: Lab, groups: list[ClientChannels], before: dict[tuple[int, int], int], us: int | None
+) -> None:
+    """``us`` on every TSG of ``groups``; None: the value each had before this first changed it
+    (read with GET_TIMESLICE into ``before``, by client and TSG)."""
+    for group in groups:
+        for tsg in group.tsgs:
+            key = (group.client, tsg)
+            if key not in before:
+                call = lab.control(group, f"TSG {tsg:#x}", tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE)
+                before[key] = call.answer.get("timesliceUs", 0)
+            value = before[key] if us is None else us
+            lab.control(
+                group, f"TSG {tsg:#x}", tsg, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, timesliceUs=value
+            )
+
+
 class Saves:
     """The three workloads' groups, and the levers this measurement pulls on them."""
 
@@ -85,19 +102,7 @@ class Saves:
 
     def set_timeslice(self, name: str, us: int | None) -> None:
         """``us`` on every TSG of ``name``; None: the value each had before."""
-        for group in self.groups[name]:
-            for tsg in group.tsgs:
-                key = (group.client, tsg)
-                if key not in self._timeslices:
-                    call = self.lab.control(
-                        group, f"TSG {tsg:#x}", tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE
-                    )
-                    self._timeslices[key] = call.answer.get("timesliceUs", 0)
-                value = self._timeslices[key] if us is None else us
-                self.lab.control(
-                    group, f"TSG {tsg:#x}", tsg, abi.NVA06C_CTRL_CMD_SET_TIMESLICE,
-                    timesliceUs=value,
-                )  # fmt: skip
+        set_timeslices(self.lab, self.groups[name], self._timeslices, us)
 
     def phase(self, seconds: float) -> dict[str, dict[str, int]]:
         before = self.read()

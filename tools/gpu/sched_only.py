@@ -53,9 +53,9 @@ from qpolicy.doctor.lab import Lab, Workload, workload_argv
 from qpolicy.doctor.report import latency_stats
 from qpolicy.enforcers.strategy import GPREEMPT_OFFLINE_US
 from qpolicy.engine import ONLINE_TIMESLICE_US
-from qpolicy.nvrm import abi, rmctl
+from qpolicy.nvrm import rmctl
 from qpolicy.nvrm.tracker import ClientChannels
-from tools.gpu.ctxsw_saves import delta, saves
+from tools.gpu.ctxsw_saves import delta, saves, set_timeslices
 from tools.gpu.daemon_turns import NEAR_AFTER_MS, NEAR_BEFORE_MS
 
 KINDS = {"full": False, "sched-only": True}  # the close's bOnlyDisableScheduling
@@ -131,19 +131,7 @@ class Rig:
 
     def set_timeslice(self, name: str, us: int | None) -> None:
         """``us`` on every TSG of ``name``; None: the value each had before."""
-        for group in self.groups[name]:
-            for tsg in group.tsgs:
-                key = (group.client, tsg)
-                if key not in self._timeslices:
-                    call = self.lab.control(
-                        group, f"TSG {tsg:#x}", tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE
-                    )
-                    self._timeslices[key] = call.answer.get("timesliceUs", 0)
-                value = self._timeslices[key] if us is None else us
-                self.lab.control(
-                    group, f"TSG {tsg:#x}", tsg, abi.NVA06C_CTRL_CMD_SET_TIMESLICE,
-                    timesliceUs=value,
-                )  # fmt: skip
+        set_timeslices(self.lab, self.groups[name], self._timeslices, us)
 
     def timeslices(self, name: str) -> list[int]:
         return [self._timeslices[(g.client, t)] for g in self.groups[name] for t in g.tsgs]
@@ -420,6 +408,17 @@ def measure(
     return out
 
 
+def _close_cells(per_close: Sequence[dict[str, Any]]) -> tuple[str, str, str]:
+    """A series of closes' median call, CILP saves across / after, and when the next matmul
+    finished (median over the closes after which one did)."""
+    us = statistics.median(c["us"] for c in per_close)
+    cilp = sum(c["saves_across"]["cilp"] for c in per_close)
+    cilp_after = sum(c["saves_after"]["cilp"] for c in per_close)
+    waits = [c["next_done_ms"] for c in per_close if c["next_done_ms"] is not None]
+    wait = f"{statistics.median(waits):.1f}" if waits else "-"
+    return f"{us:.0f}", f"{cilp} / {cilp_after}", f"{wait} ({len(waits)} of {len(per_close)})"
+
+
 def summary(result: dict[str, Any]) -> str:
     lines = [
         "| stop: a close, alone on the GPU | call p50 µs | CILP saves across / after | matmuls in "
@@ -427,18 +426,10 @@ def summary(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for name, per_close in result["stop"].items():
-        us = statistics.median(c["us"] for c in per_close)
-        cilp = sum(c["saves_across"]["cilp"] for c in per_close)
-        cilp_after = sum(c["saves_after"]["cilp"] for c in per_close)
+        us, saved, wait = _close_cells(per_close)
         before = sum(c["done_before"] for c in per_close)
         after = sum(c["done_after"] for c in per_close)
-        waits = [c["next_done_ms"] for c in per_close if c["next_done_ms"] is not None]
-        wait = f"{statistics.median(waits):.1f}" if waits else "-"
-        wait += f" ({len(waits)} of {len(per_close)})"
-        lines.append(
-            f"| {name} x{len(per_close)} | {us:.0f} | {cilp} / {cilp_after} | {before} / {after} "
-            f"| {wait} |"
-        )
+        lines.append(f"| {name} x{len(per_close)} | {us} | {saved} | {before} / {after} | {wait} |")
     if result.get("handover"):
         lines += [
             "",
@@ -447,15 +438,11 @@ def summary(result: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|",
         ]
         for name, per_close in result["handover"].items():
-            us = statistics.median(c["us"] for c in per_close)
-            cilp = sum(c["saves_across"]["cilp"] for c in per_close)
-            cilp_after = sum(c["saves_after"]["cilp"] for c in per_close)
-            waits = [c["next_done_ms"] for c in per_close if c["next_done_ms"] is not None]
-            wait = f"{statistics.median(waits):.1f}" if waits else "-"
+            us, saved, wait = _close_cells(per_close)
+            after = sum(c["done_after"] for c in per_close)
+            new = sum(c["new_done"] for c in per_close)
             lines.append(
-                f"| {name} x{len(per_close)} | {us:.0f} | {cilp} / {cilp_after} "
-                f"| {sum(c['done_after'] for c in per_close)} | {wait} ({len(waits)} of "
-                f"{len(per_close)}) | {sum(c['new_done'] for c in per_close)} |"
+                f"| {name} x{len(per_close)} | {us} | {saved} | {after} | {wait} | {new} |"
             )
     lines += [
         "",
