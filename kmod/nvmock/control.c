@@ -115,8 +115,13 @@ static u32 tsg_set_timeslice(const struct nvmock_caller *caller, struct nvmock_o
 	const struct nva06c_timeslice_params *p = params;
 	struct nvmock_engine *engine = &obj->gpu->engine;
 
+	struct nvmock_channel *ch;
+
 	spin_lock(&engine->lock);
 	obj->tsg->timeslice_us = p->timesliceUs;
+	/* It woke a channel a sched-only close had stalled (subdevice_disable_channels()). */
+	list_for_each_entry(ch, &obj->tsg->channels, tsg_node)
+		ch->stalled = false;
 	spin_unlock(&engine->lock);
 	return NV_OK;
 }
@@ -373,6 +378,14 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 	 * channel not closed does nothing (an H200, 580.159.04: tools/gpu/disable_nesting.py,
 	 * call 21C; sched-only closes count alike). What GSP keeps is closed; the count is the
 	 * model of what it did.
+	 *
+	 * A sched-only close of a channel with GPFIFO entries not yet fetched stalls it: on that
+	 * H200 a trainer with kernels queued behind the running one, so closed, ran nothing after
+	 * its open (nor after another open), until a full close and open or a SET_TIMESLICE on its
+	 * TSG (the same value) woke it (tools/gpu/disable_nesting.py --steps stall, call 21F; in
+	 * call 21E the first or second of each series of ten such closes). With none queued it
+	 * ran on after the open (calls 21B-D).
+	 * Whether a new GPFIFO entry would wake it is unknown: nvmock's does not.
 	 */
 	if (disable_us)
 		fsleep(disable_us);
@@ -392,6 +405,8 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 		ch->enabled = false;
 		ch->finish_slice = p->bOnlyDisableScheduling &&
 				   READ_ONCE(engine->pinned) == ch->tsg;
+		ch->stalled = p->bOnlyDisableScheduling &&
+			      (ch->stalled || nvmock_channel_queued(ch));
 	}
 	spin_unlock(&engine->lock);
 	if (p->bDisable && !p->bOnlyDisableScheduling)

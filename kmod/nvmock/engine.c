@@ -158,7 +158,18 @@ static u32 gp_put(const struct nvmock_channel *ch)
  */
 static bool channel_may_run(const struct nvmock_channel *ch)
 {
-	return ch->enabled || ch->finish_slice;
+	return (ch->enabled && !ch->stalled) || ch->finish_slice;
+}
+
+/**
+ * nvmock_channel_queued() - whether @ch has GPFIFO entries its engine has not fetched yet
+ * @ch: the channel, under its engine's lock
+ *
+ * Return: true where GP_PUT, as its process wrote it, is ahead of GP_GET.
+ */
+bool nvmock_channel_queued(const struct nvmock_channel *ch)
+{
+	return ch->gp_get != gp_put(ch);
 }
 
 static bool channel_runnable(const struct nvmock_channel *ch)

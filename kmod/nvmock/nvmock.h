@@ -104,6 +104,7 @@ struct nvmock_channel {
 	u32 disables;		/* closes not yet undone by an open: GSP counts them */
 	u32 disables_max;	/* the most there ever were: a caller that closed twice */
 	bool finish_slice;	/* disabled with bOnlyDisableScheduling while on the engine */
+	bool stalled;		/* such a close left entries unfetched: opens do not wake it */
 	bool faulted;
 	bool gone;
 	u32 gp_get;
@@ -271,6 +272,7 @@ long rm_ioctl(void *sp, void *nv, struct file *nvfp, u32 cmd, void *data, u32 si
 
 /* engine.c */
 int nvmock_engine_start(struct nvmock_gpu *gpu);
+bool nvmock_channel_queued(const struct nvmock_channel *ch);
 void nvmock_engine_stop(struct nvmock_gpu *gpu);
 void nvmock_engine_add_tsg(struct nvmock_tsg *tsg);
 void nvmock_engine_remove_tsg(struct nvmock_tsg *tsg);

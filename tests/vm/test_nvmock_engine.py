@@ -137,6 +137,33 @@ def test_closes_nest_and_an_open_of_an_open_channel_does_nothing() -> None:
     load.result()
 
 
+def test_a_sched_only_close_with_kernels_queued_stalls_the_channel_until_woken() -> None:
+    """On an H200 (tools/gpu/disable_nesting.py --steps stall, call 21F) a trainer with kernels
+    queued behind the running one, closed sched-only, ran nothing after its open, nor after a
+    second open; a full close and open woke it, and so did SET_TIMESLICE on its TSG."""
+    load = Gpuload([*SATURATE, "--seconds", "12"]).ready()  # two kernels in flight
+    time.sleep(0.5)
+    fd = rmctl.borrow_fd(load.pid, load.ctl_fd())
+    try:
+        ran = []
+        for step in ("sched-only", "open", "close", "sched-only", "timeslice", "close"):
+            if step == "timeslice":
+                assert rmctl.set_timeslice(fd, load.client, load.tsg, 1024).ok
+            else:
+                _set_closed(fd, load, step != "open", step == "sched-only")
+                if step != "open":
+                    _set_closed(fd, load, False)
+            time.sleep(0.1)
+            ran.append(_ran(load, 0.4))
+        print("GPU seconds per step:", [round(r, 3) for r in ran])
+        assert [r > 0.1 for r in ran] == [False, False, True, False, True, True]
+    finally:
+        for _ in range(2):
+            rmctl.disable_channels(fd, load.client, load.subdevice, [load.channel], disable=False)
+        os.close(fd)
+        load.result()
+
+
 @HOST_TIMED
 def test_a_sched_only_close_finishes_the_running_kernel_alone_and_hands_over_at_the_slice() -> None:
     """bOnlyDisableScheduling=1 as an H200 did it (tools/gpu/sched_only.py): a loop of 0.1 s
