@@ -237,11 +237,12 @@ static bool channel_fetch(struct nvmock_channel *ch)
 			/*
 			 * Closed with bOnlyDisableScheduling: a trainer alone on an H200
 			 * finished the kernel it ran (a 0.1 s one 62-83 ms after the call) and
-			 * ran no other, those it submitted after the close included
-			 * (tools/gpu/sched_only.py, call 21B). Whether entries queued
-			 * before the close would run is unknown: none is.
+			 * ran no other, neither those submitted after the close (call 21B) nor
+			 * those queued before it (21E: no batch of four finished). A stalled
+			 * channel (control.c) fetches none either, opened before it left the
+			 * engine.
 			 */
-			if (!ch->enabled)
+			if (!ch->enabled || ch->stalled)
 				return false;
 			if (ch->gp_get == gp_put(ch)) {
 				ch->ahead_ns = 0;	/* idle: no credit survives a gap */

@@ -141,7 +141,10 @@ def test_a_sched_only_close_with_kernels_queued_stalls_the_channel_until_woken()
     """On an H200 (tools/gpu/disable_nesting.py --steps stall, call 21F) a trainer with kernels
     queued behind the running one, closed sched-only, ran nothing after its open, nor after a
     second open; a full close and open woke it, and so did SET_TIMESLICE on its TSG."""
-    load = Gpuload([*SATURATE, "--seconds", "12"]).ready()  # two kernels in flight
+    # Eight batches in flight, so that a close always finds some queued behind the running one
+    # (with two, the host's lag left none queued now and then: one CI run at c6b9744).
+    queued = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "4", "--queue", "8"]
+    load = Gpuload([*queued, "--seconds", "12"]).ready()
     time.sleep(0.5)
     fd = rmctl.borrow_fd(load.pid, load.ctl_fd())
     try:
