@@ -114,7 +114,6 @@ static u32 tsg_set_timeslice(const struct nvmock_caller *caller, struct nvmock_o
 {
 	const struct nva06c_timeslice_params *p = params;
 	struct nvmock_engine *engine = &obj->gpu->engine;
-
 	struct nvmock_channel *ch;
 
 	spin_lock(&engine->lock);
@@ -216,7 +215,6 @@ static u32 channel_stop(const struct nvmock_caller *caller, struct nvmock_object
 	if (!obj->channel->disables)
 		obj->channel->disables = 1;
 	obj->channel->disables_max = max(obj->channel->disables_max, 1u);
-	obj->channel->enabled = false;
 	obj->channel->scheduled = false;
 	spin_unlock(&engine->lock);
 	return NV_OK;
@@ -329,7 +327,7 @@ static bool still_on_engine(struct nvmock_engine *engine, struct nvmock_channel 
 		if (channels[i]->tsg != pinned)
 			continue;
 		list_for_each_entry(other, &pinned->channels, tsg_node)
-			others |= other->enabled && other->scheduled;
+			others |= nvmock_channel_enabled(other) && other->scheduled;
 		on = !others;
 	}
 	spin_unlock(&engine->lock);
@@ -396,13 +394,11 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 		if (!p->bDisable) {
 			if (ch->disables)
 				ch->disables--;
-			ch->enabled = !ch->disables;
 			continue;
 		}
 		if (ch->disables < U32_MAX)
 			ch->disables++;
 		ch->disables_max = max(ch->disables_max, ch->disables);
-		ch->enabled = false;
 		ch->finish_slice = p->bOnlyDisableScheduling &&
 				   READ_ONCE(engine->pinned) == ch->tsg;
 		ch->stalled = p->bOnlyDisableScheduling &&

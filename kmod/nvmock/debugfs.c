@@ -149,7 +149,8 @@ static int channels_show(struct seq_file *m, void *unused)
 	list_for_each_entry(tsg, &engine->runlist, runlist_node)
 		list_for_each_entry(ch, &tsg->channels, tsg_node)
 			seq_printf(m, "%u tsg %u pid %d enabled %d scheduled %d faulted %d gp_get %u gpu_ns %llu gp_put %u running %d disables %u disables_max %u\n",
-				   ch->chid, tsg->id, tsg->tgid, ch->enabled, ch->scheduled,
+				   ch->chid, tsg->id, tsg->tgid, nvmock_channel_enabled(ch),
+				   ch->scheduled,
 				   ch->faulted, ch->gp_get, ch->gpu_ns,
 				   READ_ONCE(ch->userd[NVRM_USERD_GP_PUT / 4]),
 				   ch->run_left_ns || ch->in_segment, ch->disables,

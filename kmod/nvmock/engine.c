@@ -158,7 +158,7 @@ static u32 gp_put(const struct nvmock_channel *ch)
  */
 static bool channel_may_run(const struct nvmock_channel *ch)
 {
-	return (ch->enabled && !ch->stalled) || ch->finish_slice;
+	return (nvmock_channel_enabled(ch) && !ch->stalled) || ch->finish_slice;
 }
 
 /**
@@ -242,7 +242,7 @@ static bool channel_fetch(struct nvmock_channel *ch)
 			 * channel (control.c) fetches none either, opened before it left the
 			 * engine.
 			 */
-			if (!ch->enabled || ch->stalled)
+			if (!nvmock_channel_enabled(ch) || ch->stalled)
 				return false;
 			if (ch->gp_get == gp_put(ch)) {
 				ch->ahead_ns = 0;	/* idle: no credit survives a gap */

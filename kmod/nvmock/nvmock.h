@@ -100,7 +100,6 @@ struct nvmock_channel {
 	struct nvmock_buf *userd_buf;
 	u32 *userd;
 	bool scheduled;		/* GPFIFO_SCHEDULE(bEnable=1), or not delayed at allocation */
-	bool enabled;		/* no FIFO_DISABLE_CHANNELS close outstanding */
 	u32 disables;		/* closes not yet undone by an open: GSP counts them */
 	u32 disables_max;	/* the most there ever were: a caller that closed twice */
 	bool finish_slice;	/* disabled with bOnlyDisableScheduling while on the engine */
@@ -269,6 +268,12 @@ int nvmock_mmap(struct file *file, struct vm_area_struct *vma);
 /* ioctl.c */
 long nvmock_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
 long rm_ioctl(void *sp, void *nv, struct file *nvfp, u32 cmd, void *data, u32 size);
+
+/* Whether @ch is enabled: no FIFO_DISABLE_CHANNELS or STOP_CHANNEL close outstanding. */
+static inline bool nvmock_channel_enabled(const struct nvmock_channel *ch)
+{
+	return !ch->disables;
+}
 
 /* engine.c */
 int nvmock_engine_start(struct nvmock_gpu *gpu);

@@ -282,7 +282,6 @@ static u32 channel_construct(struct nvmock_object *obj, const void *params)
 	ch->gpu = gpu;
 	ch->gpfifo_va = p->gpFifoOffset;
 	ch->entries = p->gpFifoEntries;
-	ch->enabled = true;
 	ch->scheduled = !(p->flags & NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING);
 	if (obj->parent->kind == NVMOCK_TSG) {
 		ch->tsg = obj->parent->tsg;
