@@ -133,20 +133,42 @@ def disable_channels(
     disable: bool,
     only_scheduling: bool = False,
 ) -> ControlResult:
-    """Stop (``disable``) or resume a client's channels; one control per 64 channels."""
+    """Stop (``disable``) or resume a client's channels; one control per 64 channels.
+
+    A close RM refuses is undone: every chunk sent, the refused one included, is opened again,
+    so the call closes all of the channels or none. GSP counts closes (a channel closed twice
+    runs only after two opens), so channels left closed by a failed call would be closed twice
+    by the caller's next try; and an open of a channel not closed does nothing (an H200:
+    tools/gpu/disable_nesting.py), which makes undoing the refused chunk safe whether or not
+    GSP acted on part of it."""
     total = 0
-    for start in range(0, len(channels), abi.FIFO_DISABLE_CHANNELS_MAX):
-        chunk = channels[start : start + abi.FIFO_DISABLE_CHANNELS_MAX]
-        params = disable_channels_params(
-            client, chunk, disable=disable, only_scheduling=only_scheduling
-        )
-        result = rm_control(
-            fd, client, subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, params
-        )
+    chunks = [
+        channels[start : start + abi.FIFO_DISABLE_CHANNELS_MAX]
+        for start in range(0, len(channels), abi.FIFO_DISABLE_CHANNELS_MAX)
+    ]
+    for sent, chunk in enumerate(chunks, 1):
+        result = _send_disable(fd, client, subdevice, chunk, disable, only_scheduling)
         total += result.duration_ns
         if not result.ok:
+            if disable:
+                for undo in chunks[:sent]:
+                    total += _send_disable(fd, client, subdevice, undo, False, False).duration_ns
             return ControlResult(result.status, total)
     return ControlResult(abi.NvStatus.NV_OK, total)
+
+
+def _send_disable(
+    fd: int,
+    client: int,
+    subdevice: int,
+    chunk: Sequence[int],
+    disable: bool,
+    only_scheduling: bool,
+) -> ControlResult:
+    params = disable_channels_params(
+        client, chunk, disable=disable, only_scheduling=only_scheduling
+    )
+    return rm_control(fd, client, subdevice, abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, params)
 
 
 def set_timeslice(fd: int, client: int, tsg: int, timeslice_us: int) -> ControlResult:

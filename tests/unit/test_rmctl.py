@@ -12,9 +12,10 @@ import struct
 
 import pytest
 
-from qpolicy.nvrm import abi
+from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.rmctl import (
     RM_CONTROL_REQUEST,
+    ControlResult,
     RmError,
     borrow_fd,
     disable_channels,
@@ -57,6 +58,41 @@ def test_disable_channels_params_layout() -> None:
     assert only[0] == 1 and only[8] == 1 and only[9:] == full[9:] and full[8] == 0
     with pytest.raises(ValueError, match="1 to 64 channels"):
         disable_channels_params(1, list(range(65)), disable=True)
+
+
+def test_a_close_rm_refuses_part_of_is_undone_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """130 channels are three controls; RM refuses the second close. GSP counts closes, so the
+    first chunk (closed) and the second (whatever GSP did of it) are opened again: the caller
+    is left with none closed, and its next try closes each once."""
+    sent: list[tuple[bool, list[int]]] = []
+
+    def control(fd: int, client: int, obj: int, cmd: int, params: bytearray) -> ControlResult:
+        disable = bool(params[0])
+        count = struct.unpack_from("<I", params, 4)[0]
+        sent.append((disable, list(struct.unpack_from(f"<{count}I", params, 280))))
+        refused = disable and len([s for s in sent if s[0]]) == 2
+        return ControlResult(abi.NvStatus.NV_ERR_INVALID_STATE if refused else 0, 1000)
+
+    monkeypatch.setattr(rmctl, "rm_control", control)
+    channels = list(range(1, 131))
+    result = disable_channels(9, 1, 2, channels, disable=True)
+    assert result.status == abi.NvStatus.NV_ERR_INVALID_STATE and result.duration_ns == 4000
+    assert sent == [
+        (True, channels[:64]),
+        (True, channels[64:128]),
+        (False, channels[:64]),
+        (False, channels[64:128]),
+    ]
+    # An open RM refuses is left there: a close would undo nothing, and the rest is not sent.
+    calls: list[bytearray] = []
+
+    def refuse(fd: int, client: int, obj: int, cmd: int, params: bytearray) -> ControlResult:
+        calls.append(params)
+        return ControlResult(abi.NvStatus.NV_ERR_INVALID_STATE, 1)
+
+    monkeypatch.setattr(rmctl, "rm_control", refuse)
+    assert not disable_channels(9, 1, 2, channels, disable=False).ok
+    assert len(calls) == 1 and calls[0][0] == 0
 
 
 def test_the_request_is_rm_control_on_nvidiactl() -> None:
