@@ -12,11 +12,12 @@ the module is unloaded while its scheduler runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from qpolicy.enforcers.kmod.client import QgpuClient
 from tests.vm.conftest import DEBUGFS, objects
-from tests.vm.qgpu_env import cgroups, insmod, loaded, qgpu_loaded, rmmod
+from tests.vm.qgpu_env import Cgroup, cgroups, insmod, loaded, qgpu_loaded, rmmod
 from tests.vm.test_qgpu_rmapi import FIFO_DISABLE_CHANNELS, OP_CONTROL, kapi
 from tests.vm.worker import Worker
 
@@ -86,41 +87,56 @@ def test_unloading_reopens_a_thousand_closed_channels() -> None:
                 rmmod()
 
 
-def test_a_failed_close_is_tried_again_until_rm_carries_it_out() -> None:
-    # online_gate=2: the offline channel is closed for online work whatever its timeslice.
-    with qgpu_loaded(online_gate=2) as client, cgroups(2) as (online, offline):
-        client.set_gpu(0, "best-effort", 50_000)
+@contextmanager
+def online_beside_offline(fail: str) -> Iterator[tuple[Cgroup, Cgroup, Worker, Worker]]:
+    """An online and an offline cgroup with a worker of one channel in each, and the kernel
+    client's next FIFO_DISABLE_CHANNELS armed to fail as ``fail`` tells nvmock ("4", "1 acted");
+    disarmed after. qgpu must be loaded first, to track the workers' channels."""
+    with cgroups(2) as (online, offline):
         busy = Worker(online.path)
         victim = Worker(offline.path)
         try:
             assert busy.ask("channels 1") == {"channels": 1}
             assert victim.ask("channels 1") == {"channels": 1}
-            # RM fails the next four FIFO_DISABLE_CHANNELS: the batch and the one-by-one call
-            # of the first try, then the retries.
-            (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 4")
-            # An online cgroup that always has work: offline channels are closed for good,
-            # so there is no later change that would close them by the way.
-            client.set_cgroup(online.id, 0, "online", 50)
-            client.set_cgroup(offline.id, 0, "offline", 50)
-            took = wait_for("the offline channel closed", lambda: channel_states(victim.pid)
-                            == [False], timeout=10)  # fmt: skip
-            print(f"closed {took:.2f} s after configuring")
-            failed = [
-                op
-                for op in kapi()[1]
-                if op.op == OP_CONTROL
-                and op.what == FIFO_DISABLE_CHANNELS
-                and op.status == NV_ERR_INVALID_STATE
-            ]
-            assert len(failed) == 4, failed
-            assert channel_states(busy.pid) == [True]
-            # It stays closed.
-            time.sleep(0.5)
-            assert channel_states(victim.pid) == [False]
+            (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} {fail}")
+            yield online, offline, busy, victim
         finally:
             (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 0")
             busy.close()
             victim.close()
+
+
+def configure_online_and_offline(client: QgpuClient, online: Cgroup, offline: Cgroup) -> None:
+    # An online cgroup that always has work: offline channels are closed for good (with
+    # online_gate=2, whatever their timeslice), so no later change closes them by the way.
+    client.set_gpu(0, "best-effort", 50_000)
+    client.set_cgroup(online.id, 0, "online", 50)
+    client.set_cgroup(offline.id, 0, "offline", 50)
+
+
+def test_a_failed_close_is_tried_again_until_rm_carries_it_out() -> None:
+    # RM fails the next four FIFO_DISABLE_CHANNELS: the batch and the one-by-one call of the
+    # first try, then the retries.
+    with (
+        qgpu_loaded(online_gate=2) as client,
+        online_beside_offline("4") as (online, offline, busy, victim),
+    ):
+        configure_online_and_offline(client, online, offline)
+        took = wait_for("the offline channel closed",
+                        lambda: channel_states(victim.pid) == [False], timeout=10)  # fmt: skip
+        print(f"closed {took:.2f} s after configuring")
+        failed = [
+            op
+            for op in kapi()[1]
+            if op.op == OP_CONTROL
+            and op.what == FIFO_DISABLE_CHANNELS
+            and op.status == NV_ERR_INVALID_STATE
+        ]
+        assert len(failed) == 4, failed
+        assert channel_states(busy.pid) == [True]
+        # It stays closed.
+        time.sleep(0.5)
+        assert channel_states(victim.pid) == [False]
 
 
 def test_a_close_rm_carried_out_but_failed_is_undone_before_it_is_tried_again() -> None:
@@ -128,33 +144,21 @@ def test_a_close_rm_carried_out_but_failed_is_undone_before_it_is_tried_again() 
     whether GSP acted on a list it answered an error for is unknown. Without the open that
     undoes a failed close, the one-by-one retry closed the channel a second time here, and
     unloading (one open) left it closed."""
-    with cgroups(2) as (online, offline):
-        insmod(online_gate=2)
-        try:
-            busy = Worker(online.path)
-            victim = Worker(offline.path)
-            try:
-                assert busy.ask("channels 1") == {"channels": 1}
-                assert victim.ask("channels 1") == {"channels": 1}
-                # The next FIFO_DISABLE_CHANNELS is carried out, then answered an error.
-                (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 1 acted")
-                with QgpuClient.open() as client:
-                    client.set_gpu(0, "best-effort", 50_000)
-                    client.set_cgroup(online.id, 0, "online", 50)
-                    client.set_cgroup(offline.id, 0, "offline", 50)
-                wait_for("the offline channel closed",
-                         lambda: channel_states(victim.pid) == [False], timeout=10)  # fmt: skip
-                time.sleep(0.3)
-                (fields,) = channel_fields(victim.pid)
-                assert fields["disables"] == "1" and fields["disables_max"] == "1", fields
-                result = rmmod()
-                assert result.returncode == 0, result.stderr
-                assert channel_states(victim.pid) == [True]
-                assert channel_states(busy.pid) == [True]
-            finally:
-                (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 0")
-                busy.close()
-                victim.close()
-        finally:
-            if loaded():
-                rmmod()
+    insmod(online_gate=2)
+    try:
+        # The next FIFO_DISABLE_CHANNELS is carried out, then answered an error.
+        with online_beside_offline("1 acted") as (online, offline, busy, victim):
+            with QgpuClient.open() as client:
+                configure_online_and_offline(client, online, offline)
+            wait_for("the offline channel closed",
+                     lambda: channel_states(victim.pid) == [False], timeout=10)  # fmt: skip
+            time.sleep(0.3)
+            (fields,) = channel_fields(victim.pid)
+            assert fields["disables"] == "1" and fields["disables_max"] == "1", fields
+            result = rmmod()
+            assert result.returncode == 0, result.stderr
+            assert channel_states(victim.pid) == [True]
+            assert channel_states(busy.pid) == [True]
+    finally:
+        if loaded():
+            rmmod()
