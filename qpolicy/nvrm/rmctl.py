@@ -147,14 +147,33 @@ def disable_channels(
         for start in range(0, len(channels), abi.FIFO_DISABLE_CHANNELS_MAX)
     ]
     for sent, chunk in enumerate(chunks, 1):
-        result = _send_disable(fd, client, subdevice, chunk, disable, only_scheduling)
+        try:
+            result = _send_disable(fd, client, subdevice, chunk, disable, only_scheduling)
+        except RmError:
+            # The ioctl itself failed (a signal, the file going away): RM may have acted on
+            # this chunk, so it is undone with the others.
+            if disable:
+                _undo_closes(fd, client, subdevice, chunks[:sent])
+            raise
         total += result.duration_ns
         if not result.ok:
             if disable:
-                for undo in chunks[:sent]:
-                    total += _send_disable(fd, client, subdevice, undo, False, False).duration_ns
+                total += _undo_closes(fd, client, subdevice, chunks[:sent])
             return ControlResult(result.status, total)
     return ControlResult(abi.NvStatus.NV_OK, total)
+
+
+def _undo_closes(fd: int, client: int, subdevice: int, chunks: Sequence[Sequence[int]]) -> int:
+    """Open ``chunks`` again, each whatever became of the others; the time it took (ns). An
+    open that fails is left: its channels were either never closed or are on a file that is
+    going away, and the caller reports the close as failed either way."""
+    total = 0
+    for chunk in chunks:
+        try:
+            total += _send_disable(fd, client, subdevice, chunk, False, False).duration_ns
+        except RmError:
+            continue
+    return total
 
 
 def _send_disable(

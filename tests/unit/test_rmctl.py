@@ -95,6 +95,28 @@ def test_a_close_rm_refuses_part_of_is_undone_whole(monkeypatch: pytest.MonkeyPa
     assert len(calls) == 1 and calls[0][0] == 0
 
 
+def test_a_close_whose_ioctl_fails_midway_is_undone_and_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second chunk's ioctl fails (RmError: RM may have acted on it or not): both chunks
+    sent are opened again, an undo that fails too does not stop the others, and the caller
+    gets the error."""
+    sent: list[tuple[bool, int]] = []
+
+    def control(fd: int, client: int, obj: int, cmd: int, params: bytearray) -> ControlResult:
+        disable = bool(params[0])
+        first = struct.unpack_from("<I", params, 280)[0]
+        sent.append((disable, first))
+        if (disable and len(sent) == 2) or (not disable and first == 1):
+            raise rmctl.RmError("RM_CONTROL: Interrupted system call")
+        return ControlResult(0, 1000)
+
+    monkeypatch.setattr(rmctl, "rm_control", control)
+    with pytest.raises(rmctl.RmError, match="Interrupted"):
+        disable_channels(9, 1, 2, list(range(1, 131)), disable=True)
+    assert sent == [(True, 1), (True, 65), (False, 1), (False, 65)]
+
+
 def test_the_request_is_rm_control_on_nvidiactl() -> None:
     assert RM_CONTROL_REQUEST == 0xC020462A
 
