@@ -319,6 +319,38 @@ def test_a_group_whose_open_failed_is_not_closed_again_and_runs_after_one_open(
     assert launched / 2e6 == pytest.approx(0.5, abs=0.05)
 
 
+
+def test_every_close_is_on_disk_before_it_is_sent_and_a_refused_one_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon SIGKILLed just after a close, before any write, would leave a group closed that
+    no record names: so each close finds its group already in the file. A close RM refuses
+    leaves the group open, and the record does not keep it as closed."""
+    r = rig(tmp_path, monkeypatch, [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)])
+    fake = rmctl.disable_channels
+    unlisted: list[int] = []
+    refuse = {"first /b close": True}
+
+    def disable_channels(
+        fd: int, client: int, subdevice: int, channels: list[int], *, disable: bool
+    ) -> rmctl.ControlResult:
+        if disable:
+            path = tmp_path / RECORD_NAME
+            listed = json.loads(path.read_text())["closed"] if path.exists() else {}
+            if not any(e["client"] == client for e in listed.values()):
+                unlisted.append(client)
+            if client == 0xC1D00001 and refuse.pop("first /b close", False):
+                return rmctl.ControlResult(NvStatus.NV_ERR_INVALID_STATE, 600_000)
+        return fake(fd, client, subdevice, channels, disable=disable)
+
+    monkeypatch.setattr(rmctl, "disable_channels", disable_channels)
+    r.loop.run_until(1e6)
+    closes = [c for c in r.driver.calls if c[1] == "disable"]
+    assert len(closes) > 10 and not refuse and unlisted == []
+    # Each group closed in the record is closed in the driver, the refused one included.
+    for entry in r.shared.record.closed.values():
+        assert (entry["client"], entry["channels"][0]) in r.driver.disabled
+
 def test_an_open_rm_refused_is_sent_again_until_carried_out_and_a_close_is_never_doubled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -217,6 +217,7 @@ class RmChannelControl:
                     with self._lock:
                         if group_key(group) in self._closed.get(pod, {}):
                             continue
+                    self.record.closing(group)  # before: a kill after the close is undone
                 try:
                     fd = self.files.get(group.pid, group.fd)
                     result = rmctl.disable_channels(
@@ -226,6 +227,8 @@ class RmChannelControl:
                 except rmctl.RmError as error:
                     self._complain(pod, str(error))
                     refused = True
+                    if not enabled:
+                        self.record.channels_opened(group)  # rmctl opened what it sent
                     continue
                 if debug:
                     log.debug(
@@ -240,6 +243,8 @@ class RmChannelControl:
                 if not result.ok:
                     self._complain(pod, f"FIFO_DISABLE_CHANNELS answered {result.status:#x}")
                     refused = True
+                    if not enabled:
+                        self.record.channels_opened(group)  # rmctl opened what it sent
                     continue
                 key = group_key(group)
                 with self._lock:
@@ -250,8 +255,6 @@ class RmChannelControl:
                         closed[key] = group
                 if enabled:
                     self.record.channels_opened(group)
-                else:
-                    self.record.channels_closed(group)
             self._mark(pod, enabled)
             if enabled and refused:
                 self._retry_open_later(pod)

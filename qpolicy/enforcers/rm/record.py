@@ -3,10 +3,13 @@ does not leave it changed.
 
 Two kinds of change outlive the daemon that made them: channel groups it closed
 (``FIFO_DISABLE_CHANNELS``) and TSG timeslices it set (``SET_TIMESLICE``). Each is written down
-(temp file and rename) before or as it is made, with the process's start time so that a reused pid
-is never mistaken for the tenant; :func:`recover` undoes all of it at the next start, before
-anything else is sent. A group opened again stays listed until the next write (opening it twice is
-harmless), so that a turn switch costs no write once the turns have come round. The file is not
+(temp file and rename) before it is made, with the process's start time so that a reused pid is
+never mistaken for the tenant; :func:`recover` undoes all of it at the next start, before anything
+else is sent. Written before, not after: a daemon killed between a close and its write would leave
+a group closed that no record names. A group listed but not closed (its close refused, or opened
+since) costs nothing to recover: GSP counts closes, and an open of a channel not closed does
+nothing (an H200: tools/gpu/disable_nesting.py). So a group opened again stays listed until the
+next write, and a turn switch costs no write once the turns have come round. The file is not
 fsynced: it only matters while the processes it names live, and they do not outlive the machine.
 
 The file is read as untrusted input: a shape it does not expect is reported, never raised.
@@ -72,7 +75,9 @@ class RmRecord:
             self._start_times[pid] = process_start_time(pid)
         return self._start_times[pid]
 
-    def channels_closed(self, group: ClientChannels) -> None:
+    def closing(self, group: ClientChannels) -> None:
+        """Called before ``group`` is closed: once this returns, a daemon killed at any point
+        leaves a record that opens it again."""
         with self._lock:
             key = group_key(group)
             entry = {
@@ -89,9 +94,11 @@ class RmRecord:
                 self._write()
 
     def channels_opened(self, group: ClientChannels) -> None:
-        """The file is written only once nothing is closed: until the next write it may list
-        a group opened since, which :func:`recover` would open again, harmlessly. A turn switch
-        (one group closed, one opened) then writes nothing once the turns have come round."""
+        """Called once ``group`` is open again, or its close was refused (rmctl opened whatever
+        of it was sent). The file is written only once nothing is closed: until the next write
+        it may list a group opened since, which :func:`recover` would open again, harmlessly.
+        A turn switch (one group closed, one opened) then writes nothing once the turns have
+        come round."""
         with self._lock:
             if self.closed.pop(group_key(group), None) is not None and not self.closed:
                 self._write()
