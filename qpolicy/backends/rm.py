@@ -1,7 +1,9 @@
 """``--enforcer rm``: a control loop per GPU on the daemon's loop, gating channels from userspace.
 
 Start-up order matters: what a previous daemon left changed (closed channels, set timeslices) is
-undone first (:func:`~qpolicy.enforcers.rm.record.recover`), before anything is sent. Each GPU with
+undone first (:func:`~qpolicy.enforcers.rm.record.recover`), before anything is sent; then the
+processes it knew are adopted (:func:`~qpolicy.enforcers.rm.handles.adopt`), before the probe's
+first events are fed, so that pods that started before this daemon stay governed. Each GPU with
 pods then gets its own :class:`~qpolicy.control.ControlLoop` over an
 :class:`~qpolicy.enforcers.rm.enforcer.RmEnforcer`; all of them share one control thread, the
 borrowed descriptors and the record.
@@ -18,6 +20,7 @@ from qpolicy.backends.base import BackendContext
 from qpolicy.control import ControlLoop, PeriodicControl
 from qpolicy.enforcers.rm.enforcer import RmEnforcer, RmShared
 from qpolicy.enforcers.rm.files import BorrowedFiles
+from qpolicy.enforcers.rm.handles import HANDLES_NAME, HandleBook, adopt
 from qpolicy.enforcers.rm.record import recover
 from qpolicy.enforcers.rm.resolver import ProbeResolver
 from qpolicy.enforcers.strategy import strategy_for
@@ -25,6 +28,7 @@ from qpolicy.errors import QPolicyError
 from qpolicy.model import PodIdKind, PodSpec, pod_id_kind
 from qpolicy.runtime.worker import Worker
 from qpolicy.state import DesiredState
+from qpolicy.telemetry.cgroups import cgroup_of_process
 from qpolicy.telemetry.gpuprocs import processes_in, uses_nvidia
 from qpolicy.telemetry.gpus import GpuInfo, node_gpus
 from qpolicy.telemetry.view import Enforcement, NodeView
@@ -83,6 +87,20 @@ class RmBackend:
             )
         for problem in self.recovery.problems:
             log.warning("could not undo what a previous daemon changed: %s", problem)
+        tracker = self.probe.view.tracker
+        self.adoption = adopt(context.state_dir, tracker, self._cgroup_of)
+        if self.adoption.processes or self.adoption.dropped:
+            log.info(
+                "adopted %d process(es) a previous daemon knew (%d channels, %d RM objects; "
+                "%d objects RM no longer holds dropped)",
+                self.adoption.processes,
+                self.adoption.channels,
+                self.adoption.objects,
+                self.adoption.dropped,
+            )
+        for problem in self.adoption.problems:
+            log.warning("could not adopt what a previous daemon knew: %s", problem)
+        self.handles = HandleBook(context.state_dir / HANDLES_NAME, tracker, context.clock)
         self.shared = RmShared(context.loop, context.state_dir, worker, files, gpus)
         self.probe.on_exit.append(self.shared.forget)
         self._state = DesiredState()
@@ -91,6 +109,10 @@ class RmBackend:
         self._searched_at: float | None = None
         #: Per pod: processes using the GPU whose RM handles the probe never saw.
         self.unseen: dict[str, list[int]] = {}
+
+    def _cgroup_of(self, pid: int) -> int | None:
+        root = self.context.cgroup_root()
+        return cgroup_of_process(pid, root) if root is not None else None
 
     def unenforceable(self, pod: PodSpec) -> str | None:
         if pod_id_kind(pod.id) is PodIdKind.CGROUP:
@@ -149,6 +171,7 @@ class RmBackend:
         return driven
 
     def refresh(self) -> None:
+        self.handles.maybe_write()
         now = self.context.clock()
         if now - self._reconciled_at >= RECONCILE_EVERY_S:
             self._reconciled_at = now
@@ -219,6 +242,13 @@ class RmBackend:
                 "timeslices_restored": self.recovery.restored,
                 "problems": list(self.recovery.problems),
             },
+            "adopted": {
+                "processes": self.adoption.processes,
+                "channels": self.adoption.channels,
+                "objects": self.adoption.objects,
+                "dropped": self.adoption.dropped,
+                "problems": list(self.adoption.problems),
+            },
             "gpus": {
                 str(index): {
                     "closed": driven.enforcer.control.closed_pods(),
@@ -246,3 +276,4 @@ class RmBackend:
             driven.enforcer.release()
         self._gpus.clear()
         self.shared.close()
+        self.handles.write()  # the next daemon adopts what runs now

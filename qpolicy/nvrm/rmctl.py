@@ -215,6 +215,21 @@ def preemption_saves(fd: int, client: int, subdevice: int, tsg: int) -> tuple[Co
     return result, answer["cilpSaveCnt"] + answer["ctaSaveCnt"] + answer["gfxpSaveCnt"]
 
 
+def handle_class(fd: int, client: int, handle: int) -> int | None:
+    """The class of ``client``'s object ``handle`` as RM knows it now (``GET_HANDLE_INFO``,
+    index CLASSID: ``cliresCtrlCmdClientGetHandleInfo``, answered by the kernel side of RM), or
+    None where RM knows no such object in that client."""
+    result, answer = control(
+        fd,
+        client,
+        client,
+        abi.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO,
+        hObject=handle,
+        index=abi.HANDLE_INFO_INDEX_CLASSID,
+    )
+    return answer["data"] if result.ok else None
+
+
 @dataclass(frozen=True, slots=True)
 class PciAddress:
     domain: int

@@ -405,6 +405,23 @@ class Tracker:
         for handle in [h for h, client in proc.clients.items() if client.fd == fd]:
             self._drop_client(proc, handle)
 
+    def adopt(self, proc: ProcessState) -> None:
+        """Take ``proc`` whole, its object tree learnt elsewhere (a previous daemon's tracker,
+        checked against RM), in place of whatever is known of its pid. Its objects' children and
+        its bytes are derived here from the objects' parent links and sizes."""
+        self.generation += 1
+        proc.device_bytes = proc.system_bytes = 0
+        for client in proc.clients.values():
+            for obj in client.objects.values():
+                obj.children.clear()
+            for obj in client.objects.values():
+                above = client.objects.get(obj.parent) if obj.parent is not None else None
+                if above is not None and above is not obj:
+                    above.children.add(obj.handle)
+                if obj.bytes and not obj.dup:
+                    self._add_bytes(proc, obj.kind, obj.bytes)
+        self.processes[proc.pid] = proc
+
     # -- reading -------------------------------------------------------------------------------
 
     def summary(self, pid: int | None) -> Summary:

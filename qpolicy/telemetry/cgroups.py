@@ -75,6 +75,22 @@ def cgroup_id(path: str | os.PathLike[str], root: Path = CGROUP_ROOT) -> int:
     return info.st_ino
 
 
+def cgroup_of_process(pid: int, root: Path, proc: Path = Path("/proc")) -> int | None:
+    """The id of the cgroup v2 ``pid`` is in now (``0::/path`` of ``/proc/PID/cgroup``, under the
+    cgroup2 mount ``root``), or None where the process or its cgroup is gone."""
+    try:
+        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("0::"):
+            try:
+                return cgroup_id(line[3:], root)
+            except CgroupError:
+                return None
+    return None
+
+
 class CgroupMap:
     """Cgroup id <-> path, cached; an unknown id walks the hierarchy again (at most every
     ``REFRESH_MIN_S``). Ids are never reused, so paths of removed cgroups stay known."""

@@ -117,6 +117,27 @@ def test_a_close_whose_ioctl_fails_midway_is_undone_and_raised(
     assert sent == [(True, 1), (True, 65), (False, 1), (False, 65)]
 
 
+def test_handle_class_asks_the_client_for_its_objects_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GET_HANDLE_INFO goes to the client object itself, names the handle and index CLASSID
+    (2), and RM writes the class into the 64-bit data at offset 8 (ctrl0000client.h)."""
+    asked: list[tuple[int, int, int, bytes]] = []
+
+    def control(fd: int, client: int, obj: int, cmd: int, params: bytearray) -> ControlResult:
+        asked.append((client, obj, cmd, bytes(params[:8])))
+        handle = struct.unpack_from("<I", params, 0)[0]
+        if handle == 0x5C000010:
+            struct.pack_into("<Q", params, 8, 0xC86F)
+            return ControlResult(0, 1)
+        return ControlResult(abi.NvStatus.NV_ERR_OBJECT_NOT_FOUND, 1)
+
+    monkeypatch.setattr(rmctl, "rm_control", control)
+    assert rmctl.handle_class(9, 0xC1D0001B, 0x5C000010) == 0xC86F
+    assert rmctl.handle_class(9, 0xC1D0001B, 0x5C000011) is None
+    assert asked[0] == (0xC1D0001B, 0xC1D0001B, 0xD02, struct.pack("<II", 0x5C000010, 2))
+
+
 def test_the_request_is_rm_control_on_nvidiactl() -> None:
     assert RM_CONTROL_REQUEST == 0xC020462A
 

@@ -14,8 +14,9 @@ What it cannot do, by construction: a tenant may send the same controls itself a
 channels; device memory cannot be limited (nothing stands between RM_ALLOC and the driver); timing
 comes from a userspace thread, so a switch costs about a control (~0.6 ms) of idle GPU; an online
 pod's GPU time is not measured (its channels stay open while offline pods run); and processes that
-started before the probe was loaded are not seen (their RM handles were never observed). The kernel
-module removes all of these.
+started before the first daemon's probe was loaded are not seen (their RM handles were never
+observed; a restarted daemon adopts what its predecessor saw: :mod:`~.handles`). The kernel module
+removes all of these.
 """
 
 from __future__ import annotations

@@ -1,0 +1,282 @@
+"""A restarted daemon adopts the RM handles its predecessor learnt: written, read back, and each
+object checked against what RM still holds (stand-ins for RM, pidfd_getfd and /proc)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from qpolicy.backends import rm as rm_backend
+from qpolicy.backends.base import BackendContext
+from qpolicy.backends.rm import RmBackend
+from qpolicy.enforcers.rm import handles
+from qpolicy.enforcers.rm.handles import HANDLES_NAME, HandleBook, adopt, dump
+from qpolicy.nvrm import rmctl
+from qpolicy.nvrm.replay import builtin_records
+from qpolicy.nvrm.tracker import Tracker
+from qpolicy.runtime.realtime import RealtimeLoop
+from qpolicy.telemetry.cgroups import CgroupMap, cgroup_of_process
+from qpolicy.telemetry.probesource import ProbeSource
+from tests.unit.test_telemetry_live import FakeProbe, process
+
+PID = 4321
+STARTED = 777
+
+
+def traced() -> Tracker:
+    """The shipped H200 trace's process (PyTorch's matmul) as pid PID, still running."""
+    tracker = Tracker()
+    for record in builtin_records():
+        if record.kind != "exit":
+            tracker.feed(dataclasses.replace(record, pid=PID, cgroup=55))
+    return tracker
+
+
+class Rm:
+    """What RM holds: each (client, handle) and its class, as the first tracker learnt them."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.held = {
+            (client.handle, obj.handle): obj.cls
+            for proc in tracker.processes.values()
+            for client in proc.clients.values()
+            for obj in client.objects.values()
+        }
+        self.asked: list[tuple[int, int]] = []
+        self.borrowed: list[int] = []
+
+    def borrow(self, pid: int, fd: int) -> int:
+        mine = os.open("/dev/null", os.O_RDONLY)
+        self.borrowed.append(mine)
+        return mine
+
+    def class_of(self, fd: int, client: int, handle: int) -> int | None:
+        self.asked.append((client, handle))
+        return self.held.get((client, handle))
+
+
+def write(state: Path, tracker: Tracker, start: int = STARTED) -> None:
+    (state / HANDLES_NAME).write_text(json.dumps(dump(tracker, lambda pid: start)))
+
+
+def adopt_into(state: Path, rm: Rm, start: int | None = STARTED) -> tuple[Tracker, object]:
+    tracker = Tracker()
+    adoption = adopt(
+        state,
+        tracker,
+        lambda pid: 99,
+        borrow=rm.borrow,
+        class_of=rm.class_of,
+        start_time=lambda pid: start,
+        is_nvidia=lambda fd: True,
+    )
+    return tracker, adoption
+
+
+def test_a_process_rm_still_holds_is_adopted_whole(tmp_path: Path) -> None:
+    first = traced()
+    write(tmp_path, first)
+    rm = Rm(first)
+    second, adoption = adopt_into(tmp_path, rm)
+    # The channel groups the enforcer closes and the TSGs it sets, as the first daemon knew them;
+    # only the cgroup is read again (the process may have moved).
+    want = [dataclasses.replace(g, cgroup=99) for g in first.channel_groups(PID)]
+    assert second.channel_groups(PID) == want and want[0].channels and want[0].compute_tsgs
+    assert second.compute_channels(PID) == first.compute_channels(PID)
+    assert second.summary(PID).device_bytes == first.summary(PID).device_bytes > 0
+    assert second.summary(PID).tsgs == 4 and second.processes[PID].fds
+    assert adoption == handles.Adoption(1, 20, 172, 0, ())
+    # Every object was asked of RM, through descriptors that were closed again.
+    assert len(rm.asked) == 172
+    for fd in rm.borrowed:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+def test_objects_rm_no_longer_holds_are_dropped_with_what_hangs_below_them(
+    tmp_path: Path,
+) -> None:
+    first = traced()
+    write(tmp_path, first)
+    rm = Rm(first)
+    (group,) = first.channel_groups(PID)
+    freed_tsg = group.tsgs[1]
+    del rm.held[(group.client, freed_tsg)]  # freed while no daemon ran: its channels went too
+    reused = group.channels[0]
+    rm.held[(group.client, reused)] = 0x40  # the handle now names vidmem
+    second, adoption = adopt_into(tmp_path, rm)
+    (kept,) = second.channel_groups(PID)
+    assert freed_tsg not in kept.tsgs and reused not in kept.channels
+    below = {
+        obj.handle
+        for obj in first.processes[PID].clients[group.client].objects.values()
+        if obj.parent == freed_tsg
+    }
+    assert below and not below & set(kept.channels)
+    assert set(kept.channels) == set(group.channels) - below - {reused}
+    assert isinstance(adoption, handles.Adoption) and adoption.dropped > len(below) + 1
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [("exited or pid reused", 0), ("fd closed", 0), ("fd names another file", 0)],
+)
+def test_a_process_that_is_gone_or_whose_file_is_not_adopted(
+    tmp_path: Path, case: str, expected: int
+) -> None:
+    first = traced()
+    write(tmp_path, first)
+    rm = Rm(first)
+    tracker = Tracker()
+
+    def refuse(pid: int, fd: int) -> int:
+        raise rmctl.RmError(f"cannot take fd {fd} of process {pid}: Bad file descriptor")
+
+    adoption = adopt(
+        tmp_path,
+        tracker,
+        lambda pid: 99,
+        borrow=refuse if case == "fd closed" else rm.borrow,
+        class_of=rm.class_of,
+        start_time=lambda pid: STARTED + (case == "exited or pid reused"),
+        is_nvidia=lambda fd: case != "fd names another file",
+    )
+    assert adoption.processes == expected and tracker.processes == {}
+    assert rm.asked == [] and adoption.problems == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{", "cannot read"),
+        ("[]", "not a handle file"),
+        ('{"version": 7, "processes": []}', "not a handle file"),
+        ('{"version": 1, "processes": {}}', "not a handle file"),
+        ('{"version": 1, "processes": [{"pid": "1"}]}', "malformed entry"),
+        ('{"version": 1, "processes": [5]}', "malformed entry"),
+        (
+            '{"version": 1, "processes": [{"pid": 1, "start_time": 777, "clients": '
+            '[{"handle": 1, "fd": 5, "objects": [[1, 65, null, 0, 0]]}]}]}',
+            "malformed entry",
+        ),
+    ],
+)
+def test_a_damaged_handle_file_is_reported_never_raised(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    (tmp_path / HANDLES_NAME).write_text(text)
+    tracker, adoption = adopt_into(tmp_path, Rm(Tracker()))
+    assert isinstance(adoption, handles.Adoption)
+    assert len(adoption.problems) == 1 and problem in adoption.problems[0]
+    assert adoption.processes == 0 and tracker.processes == {}
+
+
+def test_the_book_writes_when_the_handles_changed_at_most_once_a_second(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tracker = traced()
+    now = [0.0]
+    path = tmp_path / HANDLES_NAME
+    book = HandleBook(path, tracker, lambda: now[0], start_time=lambda pid: STARTED)
+    book.maybe_write()
+    assert json.loads(path.read_text())["processes"][0]["pid"] == PID
+    path.unlink()
+    now[0] = 5.0
+    book.maybe_write()  # nothing changed: nothing written
+    assert not path.exists()
+    tracker.generation += 1
+    now[0] = 5.5
+    book.maybe_write()  # changed, but written 5 s ago: now
+    assert path.exists()
+    path.unlink()
+    tracker.generation += 1
+    now[0] = 5.9
+    book.maybe_write()  # changed, written 0.4 s ago: later
+    assert not path.exists()
+    now[0] = 6.6
+    book.maybe_write()
+    assert path.exists()
+    # A write that fails is said once, and the daemon goes on.
+    broken = HandleBook(tmp_path / "gone" / HANDLES_NAME, tracker, lambda: now[0])
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            tracker.generation += 1
+            now[0] += 2
+            broken.maybe_write()
+    assert [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()] == [
+        caplog.records[0].getMessage()
+    ]
+
+
+def test_the_cgroup_of_a_process_is_read_from_proc(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    (root / "kubepods.slice" / "pod" / "ctr").mkdir(parents=True)
+    proc = tmp_path / "proc"
+    (proc / "7").mkdir(parents=True)
+    (proc / "7" / "cgroup").write_text("0::/kubepods.slice/pod/ctr\n")
+    (proc / "8").mkdir()
+    (proc / "8" / "cgroup").write_text("0::/kubepods.slice/removed\n")
+    expected = os.stat(root / "kubepods.slice" / "pod" / "ctr").st_ino
+    assert cgroup_of_process(7, root, proc) == expected
+    assert cgroup_of_process(8, root, proc) is None
+    assert cgroup_of_process(9, root, proc) is None
+
+
+def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Daemon one sees pid 10 allocate and stops; daemon two's probe sees nothing of it, yet
+    knows its channels (checked against RM) and does not call it unseen."""
+    cgroup = tmp_path / "cgroup"
+    (cgroup / "a").mkdir(parents=True)
+    (cgroup / "a" / "cgroup.procs").write_text("10\n")
+    cgroups = CgroupMap(root=cgroup)
+    monkeypatch.setattr(rm_backend, "uses_nvidia", lambda pid: pid == 10)
+    monkeypatch.setattr(handles, "process_start_time", lambda pid: STARTED if pid == 10 else None)
+    monkeypatch.setattr(rm_backend, "cgroup_of_process", lambda pid, root: cgroups.id_of("/a"))
+    state = tmp_path / "state"
+
+    def backend(records: list[object]) -> tuple[RmBackend, ProbeSource]:
+        probe = FakeProbe()
+        probe.pending = records  # type: ignore[assignment]
+        source = ProbeSource(probe, cgroups)
+        context = BackendContext(RealtimeLoop(), source, state, lambda: cgroup, lambda: 0.0)
+        made = RmBackend(context, gpus=list)
+        source.refresh()
+        return made, source
+
+    one, seen = backend(process(10, cgroups.id_of("/a"), tsgs=2, channels_per_tsg=3, vidmem=0))
+    groups = seen.view.tracker.channel_groups(10)
+    assert len(groups[0].channels) == 6
+    one.close()  # writes what it knows
+    held = Rm(seen.view.tracker)
+    monkeypatch.setattr(rmctl, "borrow_fd", held.borrow)
+    monkeypatch.setattr(rmctl, "handle_class", held.class_of)
+    monkeypatch.setattr(handles, "_is_nvidia", lambda fd: True)
+    two, unseeing = backend([])
+    try:
+        assert unseeing.view.tracker.channel_groups(10) == groups
+        assert two.status()["adopted"] == {
+            "processes": 1,
+            "channels": 6,
+            "objects": len(held.asked),
+            "dropped": 0,
+            "problems": [],
+        }
+        two.refresh()
+        assert two.unseen == {}
+    finally:
+        two.close()
+    # Without the handles a previous daemon wrote, the same process is one it cannot govern.
+    (state / HANDLES_NAME).unlink()
+    three, _ = backend([])
+    try:
+        three.refresh()
+        assert three.status()["adopted"]["processes"] == 0
+    finally:
+        three.close()
