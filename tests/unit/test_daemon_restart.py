@@ -1,0 +1,284 @@
+"""tools/gpu/daemon_restart.py without a GPU: its windows and verdicts read from synthetic
+trainer timelines (governed 70/30, native-like 50/50, a trainer stopped, a window too short, a
+tail with a pod left closed), its seeded schedule of lives, the daemon's command line, a
+trainer's missing result, and ``--table`` on a small result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qpolicy.model import GpuPolicy, PodClass
+from tools.bench.gpu import Cgroups
+from tools.gpu import daemon_restart as restart
+
+T0 = 1_000_000.0  # the trainers' wall-clock start
+
+
+def timeline(*segments: tuple[float, float, float]) -> list[float]:
+    """Batch ends, seconds after T0: ``(from_s, to_s, batches per second)`` each; 0 a stop. Each
+    batch ends mid-way through its slot, never on a window's edge."""
+    points: list[float] = []
+    for start, end, rate in segments:
+        count = round((end - start) * rate)
+        points += [round(start + (k + 0.5) / rate, 5) for k in range(count)]
+    return points
+
+
+def trainer(*segments: tuple[float, float, float]) -> dict[str, Any]:
+    last = max(end for _, end, _ in segments)
+    return {"wall_start": T0, "seconds": last, "timeline": timeline(*segments)}
+
+
+def pair(a: float, b: float, seconds: float = 10.0) -> dict[str, dict[str, Any]]:
+    """Both trainers at a constant rate (batches per second) over ``seconds``."""
+    return {"a": trainer((0, seconds, a)), "b": trainer((0, seconds, b))}
+
+
+def up(trainers: dict[str, dict[str, Any]], start: float, end: float) -> dict[str, Any]:
+    return restart.window("up", 0, T0 + start, T0 + end, trainers, T0)
+
+
+def test_a_window_at_70_30_is_governed() -> None:
+    w = up(pair(70, 30), 1.0, 4.0)
+    assert w["batches"] == {"a": 210, "b": 90}
+    assert w["it_per_s"] == {"a": pytest.approx(560, abs=3), "b": pytest.approx(240, abs=3)}
+    assert w["share_a"] == pytest.approx(0.70, abs=0.005)
+    assert (w["governed"], w["looks_ungoverned"], w["ok"], w["stuck"]) == (True, False, True, [])
+    assert w["verdict"] == "governed"
+    assert (w["from_s"], w["to_s"], w["seconds"]) == (1.0, 4.0, 3.0)
+
+
+def test_a_window_at_50_50_looks_ungoverned_and_fails() -> None:
+    w = up(pair(50, 50), 1.0, 4.0)
+    assert w["share_a"] == pytest.approx(0.5, abs=0.005)
+    assert (w["governed"], w["looks_ungoverned"], w["ok"]) == (False, True, False)
+    assert w["verdict"].startswith("UNGOVERNED")
+
+
+def test_a_share_neither_governed_nor_native_is_off_target() -> None:
+    w = up(pair(60, 40), 1.0, 4.0)
+    assert (w["governed"], w["looks_ungoverned"], w["ok"]) == (False, False, False)
+    assert w["verdict"] == "OFF TARGET"
+
+
+def test_a_trainer_that_finishes_nothing_for_a_second_is_stuck() -> None:
+    trainers = {"a": trainer((0, 10, 100)), "b": trainer((0, 2, 30), (2, 10, 0))}
+    w = up(trainers, 3.0, 5.0)
+    assert w["batches"]["b"] == 0 and w["stuck"] == ["b"]
+    assert w["ok"] is False and w["verdict"] == "STUCK: b"
+    # Under a second it is a turn (a's is 560 ms), not a stop: only the share speaks.
+    short = up(trainers, 3.0, 3.8)
+    assert short["stuck"] == [] and short["share_a"] == 1.0 and short["ok"] is False
+
+
+def test_a_window_too_short_is_reported_not_judged() -> None:
+    w = up(pair(50, 50), 1.0, 1.3)
+    assert w["too_short"] is True and w["verdict"] == "too short"
+    assert (w["governed"], w["looks_ungoverned"], w["ok"]) == (None, None, None)
+    assert w["share_a"] == pytest.approx(0.5, abs=0.05)  # still measured
+
+
+def test_a_down_window_reports_a_paused_pod_without_failing() -> None:
+    trainers = {"a": trainer((0, 10, 100)), "b": trainer((0, 5, 30), (5, 10, 0))}
+    w = restart.window("down", 3, T0 + 5, T0 + 9, trainers, T0)
+    assert w["closed"] == ["b"] and w["stuck"] == [] and w["ok"] is None
+    assert w["verdict"] == "b paused"
+
+
+def test_a_trainer_without_a_result_gives_no_data() -> None:
+    trainers = {"a": trainer((0, 10, 70)), "b": {"error": ["exited with 1"]}}
+    w = up(trainers, 1.0, 4.0)
+    assert w["verdict"] == "no data" and w["ok"] is False and w["batches"]["b"] is None
+
+
+def test_an_empty_timeline_is_a_trainer_that_did_nothing() -> None:
+    trainers = {"a": trainer((0, 10, 70)), "b": {"wall_start": T0, "seconds": 10, "timeline": []}}
+    assert up(trainers, 1.0, 4.0)["stuck"] == ["b"]
+
+
+# -- a whole run -----------------------------------------------------------------------------------
+
+
+def run_report(
+    up_shares: tuple[float, float] = (70, 30),
+    tail: tuple[float, float] = (50, 50),
+    b_stuck_in_tail: bool = False,
+) -> dict[str, Any]:
+    """Life 0 (long) up before the trainers start, killed at 5 s; b closed at the kill until
+    life 1's probe at 8 s; life 1 (short) killed at 8.2 s; life 2 (final) up at 11.5 s,
+    stopped at 18 s, exited at 18.3 s; the trainers end at 24 s."""
+    a_up, b_up = up_shares
+    a_tail, b_tail = tail
+    a = trainer((0, 5, a_up), (5, 8, 100), (8, 18.3, a_up), (18.3, 24, a_tail))
+    b_end = (18.3, 24, 0 if b_stuck_in_tail else b_tail)
+    b = trainer((0, 5, b_up), (5, 8, 0), (8, 18.3, b_up), b_end)
+    lives = [
+        {"life": 0, "kind": "long", "started": T0 - 12, "probe_up": T0 - 8, "startup_s": 4.0,
+         "killed": T0 + 5, "exited": T0 + 5.01},
+        {"life": 1, "kind": "short", "started": T0 + 6, "probe_up": T0 + 8, "startup_s": 2.0,
+         "killed": T0 + 8.2, "exited": T0 + 8.21},
+        {"life": 2, "kind": "final", "started": T0 + 9.2, "probe_up": T0 + 11.5,
+         "startup_s": 2.3, "stopped": T0 + 18, "exited": T0 + 18.3},
+    ]  # fmt: skip
+    return {
+        "args": {"settle_s": 1.0},
+        "start_at": T0,
+        "planned_end": T0 + 24,
+        "lives": lives,
+        "trainers": {"a": a, "b": b},
+        "errors": [],
+    }
+
+
+def test_a_run_governed_throughout_and_restored_at_the_end_holds() -> None:
+    report = restart.analyse(run_report())
+    kinds = [(w["kind"], w["life"]) for w in report["windows"]]
+    assert kinds == [("up", 0), ("down", 0), ("up", 1), ("down", 1), ("final", 2), ("tail", None)]
+    first, down, short, _, final, tail = report["windows"]
+    assert (first["from_s"], first["to_s"]) == (1.0, 5.0)  # from the trainers' start + settle
+    assert first["verdict"] == "governed" and final["verdict"] == "governed"
+    assert down["closed"] == ["b"] and short["too_short"]
+    assert (tail["from_s"], tail["to_s"]) == (pytest.approx(19.3), 24.0)
+    assert tail["verdict"] == "restored"
+    s = report["summary"]
+    assert (s["up_windows"], s["too_short"], s["governed"], s["stuck"]) == (2, 1, 2, 0)
+    assert (s["down_windows_paused"], s["kills"], s["trainer_errors"]) == (1, 2, {})
+    assert s["tail_share"] == pytest.approx(0.5, abs=0.01)
+    assert s["startup_s"] == {"min": 2.0, "mean": 2.77, "max": 4.0}
+    assert s["holds"] is True and s["failures"] == []
+
+
+def test_a_tail_with_a_pod_left_closed_fails_the_run() -> None:
+    report = restart.analyse(run_report(b_stuck_in_tail=True))
+    tail = report["windows"][-1]
+    assert tail["stuck"] == ["b"] and tail["ok"] is False and tail["verdict"] == "STUCK: b"
+    s = report["summary"]
+    assert s["holds"] is False and s["tail_stuck"] == ["b"]
+    assert s["failures"] == ["tail: STUCK: b"]
+
+
+def test_a_tail_still_at_the_governed_share_is_not_restored() -> None:
+    report = restart.analyse(run_report(tail=(70, 30)))
+    assert report["windows"][-1]["verdict"] == "NOT RESTORED"
+    assert report["summary"]["holds"] is False
+
+
+def test_ungoverned_up_windows_fail_the_run_and_are_counted() -> None:
+    s = restart.analyse(run_report(up_shares=(50, 50)))["summary"]
+    assert (s["governed"], s["looks_ungoverned"]) == (0, 2)
+    assert s["failures"] == ["2 of 2 up windows not governed"] and s["holds"] is False
+
+
+def test_a_trainer_error_or_a_failed_run_fails_it() -> None:
+    report = run_report()
+    report["trainers"]["b"] = {"error": ["printed no JSON"]}
+    report["errors"] = ["RuntimeError: daemon life 1 exited with 1"]
+    s = restart.analyse(report)["summary"]
+    assert s["trainer_errors"] == {"b": ["printed no JSON"]}
+    assert "trainer errors: b" in s["failures"]
+    assert "the run failed: RuntimeError: daemon life 1 exited with 1" in s["failures"]
+    assert "no tail window" not in s["failures"] and s["holds"] is False
+
+
+def test_a_run_cut_off_before_its_final_daemon_has_no_tail() -> None:
+    report = run_report()
+    del report["lives"][2]
+    s = restart.analyse(report)["summary"]
+    assert "no tail window" in s["failures"]
+
+
+# -- the plan --------------------------------------------------------------------------------------
+
+
+def test_the_schedule_alternates_long_and_short_from_its_seed() -> None:
+    schedule = restart.up_times(20, seed=1, long_s=(3.0, 6.0))
+    assert [kind for kind, _ in schedule] == ["long", "short"] * 10
+    assert all(3.0 <= s <= 6.0 for kind, s in schedule if kind == "long")
+    assert all(0.05 <= s <= 0.5 for kind, s in schedule if kind == "short")
+    assert restart.up_times(20, seed=1, long_s=(3.0, 6.0)) == schedule
+    assert restart.up_times(20, seed=2, long_s=(3.0, 6.0)) != schedule
+    assert len({s for _, s in schedule}) == 20  # drawn, not one value repeated
+    assert restart.up_times(0, seed=1, long_s=(3.0, 6.0)) == []
+
+
+def test_the_trainers_outlast_the_plan_and_the_defaults_fit_in_five_minutes() -> None:
+    schedule = restart.up_times(20, seed=1, long_s=(3.0, 6.0))
+    ups = sum(s for _, s in schedule)
+    seconds = restart.trainer_seconds(schedule, 1.0, 6.0, 4.0, startup_s=4.0)
+    # Each restart's down time and a start-up with room, the final life, its stop, the tail.
+    assert seconds >= ups + 20 * (1.0 + 4.0) + 6.0 + 4.0 + restart.STOP_S
+    total = restart.estimate_s(schedule, 1.0, 6.0, 4.0)
+    assert 150 < total < 300
+
+
+def test_the_daemon_runs_from_the_root_it_is_given(tmp_path: Path) -> None:
+    argv, env = restart.daemon_command(
+        tmp_path, 9400, tmp_path / "state", debug=True, environ={"PYTHONPATH": "/x", "HOME": "/h"}
+    )
+    assert argv[1:7] == ["-m", "qpolicy", "daemon", "--enforcer", "rm", "--metrics-addr"]
+    assert argv[7] == "127.0.0.1:9400" and argv[-2:] == ["--log-level", "debug"]
+    assert env["PYTHONPATH"] == f"{tmp_path}:/x" and env["HOME"] == "/h"
+    assert env["QPOLICY_STATE_DIR"] == str(tmp_path / "state")
+    _, bare = restart.daemon_command(tmp_path, 1, tmp_path, debug=False, environ={})
+    assert bare["PYTHONPATH"] == str(tmp_path)
+
+
+def test_the_desired_state_is_fixed_share_70_30_on_the_gpu_asked_for() -> None:
+    state = restart.desired_state({"a": "/qpolicy-bench/a", "b": "/qpolicy-bench/b"}, 1)
+    assert state.gpu(1).policy is GpuPolicy.FIXED_SHARE
+    pods = {pod.id: (pod.gpu, pod.pod_class, pod.share) for pod in state.pods_on(1)}
+    assert pods == {
+        "/qpolicy-bench/a": (1, PodClass.OFFLINE, 70),
+        "/qpolicy-bench/b": (1, PodClass.OFFLINE, 30),
+    }
+
+
+def test_log_marks_keep_what_a_daemon_found_of_its_predecessor() -> None:
+    text = "\n".join(
+        [
+            "qpolicy daemon: INFO qpolicy.backends.rm: re-opened 2 channel group(s) and ...",
+            "qpolicy daemon: INFO qpolicy.control: GPU 0: offline timeslice 1 us",
+            "qpolicy daemon: WARNING x: pod /p/a: pid 7 uses the GPU but started before the probe",
+            "qpolicy daemon: INFO x: Adopted pid 8",
+        ]
+    )
+    marks = restart.log_marks(text)
+    assert len(marks) == 3 and "offline timeslice" not in " ".join(marks)
+
+
+def test_a_trainer_without_its_json_line_is_an_error_not_an_exception(tmp_path: Path) -> None:
+    args = argparse.Namespace(gpu=0)
+    report: dict[str, Any] = {"trainers": {}}
+    run = restart.Run(args, tmp_path, report, cgroups=Cgroups(root=tmp_path / "cg"))
+    (tmp_path / "trainer-a.out").write_text("warming up\n")
+    (tmp_path / "trainer-a.err").write_text("a warning\n")
+    assert run._result("a", 0) == {"error": ["printed no JSON", "a warning"]}
+    assert run._result("a", 1)["error"][0] == "exited with 1"
+    (tmp_path / "trainer-b.out").write_text('{"it_per_s": 1.0, "timeline": []}\n')
+    assert run._result("b", 0) == {"it_per_s": 1.0, "timeline": []}
+
+
+# -- the table -------------------------------------------------------------------------------------
+
+
+def test_table_prints_an_earlier_result_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = run_report(b_stuck_in_tail=True)
+    # Written as main writes it; --table analyses it again from the lives and timelines.
+    path = tmp_path / "restart.json"
+    path.write_text(json.dumps({**report, "windows": [], "summary": {"holds": True}}))
+    assert restart.main(["--table", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| window | life |")
+    assert "| up (long) | 0 | 1.0-5.0 | 560.0 | 240.0 | 0.700 | governed |" in lines
+    assert any(line.startswith("| down | 0 | 5.0-8.0 |") and "b paused" in line for line in lines)
+    assert any(line.startswith("| up (short) | 1 |") and "too short" in line for line in lines)
+    assert any(line.startswith("| tail | - |") and "STUCK: b" in line for line in lines)
+    assert "up windows judged 2 (too short 1): governed 2" in "\n".join(lines)
+    assert lines[-1] == "verdict: FAILS: tail: STUCK: b"

@@ -1,0 +1,838 @@
+"""Whether the rm enforcer keeps governing pods across restarts: the daemon killed, started again.
+
+A daemon killed with SIGKILL sends nothing on its way out: a pod it had closed stays closed until
+the next daemon's recovery (qpolicy/enforcers/rm/record.py) re-opens it, and the processes the
+next daemon finds were started before its probe, whose RM handles it never saw
+(qpolicy/backends/rm.py: "started before the probe"). Does a pod then keep its share, and is none
+left stuck, closed for good?
+
+Two offline pods under fixed-share, ``a`` (70) and ``b`` (30), each one 8192 trainer
+(tools/gpu/matmul.py --timeline) started while the first daemon runs. The daemon is then killed
+``--kills`` times, each time left up for a random time (alternately long, ``--up-s``, and short,
+0.05-0.5 s after its probe came up: the first turns after a start, when it first closes a pod),
+down ``--down-s``, and started again on the same state directory. A last daemon is stopped with
+SIGTERM (a clean shutdown, which re-opens every channel) and the trainers run ``--tail-s`` more
+alone. From the trainers' timelines, per window, each trainer's matmuls/s and a's share of the
+pair:
+
+- **up** (a daemon's probe up ``--settle-s``, to its kill): governed if a's share is
+  0.70 +- 0.05 (native time-slicing gives the two ~0.50); stuck if a trainer finished nothing in
+  a window of 1 s or more;
+- **down** (the kill to the next daemon's probe up): reported only; a pod closed at the kill
+  stays closed while no daemon runs;
+- **final** (the last daemon, judged as an up window) and **tail** (no daemon, after SIGTERM):
+  both trainers must run, a's share 0.50 +- 0.10 (every channel open, timeslices restored).
+
+``--qpolicy-root`` runs the daemon from another checkout (an older one, to compare); the trainers
+and this tool stay this repository's.
+
+As root on a GPU machine with PyTorch and the probe's bcc (tools/gpu/bcc-env.sh):
+
+    python3 tools/gpu/daemon_restart.py --gpu 0 --out restart.json
+    python3 tools/gpu/daemon_restart.py --table restart.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from qpolicy.enforcers.strategy import doctor_cache_path  # noqa: E402
+from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec  # noqa: E402
+from qpolicy.state import DesiredState, StateStore, default_state_dir  # noqa: E402
+from tools.bench.gpu import (  # noqa: E402
+    INIT_S,
+    MATMUL,
+    Cgroups,
+    free_port,
+    in_cgroup,
+    place_doctor_cache,
+    rate_between,
+)
+from tools.gpu.hostinfo import host_facts  # noqa: E402
+
+PODS = {"a": 70, "b": 30}
+N = 8192
+SYNC_EVERY = 8  # matmul.py's default: one timeline point per 8 matmuls
+# a's share of the pair when the daemon governs (its 70 of 70 + 30), and when nothing does: the
+# driver time-slices two equal trainers evenly.
+GOVERNED_SHARE = 0.70
+NATIVE_SHARE = 0.50
+SHARE_TOLERANCE = 0.05
+TAIL_TOLERANCE = 0.10
+# A window shorter than this holds too few periods to read a share from (the rm enforcer's turns
+# are 400 ms at the shortest, so its period for two pods is 800 ms).
+MIN_WINDOW_S = 0.5
+# A trainer that finishes no batch of 8 (~13 ms alone) in this long is stopped, not slowed: its
+# longest wait under 70/30 is a's turn of one 800 ms period (560 ms).
+STUCK_MIN_S = 1.0
+SHORT_UP_S = (0.05, 0.5)
+# What a daemon takes to start on the GPU host (bcc compiles the probe), before anything measured
+# it; a restart's budget is what the first start took, with this much room.
+ASSUMED_STARTUP_S = 4.0
+STARTUP_ROOM = 1.25
+STARTUP_EXTRA_S = 0.5
+# From SIGTERM to the daemon's exit (it re-opens channels, restores timeslices), budgeted.
+STOP_S = 1.0
+# Trainer time beyond the plan, and the wait for their results after it.
+MARGIN_S = 3.0
+COLLECT_S = 60.0
+PROBE_UP_WAIT_S = 60.0
+TERM_WAIT_S = 30.0
+LOG_TAIL = 40
+# Log lines about what a daemon found of its predecessor and of processes older than its probe.
+LOG_MARKS = ("re-opened", "adopted", "cannot govern", "started before the probe")
+
+
+# -- the plan --------------------------------------------------------------------------------------
+
+
+def up_times(
+    kills: int,
+    seed: int,
+    long_s: tuple[float, float],
+    short_s: tuple[float, float] = SHORT_UP_S,
+) -> list[tuple[str, float]]:
+    """How long each killed daemon is left up: (``"long"`` or ``"short"``, seconds), alternating
+    from a long one, drawn uniformly from ``long_s`` and ``short_s`` by a generator seeded with
+    ``seed`` (the same schedule for the same seed, to rerun or compare checkouts). The first is
+    long because the first daemon's time counts from the trainers' start, which its window needs
+    to read a share."""
+    rng = random.Random(seed)
+    schedule = []
+    for life in range(kills):
+        kind, (low, high) = ("long", long_s) if life % 2 == 0 else ("short", short_s)
+        schedule.append((kind, round(rng.uniform(low, high), 3)))
+    return schedule
+
+
+def startup_budget(startup_s: float) -> float:
+    """What a restart is allowed for its start-up, from one that took ``startup_s``."""
+    return startup_s * STARTUP_ROOM + STARTUP_EXTRA_S
+
+
+def trainer_seconds(
+    schedule: list[tuple[str, float]],
+    down_s: float,
+    final_up_s: float,
+    tail_s: float,
+    startup_s: float,
+) -> float:
+    """How long the trainers run from their common start: each killed daemon's time up, each
+    restart's time down and its start-up (``startup_s``, budgeted), the final daemon, its
+    shutdown and the tail. The first daemon is up before they start, so its start-up is not in
+    it."""
+    restarts = len(schedule)
+    return (
+        sum(up for _, up in schedule)
+        + restarts * (down_s + startup_budget(startup_s))
+        + final_up_s
+        + STOP_S
+        + tail_s
+        + MARGIN_S
+    )
+
+
+def estimate_s(
+    schedule: list[tuple[str, float]],
+    down_s: float,
+    final_up_s: float,
+    tail_s: float,
+    startup_s: float = ASSUMED_STARTUP_S,
+) -> float:
+    """The whole run: the first start-up, the trainers' CUDA start, their run, their results."""
+    run = trainer_seconds(schedule, down_s, final_up_s, tail_s, startup_s)
+    return startup_s + INIT_S + run + MARGIN_S
+
+
+# -- the analysis ----------------------------------------------------------------------------------
+
+
+def batches(result: dict[str, Any], start: float, end: float) -> int | None:
+    """The batches of ``SYNC_EVERY`` matmuls a trainer finished from wall-clock ``start`` to
+    ``end``, or None for a trainer that reported nothing. A timeline with no point at all is a
+    trainer that ran and finished nothing: 0, not unknown."""
+    timeline = result.get("timeline")
+    wall_start = result.get("wall_start")
+    if not isinstance(timeline, list) or not isinstance(wall_start, int | float):
+        return None
+    if not timeline or end <= start:
+        return 0
+    rate = rate_between(result, start - wall_start, end - wall_start, SYNC_EVERY)
+    assert rate is not None
+    return round(rate * (end - start) / SYNC_EVERY)
+
+
+def window(
+    kind: str,
+    life: int | None,
+    start: float,
+    end: float,
+    trainers: dict[str, dict[str, Any]],
+    origin: float,
+) -> dict[str, Any]:
+    """One window's rates and verdict. ``kind``: "up" and "final" (a daemon governs: a's share
+    0.70, no trainer stopped), "down" (no daemon since a kill: reported, not judged) or "tail"
+    (no daemon since a clean stop: both run, a's share 0.50). Times are wall-clock; ``origin``
+    (the trainers' start) is what the from/to seconds count from."""
+    seconds = end - start
+    done = {name: batches(trainers.get(name, {}), start, end) for name in PODS}
+    rates = {
+        name: None if n is None or seconds <= 0 else n * SYNC_EVERY / seconds
+        for name, n in done.items()
+    }
+    share = None
+    a, b = rates["a"], rates["b"]
+    if a is not None and b is not None and a + b > 0:
+        share = a / (a + b)
+    out: dict[str, Any] = {
+        "kind": kind,
+        "life": life,
+        "start": start,
+        "end": end,
+        "from_s": round(start - origin, 3),
+        "to_s": round(end - origin, 3),
+        "seconds": round(seconds, 3),
+        "it_per_s": {k: None if v is None else round(v, 1) for k, v in rates.items()},
+        "batches": done,
+        "share_a": None if share is None else round(share, 4),
+        "too_short": seconds < MIN_WINDOW_S,
+        "governed": None,
+        "looks_ungoverned": None,
+        "stuck": [],
+        "closed": [],
+        "ok": None,
+    }
+    if None in done.values():
+        out["verdict"] = "no data"
+        out["ok"] = False if kind in ("up", "final", "tail") and not out["too_short"] else None
+        return out
+    stopped = sorted(name for name, n in done.items() if n == 0)
+    if kind == "down":
+        # A pod closed at the kill stays so until the next daemon recovers: expected, reported.
+        out["closed"] = stopped
+        out["verdict"] = f"{', '.join(stopped)} paused" if stopped else "both ran"
+        return out
+    if out["too_short"]:
+        out["verdict"] = "too short"
+        if kind == "tail":
+            out["ok"] = False  # the tail is required: without it, nothing says all re-opened
+            out["verdict"] = "TOO SHORT"
+        return out
+    if kind == "tail" or seconds >= STUCK_MIN_S:
+        out["stuck"] = stopped
+    if kind == "tail":
+        restored = share is not None and abs(share - NATIVE_SHARE) <= TAIL_TOLERANCE
+        out["ok"] = restored and not stopped
+        if stopped:
+            out["verdict"] = f"STUCK: {', '.join(stopped)}"
+        else:
+            out["verdict"] = "restored" if restored else "NOT RESTORED"
+        return out
+    out["governed"] = share is not None and abs(share - GOVERNED_SHARE) <= SHARE_TOLERANCE
+    out["looks_ungoverned"] = share is not None and abs(share - NATIVE_SHARE) <= SHARE_TOLERANCE
+    out["ok"] = out["governed"] and not out["stuck"]
+    if out["stuck"]:
+        out["verdict"] = f"STUCK: {', '.join(out['stuck'])}"
+    elif out["governed"]:
+        out["verdict"] = "governed"
+    elif out["looks_ungoverned"]:
+        out["verdict"] = "UNGOVERNED (native-like)"
+    else:
+        out["verdict"] = "OFF TARGET"
+    return out
+
+
+def _trainers_end(report: dict[str, Any]) -> float | None:
+    """When the first trainer to end ended (its own clock), or the planned end if none said."""
+    ends = [
+        r["wall_start"] + r["seconds"]
+        for r in report.get("trainers", {}).values()
+        if isinstance(r.get("wall_start"), int | float)
+        and isinstance(r.get("seconds"), int | float)
+    ]
+    if ends:
+        return float(min(ends))
+    planned = report.get("planned_end")
+    return float(planned) if planned is not None else None
+
+
+def windows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every window of a run, in time order, from its lives and trainers (``report`` as main
+    writes it: lives with probe_up, killed or stopped, exited; the trainers' results)."""
+    trainers: dict[str, dict[str, Any]] = report.get("trainers", {})
+    settle = float(report.get("args", {}).get("settle_s", 1.0))
+    starts = [
+        r["wall_start"] for r in trainers.values() if isinstance(r.get("wall_start"), int | float)
+    ]
+    # The windows start where both trainers run (each starts at --start-at, within ms).
+    begin = max(starts) if starts else report.get("start_at")
+    if begin is None:
+        return []
+    origin = min(starts) if starts else begin
+    end_of_run = _trainers_end(report)
+    lives: list[dict[str, Any]] = report.get("lives", [])
+    out = []
+    for index, life in enumerate(lives):
+        probe_up = life.get("probe_up")
+        # Killed as planned, stopped as the final one, or stopped by the cleanup of a run that
+        # failed (then an up window to its stop, and no tail: what followed was no plan's).
+        ended = life.get("killed") or life.get("stopped")
+        if probe_up is None or ended is None:
+            continue
+        kind = "final" if life.get("kind") == "final" else "up"
+        start = max(probe_up, begin) + settle
+        item = window(kind, index, start, max(ended, start), trainers, origin)
+        item["life_kind"] = life.get("kind")
+        out.append(item)
+        if life.get("killed"):
+            later = lives[index + 1] if index + 1 < len(lives) else {}
+            down_end = later.get("probe_up") or end_of_run
+            if down_end is not None and down_end > life["killed"]:
+                out.append(window("down", index, life["killed"], down_end, trainers, origin))
+    final = lives[-1] if lives else {}
+    stopped = final.get("exited") or final.get("stopped")
+    if final.get("kind") == "final" and not final.get("killed") and stopped and end_of_run:
+        start = stopped + settle
+        out.append(window("tail", None, start, max(end_of_run, start), trainers, origin))
+    return out
+
+
+def summarise(report: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, Any]:
+    """The verdict over every window: governed in every up window judged, none stuck, the tail
+    restored, no trainer error, no error in the run."""
+    judged = [w for w in found if w["kind"] in ("up", "final") and not w["too_short"]]
+    tail = next((w for w in found if w["kind"] == "tail"), None)
+    errors = {
+        name: result["error"]
+        for name, result in report.get("trainers", {}).items()
+        if "error" in result
+    }
+    missing = sorted(set(PODS) - set(report.get("trainers", {})))
+    errors.update({name: ["no result"] for name in missing})
+    startups = [life["startup_s"] for life in report.get("lives", []) if life.get("startup_s")]
+    summary: dict[str, Any] = {
+        "up_windows": len(judged),
+        "too_short": sum(1 for w in found if w["kind"] in ("up", "final") and w["too_short"]),
+        "governed": sum(1 for w in judged if w["governed"]),
+        "looks_ungoverned": sum(1 for w in judged if w["looks_ungoverned"]),
+        "stuck": sum(1 for w in judged if w["stuck"]),
+        "down_windows_paused": sum(1 for w in found if w["kind"] == "down" and w["closed"]),
+        "tail_share": None if tail is None else tail["share_a"],
+        "tail_ok": None if tail is None else tail["ok"],
+        "tail_stuck": [] if tail is None else tail["stuck"],
+        "trainer_errors": errors,
+        "kills": sum(1 for life in report.get("lives", []) if life.get("killed")),
+        # Fewer kills than asked (the start-ups were slower than budgeted): not a failure, what
+        # was measured still holds; said beside the verdict.
+        "cut_short": report.get("cut_short"),
+        "startup_s": None
+        if not startups
+        else {
+            "min": round(min(startups), 2),
+            "mean": round(statistics.fmean(startups), 2),
+            "max": round(max(startups), 2),
+        },
+    }
+    failures = []
+    if errors:
+        failures.append(f"trainer errors: {', '.join(sorted(errors))}")
+    for error in report.get("errors", []):
+        failures.append(f"the run failed: {error}")
+    if not judged:
+        failures.append("no up window long enough to judge")
+    elif summary["governed"] < len(judged):
+        failures.append(
+            f"{len(judged) - summary['governed']} of {len(judged)} up windows not governed"
+        )
+    if summary["stuck"]:
+        failures.append(f"{summary['stuck']} up window(s) with a stuck trainer")
+    if tail is None:
+        failures.append("no tail window")
+    elif not tail["ok"]:
+        failures.append(f"tail: {tail['verdict']}")
+    summary["failures"] = failures
+    summary["holds"] = not failures
+    return summary
+
+
+def analyse(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with its windows and summary computed again from its lives and trainers."""
+    report["windows"] = windows(report)
+    report["summary"] = summarise(report, report["windows"])
+    return report
+
+
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(report: dict[str, Any]) -> list[str]:
+    """The windows one a line, then the summary and the verdict."""
+    lines = [
+        "| window | life | s from start | a mm/s | b mm/s | a's share | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for w in report.get("windows", []):
+        kind = w["kind"] if not w.get("life_kind") else f"{w['kind']} ({w['life_kind']})"
+        life = "-" if w["life"] is None else str(w["life"])
+        lines.append(
+            f"| {kind} | {life} | {w['from_s']:.1f}-{w['to_s']:.1f} | "
+            f"{_cell(w['it_per_s']['a'])} | {_cell(w['it_per_s']['b'])} | "
+            f"{_cell(w['share_a'], 3)} | {w['verdict']} |"
+        )
+    s = report.get("summary", {})
+    startup = s.get("startup_s")
+    tail = "-" if s.get("tail_share") is None else f"{s['tail_share']:.3f}"
+    errors = ", ".join(f"{k}: {' / '.join(v)}" for k, v in s.get("trainer_errors", {}).items())
+    lines += [
+        "",
+        f"up windows judged {s.get('up_windows', 0)} (too short {s.get('too_short', 0)}): "
+        f"governed {s.get('governed', 0)}, ungoverned-looking {s.get('looks_ungoverned', 0)}, "
+        f"stuck {s.get('stuck', 0)}; down windows with a pod paused "
+        f"{s.get('down_windows_paused', 0)}; tail share {tail}",
+        f"kills {s.get('kills', 0)}; daemon start-up "
+        + ("-" if not startup else f"{startup['min']}-{startup['max']} s (mean {startup['mean']})")
+        + f"; trainer errors {errors or 'none'}"
+        + (f"; cut short {s['cut_short']}" if s.get("cut_short") else ""),
+        "verdict: " + ("HOLDS" if s.get("holds") else "FAILS: " + "; ".join(s.get("failures", []))),
+    ]
+    return lines
+
+
+def log_marks(text: str) -> list[str]:
+    """The log's lines about recovery and processes older than the probe (LOG_MARKS)."""
+    return [line for line in text.splitlines() if any(m in line.lower() for m in LOG_MARKS)]
+
+
+# -- running it ------------------------------------------------------------------------------------
+
+
+def daemon_command(
+    root: Path, port: int, state_dir: Path, debug: bool, environ: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """The daemon's argv and environment, as tools/bench/gpu.py starts it, with ``root``'s
+    package first on its path (the daemon runs with ``cwd=root``)."""
+    argv = [
+        sys.executable, "-m", "qpolicy", "daemon", "--enforcer", "rm",
+        "--metrics-addr", f"127.0.0.1:{port}", "--log-level", "debug" if debug else "info",
+    ]  # fmt: skip
+    path = ":".join(p for p in (str(root), environ.get("PYTHONPATH", "")) if p)
+    return argv, {**environ, "QPOLICY_STATE_DIR": str(state_dir), "PYTHONPATH": path}
+
+
+def desired_state(cgroup_ids: dict[str, str], gpu: int) -> DesiredState:
+    """Fixed-share on ``gpu``, pods a (70) and b (30), each named by its cgroup (``cgroup_ids``,
+    as tools/bench/gpu.py's Cgroups.id gives them)."""
+    state = DesiredState().with_gpu(GpuConfig(gpu, GpuPolicy.FIXED_SHARE))
+    for name, share in PODS.items():
+        state = state.with_pod(PodSpec(cgroup_ids[name], gpu, PodClass.OFFLINE, share))
+    return state
+
+
+def _commit(root: Path) -> str | None:
+    done = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def _gpu_name(gpu: int) -> str:
+    with contextlib.suppress(OSError):
+        return subprocess.run(
+            ["nvidia-smi", "-i", str(gpu), "--query-gpu=name,driver_version",
+             "--format=csv,noheader"],
+            capture_output=True, text=True, check=False,
+        ).stdout.strip()  # fmt: skip
+    return ""
+
+
+class Run:
+    """The daemons and trainers of one run, and what is known of them: whatever happens, stop()
+    leaves no daemon or trainer running."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        state_dir: Path,
+        report: dict[str, Any],
+        cgroups: Cgroups | None = None,
+    ) -> None:
+        self.args = args
+        self.state_dir = state_dir
+        self.report = report
+        self.cgroups = cgroups if cgroups is not None else Cgroups()
+        self.daemon: subprocess.Popen[bytes] | None = None
+        self.life: dict[str, Any] | None = None
+        self.trainers: dict[str, subprocess.Popen[bytes]] = {}
+
+    # -- daemons -----------------------------------------------------------------------------
+
+    def start_daemon(self, kind: str, planned_up_s: float) -> dict[str, Any]:
+        """Start a daemon life on the state directory and wait for its probe."""
+        number = len(self.report["lives"])
+        port = free_port()
+        argv, env = daemon_command(
+            self.args.qpolicy_root, port, self.state_dir, self.args.daemon_logs, dict(os.environ)
+        )
+        log_path = self.state_dir / f"daemon-{number}.log"
+        life: dict[str, Any] = {
+            "life": number, "kind": kind, "planned_up_s": planned_up_s, "port": port,
+            "log": str(log_path), "started": time.time(),
+        }  # fmt: skip
+        self.report["lives"].append(life)
+        # A file, not a pipe: a chatty daemon (debug) must never block on a pipe nobody reads.
+        # Its own session: a Ctrl-C here reaches this tool alone, which stops the daemon itself.
+        with log_path.open("wb") as log_file:
+            self.daemon = subprocess.Popen(
+                argv, cwd=self.args.qpolicy_root, env=env, stdout=subprocess.DEVNULL,
+                stderr=log_file, start_new_session=True,
+            )  # fmt: skip
+        self.life = life
+        life["pid"] = self.daemon.pid
+        deadline = time.time() + PROBE_UP_WAIT_S
+        while True:
+            if self.daemon.poll() is not None:
+                raise RuntimeError(f"daemon life {number} exited with {self.daemon.returncode}")
+            if time.time() > deadline:
+                raise RuntimeError(f"daemon life {number}: no probe up in {PROBE_UP_WAIT_S:g} s")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    if b"qpolicy_probe_up 1.0" in r.read():
+                        break
+            except OSError:
+                pass
+            # Often: the start-up time is a result, and a short life counts from this moment.
+            time.sleep(0.05)
+        life["probe_up"] = time.time()
+        life["startup_s"] = round(life["probe_up"] - life["started"], 3)
+        return life
+
+    def _read_status(self, life: dict[str, Any]) -> None:
+        """The daemon's daemon-status.json as it is now (written every second; a daemon that
+        was killed leaves its last one, which the next overwrites at its first tick)."""
+        try:
+            status = json.loads((self.state_dir / "daemon-status.json").read_text())
+        except (OSError, ValueError) as error:
+            life["status"] = None
+            life["status_error"] = str(error)
+            return
+        life["status"] = status
+        life["status_is_its_own"] = isinstance(status, dict) and status.get("pid") == life["pid"]
+
+    def _end_life(self, life: dict[str, Any], exit_code: int | str) -> None:
+        """What is left to record of a daemon that exited: its code, its log."""
+        life["exited"] = time.time()
+        life["exit_code"] = exit_code
+        self.daemon = self.life = None
+        log_path = Path(life["log"])
+        text = log_path.read_text(errors="replace") if log_path.is_file() else ""
+        life["marks"] = log_marks(text)
+        life["log_tail"] = text.strip().splitlines()[-LOG_TAIL:]
+        if self.args.logs_dir is not None:
+            kept = self.args.logs_dir / f"daemon-{life['life']}.log"
+            with contextlib.suppress(OSError):
+                shutil.copyfile(log_path, kept)
+                life["log"] = str(kept)
+
+    def kill_daemon(self) -> None:
+        """SIGKILL, its status read just before."""
+        assert self.daemon is not None and self.life is not None
+        life = self.life
+        self._read_status(life)
+        life["killed"] = time.time()
+        self.daemon.kill()
+        # Bounded: a process inside a driver call dies only when the call returns.
+        self._end_life(life, self.daemon.wait(timeout=TERM_WAIT_S))
+
+    def stop_daemon(self, read_status: bool = True) -> None:
+        """SIGTERM (a clean shutdown re-opens every channel), SIGKILL if it has not exited in
+        TERM_WAIT_S."""
+        if self.daemon is None or self.life is None:
+            return
+        life = self.life
+        if read_status:
+            self._read_status(life)
+        life["stopped"] = time.time()
+        self.daemon.send_signal(signal.SIGTERM)
+        try:
+            code: int | str = self.daemon.wait(timeout=TERM_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.daemon.kill()
+            try:
+                self.daemon.wait(timeout=TERM_WAIT_S)
+                code = "killed after SIGTERM"
+            except subprocess.TimeoutExpired:
+                code = f"still there {2 * TERM_WAIT_S:g} s after SIGTERM and SIGKILL"
+        self._end_life(life, code)
+
+    # -- trainers ----------------------------------------------------------------------------
+
+    def start_trainers(self, start_at: float, seconds: float) -> None:
+        env = {
+            **os.environ,
+            # The bus order, as NVML numbers the GPUs the daemon's index names: CUDA's own
+            # default puts the fastest first (the same on a host of one kind of GPU).
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_VISIBLE_DEVICES": str(self.args.gpu),
+        }
+        for name in PODS:
+            argv = [
+                sys.executable, str(MATMUL), "--n", str(N), "--seconds", f"{seconds:.3f}",
+                "--timeline", "--start-at", f"{start_at:.3f}", "--label", name,
+            ]  # fmt: skip
+            with (
+                (self.state_dir / f"trainer-{name}.out").open("wb") as out,
+                (self.state_dir / f"trainer-{name}.err").open("wb") as err,
+            ):
+                self.trainers[name] = subprocess.Popen(
+                    in_cgroup(self.cgroups.path(name), argv), env=env, stdout=out, stderr=err,
+                    start_new_session=True,
+                )  # fmt: skip
+
+    def collect_trainers(self, timeout_s: float) -> None:
+        """Each trainer's result line, or the error that stands for it."""
+        deadline = time.time() + timeout_s
+        for name, proc in self.trainers.items():
+            try:
+                code = proc.wait(timeout=max(deadline - time.time(), 0.1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                self.report["trainers"][name] = {"error": ["timed out", *self._stderr(name)]}
+                continue
+            self.report["trainers"][name] = self._result(name, code)
+
+    def _stderr(self, name: str) -> list[str]:
+        path = self.state_dir / f"trainer-{name}.err"
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        return text.strip().splitlines()[-5:]
+
+    def _result(self, name: str, code: int) -> dict[str, Any]:
+        if code != 0:
+            return {"error": [f"exited with {code}", *self._stderr(name)]}
+        path = self.state_dir / f"trainer-{name}.out"
+        lines = (path.read_text(errors="replace") if path.is_file() else "").strip().splitlines()
+        try:
+            result = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            return {"error": ["printed no JSON", *self._stderr(name)]}
+        if not isinstance(result, dict):
+            return {"error": ["printed no JSON object", *self._stderr(name)]}
+        return result
+
+    def kill_trainers(self) -> None:
+        """Those still running killed (an error: the run ended early), those that ended and
+        were not yet read, read."""
+        for name, proc in self.trainers.items():
+            if name in self.report["trainers"]:
+                continue
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                self.report["trainers"][name] = {"error": ["killed: the run ended early"]}
+            else:
+                self.report["trainers"][name] = self._result(name, proc.returncode)
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def sleep_until(self, moment: float) -> None:
+        time.sleep(max(moment - time.time(), 0.0))
+
+    def run(self, schedule: list[tuple[str, float]]) -> None:
+        args = self.args
+        place_doctor_cache(self.state_dir)
+        if args.gpu != 0:
+            # place_doctor_cache places GPU 0's: the node's cache of this GPU, as production.
+            node = doctor_cache_path(default_state_dir(), args.gpu)
+            if node.is_file():
+                shutil.copyfile(node, doctor_cache_path(self.state_dir, args.gpu))
+        state = desired_state({name: self.cgroups.id(name) for name in PODS}, args.gpu)
+        StateStore(self.state_dir).update(lambda _: state)
+        first_kind, first_up = schedule[0] if schedule else ("final", args.final_up_s)
+        life = self.start_daemon(first_kind, first_up)
+        # The trainers start now, so that the first daemon's probe sees their allocations; they
+        # run until after the tail, which the first start-up's duration budgets.
+        seconds = trainer_seconds(
+            schedule, args.down_s, args.final_up_s, args.tail_s, life["startup_s"]
+        )
+        start_at = time.time() + INIT_S
+        end = start_at + seconds
+        self.report.update(start_at=start_at, trainer_seconds=round(seconds, 3), planned_end=end)
+        self.start_trainers(start_at, seconds)
+        print(
+            f"life 0: probe up in {life['startup_s']:.1f} s; trainers start in {INIT_S:g} s, "
+            f"for {seconds:.0f} s",
+            flush=True,
+        )
+        slowest = life["startup_s"]
+        for number, (kind, up_s) in enumerate(schedule):
+            if number > 0:
+                # Enough left for this life, its down time, and the final daemon and tail?
+                budget = startup_budget(slowest)
+                needed = budget + up_s + args.down_s + budget + args.final_up_s + STOP_S
+                if time.time() + needed + args.tail_s > end:
+                    self.report["cut_short"] = (
+                        f"after {number} of {len(schedule)} kills: start-ups took up to "
+                        f"{slowest:.1f} s, more than the trainers' time allowed"
+                    )
+                    print(self.report["cut_short"], flush=True)
+                    break
+                life = self.start_daemon(kind, up_s)
+                slowest = max(slowest, life["startup_s"])
+            # The first daemon's time counts from the trainers' start, the others' from their
+            # probe: a short one is killed in its first turns.
+            self.sleep_until((start_at if number == 0 else life["probe_up"]) + up_s)
+            self.kill_daemon()
+            print(
+                f"life {number}: probe up in {life['startup_s']:.1f} s, up {up_s:.2f} s "
+                f"({kind}), killed; marks: {len(life['marks'])}",
+                flush=True,
+            )
+            self.sleep_until(life["killed"] + args.down_s)
+        if schedule:
+            life = self.start_daemon("final", args.final_up_s)
+        up_from = start_at if life["life"] == 0 else life["probe_up"]
+        # Whatever the restarts took, the tail keeps its time (the trainers' end is fixed).
+        final_up = min(args.final_up_s, end - args.tail_s - STOP_S - up_from)
+        life["planned_up_s"] = round(max(final_up, 0.0), 3)
+        self.sleep_until(up_from + final_up)
+        self.stop_daemon()
+        print(
+            f"life {life['life']}: final, up {final_up:.2f} s, stopped (exit "
+            f"{life['exit_code']}); tail of {end - time.time():.1f} s",
+            flush=True,
+        )
+        self.collect_trainers(max(end - time.time(), 0.0) + COLLECT_S)
+
+    def stop(self) -> None:
+        """Leave nothing running: the daemon (SIGTERM, then SIGKILL), the trainers, the
+        cgroups."""
+        try:
+            self.stop_daemon(read_status=False)
+        finally:
+            try:
+                self.kill_trainers()
+            finally:
+                self.cgroups.clean()
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("daemon-restart.json"))
+    parser.add_argument("--kills", type=int, default=20, help="daemons killed with SIGKILL")
+    parser.add_argument(
+        "--up-s",
+        type=float,
+        nargs=2,
+        default=[3.0, 6.0],
+        metavar=("MIN", "MAX"),
+        help="a long life's time up (every other life; the rest 0.05-0.5 s after probe up)",
+    )
+    parser.add_argument("--down-s", type=float, default=1.0, help="time with no daemon per kill")
+    parser.add_argument("--final-up-s", type=float, default=6.0)
+    parser.add_argument("--tail-s", type=float, default=4.0, help="time after the final SIGTERM")
+    parser.add_argument(
+        "--settle-s", type=float, default=1.0, help="a window starts this long after probe up"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--qpolicy-root",
+        type=Path,
+        default=ROOT,
+        help="the checkout whose package the daemon runs (default: this repository)",
+    )
+    parser.add_argument(
+        "--daemon-logs", action="store_true", help="daemons at debug level (else info)"
+    )
+    parser.add_argument("--logs-dir", type=Path, default=None, help="keep each daemon's log here")
+    parser.add_argument(
+        "--table", metavar="JSON", help="print the table of an earlier run's JSON and exit"
+    )
+    args = parser.parse_args(argv)
+    if args.table:
+        print("\n".join(table(analyse(json.loads(Path(args.table).read_text())))))
+        return 0
+    if args.kills < 0 or args.up_s[0] > args.up_s[1] or min(args.up_s) < 0:
+        parser.error("--kills must be 0 or more, and --up-s MIN MAX with 0 <= MIN <= MAX")
+    args.qpolicy_root = args.qpolicy_root.resolve()
+    if not (args.qpolicy_root / "qpolicy" / "__main__.py").is_file():
+        parser.error(f"--qpolicy-root {args.qpolicy_root}: no qpolicy package there")
+    if args.logs_dir is not None:
+        args.logs_dir.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    schedule = up_times(args.kills, args.seed, (args.up_s[0], args.up_s[1]))
+    estimate = estimate_s(schedule, args.down_s, args.final_up_s, args.tail_s)
+    print(
+        f"{args.kills} kills; about {estimate / 60:.1f} min at {ASSUMED_STARTUP_S:g} s a daemon "
+        "start",
+        flush=True,
+    )
+    report: dict[str, Any] = {
+        **host_facts(),
+        "gpu": _gpu_name(args.gpu),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "qpolicy_commit": _commit(args.qpolicy_root),
+        "schedule": schedule,
+        "estimate_s": round(estimate, 1),
+        "lives": [],
+        "trainers": {},
+        "errors": [],
+    }
+    code = 0
+    # A SIGTERM to this tool unwinds as Ctrl-C does, through the cleanup below.
+    signal.signal(signal.SIGTERM, _interrupted)
+    with tempfile.TemporaryDirectory(
+        prefix="qpolicy-restart-state-", ignore_cleanup_errors=True
+    ) as directory:
+        run: Run | None = None
+        try:
+            run = Run(args, Path(directory), report)
+            run.run(schedule)
+        except KeyboardInterrupt as error:
+            report["errors"].append(f"interrupted ({str(error) or 'Ctrl-C'})")
+            code = 130
+        except Exception as error:
+            report["errors"].append(f"{type(error).__name__}: {error}")
+            code = 1
+        finally:
+            # Nothing interrupts the cleanup: a daemon or trainer left running would hold the GPU
+            # (and a killed daemon's pods closed).
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            try:
+                if run is not None:
+                    run.stop()
+            except Exception as error:
+                report["errors"].append(f"cleanup: {type(error).__name__}: {error}")
+                code = code or 1
+            analyse(report)
+            args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print("\n".join(table(report)))
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
