@@ -90,6 +90,18 @@ def test_a_down_window_reports_a_paused_pod_without_failing() -> None:
     assert w["verdict"] == "b paused"
 
 
+def test_a_pod_reopened_just_before_the_next_daemon_is_up_still_counts_as_paused() -> None:
+    """The next daemon re-opens the pod as it starts, before its probe is up: a few batches of
+    b at the end of a window in which a ran alone; the longest gap says how long b stood."""
+    trainers = {"a": trainer((0, 20, 100)), "b": trainer((0, 5, 30), (5, 19.5, 0), (19.5, 20, 30))}
+    w = restart.window("down", 3, T0 + 5, T0 + 20, trainers, T0)
+    assert w["batches"]["b"] > 0 and w["closed"] == ["b"] and w["verdict"] == "b paused"
+    assert w["longest_gap_s"]["b"] == pytest.approx(14.5, abs=0.05)
+    assert w["longest_gap_s"]["a"] < 0.02
+    both = restart.window("down", 3, T0 + 1, T0 + 4, pair(70, 30), T0)
+    assert both["verdict"] == "both ran" and both["longest_gap_s"]["b"] < 0.05
+
+
 def test_a_trainer_without_a_result_gives_no_data() -> None:
     trainers = {"a": trainer((0, 10, 70)), "b": {"error": ["exited with 1"]}}
     w = up(trainers, 1.0, 4.0)
@@ -207,11 +219,13 @@ def test_the_schedule_alternates_long_and_short_from_its_seed() -> None:
 
 
 def test_the_trainers_outlast_the_plan_and_the_defaults_fit_in_five_minutes() -> None:
-    schedule = restart.up_times(20, seed=1, long_s=(3.0, 6.0))
+    schedule = restart.up_times(6, seed=1, long_s=(3.0, 6.0))
     ups = sum(s for _, s in schedule)
-    seconds = restart.trainer_seconds(schedule, 1.0, 6.0, 4.0, startup_s=4.0)
-    # Each restart's down time and a start-up with room, the final life, its stop, the tail.
-    assert seconds >= ups + 20 * (1.0 + 4.0) + 6.0 + 4.0 + restart.STOP_S
+    seconds = restart.trainer_seconds(schedule, 1.0, 6.0, 4.0, startup_s=4.0, exit_s=16.0)
+    # Each restart's exit (longer than the down time) and a start-up with room, the final
+    # life, its exit, the tail.
+    assert seconds >= ups + 6 * (16.0 + 4.0) + 6.0 + 16.0 + 4.0
+    assert restart.trainer_seconds(schedule, 1.0, 6.0, 4.0, 4.0, exit_s=0.5) < seconds - 6 * 15
     total = restart.estimate_s(schedule, 1.0, 6.0, 4.0)
     assert 150 < total < 300
 

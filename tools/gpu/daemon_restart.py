@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
+import lzma
 import os
 import random
 import shutil
@@ -83,14 +85,19 @@ MIN_WINDOW_S = 0.5
 # A trainer that finishes no batch of 8 (~13 ms alone) in this long is stopped, not slowed: its
 # longest wait under 70/30 is a's turn of one 800 ms period (560 ms).
 STUCK_MIN_S = 1.0
+# A pod that did less than this share of the pair's matmuls in a window with no daemon was
+# stopped for most of it.
+PAUSED_SHARE = 0.05
 SHORT_UP_S = (0.05, 0.5)
 # What a daemon takes to start on the GPU host (bcc compiles the probe), before anything measured
 # it; a restart's budget is what the first start took, with this much room.
 ASSUMED_STARTUP_S = 4.0
 STARTUP_ROOM = 1.25
 STARTUP_EXTRA_S = 0.5
-# From SIGTERM to the daemon's exit (it re-opens channels, restores timeslices), budgeted.
-STOP_S = 1.0
+# From SIGKILL or SIGTERM to the daemon's exit, budgeted: 14.7-15.3 s on an H200 (call 22A,
+# 2026-12-01; the kernel's teardown of the probe, measured by tools/gpu/probe_teardown.py), and
+# the next daemon starts only once the last has exited (as systemd restarts it).
+EXIT_S = 16.0
 # Trainer time beyond the plan, and the wait for their results after it.
 MARGIN_S = 3.0
 COLLECT_S = 60.0
@@ -134,17 +141,18 @@ def trainer_seconds(
     final_up_s: float,
     tail_s: float,
     startup_s: float,
+    exit_s: float = EXIT_S,
 ) -> float:
     """How long the trainers run from their common start: each killed daemon's time up, each
-    restart's time down and its start-up (``startup_s``, budgeted), the final daemon, its
-    shutdown and the tail. The first daemon is up before they start, so its start-up is not in
-    it."""
+    restart's time down (its exit, ``exit_s``, or ``down_s`` if longer) and its start-up
+    (``startup_s``, budgeted), the final daemon, its exit and the tail. The first daemon is up
+    before they start, so its start-up is not in it."""
     restarts = len(schedule)
     return (
         sum(up for _, up in schedule)
-        + restarts * (down_s + startup_budget(startup_s))
+        + restarts * (max(down_s, exit_s) + startup_budget(startup_s))
         + final_up_s
-        + STOP_S
+        + exit_s
         + tail_s
         + MARGIN_S
     )
@@ -156,9 +164,10 @@ def estimate_s(
     final_up_s: float,
     tail_s: float,
     startup_s: float = ASSUMED_STARTUP_S,
+    exit_s: float = EXIT_S,
 ) -> float:
     """The whole run: the first start-up, the trainers' CUDA start, their run, their results."""
-    run = trainer_seconds(schedule, down_s, final_up_s, tail_s, startup_s)
+    run = trainer_seconds(schedule, down_s, final_up_s, tail_s, startup_s, exit_s)
     return startup_s + INIT_S + run + MARGIN_S
 
 
@@ -178,6 +187,20 @@ def batches(result: dict[str, Any], start: float, end: float) -> int | None:
     rate = rate_between(result, start - wall_start, end - wall_start, SYNC_EVERY)
     assert rate is not None
     return round(rate * (end - start) / SYNC_EVERY)
+
+
+def longest_gap(result: dict[str, Any], start: float, end: float) -> float | None:
+    """The longest time from ``start`` to ``end`` (wall clock) in which a trainer finished no
+    batch: how long a pod was stopped at most (a closed pod finishes nothing), or None for a
+    trainer that reported nothing."""
+    timeline = result.get("timeline")
+    wall_start = result.get("wall_start")
+    if not isinstance(timeline, list) or not isinstance(wall_start, int | float):
+        return None
+    if end <= start:
+        return 0.0
+    points = [start, *(wall_start + t for t in timeline if start < wall_start + t < end), end]
+    return max(later - earlier for earlier, later in itertools.pairwise(points))
 
 
 def window(
@@ -212,6 +235,11 @@ def window(
         "seconds": round(seconds, 3),
         "it_per_s": {k: None if v is None else round(v, 1) for k, v in rates.items()},
         "batches": done,
+        "longest_gap_s": {
+            name: None if gap is None else round(gap, 3)
+            for name in PODS
+            for gap in [longest_gap(trainers.get(name, {}), start, end)]
+        },
         "share_a": None if share is None else round(share, 4),
         "too_short": seconds < MIN_WINDOW_S,
         "governed": None,
@@ -227,8 +255,15 @@ def window(
     stopped = sorted(name for name, n in done.items() if n == 0)
     if kind == "down":
         # A pod closed at the kill stays so until the next daemon recovers: expected, reported.
-        out["closed"] = stopped
-        out["verdict"] = f"{', '.join(stopped)} paused" if stopped else "both ran"
+        # It may run a little before the window ends (the next daemon re-opens it as it starts,
+        # before its probe is up), so a pod with under PAUSED_SHARE of the pair's matmuls counts
+        # as paused.
+        total = sum(n for n in done.values() if n is not None)
+        paused = sorted(
+            name for name, n in done.items() if n is not None and n < PAUSED_SHARE * total
+        )
+        out["closed"] = paused
+        out["verdict"] = f"{', '.join(paused)} paused" if paused else "both ran"
         return out
     if out["too_short"]:
         out["verdict"] = "too short"
@@ -671,7 +706,7 @@ class Run:
         # The trainers start now, so that the first daemon's probe sees their allocations; they
         # run until after the tail, which the first start-up's duration budgets.
         seconds = trainer_seconds(
-            schedule, args.down_s, args.final_up_s, args.tail_s, life["startup_s"]
+            schedule, args.down_s, args.final_up_s, args.tail_s, life["startup_s"], args.exit_s
         )
         start_at = time.time() + INIT_S
         end = start_at + seconds
@@ -687,7 +722,8 @@ class Run:
             if number > 0:
                 # Enough left for this life, its down time, and the final daemon and tail?
                 budget = startup_budget(slowest)
-                needed = budget + up_s + args.down_s + budget + args.final_up_s + STOP_S
+                down = max(args.down_s, args.exit_s)
+                needed = budget + up_s + down + budget + args.final_up_s + args.exit_s
                 if time.time() + needed + args.tail_s > end:
                     self.report["cut_short"] = (
                         f"after {number} of {len(schedule)} kills: start-ups took up to "
@@ -711,7 +747,7 @@ class Run:
             life = self.start_daemon("final", args.final_up_s)
         up_from = start_at if life["life"] == 0 else life["probe_up"]
         # Whatever the restarts took, the tail keeps its time (the trainers' end is fixed).
-        final_up = min(args.final_up_s, end - args.tail_s - STOP_S - up_from)
+        final_up = min(args.final_up_s, end - args.tail_s - args.exit_s - up_from)
         life["planned_up_s"] = round(max(final_up, 0.0), 3)
         self.sleep_until(up_from + final_up)
         self.stop_daemon()
@@ -742,7 +778,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("daemon-restart.json"))
-    parser.add_argument("--kills", type=int, default=20, help="daemons killed with SIGKILL")
+    parser.add_argument("--kills", type=int, default=6, help="daemons killed with SIGKILL")
     parser.add_argument(
         "--up-s",
         type=float,
@@ -752,6 +788,12 @@ def main(argv: list[str] | None = None) -> int:
         help="a long life's time up (every other life; the rest 0.05-0.5 s after probe up)",
     )
     parser.add_argument("--down-s", type=float, default=1.0, help="time with no daemon per kill")
+    parser.add_argument(
+        "--exit-s",
+        type=float,
+        default=EXIT_S,
+        help="what a daemon is expected to take to exit once killed or stopped (budgeted)",
+    )
     parser.add_argument("--final-up-s", type=float, default=6.0)
     parser.add_argument("--tail-s", type=float, default=4.0, help="time after the final SIGTERM")
     parser.add_argument(
@@ -773,7 +815,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.table:
-        print("\n".join(table(analyse(json.loads(Path(args.table).read_text())))))
+        path = Path(args.table)
+        if path.suffix == ".xz":
+            with lzma.open(path, "rt") as compressed:
+                text = compressed.read()
+        else:
+            text = path.read_text()
+        print("\n".join(table(analyse(json.loads(text)))))
         return 0
     if args.kills < 0 or args.up_s[0] > args.up_s[1] or min(args.up_s) < 0:
         parser.error("--kills must be 0 or more, and --up-s MIN MAX with 0 <= MIN <= MAX")
@@ -784,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
         args.logs_dir.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     schedule = up_times(args.kills, args.seed, (args.up_s[0], args.up_s[1]))
-    estimate = estimate_s(schedule, args.down_s, args.final_up_s, args.tail_s)
+    estimate = estimate_s(schedule, args.down_s, args.final_up_s, args.tail_s, exit_s=args.exit_s)
     print(
         f"{args.kills} kills; about {estimate / 60:.1f} min at {ASSUMED_STARTUP_S:g} s a daemon "
         "start",
