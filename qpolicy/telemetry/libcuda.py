@@ -107,6 +107,12 @@ def probe_address(path: Path, vaddr: int) -> int:
     return vaddr + len(ENDBR64) if first == ENDBR64 else vaddr
 
 
+def probe_offset(path: Path, vaddr: int) -> int | None:
+    """Where a function's uprobe goes as a file offset (what a uprobe-multi link takes), or None
+    where ``vaddr`` lies in no loaded segment of ``path``."""
+    return _file_offset(path, probe_address(path, vaddr))
+
+
 def find_libcuda(spec: str | Path | None) -> Path | None:
     """The library to probe: None disables, "auto" searches, anything else is a path."""
     if spec is None:

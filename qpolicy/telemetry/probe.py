@@ -38,7 +38,9 @@ from qpolicy.telemetry.libcuda import (
     SYNC_SYMBOLS,
     find_libcuda,
     probe_address,
+    probe_offset,
 )
+from qpolicy.telemetry.uprobemulti import UprobeMultiError, link, load_program
 from qpolicy.telemetry.wire import ProbeRecord
 
 EBPF_DIR = Path(__file__).resolve().parents[2] / "ebpf"
@@ -307,6 +309,7 @@ class NvProbe:
         output: Output = "auto",
         group_dead: GroupDead = "auto",
         buffer_pages: int = DEFAULT_BUFFER_PAGES,
+        uprobe_multi: bool = True,
     ) -> None:
         if buffer_pages <= 0 or buffer_pages & (buffer_pages - 1):
             raise ProbeError(f"buffer_pages must be a power of two, not {buffer_pages}")
@@ -315,6 +318,10 @@ class NvProbe:
         self._output: Output = output
         self._group_dead: GroupDead = group_dead
         self._buffer_pages = buffer_pages
+        # libcuda's uprobes as one link per program (uprobemulti.py) while the kernel takes them.
+        self._uprobe_multi = uprobe_multi
+        self._links: list[int] = []
+        self._multi_programs: dict[bytes, int] = {}
         self.features: dict[str, bool | str] = {}
         self._bpf: Any = None
         self._pending: list[bytes] = []
@@ -430,17 +437,55 @@ class NvProbe:
             raise ProbeError(f"cannot read the symbols of {libcuda}: {error}") from None
         # Aliases share an address: one uprobe each, or a call would count once per name.
         addresses = sorted({probe_address(libcuda, int(address)) for _, address in found})
-        try:
-            for address in addresses:
-                if entry is not None:
-                    bpf.attach_uprobe(name=path, addr=address, fn_name=entry)
-                if exit_ is not None:
-                    bpf.attach_uretprobe(name=path, addr=address, fn_name=exit_)
-        except Exception as error:
-            raise ProbeError(f"cannot attach uprobes to {libcuda}: {error}") from None
+        if not (addresses and self._attach_multi(bpf, libcuda, found, entry, exit_)):
+            try:
+                for address in addresses:
+                    if entry is not None:
+                        bpf.attach_uprobe(name=path, addr=address, fn_name=entry)
+                    if exit_ is not None:
+                        bpf.attach_uretprobe(name=path, addr=address, fn_name=exit_)
+            except Exception as error:
+                raise ProbeError(f"cannot attach uprobes to {libcuda}: {error}") from None
         names = sorted({name.decode() for name, _ in found})
         self.features[f"{kind}_symbols"] = ",".join(names) if names else "none found"
         self.features[f"{kind}_uprobes"] = str(len(addresses))
+
+    def _attach_multi(
+        self,
+        bpf: Any,
+        libcuda: Path,
+        found: Iterable[tuple[bytes, int]],
+        entry: bytes | None,
+        exit_: bytes | None,
+    ) -> bool:
+        """Attach ``entry`` and ``exit_`` at ``found``'s functions as uprobe-multi links, one per
+        program (a daemon's exit then pays one synchronisation per link, not per uprobe);
+        whether it did. The first refusal turns them off for the probe's life, and
+        ``features["uprobe_multi"]`` says why."""
+        if not self._uprobe_multi:
+            return False
+        found_offsets = {probe_offset(libcuda, int(address)) for _, address in found}
+        offsets = sorted(o for o in found_offsets if o is not None)
+        made: list[int] = []
+        try:
+            if None in found_offsets:
+                raise UprobeMultiError(0, "a function outside the library's loaded segments")
+            for program, returns in ((entry, False), (exit_, True)):
+                if program is None:
+                    continue
+                if program not in self._multi_programs:
+                    self._multi_programs[program] = load_program(bpf, program)
+                fd = self._multi_programs[program]
+                made.append(link(fd, str(libcuda), offsets, returns=returns))
+        except UprobeMultiError as error:
+            for fd in made:
+                os.close(fd)
+            self._uprobe_multi = False
+            self.features["uprobe_multi"] = f"refused ({error}): one perf event per uprobe"
+            return False
+        self._links += made
+        self.features["uprobe_multi"] = "yes"
+        return True
 
     def _open_output(self, bpf: Any) -> None:
         if self.features["output"] == "ringbuf":
@@ -463,6 +508,11 @@ class NvProbe:
 
     def close(self) -> None:
         bpf, self._bpf = self._bpf, None
+        links, self._links = self._links, []
+        programs, self._multi_programs = self._multi_programs, {}
+        for fd in (*links, *programs.values()):
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if bpf is not None:
             bpf.cleanup()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shutil
 import signal
 import time
 from collections import Counter
@@ -570,3 +572,52 @@ def test_fallbacks_stream_the_same_records(
         }
         assert other.counters()[cgroup.id].escapes == {"RM_FREE": 2}
         assert other.lost == 0
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    found = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return found is not None and (int(found[1]), int(found[2])) >= (major, minor)
+
+
+@pytest.mark.parametrize("multi", [True, False])
+def test_libcudas_uprobes_count_the_same_as_links_or_as_perf_events(
+    multi: bool, make_cgroup: MakeCgroup, spawn: Spawn, fake_libcuda: Path, tmp_path: Path
+) -> None:
+    """A uprobe-multi link per program (Linux 6.6+: one synchronisation each when the probe
+    goes, not one per uprobe: 12-13 s for 100 on an H200, tools/gpu/probe_teardown.py) and the
+    perf events the probe falls back to count launches, waits and queries alike.
+
+    On a copy of the stand-in libcuda (another inode): the kernel refuses two consumers of one
+    uprobe whose reference counter offsets differ, and bcc 0.26's Python binding leaves that
+    argument of bpf_attach_uprobe out (whatever the register held: 6 here, per dmesg's
+    "ref_ctr_offset mismatch"), so its perf events cannot share a function with a link made
+    with none, as the session's probe has."""
+    copy = tmp_path / "libcuda.so.1"
+    shutil.copyfile(fake_libcuda, copy)
+    lib = str(copy)
+    cgroup = make_cgroup()
+    with NvProbe(DeviceFilter.parse(TEST_DEVICES), libcuda=copy, uprobe_multi=multi) as p:
+        bcc_uprobes = len(p._loaded().uprobe_fds)
+        if multi and _kernel_at_least(6, 6):
+            # One link per program and direction: launch entry; sync and copy entry and return
+            # (one program each); query return.
+            assert p.features["uprobe_multi"] == "yes" and len(p._links) == 6
+            assert bcc_uprobes == 0
+        elif multi:
+            assert str(p.features["uprobe_multi"]).startswith("refused")
+        else:
+            assert "uprobe_multi" not in p.features and p._links == []
+            assert bcc_uprobes == 4 + 3 * 2 + 1 * 2 + 2  # one perf event per uprobe
+        workload = spawn(
+            cgroup,
+            [
+                {"launch": "cuLaunchKernel", "lib": lib, "times": 7},
+                {"launch": "cuGraphLaunch", "lib": lib, "times": 3},
+                {"launch": "cuStreamSynchronize", "lib": lib},
+            ],
+        )
+        workload.go()
+        workload.report()
+        counters = p.counters()[cgroup.id]
+        assert (counters.launches, counters.waits) == (10, 1)
+    assert p._links == [] and p._multi_programs == {}

@@ -10,8 +10,10 @@ it alone in a child process (``NvProbe``, as the daemon does) and times its end:
 - ``close``: the child closes it (bcc's ``cleanup``: one uprobe after another), then exits;
 - ``pclose``: the child closes the uprobes' perf events from many threads at once, then the rest.
 
-Each with libcuda's uprobes (``auto``: launches, waits, copies, queries) and without (``none``):
-if the time goes with them, it is the uprobes' teardown.
+Each with libcuda's uprobes (launches, waits, copies, queries) as uprobe-multi links where the
+kernel takes them (``auto``, the probe's default), as one perf event each (``perf``, what the probe
+did before, and does where links are refused), and without them (``none``): if the time goes with
+them, it is the uprobes' teardown.
 
 As root on a GPU machine with the probe's bcc (tools/gpu/bcc-env.sh):
 
@@ -33,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 CASES = ("kill", "exit", "close", "pclose")
-LIBCUDA = ("auto", "none")
+LIBCUDA = ("auto", "perf", "none")
 PARALLEL = 32
 WAIT_S = 120.0
 
@@ -45,12 +47,15 @@ def child(libcuda: str, end: str) -> int:
     from qpolicy.telemetry.probe import NvProbe
 
     began = time.monotonic()
-    probe = NvProbe(libcuda=None if libcuda == "none" else "auto").start()
+    probe = NvProbe(
+        libcuda=None if libcuda == "none" else "auto", uprobe_multi=libcuda == "auto"
+    ).start()
     bpf: Any = probe._bpf
     report: dict[str, Any] = {
         "load_s": round(time.monotonic() - began, 3),
         "features": {k: str(v) for k, v in probe.features.items()},
         "uprobe_fds": len(getattr(bpf, "uprobe_fds", {})),
+        "uprobe_multi_links": len(probe._links),
         "kprobe_fds": len(getattr(bpf, "kprobe_fds", {})),
         "tracepoint_fds": len(getattr(bpf, "tracepoint_fds", {})),
     }
