@@ -109,6 +109,11 @@ class Daemon:
         self.probe_error: str | None = None
         self.server: MetricsServer | None = None
         try:
+            # What must happen before the probe loads (its compile takes seconds): the rm
+            # backend re-opens the pods a killed daemon left closed.
+            prepare = getattr(backend, "prepare", None)
+            if prepare is not None:
+                prepare(config.state_dir)
             if config.probe is not ProbeMode.OFF:
                 try:
                     self.probe = probe_loader()

@@ -19,7 +19,7 @@ from pathlib import Path
 from qpolicy.backends.base import Backend, BackendContext
 from qpolicy.backends.kmod import KmodBackend
 from qpolicy.backends.observe import ObserveBackend
-from qpolicy.backends.rm import DEFAULT_MIN_TURN_MS, RmBackend
+from qpolicy.backends.rm import DEFAULT_MIN_TURN_MS, RmBackendFactory
 from qpolicy.enforcers.kmod.client import QgpuClient, connect
 from qpolicy.enforcers.kmod.sysfs import SYSFS_ROOT
 from qpolicy.errors import QPolicyError, ValidationError
@@ -95,7 +95,7 @@ def backend_factory(
                 "the rm enforcer needs root: it takes tenants' /dev/nvidiactl descriptors "
                 "(pidfd_getfd) and loads the eBPF probe"
             )
-        return lambda context: RmBackend(context, min_turn_ms=min_turn_ms)
+        return RmBackendFactory(min_turn_ms)
     if kind is EnforcerKind.KMOD:
         return lambda context: KmodBackend(context, kmod_connect())
     if kind is EnforcerKind.NONE:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from qpolicy.backends.base import BackendContext
@@ -21,7 +22,7 @@ from qpolicy.control import ControlLoop, PeriodicControl
 from qpolicy.enforcers.rm.enforcer import RmEnforcer, RmShared
 from qpolicy.enforcers.rm.files import BorrowedFiles
 from qpolicy.enforcers.rm.handles import HANDLES_NAME, HandleBook, adopt
-from qpolicy.enforcers.rm.record import recover
+from qpolicy.enforcers.rm.record import Recovery, recover
 from qpolicy.enforcers.rm.resolver import ProbeResolver
 from qpolicy.enforcers.strategy import strategy_for
 from qpolicy.errors import QPolicyError
@@ -55,6 +56,25 @@ class _Gpu:
 DEFAULT_MIN_TURN_MS = 400.0
 
 
+class RmBackendFactory:
+    """Makes the rm backend once the daemon has its probe; :meth:`prepare` first undoes what a
+    previous daemon left changed, before the probe is loaded: a pod that daemon closed waits for
+    this, and the probe's compile and attach took 1.5-2 s of the 3.4-4.2 s such a pod stood
+    after a SIGKILL on an H200 (BENCHMARKS.md, 2026-12-01)."""
+
+    def __init__(self, min_turn_ms: float = DEFAULT_MIN_TURN_MS) -> None:
+        self.min_turn_ms = min_turn_ms
+        self._recovery: Recovery | None = None
+
+    def prepare(self, state_dir: Path) -> None:
+        """Called with the node's lock held, before the probe loads."""
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._recovery = recover(state_dir)
+
+    def __call__(self, context: BackendContext) -> RmBackend:
+        return RmBackend(context, min_turn_ms=self.min_turn_ms, recovery=self._recovery)
+
+
 class RmBackend:
     kind = "rm"
 
@@ -66,6 +86,7 @@ class RmBackend:
         worker: Worker | None = None,
         files: BorrowedFiles | None = None,
         gpus: Callable[[], Sequence[GpuInfo]] = node_gpus,
+        recovery: Recovery | None = None,
     ) -> None:
         if context.probe is None:
             raise QPolicyError(
@@ -76,8 +97,10 @@ class RmBackend:
         self.probe = context.probe
         self.min_turn_us = min_turn_ms * 1000 or None
         context.state_dir.mkdir(parents=True, exist_ok=True)
-        # Before anything else is sent: a daemon killed mid-period left pods closed.
-        self.recovery = recover(context.state_dir)
+        # Before anything else is sent: a daemon killed mid-period left pods closed. The daemon
+        # recovers before it loads the probe (RmBackendFactory.prepare), which is what ``recovery``
+        # then holds: what is recovered here is only what was left after that.
+        self.recovery = recovery if recovery is not None else recover(context.state_dir)
         if self.recovery.opened or self.recovery.restored:
             log.info(
                 "re-opened %d channel group(s) and restored %d timeslice(s) a previous daemon "

@@ -616,3 +616,47 @@ def test_auto_without_a_gpu_says_it_simulates_and_refuses_to_inside_kubernetes(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_rm_daemon_reopens_what_a_killed_one_left_closed_before_it_loads_the_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod the dead daemon closed waits for the next one's recovery, and the probe's compile
+    took 1.5-2 s of that wait on an H200: the channels are opened before the probe is loaded."""
+    from qpolicy.backends.rm import RmBackendFactory
+    from qpolicy.enforcers.rm import record
+    from qpolicy.nvrm import rmctl
+    from qpolicy.nvrm.abi import NvStatus
+    from qpolicy.telemetry.probesource import ProbeSource
+    from tests.unit.test_telemetry_live import FakeProbe
+
+    events: list[str] = []
+
+    def disable_channels(
+        fd: int, client: int, subdevice: int, channels: list[int], *, disable: bool
+    ) -> rmctl.ControlResult:
+        events.append(("close " if disable else "open ") + ",".join(map(str, channels)))
+        return rmctl.ControlResult(NvStatus.NV_OK, 1000)
+
+    def load_probe() -> ProbeSource:
+        events.append("probe loaded")
+        return ProbeSource(FakeProbe())
+
+    monkeypatch.setattr(rmctl, "disable_channels", disable_channels)
+    monkeypatch.setattr(rmctl, "borrow_fd", lambda pid, fd: os.open("/dev/null", os.O_RDONLY))
+    monkeypatch.setattr(record, "process_start_time", lambda pid: 77)
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    left = {"pid": 4242, "start_time": 77, "fd": 8, "client": 1, "subdevice": 2, "channels": [3]}
+    (state_dir / record.RECORD_NAME).write_text(
+        json.dumps({"version": 2, "closed": {"k": left}, "timeslices": {}})
+    )
+    config = DaemonConfig(state_dir=state_dir, metrics_addr=None, probe=ProbeMode.ON)
+    agent = Daemon(config, RmBackendFactory(), probe_loader=load_probe)
+    try:
+        assert events == ["open 3", "probe loaded"]
+        assert isinstance(agent.backend, RmBackend)
+        assert agent.backend.status()["recovered"]["channel_groups_opened"] == 1
+        assert not (state_dir / record.RECORD_NAME).exists()
+    finally:
+        agent.close()

@@ -158,11 +158,12 @@ class Recovery:
     problems: tuple[str, ...] = ()
 
 
-def recover(state_dir: Path, borrow: Callable[[int, int], int] = rmctl.borrow_fd) -> Recovery:
+def recover(state_dir: Path, borrow: Callable[[int, int], int] | None = None) -> Recovery:
     """Undo what a previous daemon left changed: open its closed channel groups and restore the
     timeslices it set, for the processes still alive. Run at start-up, before anything else is
     sent. The record is removed afterwards, whatever could be undone.
     """
+    borrow = borrow or rmctl.borrow_fd  # looked up now: tests stand in for pidfd_getfd
     opened = restored = 0
     problems: list[str] = []
     for path in (state_dir / RECORD_NAME, state_dir / LEGACY_RECORD_NAME):
