@@ -488,6 +488,15 @@ def scrape_every(port: int, interval_s: float, stop: threading.Event, info: dict
             info["scrape_error"] = str(error)
 
 
+def probe_up(port: int) -> bool:
+    """Whether the daemon serving /metrics on ``port`` says its probe is up (not yet: False)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return b"qpolicy_probe_up 1.0" in r.read()
+    except OSError:
+        return False
+
+
 def desired_pods(scenario: Scenario, cgroups: Cgroups) -> list[PodSpec]:
     """The pods the daemon is told of: one per cgroup (a second process of a pod runs in it)."""
     return [
@@ -547,12 +556,8 @@ def qpolicy_daemon(
         while time.time() < deadline:
             if daemon.poll() is not None:
                 raise RuntimeError(f"qpolicy daemon exited: {log_path.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    if b"qpolicy_probe_up 1.0" in r.read():
-                        break
-            except OSError:
-                pass
+            if probe_up(port):
+                break
             time.sleep(0.3)
         # Prometheus scrapes the daemon as the shipped ServiceMonitor asks (every 15 s): a scrape
         # reads the probe's counter maps, and its cost belongs in the daemon's CPU.

@@ -48,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -66,6 +65,7 @@ from tools.bench.gpu import (  # noqa: E402
     free_port,
     in_cgroup,
     place_doctor_cache,
+    probe_up,
     rate_between,
 )
 from tools.gpu.hostinfo import host_facts  # noqa: E402
@@ -548,12 +548,8 @@ class Run:
                 raise RuntimeError(f"daemon life {number} exited with {self.daemon.returncode}")
             if time.time() > deadline:
                 raise RuntimeError(f"daemon life {number}: no probe up in {PROBE_UP_WAIT_S:g} s")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    if b"qpolicy_probe_up 1.0" in r.read():
-                        break
-            except OSError:
-                pass
+            if probe_up(port):
+                break
             # Often: the start-up time is a result, and a short life counts from this moment.
             time.sleep(0.05)
         life["probe_up"] = time.time()
