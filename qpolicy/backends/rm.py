@@ -98,8 +98,8 @@ class RmBackend:
         self.min_turn_us = min_turn_ms * 1000 or None
         context.state_dir.mkdir(parents=True, exist_ok=True)
         # Before anything else is sent: a daemon killed mid-period left pods closed. The daemon
-        # recovers before it loads the probe (RmBackendFactory.prepare), which is what ``recovery``
-        # then holds: what is recovered here is only what was left after that.
+        # recovers before it loads the probe (RmBackendFactory.prepare) and hands the result in;
+        # a backend made otherwise (tests, tools) recovers here.
         self.recovery = recovery if recovery is not None else recover(context.state_dir)
         if self.recovery.opened or self.recovery.restored:
             log.info(
