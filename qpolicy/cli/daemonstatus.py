@@ -78,7 +78,10 @@ def render(doc: dict[str, Any]) -> None:
             f"{escape(str(refused.get('reason')))}): {escape(str(refused.get('message')))}",
             soft_wrap=True,
         )
-    gpus = doc.get("backend", {}).get("gpus", {}) if isinstance(doc.get("backend"), dict) else {}
+    found = doc.get("backend")
+    backend: dict[str, Any] = found if isinstance(found, dict) else {}
+    print_restart(backend)
+    gpus = backend.get("gpus", {})
     for gpu, view in sorted(gpus.items()) if isinstance(gpus, dict) else ():
         own = view.get("own_timeslices") if isinstance(view, dict) else None
         for pod, contexts in sorted(own.items()) if isinstance(own, dict) else ():
@@ -91,3 +94,34 @@ def render(doc: dict[str, Any]) -> None:
     lost = doc.get("probe_lost_events")
     if lost:
         console.print(f"[yellow]the probe lost {lost} events[/yellow]", soft_wrap=True)
+
+
+def print_restart(backend: dict[str, Any]) -> None:
+    """What the rm enforcer took over from the daemon before it, where it took anything: the
+    channel groups it re-opened and timeslices it restored (a killed daemon's), the processes it
+    adopted, and what it could not do of either."""
+    recovered = backend.get("recovered")
+    adopted = backend.get("adopted")
+    parts = []
+    if isinstance(recovered, dict) and (
+        recovered.get("channel_groups_opened") or recovered.get("timeslices_restored")
+    ):
+        parts.append(
+            f"re-opened {recovered.get('channel_groups_opened', 0)} channel group(s) and "
+            f"restored {recovered.get('timeslices_restored', 0)} timeslice(s)"
+        )
+    if isinstance(adopted, dict) and adopted.get("processes"):
+        parts.append(
+            f"adopted {adopted['processes']} process(es) ({adopted.get('channels', 0)} channels)"
+        )
+    if parts:
+        console.print(
+            f"at start: {escape('; '.join(parts))} the daemon before it left", soft_wrap=True
+        )
+    for kind, found in (("undo", recovered), ("adopt", adopted)):
+        problems = found.get("problems") if isinstance(found, dict) else None
+        for problem in problems if isinstance(problems, list) else ():
+            console.print(
+                f"[yellow]could not {kind} at start[/yellow]: {escape(str(problem))}",
+                soft_wrap=True,
+            )

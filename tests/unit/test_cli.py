@@ -773,6 +773,41 @@ def test_status_says_which_pods_keep_their_own_timeslices(
     assert "own timeslices" not in capsys.readouterr().out
 
 
+def test_status_says_what_the_daemon_took_over_from_the_one_before_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """After a restart the text status says what the rm enforcer re-opened and adopted, and
+    what it could not; a first start says nothing of it."""
+    from qpolicy.cli import daemonstatus
+
+    doc = {
+        "pid": 7,
+        "enforcer": "rm",
+        "sources": {},
+        "backend": {
+            "recovered": {"channel_groups_opened": 2, "timeslices_restored": 0, "problems": []},
+            "adopted": {
+                "processes": 2,
+                "channels": 40,
+                "objects": 270,
+                "dropped": 0,
+                "problems": ["pid 9: RM_CONTROL: Bad file descriptor"],
+            },
+            "gpus": {},
+        },
+    }
+    daemonstatus.render(doc)
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "at start: re-opened 2 channel group(s) and restored 0 timeslice(s); adopted 2 "
+        "process(es) (40 channels) the daemon before it left" in out
+    )
+    assert "could not adopt at start: pid 9: RM_CONTROL: Bad file descriptor" in out
+    first = {"recovered": {"channel_groups_opened": 0, "timeslices_restored": 0, "problems": []}}
+    daemonstatus.render({**doc, "backend": {**first, "adopted": {"processes": 0}, "gpus": {}}})
+    assert "at start" not in capsys.readouterr().out
+
+
 def test_kmod_status_says_which_cgroups_keep_their_own_timeslices(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
