@@ -1,12 +1,12 @@
 """Many uprobes as one BPF link (``BPF_TRACE_UPROBE_MULTI``, Linux 6.6 and later).
 
 The probe puts a uprobe on each of libcuda's launch, wait, copy and query functions: 100 perf
-events on the H200 hosts' libcuda 580.159.04. Each perf event costs the kernel a synchronisation
-when it goes (``uprobe_unregister_sync``), one after the other, so a daemon took 12-13 s to exit,
-killed or stopped, and 0.9 s without them (tools/gpu/probe_teardown.py, an H200, call 22B): the
-next daemon starts only after, and a pod the killed one had closed stays closed meanwhile. A
-uprobe-multi link holds all of a program's uprobes in one file and pays one synchronisation when it
-is closed.
+events on the H200 hosts' libcuda 580.159.04. The kernel took about 125 ms to tear down each, one
+after the other (by the timings, a synchronisation per uprobe as it is unregistered), so a daemon
+took 12-13 s to exit, killed or stopped, and 0.9 s without them (tools/gpu/probe_teardown.py, an
+H200, call 22B): the next daemon starts only after, and a pod the killed one had closed stays
+closed meanwhile. A uprobe-multi link holds all of a program's uprobes in one file and goes in one
+step: 6 links took 1.2-1.3 s with the rest of the probe (call 22D).
 
 bcc 0.26 cannot make such links, so they are made here: the program is loaded again through bcc's
 loader with the expected attach type the kernel asks of it, and the link comes from the
