@@ -459,8 +459,8 @@ class NvProbe:
         exit_: bytes | None,
     ) -> bool:
         """Attach ``entry`` and ``exit_`` at ``found``'s functions as uprobe-multi links, one per
-        program (a daemon's exit then pays one synchronisation per link, not per uprobe);
-        whether it did. The first refusal turns them off for the probe's life, and
+        program (a daemon's exit then tears down a link per program, not a perf event per
+        uprobe); whether it did. The first refusal turns them off for the probe's life, and
         ``features["uprobe_multi"]`` says why."""
         if not self._uprobe_multi:
             return False

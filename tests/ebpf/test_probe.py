@@ -583,9 +583,9 @@ def _kernel_at_least(major: int, minor: int) -> bool:
 def test_libcudas_uprobes_count_the_same_as_links_or_as_perf_events(
     multi: bool, make_cgroup: MakeCgroup, spawn: Spawn, fake_libcuda: Path, tmp_path: Path
 ) -> None:
-    """A uprobe-multi link per program (Linux 6.6+: one synchronisation each when the probe
-    goes, not one per uprobe: 12-13 s for 100 on an H200, tools/gpu/probe_teardown.py) and the
-    perf events the probe falls back to count launches, waits and queries alike.
+    """A uprobe-multi link per program (Linux 6.6+: 1.2-1.3 s to tear the probe down on an
+    H200, against 12-13 s for 100 perf events, tools/gpu/probe_teardown.py) and the perf events
+    the probe falls back to count launches, waits and queries alike.
 
     On a copy of the stand-in libcuda (another inode): the kernel refuses two consumers of one
     uprobe whose reference counter offsets differ, and bcc 0.26's Python binding leaves that
