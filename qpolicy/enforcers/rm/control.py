@@ -218,30 +218,29 @@ class RmChannelControl:
                         if group_key(group) in self._closed.get(pod, {}):
                             continue
                     self.record.closing(group)  # before: a kill after the close is undone
+                problem: str | None = None
                 try:
                     fd = self.files.get(group.pid, group.fd)
                     result = rmctl.disable_channels(
                         fd, group.client, group.subdevice, group.channels, disable=not enabled
                     )
                     sent += 1
+                    if debug:
+                        log.debug(
+                            "pod %s: %s pid %d client %#x channels %d: %#x",
+                            pod,
+                            "open" if enabled else "close",
+                            group.pid,
+                            group.client,
+                            len(group.channels),
+                            result.status,
+                        )
+                    if not result.ok:
+                        problem = f"FIFO_DISABLE_CHANNELS answered {result.status:#x}"
                 except rmctl.RmError as error:
-                    self._complain(pod, str(error))
-                    refused = True
-                    if not enabled:
-                        self.record.channels_opened(group)  # rmctl opened what it sent
-                    continue
-                if debug:
-                    log.debug(
-                        "pod %s: %s pid %d client %#x channels %d: %#x",
-                        pod,
-                        "open" if enabled else "close",
-                        group.pid,
-                        group.client,
-                        len(group.channels),
-                        result.status,
-                    )
-                if not result.ok:
-                    self._complain(pod, f"FIFO_DISABLE_CHANNELS answered {result.status:#x}")
+                    problem = str(error)
+                if problem is not None:
+                    self._complain(pod, problem)
                     refused = True
                     if not enabled:
                         self.record.channels_opened(group)  # rmctl opened what it sent
