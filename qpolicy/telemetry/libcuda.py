@@ -75,7 +75,7 @@ _PROGRAM_HEADER = struct.Struct("<IIQQQQQQ")
 PT_LOAD = 1
 
 
-def _file_offset(path: Path, vaddr: int) -> int | None:
+def file_offset(path: Path, vaddr: int) -> int | None:
     """Where virtual address ``vaddr`` of an ELF64 little-endian file lies in the file."""
     with path.open("rb") as elf:
         header = elf.read(_ELF_HEADER.size)
@@ -98,19 +98,13 @@ def _file_offset(path: Path, vaddr: int) -> int | None:
 
 def probe_address(path: Path, vaddr: int) -> int:
     """The address to put a function's uprobe on: past a leading endbr64, else its start."""
-    offset = _file_offset(path, vaddr)
+    offset = file_offset(path, vaddr)
     if offset is None:
         return vaddr
     with path.open("rb") as elf:
         elf.seek(offset)
         first = elf.read(len(ENDBR64))
     return vaddr + len(ENDBR64) if first == ENDBR64 else vaddr
-
-
-def probe_offset(path: Path, vaddr: int) -> int | None:
-    """Where a function's uprobe goes as a file offset (what a uprobe-multi link takes), or None
-    where ``vaddr`` lies in no loaded segment of ``path``."""
-    return _file_offset(path, probe_address(path, vaddr))
 
 
 def find_libcuda(spec: str | Path | None) -> Path | None:

@@ -18,7 +18,7 @@ import functools
 import os
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -36,9 +36,9 @@ from qpolicy.telemetry.libcuda import (
     LAUNCH_SYMBOLS,
     QUERY_SYMBOLS,
     SYNC_SYMBOLS,
+    file_offset,
     find_libcuda,
     probe_address,
-    probe_offset,
 )
 from qpolicy.telemetry.uprobemulti import UprobeMultiError, link, load_program
 from qpolicy.telemetry.wire import ProbeRecord
@@ -437,7 +437,7 @@ class NvProbe:
             raise ProbeError(f"cannot read the symbols of {libcuda}: {error}") from None
         # Aliases share an address: one uprobe each, or a call would count once per name.
         addresses = sorted({probe_address(libcuda, int(address)) for _, address in found})
-        if not (addresses and self._attach_multi(bpf, libcuda, found, entry, exit_)):
+        if not (addresses and self._attach_multi(bpf, libcuda, addresses, entry, exit_)):
             try:
                 for address in addresses:
                     if entry is not None:
@@ -454,17 +454,18 @@ class NvProbe:
         self,
         bpf: Any,
         libcuda: Path,
-        found: Iterable[tuple[bytes, int]],
+        addresses: Sequence[int],
         entry: bytes | None,
         exit_: bytes | None,
     ) -> bool:
-        """Attach ``entry`` and ``exit_`` at ``found``'s functions as uprobe-multi links, one per
+        """Attach ``entry`` and ``exit_`` at ``addresses`` as uprobe-multi links, one per
         program (a daemon's exit then tears down a link per program, not a perf event per
         uprobe); whether it did. The first refusal turns them off for the probe's life, and
         ``features["uprobe_multi"]`` says why."""
         if not self._uprobe_multi:
             return False
-        found_offsets = {probe_offset(libcuda, int(address)) for _, address in found}
+        # The links take file offsets where bcc's attach takes the address and converts it.
+        found_offsets = {file_offset(libcuda, address) for address in addresses}
         offsets = sorted(o for o in found_offsets if o is not None)
         made: list[int] = []
         try:
