@@ -511,6 +511,18 @@ CLASSES: dict[int, tuple[str, Kind]] = {
 }
 
 
+NV01_ROOT_CLIENT = 0x0041  # what nvidia.ko allocates for any user client (escape.c)
+# GET_CHILD_HANDLE names the child's class by RM's internal (NVOC) class id, not its class number
+# (client_resource.c: refFindChildOfType takes an internalClassId). Device's is 0xe0ac20 in
+# g_device_nvoc.h (__nvoc_class_id_Device), the same from 515.43.04 to 595.45.04.
+NVOC_CLASS_ID_DEVICE = 0xE0AC20
+# A TSG is a KernelChannelGroupApi below its device, a channel outside a TSG a KernelChannel
+# (g_kernel_channel_group_api_nvoc.h, g_kernel_channel_nvoc.h; the same from 515.43.04 to
+# 595.45.04).
+NVOC_CLASS_ID_CHANNEL_GROUP = 0x2B5B80
+NVOC_CLASS_ID_CHANNEL = 0x5D8D70
+
+
 def class_name(cls: int) -> str:
     return CLASSES[cls][0] if cls in CLASSES else f"class 0x{cls:04x}"
 
@@ -651,6 +663,7 @@ NVA06F_CTRL_CMD_STOP_CHANNEL = 0xA06F0112
 # Memory: what qgpu asks RM about a tenant's objects (ctrl0000client.h, ctrl0041.h) and the
 # exports it refuses to a memory-limited cgroup (ctrl0000unix.h).
 NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO = 0xD02
+NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE = 0xD05
 NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES = 0xD07
 NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD = 0x3D05
 NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD = 0x3D06
@@ -733,6 +746,11 @@ NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS = Layout(
     "NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS",
     16,
     (("hObject", 0, "I"), ("index", 4, "I"), ("data", 8, "Q")),
+)
+NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS = Layout(
+    "NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS",
+    12,
+    (("hParent", 0, "I"), ("classId", 4, "I"), ("hObject", 8, "I")),
 )
 NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS = Layout(
     "NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS",
@@ -880,6 +898,9 @@ CONTROLS: dict[int, Control] = {
     ),
     NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO: Control(
         "NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO", NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS
+    ),
+    NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE: Control(
+        "NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE", NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS
     ),
     NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES: Control(
         "NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES",

@@ -16,6 +16,7 @@ import ctypes
 import errno
 import functools
 import os
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ _libc.ioctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)
 _libc.ioctl.restype = ctypes.c_int
 
 RM_CONTROL_REQUEST = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_CONTROL, abi.NVOS54.size)
+RM_ALLOC_REQUEST = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_ALLOC, abi.NVOS21.size)
 
 
 class RmError(QPolicyError):
@@ -92,6 +94,94 @@ def rm_control(fd: int, client: int, obj: int, cmd: int, params: bytearray) -> C
         raise RmError(f"RM control {abi.control_name(cmd)} on fd {fd} failed: {os.strerror(err)}")
     status = abi.NVOS54.unpack(request.raw)["status"]
     return ControlResult(status, duration)
+
+
+def _offset(layout: abi.Layout, name: str) -> int:
+    return next(offset for field, offset, _ in layout.fields if field == name)
+
+
+class HandleAsker:
+    """``GET_HANDLE_INFO`` and ``GET_CHILD_HANDLE`` about any client, over one descriptor: what
+    qpolicy.nvrm.discover asks, up to a million times per descriptor. The request is built once
+    and only its handles are written per call (packing every field per call was most of the
+    cost)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.asked = 0
+        #: RM's status for the last question (why it said no).
+        self.status = 0
+        info = abi.NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS
+        child = abi.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS
+        self._info = ctypes.create_string_buffer(info.size)
+        self._child = ctypes.create_string_buffer(child.size)
+        self._info_request = self._request(abi.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO, self._info)
+        self._child_request = self._request(
+            abi.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE, self._child
+        )
+        self._at = {
+            "hClient": _offset(abi.NVOS54, "hClient"),
+            "status": _offset(abi.NVOS54, "status"),
+            "hObject": _offset(info, "hObject"),
+            "data": _offset(info, "data"),
+            "hParent": _offset(child, "hParent"),
+            "child": _offset(child, "hObject"),
+        }
+
+    @staticmethod
+    def _request(cmd: int, params: ctypes.Array[ctypes.c_char]) -> ctypes.Array[ctypes.c_char]:
+        packed = abi.NVOS54.pack(
+            cmd=cmd, params=ctypes.addressof(params), paramsSize=ctypes.sizeof(params)
+        )
+        return ctypes.create_string_buffer(packed, len(packed))
+
+    def _send(self, request: ctypes.Array[ctypes.c_char], client: int) -> bool:
+        # The control goes to the client object itself (hObject = hClient).
+        struct.pack_into("<II", request, self._at["hClient"], client, client)
+        self.asked += 1
+        if _libc.ioctl(self.fd, RM_CONTROL_REQUEST, request) != 0:
+            err = ctypes.get_errno()
+            raise RmError(f"RM control on fd {self.fd} failed: {os.strerror(err)}")
+        self.status = struct.unpack_from("<I", request, self._at["status"])[0]
+        return self.status == abi.NvStatus.NV_OK
+
+    def info(self, client: int, handle: int, index: int) -> int | None:
+        """``client``'s object ``handle``: its class or its parent (``index``), None where RM
+        says no (no such client on this file, no such handle in it)."""
+        struct.pack_into("<II", self._info, self._at["hObject"], handle, index)
+        if not self._send(self._info_request, client):
+            return None
+        data: int = struct.unpack_from("<Q", self._info, self._at["data"])[0]
+        return data
+
+    def child(self, client: int, parent: int, cls: int) -> int | None:
+        """The handle of ``parent``'s first child in ``client`` whose RM-internal class id is
+        ``cls`` (e.g. :data:`~qpolicy.nvrm.abi.NVOC_CLASS_ID_DEVICE`), or None."""
+        struct.pack_into("<III", self._child, self._at["hParent"], parent, cls, 0)
+        if not self._send(self._child_request, client):
+            return None
+        found: int = struct.unpack_from("<I", self._child, self._at["child"])[0]
+        return found or None
+
+
+def newest_client_handle(path: str = "/dev/nvidiactl") -> int | None:
+    """The handle RM gives a client allocated now: the newest there is (RM numbers clients with
+    one counter that only grows; rs_server.c, ``serverAllocClient``). The client is freed again
+    with the file. None where ``path`` cannot be opened or RM refuses."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        request = ctypes.create_string_buffer(
+            abi.NVOS21.pack(hClass=abi.NV01_ROOT_CLIENT), abi.NVOS21.size
+        )
+        if _libc.ioctl(fd, RM_ALLOC_REQUEST, request) != 0:
+            return None
+        answer = abi.NVOS21.unpack(request.raw)
+        return answer["hObjectNew"] if answer["status"] == abi.NvStatus.NV_OK else None
+    finally:
+        os.close(fd)
 
 
 def disable_channels_params(

@@ -80,6 +80,9 @@ class ProcessState:
     mmaps: int = 0
     opens: Counter[Node] = field(default_factory=Counter)
     slowest: list[tuple[int, int, str]] = field(default_factory=list)
+    #: Clients may be missing: what is known was found by a search of RM that had not finished
+    #: (qpolicy.nvrm.discover); such a process is searched again rather than taken as known.
+    incomplete: bool = False
 
     def objects(self, kind: Kind) -> list[RmObject]:
         return [
@@ -410,6 +413,37 @@ class Tracker:
         checked against RM), in place of whatever is known of its pid. Its objects' children and
         its bytes are derived here from the objects' parent links and sizes."""
         self.generation += 1
+        self._derive(proc)
+        self.processes[proc.pid] = proc
+
+    def add_clients(self, proc: ProcessState) -> None:
+        """Add the clients of ``proc``, found by asking RM (qpolicy.nvrm.discover), to what is
+        known of its pid. A client known on a file is kept as it is; one known only from objects
+        seen below it (its allocation was not seen) takes the found client's file and objects,
+        and keeps its own objects the search did not find (allocated since)."""
+        known = self.processes.get(proc.pid)
+        if known is None:
+            self.adopt(proc)
+            return
+        self.generation += 1
+        known.incomplete = proc.incomplete
+        if known.cgroup is None:
+            known.cgroup = proc.cgroup
+        for fd, node in proc.fds.items():
+            known.fds.setdefault(fd, node)
+        for handle, client in proc.clients.items():
+            mine = known.clients.get(handle)
+            if mine is not None and mine.fd is not None:
+                continue
+            if mine is not None:
+                for obj in mine.objects.values():
+                    if obj.handle != handle:
+                        client.objects.setdefault(obj.handle, obj)
+            known.clients[handle] = client
+        self._derive(known)
+
+    def _derive(self, proc: ProcessState) -> None:
+        """``proc``'s objects' children, from their parent links, and its bytes."""
         proc.device_bytes = proc.system_bytes = 0
         for client in proc.clients.values():
             for obj in client.objects.values():
@@ -420,7 +454,6 @@ class Tracker:
                     above.children.add(obj.handle)
                 if obj.bytes and not obj.dup:
                     self._add_bytes(proc, obj.kind, obj.bytes)
-        self.processes[proc.pid] = proc
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -1,0 +1,297 @@
+"""Finding a process's RM objects by asking RM handle by handle (qpolicy.nvrm.discover), against
+a double of RM's answers (tests/unit/rm_double.py) holding the shipped H200 trace's objects."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import itertools
+import struct
+from typing import Any
+
+import pytest
+
+from qpolicy.nvrm import abi, discover, rmctl
+from qpolicy.nvrm.abi import Kind, Node
+from qpolicy.nvrm.tracker import ProcessState, Tracker
+from tests.unit.rm_double import RmDouble, traced_process
+
+PID = 4321
+CTL_FILES = {8: Node.CTL, 11: Node.GPU, 15: Node.CTL, 17: Node.CTL, 9: Node.UVM}
+
+
+def traced() -> ProcessState:
+    return traced_process(PID)
+
+
+def tree(proc: ProcessState) -> dict[int, dict[int, tuple[int, int | None]]]:
+    return {
+        c.handle: {o.handle: (o.cls, o.parent) for o in c.objects.values()}
+        for c in proc.clients.values()
+    }
+
+
+def run(search: discover.Search) -> discover.Search:
+    while not search.done:
+        search.step(10.0)
+    return search
+
+
+def test_a_search_finds_every_object_the_probe_saw_with_its_class_and_parent() -> None:
+    proc = traced()
+    rm = RmDouble()
+    rm.add_process(proc)
+    newest = 0xC1D00020  # the client this daemon allocates: newer than the tenant's
+    search = run(discover.Search(PID, CTL_FILES, newest, rm.asker))
+    assert search.error is None
+    found = discover.process_state(PID, 55, CTL_FILES, search.found)
+    expected = tree(proc)
+    expected[0xC1D0001B][0xC1D0001B] = (abi.NV01_ROOT_CLIENT, None)
+    # The second client's device has no TSG or channel below it: it and its client are all
+    # the search asks about (no work to govern there).
+    expected[0xC1D0001D] = {
+        0xC1D0001D: (abi.NV01_ROOT_CLIENT, None),
+        0xA55A0020: (0x80, 0xC1D0001D),
+    }
+    assert tree(found) == expected
+    # What the rm enforcer uses of it is what it would use of the probe's view.
+    tracker = Tracker()
+    tracker.adopt(found)
+    (group,) = tracker.channel_groups(PID)
+    original = Tracker()
+    original.adopt(proc)
+    (reference,) = original.channel_groups(PID)
+    assert (group.fd, group.client, group.subdevice, group.channels, group.tsgs) == (
+        reference.fd,
+        reference.client,
+        reference.subdevice,
+        reference.channels,
+        reference.tsgs,
+    )
+    assert group.compute_tsgs == reference.compute_tsgs == (0x5C000015,)
+    assert len(group.channels) == 20
+    # Every descriptor the search took is given back, and only control descriptors were asked.
+    assert rm.open == set()
+    assert rm.asked == search.asked
+
+
+def test_the_search_asks_newest_first_and_stops_a_window_past_the_client_with_channels() -> None:
+    proc = traced()
+    rm = RmDouble()
+    rm.add_process(proc)
+    newest = 0xC1D00020
+    search = run(discover.Search(PID, CTL_FILES, newest, rm.asker))
+    # Client handles, from 0x20 down, each on descriptors 8, 15 and 17 in turn until one
+    # answers: 0x1d answers on the third, 0x1b on the first; then WINDOW handles more.
+    clients_asked = 5 * 3 + 1 + discover.WINDOW * 3
+    # The main client: its device asked for (GET_CHILD_HANDLE), a TSG below it, then every
+    # handle from the device down to its lowest object (GAP_BELOW more) and from above it to
+    # its highest (GAP more), and each object's parent.
+    (main,) = [c for c in search.found if c.handle == 0xC1D0001B]
+    handles = [h for h in main.objects if h != main.handle]
+    device = 0x5C000002
+    objects = 2 + (device - min(handles) + 1) + discover.GAP_BELOW
+    objects += (max(handles) - device) + discover.GAP + len(handles)
+    # The other: its device, no TSG and no channel below it, the device's class.
+    other = 4
+    assert search.asked == clients_asked + objects + other < 20_000
+
+
+def test_client_handles_run_newest_first_through_all_of_them_once() -> None:
+    handles = discover.client_handles(0xC1D00002)
+    assert list(itertools.islice(handles, 4)) == [0xC1D00002, 0xC1D00001, 0xC1D00000, 0xC1DFFFFF]
+    every = list(discover.client_handles(None))
+    assert len(every) == len(set(every)) == discover.CLIENT_HANDLE_COUNT == 0x100000
+    assert min(every) == 0xC1D00000 and max(every) == 0xC1DFFFFF
+
+
+def test_objects_past_a_longer_run_of_freed_handles_than_gap_are_not_found() -> None:
+    rm = RmDouble()
+    client = 0xC1D00005
+    objects = {
+        0x5C000001: (0x80, client),
+        0x5C000002: (0x2080, 0x5C000001),
+        0x5C000003: (0xA06C, 0x5C000001),
+        0x5C000004: (0xC86F, 0x5C000003),
+        # A freed run of exactly GAP - 1 handles, then memory: found.
+        0x5C000004 + discover.GAP: (0x40, 0x5C000001),
+        # A run of GAP, then more: not found (memory allocated late; the channels are early).
+        0x5C000004 + 2 * discover.GAP + 1: (0x40, 0x5C000001),
+    }
+    rm.add(1, 8, client, objects)
+    search = run(discover.Search(1, {8: Node.CTL}, 0xC1D00010, rm.asker))
+    (found,) = search.found
+    assert set(found.objects) == {client, *list(objects)[:5]}
+    assert found.channels == 1
+
+
+def test_a_client_without_a_device_is_passed_over_and_the_search_goes_on() -> None:
+    rm = RmDouble()
+    rm.add(1, 8, 0xC1D00009, {})  # a client and nothing else (NVML's kind)
+    rm.add(1, 8, 0xC1D00004, {0x10: (0x80, 0xC1D00004), 0x11: (0xA06C, 0x10), 0x12: (0xC86F, 0x11)})
+    search = run(discover.Search(1, {8: Node.CTL}, 0xC1D0000A, rm.asker))
+    assert [(c.handle, c.channels) for c in search.found] == [(0xC1D00004, 1)]
+
+
+def test_a_process_with_no_channels_is_searched_through_every_client_handle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(discover, "CLIENT_HANDLE_COUNT", 4096)
+    rm = RmDouble()
+    rm.add(1, 8, 0xC1D00009, {0x5C000020: (0x80, 0xC1D00009)})  # a device, no work below
+    search = run(discover.Search(1, {8: Node.CTL, 15: Node.CTL, 20: Node.GPU}, None, rm.asker))
+    assert [(c.handle, c.channels) for c in search.found] == [(0xC1D00009, 0)]
+    # Each handle on both control descriptors (not the GPU's), but the client's own only on
+    # the descriptor it answered on; then its device, no TSG or channel below it, its class.
+    assert search.asked == 4096 * 2 - 1 + 4
+    assert rm.refusals[0x23] == 4095 * 2  # every other handle, on both
+
+
+def test_a_search_runs_in_slices_of_the_time_it_is_given() -> None:
+    proc = traced()
+    rm = RmDouble()
+    rm.add_process(proc)
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 1e-6  # each look at the clock a microsecond later
+        return now[0]
+
+    search = discover.Search(PID, CTL_FILES, 0xC1D00020, rm.asker, clock=clock)
+    slices = 0
+    found: list[discover.FoundClient] = []
+    while not search.done:
+        before = search.asked
+        found += search.step(0.0)
+        slices += 1
+        # A slice given no time still makes progress, and stops at its first look.
+        assert 0 < search.asked - before <= discover.CHECK_EVERY or search.done
+    assert slices > 100
+    assert [c.handle for c in found] == [c.handle for c in search.found]
+    whole = RmDouble()
+    whole.add_process(proc)
+    at_once = run(discover.Search(PID, CTL_FILES, 0xC1D00020, whole.asker))
+    assert [c.objects for c in at_once.found] == [c.objects for c in found]
+    assert at_once.asked == search.asked
+    assert rm.open == set()
+
+
+def test_a_descriptor_that_goes_away_ends_the_search_and_gives_back_the_others() -> None:
+    proc = traced()
+    rm = RmDouble()
+    rm.add_process(proc)
+    rm.fail_after = 5
+    search = run(discover.Search(PID, CTL_FILES, 0xC1D00020, rm.asker))
+    assert search.error is not None and "Bad file descriptor" in search.error
+    assert search.found == []
+    assert rm.open == set()
+
+
+def test_closing_a_search_midway_gives_back_its_descriptors() -> None:
+    proc = traced()
+    rm = RmDouble()
+    rm.add_process(proc)
+    search = discover.Search(PID, CTL_FILES, 0xC1D00020, rm.asker, clock=lambda: 1.0)
+    search.step(0.0)
+    assert rm.open == {(PID, 8), (PID, 15), (PID, 17)}
+    search.close()
+    assert search.done and rm.open == set()
+    assert search.step(1.0) == []
+
+
+# -- the real request, against a stand-in for the ioctl ------------------------------------------
+
+
+class FakeLibc:
+    """Decodes the RM_CONTROL requests HandleAsker sends and answers as RM would."""
+
+    def __init__(self, answers: dict[tuple[int, int, int], int]) -> None:
+        self.answers = answers  # (client, cmd, handle or parent) -> data
+        self.seen: list[dict[str, Any]] = []
+
+    def ioctl(self, fd: int, request: int, buffer: Any) -> int:
+        assert request == rmctl.RM_CONTROL_REQUEST
+        raw = bytes(buffer)
+        control = abi.NVOS54.unpack(raw)
+        params = ctypes.string_at(control["params"], control["paramsSize"])
+        self.seen.append(control)
+        status = 0x57
+        if control["cmd"] == abi.NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO:
+            asked = abi.NV0000_CTRL_CLIENT_GET_HANDLE_INFO_PARAMS.unpack(params)
+            key = (control["hClient"], asked["index"], asked["hObject"])
+            if key in self.answers:
+                status = 0
+                out = struct.pack("<IIQ", asked["hObject"], asked["index"], self.answers[key])
+                ctypes.memmove(control["params"], out, len(out))
+        else:
+            asked = abi.NV0000_CTRL_CMD_CLIENT_GET_CHILD_HANDLE_PARAMS.unpack(params)
+            key = (control["hClient"], asked["classId"], asked["hParent"])
+            if key in self.answers:
+                status = 0
+                out = struct.pack("<III", asked["hParent"], asked["classId"], self.answers[key])
+                ctypes.memmove(control["params"], out, len(out))
+        ctypes.memmove(ctypes.addressof(buffer) + 28, struct.pack("<I", status), 4)  # NVOS54.status
+        return 0
+
+
+def test_the_handle_asker_sends_each_control_to_the_client_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeLibc(
+        {
+            (0xC1D00001, abi.HANDLE_INFO_INDEX_CLASSID, 0x5C000003): 0x2080,
+            (0xC1D00001, abi.HANDLE_INFO_INDEX_PARENT, 0x5C000003): 0x5C000002,
+            (0xC1D00001, abi.NVOC_CLASS_ID_DEVICE, 0xC1D00001): 0x5C000002,
+        }
+    )
+    monkeypatch.setattr(rmctl, "_libc", fake)
+    ask = rmctl.HandleAsker(7)
+    assert ask.info(0xC1D00001, 0x5C000003, abi.HANDLE_INFO_INDEX_CLASSID) == 0x2080
+    assert ask.info(0xC1D00001, 0x5C000003, abi.HANDLE_INFO_INDEX_PARENT) == 0x5C000002
+    assert ask.info(0xC1D00002, 0x5C000003, abi.HANDLE_INFO_INDEX_CLASSID) is None
+    assert ask.status == 0x57
+    assert ask.child(0xC1D00001, 0xC1D00001, abi.NVOC_CLASS_ID_DEVICE) == 0x5C000002
+    assert ask.child(0xC1D00001, 0xC1D00001, 0x80) is None
+    assert ask.asked == 5
+    for control in fake.seen:
+        assert control["hObject"] == control["hClient"]
+    assert [c["cmd"] for c in fake.seen] == [0xD02, 0xD02, 0xD02, 0xD05, 0xD05]
+    assert [c["paramsSize"] for c in fake.seen] == [16, 16, 16, 12, 12]
+
+
+# -- what the tracker makes of it -----------------------------------------------------------------
+
+
+def test_found_clients_join_what_the_probe_saw_since() -> None:
+    """A process the probe saw only allocate memory under a client it never saw allocated (a
+    stand-in client, no file): the search's client takes its place and keeps that memory."""
+    tracker = Tracker()
+    known = ProcessState(PID)
+    tracker.adopt(known)
+    tracker._alloc(known, 8, 0xC1D00001, 0x10, 0x99, 0x40, 1 << 20)  # probe: memory, after
+    assert known.clients[0xC1D00001].fd is None
+    found = discover.FoundClient(
+        8,
+        0xC1D00001,
+        {
+            0xC1D00001: (abi.NV01_ROOT_CLIENT, None),
+            0x10: (0x80, 0xC1D00001),
+            0x11: (0xA06C, 0x10),
+            0x12: (0xC86F, 0x11),
+        },
+    )
+    tracker.add_clients(discover.process_state(PID, 55, {8: Node.CTL}, [found]))
+    proc = tracker.processes[PID]
+    assert proc.cgroup == 55 and proc.fds == {8: Node.CTL}
+    client = proc.clients[0xC1D00001]
+    assert client.fd == 8
+    assert set(client.objects) == {0xC1D00001, 0x10, 0x11, 0x12, 0x99}
+    assert client.objects[0x10].children == {0x11, 0x99}
+    assert proc.device_bytes == 1 << 20
+    (group,) = tracker.channel_groups(PID)
+    assert group.fd == 8 and group.channels == (0x12,)
+    # A client the tracker knows on a file is left as it is.
+    other = dataclasses.replace(found, objects={0xC1D00001: (abi.NV01_ROOT_CLIENT, None)})
+    tracker.add_clients(discover.process_state(PID, 55, {8: Node.CTL}, [other]))
+    assert set(tracker.processes[PID].clients[0xC1D00001].objects) == set(client.objects)
+    assert tracker.processes[PID].objects(Kind.CHANNEL)[0].handle == 0x12
