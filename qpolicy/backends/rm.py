@@ -24,13 +24,13 @@ from qpolicy.enforcers.rm.files import BorrowedFiles
 from qpolicy.enforcers.rm.handles import HANDLES_NAME, HandleBook, adopt
 from qpolicy.enforcers.rm.record import Recovery, recover
 from qpolicy.enforcers.rm.resolver import ProbeResolver
+from qpolicy.enforcers.rm.unseen import SearchFactory, UnseenProcesses, rm_search
 from qpolicy.enforcers.strategy import strategy_for
 from qpolicy.errors import QPolicyError
 from qpolicy.model import PodIdKind, PodSpec, pod_id_kind
 from qpolicy.runtime.worker import Worker
 from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import cgroup_of_process
-from qpolicy.telemetry.gpuprocs import processes_in, uses_nvidia
 from qpolicy.telemetry.gpus import GpuInfo, node_gpus
 from qpolicy.telemetry.view import Enforcement, NodeView
 
@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 RECONCILE_EVERY_S = 1.0
 # How often pods are searched for processes the probe never saw (a walk of /proc per pod).
 UNSEEN_EVERY_S = 10.0
+# Per tick (0.1 s), how long RM is asked for such processes' handles while a search runs: 5 % of
+# a core while one runs. A CUDA process whose client is among the newest (it started while the
+# daemon restarted) takes ~10 000 controls of 5-9 us (an H200, calls 23A-B): found in 1-2 s; one
+# that started long before, up to 2^20 controls per descriptor (~5-9 s of CPU) more.
+SEARCH_BUDGET_S = 0.005
 
 
 @dataclass
@@ -87,6 +92,7 @@ class RmBackend:
         files: BorrowedFiles | None = None,
         gpus: Callable[[], Sequence[GpuInfo]] = node_gpus,
         recovery: Recovery | None = None,
+        search: SearchFactory = rm_search,
     ) -> None:
         if context.probe is None:
             raise QPolicyError(
@@ -130,8 +136,13 @@ class RmBackend:
         self._gpus: dict[int, _Gpu] = {}
         self._reconciled_at = context.clock()
         self._searched_at: float | None = None
-        #: Per pod: processes using the GPU whose RM handles the probe never saw.
-        self.unseen: dict[str, list[int]] = {}
+        self.unseen_processes = UnseenProcesses(
+            lambda: self.probe.view.tracker,
+            context.cgroup_root,
+            self._cgroup_of,
+            context.clock,
+            search=search,
+        )
 
     def _cgroup_of(self, pid: int) -> int | None:
         root = self.context.cgroup_root()
@@ -201,32 +212,15 @@ class RmBackend:
             self.shared.reconcile()
         if self._searched_at is None or now - self._searched_at >= UNSEEN_EVERY_S:
             self._searched_at = now
-            self._search_unseen()
+            pods = [p for p in self._state.pods if pod_id_kind(p) is PodIdKind.CGROUP]
+            self.unseen_processes.look(pods)
+        if self.unseen_processes.searching:
+            self.unseen_processes.advance(SEARCH_BUDGET_S)
 
-    def _search_unseen(self) -> None:
-        """Find the pods' GPU processes the probe never saw: they started before it, and the rm
-        enforcer cannot govern them (their RM handles are unknown). Each is logged once."""
-        root = self.context.cgroup_root()
-        if root is None:
-            return
-        tracker = self.probe.view.tracker
-        unseen: dict[str, list[int]] = {}
-        for pod in self._state.pods:
-            if pod_id_kind(pod) is not PodIdKind.CGROUP:
-                continue
-            for pid in processes_in(root, pod):
-                known = tracker.processes.get(pid)
-                if (known is None or not known.clients) and uses_nvidia(pid):
-                    unseen.setdefault(pod, []).append(pid)
-        for pod, pids in unseen.items():
-            for pid in sorted(set(pids) - set(self.unseen.get(pod, ()))):
-                log.warning(
-                    "pod %s: pid %d uses the GPU but started before the probe: the rm enforcer "
-                    "cannot govern it (its RM handles were never seen); restart it, or use qgpu.ko",
-                    pod,
-                    pid,
-                )
-        self.unseen = unseen
+    @property
+    def unseen(self) -> dict[str, list[int]]:
+        """Per pod: its processes using the GPU whose RM objects are not known (yet)."""
+        return self.unseen_processes.unseen
 
     def publish(self) -> None:
         pass  # the sensors are read on every poll
@@ -291,9 +285,12 @@ class RmBackend:
             },
             "borrowed_files": len(self.shared.files),
             "unseen_processes": dict(sorted(self.unseen.items())),
+            # Processes found by asking RM for their handles (qpolicy.nvrm.discover).
+            "searched": self.unseen_processes.status(),
         }
 
     def close(self) -> None:
+        self.unseen_processes.close()
         for driven in self._gpus.values():
             driven.periodic.cancel()
             driven.enforcer.release()

@@ -81,6 +81,7 @@ def render(doc: dict[str, Any]) -> None:
     found = doc.get("backend")
     backend: dict[str, Any] = found if isinstance(found, dict) else {}
     print_restart(backend)
+    print_unseen(backend)
     gpus = backend.get("gpus", {})
     for gpu, view in sorted(gpus.items()) if isinstance(gpus, dict) else ():
         own = view.get("own_timeslices") if isinstance(view, dict) else None
@@ -94,6 +95,31 @@ def render(doc: dict[str, Any]) -> None:
     lost = doc.get("probe_lost_events")
     if lost:
         console.print(f"[yellow]the probe lost {lost} events[/yellow]", soft_wrap=True)
+
+
+def print_unseen(backend: dict[str, Any]) -> None:
+    """The pods' processes the rm enforcer found by asking RM (their allocations were never
+    seen), those it is still asking about, and those it cannot govern."""
+    searched = backend.get("searched")
+    if isinstance(searched, dict):
+        if searched.get("found_processes"):
+            console.print(
+                f"found by asking RM: {searched['found_processes']} process(es) "
+                f"({searched.get('found_channels', 0)} channels) no probe saw allocate",
+                soft_wrap=True,
+            )
+        searching = searched.get("searching")
+        if isinstance(searching, list) and searching:
+            pids = ", ".join(escape(str(pid)) for pid in searching)
+            console.print(f"asking RM for the objects of pid(s) {pids}", soft_wrap=True)
+    unseen = backend.get("unseen_processes")
+    for pod, pids in sorted(unseen.items()) if isinstance(unseen, dict) else ():
+        listed = ", ".join(escape(str(pid)) for pid in pids) if isinstance(pids, list) else ""
+        console.print(
+            f"[yellow]not governed[/yellow]: pod {escape(str(pod))}: pid(s) {listed} use the "
+            "GPU with channels the enforcer does not know (yet)",
+            soft_wrap=True,
+        )
 
 
 def print_restart(backend: dict[str, Any]) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from qpolicy.nvrm.abi import Node
+
 
 def processes_in(root: Path, cgroup: str) -> list[int]:
     """Every pid in cgroup ``cgroup`` (a path below the cgroup2 mount ``root``) and below it."""
@@ -28,22 +30,28 @@ def processes_in(root: Path, cgroup: str) -> list[int]:
     return sorted(set(pids))
 
 
-def uses_nvidia(pid: int, proc: Path = Path("/proc")) -> bool:
-    """Whether ``pid`` holds an NVIDIA device file open (gone or unreadable: no)."""
+def nvidia_files(pid: int, proc: Path = Path("/proc")) -> dict[int, Node]:
+    """``pid``'s open NVIDIA device files, fd -> which (gone or unreadable: none)."""
     fd_dir = proc / str(pid) / "fd"
     try:
         names = os.listdir(fd_dir)
     except OSError:
-        return False
+        return {}
+    files: dict[int, Node] = {}
     for name in names:
         try:
             target = os.readlink(fd_dir / name)
         except OSError:
             continue
-        # /dev/nvidiactl and /dev/nvidiaN carry RM clients; nvidia-uvm and nvidia-caps do not.
-        if target.startswith("/dev/nvidia") and not target.startswith("/dev/nvidia-"):
-            return True
-    return False
+        if target.startswith("/dev/nvidia") and name.isdigit():
+            files[int(name)] = Node.of_path(target)
+    return files
+
+
+def uses_nvidia(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` holds an NVIDIA device file open (gone or unreadable: no)."""
+    # /dev/nvidiactl and /dev/nvidiaN carry RM clients; nvidia-uvm and nvidia-caps do not.
+    return any(node in (Node.CTL, Node.GPU) for node in nvidia_files(pid, proc).values())
 
 
 #: The MPS server's executable (NVIDIA's MPS guide: nvidia-cuda-mps-control starts it for the

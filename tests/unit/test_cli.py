@@ -808,6 +808,37 @@ def test_status_says_what_the_daemon_took_over_from_the_one_before_it(
     assert "at start" not in capsys.readouterr().out
 
 
+def test_status_says_which_processes_were_found_by_asking_rm_and_which_are_not_governed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from qpolicy.cli import daemonstatus
+
+    doc = {
+        "pid": 7,
+        "enforcer": "rm",
+        "sources": {},
+        "backend": {
+            "gpus": {},
+            "unseen_processes": {"/kubepods.slice/a": [41, 42]},
+            "searched": {
+                "found_processes": 2,
+                "found_channels": 40,
+                "controls": 9500,
+                "searching": [42],
+                "not_found": [41],
+            },
+        },
+    }
+    daemonstatus.render(doc)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "found by asking RM: 2 process(es) (40 channels) no probe saw allocate" in out
+    assert "asking RM for the objects of pid(s) 42" in out
+    assert "not governed: pod /kubepods.slice/a: pid(s) 41, 42 use the GPU" in out
+    daemonstatus.render({**doc, "backend": {"gpus": {}}})
+    quiet = capsys.readouterr().out
+    assert "asking RM" not in quiet and "not governed" not in quiet
+
+
 def test_kmod_status_says_which_cgroups_keep_their_own_timeslices(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

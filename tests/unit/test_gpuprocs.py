@@ -8,15 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from qpolicy.backends import rm as rm_backend
 from qpolicy.backends.base import BackendContext
 from qpolicy.backends.rm import RmBackend
+from qpolicy.enforcers.rm import unseen
 from qpolicy.model import GpuConfig, GpuPolicy, PodSpec
+from qpolicy.nvrm import discover, rmctl
+from qpolicy.nvrm.abi import Node
 from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import CgroupMap
 from qpolicy.telemetry.gpuprocs import is_mps_server, processes_in, uses_nvidia
 from qpolicy.telemetry.probesource import ProbeSource
+from tests.unit.rm_double import RmDouble
 from tests.unit.test_telemetry_live import FakeProbe, process
 
 
@@ -53,13 +56,23 @@ def test_the_rm_backend_names_the_processes_it_cannot_govern(
     probe.pending = process(10, cgroups.id_of("/a"), tsgs=1, channels_per_tsg=1, vidmem=0)
     source = ProbeSource(probe, cgroups)
     source.refresh()
-    # Both use the GPU; the probe saw pid 10 allocate, never pid 4242 (it started first).
-    monkeypatch.setattr(rm_backend, "uses_nvidia", lambda pid: pid in (10, 4242))
+    # Both use the GPU; the probe saw pid 10 allocate, never pid 4242 (it started first), and
+    # asking RM finds nothing of 4242's (a double holding nothing).
+    files = {8: Node.CTL}
+    monkeypatch.setattr(unseen, "nvidia_files", lambda pid: files if pid in (10, 4242) else {})
+    monkeypatch.setattr(unseen, "process_start_time", lambda pid: 1)
+    monkeypatch.setattr(rmctl, "newest_client_handle", lambda: 0xC1D00002)
+    monkeypatch.setattr(discover, "CLIENT_HANDLE_COUNT", 1024)
+    rm = RmDouble()
     clock = [0.0]
     context = BackendContext(
         RealtimeLoop(), source, tmp_path / "state", lambda: cgroup, lambda: clock[0]
     )
-    backend = RmBackend(context, gpus=list)
+
+    def search(pid: int, fds: dict[int, Node], newest: int | None) -> discover.Search:
+        return discover.Search(pid, fds, newest, rm.asker)
+
+    backend = RmBackend(context, gpus=list, search=search)  # type: ignore[arg-type]
     try:
         state = DesiredState(
             gpus={0: GpuConfig(0, GpuPolicy.FIXED_SHARE)}, pods={"/a": PodSpec("/a", 0, share=50)}
@@ -72,9 +85,11 @@ def test_the_rm_backend_names_the_processes_it_cannot_govern(
         assert backend.unseen == {"/a": [4242]}
         assert backend.enforcement(0, "/a").unseen_processes == 1
         assert backend.status()["unseen_processes"] == {"/a": [4242]}
+        assert backend.status()["searched"]["not_found"] == [4242]
+        assert rm.refusals[0x23] == 1024  # every client handle asked, once
         (record,) = caplog.records
         assert record.getMessage().startswith(
-            "pod /a: pid 4242 uses the GPU but started before the probe"
+            "pod /a: pid 4242 uses the GPU, but asking RM found none of its channels"
         )
     finally:
         backend.close()

@@ -14,14 +14,18 @@ import pytest
 from qpolicy.backends import rm as rm_backend
 from qpolicy.backends.base import BackendContext
 from qpolicy.backends.rm import RmBackend
-from qpolicy.enforcers.rm import handles
+from qpolicy.enforcers.rm import handles, unseen
 from qpolicy.enforcers.rm.handles import HANDLES_NAME, HandleBook, adopt, dump
-from qpolicy.nvrm import rmctl
+from qpolicy.model import GpuConfig, GpuPolicy, PodSpec
+from qpolicy.nvrm import discover, rmctl
+from qpolicy.nvrm.abi import Node
 from qpolicy.nvrm.replay import builtin_records
 from qpolicy.nvrm.tracker import Tracker
 from qpolicy.runtime.realtime import RealtimeLoop
+from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import CgroupMap, cgroup_of_process
 from qpolicy.telemetry.probesource import ProbeSource
+from tests.unit.rm_double import RmDouble
 from tests.unit.test_telemetry_live import FakeProbe, process
 
 PID = 4321
@@ -236,17 +240,27 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
     (cgroup / "a").mkdir(parents=True)
     (cgroup / "a" / "cgroup.procs").write_text("10\n")
     cgroups = CgroupMap(root=cgroup)
-    monkeypatch.setattr(rm_backend, "uses_nvidia", lambda pid: pid == 10)
+    monkeypatch.setattr(unseen, "nvidia_files", lambda pid: {5: Node.CTL} if pid == 10 else {})
+    monkeypatch.setattr(unseen, "process_start_time", lambda pid: STARTED if pid == 10 else None)
+    monkeypatch.setattr(rmctl, "newest_client_handle", lambda: 0xC1D00002)
     monkeypatch.setattr(handles, "process_start_time", lambda pid: STARTED if pid == 10 else None)
     monkeypatch.setattr(rm_backend, "cgroup_of_process", lambda pid, root: cgroups.id_of("/a"))
     state = tmp_path / "state"
+
+    rm = RmDouble()
+
+    def search(pid: int, fds: dict[int, Node], newest: int | None) -> discover.Search:
+        return discover.Search(pid, fds, newest, rm.asker)
 
     def backend(records: list[object]) -> tuple[RmBackend, ProbeSource]:
         probe = FakeProbe()
         probe.pending = records  # type: ignore[assignment]
         source = ProbeSource(probe, cgroups)
         context = BackendContext(RealtimeLoop(), source, state, lambda: cgroup, lambda: 0.0)
-        made = RmBackend(context, gpus=list)
+        made = RmBackend(context, gpus=list, search=search)  # type: ignore[arg-type]
+        made._state = DesiredState(  # what sync would set, without starting a control loop
+            gpus={0: GpuConfig(0, GpuPolicy.FIXED_SHARE)}, pods={"/a": PodSpec("/a", 0, share=50)}
+        )
         source.refresh()
         return made, source
 
@@ -272,11 +286,25 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
         assert two.unseen == {}
     finally:
         two.close()
-    # Without the handles a previous daemon wrote, the same process is one it cannot govern.
+    # Without the handles a previous daemon wrote, the same process is found by asking RM.
     (state / HANDLES_NAME).unlink()
-    three, _ = backend([])
+    rm.add_process(seen.view.tracker.processes[10])
+    three, blind = backend([])
     try:
+        assert blind.view.tracker.channel_groups(10) == []
         three.refresh()
         assert three.status()["adopted"]["processes"] == 0
+        while three.unseen_processes.searching:
+            three.refresh()
+        (found,) = blind.view.tracker.channel_groups(10)
+        assert (found.client, found.channels, found.tsgs, found.subdevice) == (
+            groups[0].client,
+            groups[0].channels,
+            groups[0].tsgs,
+            groups[0].subdevice,
+        )
+        assert three.unseen == {}
+        assert three.status()["searched"]["found_processes"] == 1
     finally:
         three.close()
+    assert rm.open == set()

@@ -61,6 +61,7 @@ def dump(tracker: Tracker, start_time: Callable[[int], int | None]) -> dict[str,
                 "pid": pid,
                 "start_time": started,
                 "cgroup": proc.cgroup,
+                "incomplete": proc.incomplete,
                 "fds": {str(fd): node.value for fd, node in proc.fds.items()},
                 "clients": [
                     {
@@ -200,7 +201,7 @@ def _adopt_one(
     written_start = _int(entry["start_time"])
     if start_time(pid) != written_start:
         return None, 0  # exited, or its pid reused
-    proc = ProcessState(pid)
+    proc = ProcessState(pid, incomplete=bool(entry.get("incomplete", False)))
     cgroup = cgroup_of(pid)
     proc.cgroup = cgroup if cgroup is not None else _optional_int(entry.get("cgroup"))
     # JSON's keys are strings.

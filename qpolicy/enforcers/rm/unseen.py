@@ -1,0 +1,223 @@
+"""The pods' GPU processes whose RM objects the probe never saw, and the searches that find them.
+
+The rm enforcer learns a process's RM clients, TSGs and channels from the RM_ALLOC traffic the
+probe sees. A process that allocated them while no daemon ran (it started before qpolicy was
+installed, or while the daemon restarted, after the last handles a previous daemon wrote) would
+run ungoverned for the rest of its life. Every :data:`~qpolicy.backends.rm.UNSEEN_EVERY_S` the
+pods' cgroups are walked for processes that hold NVIDIA device files and that the tracker cannot
+govern: none of their clients was seen allocated, or channels were seen under a client whose
+allocation was not (events the probe lost). Each is searched once: RM is asked about its handles
+(:mod:`qpolicy.nvrm.discover`), a few milliseconds per daemon tick, and what is found is added to
+the tracker, from when on the process is governed like any other. A process the search finds no
+channels of (it holds no GPU work, or its objects lie where the search does not look) stays
+listed as unseen, and is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qpolicy.enforcers.rm.record import process_start_time
+from qpolicy.nvrm import discover, rmctl
+from qpolicy.nvrm.abi import Node
+from qpolicy.nvrm.tracker import Tracker
+from qpolicy.telemetry.gpuprocs import nvidia_files, processes_in
+
+log = logging.getLogger(__name__)
+
+#: A search of RM for one process's handles, given its NVIDIA files and the newest client handle.
+SearchFactory = Callable[[int, Mapping[int, Node], "int | None"], discover.Search]
+
+
+def rm_search(pid: int, files: Mapping[int, Node], newest: int | None) -> discover.Search:
+    return discover.Search(pid, files, newest, discover.borrowed_asker)
+
+
+def governable(tracker: Tracker, pid: int) -> bool:
+    """Whether the tracker knows enough of ``pid`` to govern it: a client it saw allocated (on a
+    known file), no channels under a client it did not, and not the partial result of a search
+    that did not finish (a daemon killed midway wrote what it had found so far)."""
+    known = tracker.processes.get(pid)
+    if known is None or known.incomplete:
+        return False
+    if not any(c.fd is not None for c in known.clients.values()):
+        return False
+    return all(group.fd is not None for group in tracker.channel_groups(pid))
+
+
+@dataclass
+class _Active:
+    pod: str
+    started: int  # the process's start time, which with its pid names it
+    search: discover.Search
+    since: float
+
+
+class UnseenProcesses:
+    """Finds the pods' processes the tracker cannot govern, and searches RM for their objects."""
+
+    def __init__(
+        self,
+        tracker: Callable[[], Tracker],
+        cgroup_root: Callable[[], Path | None],
+        cgroup_of: Callable[[int], int | None],
+        clock: Callable[[], float],
+        *,
+        search: SearchFactory = rm_search,
+        newest: Callable[[], int | None] | None = None,
+        start_time: Callable[[int], int | None] | None = None,
+        files_of: Callable[[int], dict[int, Node]] | None = None,
+        members: Callable[[Path, str], list[int]] | None = None,
+    ) -> None:
+        # The defaults are looked up when called (tests replace the module's functions).
+        self._tracker = tracker
+        self._cgroup_root = cgroup_root
+        self._cgroup_of = cgroup_of
+        self._clock = clock
+        self._search = search
+        self._newest = newest or (lambda: rmctl.newest_client_handle())
+        self._start_time = start_time or (lambda pid: process_start_time(pid))
+        self._files_of = files_of or (lambda pid: nvidia_files(pid))
+        self._members = members or (lambda root, pod: processes_in(root, pod))
+        #: Per pod: its processes using the GPU that the tracker cannot govern (yet).
+        self.unseen: dict[str, list[int]] = {}
+        self._active: dict[int, _Active] = {}
+        #: (pid, start time) of each process searched to the end: what was found.
+        self._done: dict[tuple[int, int], str] = {}
+        self.found_processes = 0
+        self.found_channels = 0
+        self.asked = 0
+
+    @property
+    def searching(self) -> bool:
+        return bool(self._active)
+
+    def look(self, pods: Iterable[str]) -> None:
+        """Walk ``pods`` (cgroup paths) for processes the tracker cannot govern; start a search
+        for each not searched before."""
+        root = self._cgroup_root()
+        if root is None:
+            return
+        tracker = self._tracker()
+        unseen: dict[str, list[int]] = {}
+        wanted: dict[int, tuple[str, dict[int, Node]]] = {}
+        for pod in pods:
+            for pid in self._members(root, pod):
+                files = self._files_of(pid)
+                if not any(node in (Node.CTL, Node.GPU) for node in files.values()):
+                    continue
+                if governable(tracker, pid):
+                    continue
+                unseen.setdefault(pod, []).append(pid)
+                wanted[pid] = (pod, files)
+        for pid in [p for p in self._active if p not in wanted]:
+            self._active.pop(pid).search.close()  # exited, or governed by now
+        newest: int | None = None
+        asked_newest = False
+        for pid, (pod, files) in wanted.items():
+            started = self._start_time(pid)
+            if started is None or pid in self._active or (pid, started) in self._done:
+                continue
+            if not asked_newest:
+                newest, asked_newest = self._newest() or _newest_known(tracker), True
+            log.info(
+                "pod %s: pid %d uses the GPU but the probe never saw its RM objects (it started "
+                "before the probe); asking RM for them",
+                pod,
+                pid,
+            )
+            search = self._search(pid, files, newest)
+            self._active[pid] = _Active(pod, started, search, self._clock())
+        live = {pid for pids in unseen.values() for pid in pids}
+        self._done = {key: why for key, why in self._done.items() if key[0] in live}
+        self.unseen = unseen
+
+    def advance(self, budget_s: float) -> None:
+        """Run the searches for about ``budget_s`` in all, an equal part each (a process that
+        started during a restart is not kept waiting behind an older one's long search); add
+        what they find to the tracker."""
+        share = budget_s / max(len(self._active), 1)
+        for pid, active in list(self._active.items()):
+            new = active.search.step(share)
+            channels = sum(c.channels for c in new)
+            same = self._start_time(pid) == active.started
+            if new and same:
+                proc = discover.process_state(
+                    pid,
+                    self._cgroup_of(pid),
+                    active.search.fds,
+                    new,
+                    incomplete=not active.search.done,
+                )
+                self._tracker().add_clients(proc)
+            if channels and same:
+                self.found_processes += 1
+                self.found_channels += channels
+                self._forget_unseen(pid)
+                log.info(
+                    "pod %s: pid %d: its RM objects found by asking RM (%d channels, %d "
+                    "controls in %.1f s); governed from now on",
+                    active.pod,
+                    pid,
+                    channels,
+                    active.search.asked,
+                    self._clock() - active.since,
+                )
+            if active.search.done:
+                self._finish(pid, active)
+
+    def _finish(self, pid: int, active: _Active) -> None:
+        del self._active[pid]
+        self.asked += active.search.asked
+        search = active.search
+        tracker = self._tracker()
+        known = tracker.processes.get(pid)
+        if known is not None and known.incomplete and self._start_time(pid) == active.started:
+            # Searched to the end: all there is to find is known (written so, for a next
+            # daemon, which would otherwise search it again).
+            known.incomplete = False
+            tracker.generation += 1
+        if any(c.channels for c in search.found):
+            outcome = "found"
+        else:
+            outcome = f"no channels found ({search.error})" if search.error else "no channels found"
+            log.warning(
+                "pod %s: pid %d uses the GPU, but asking RM found none of its channels (%d "
+                "controls%s): the rm enforcer cannot govern it; restart it, or use qgpu.ko",
+                active.pod,
+                pid,
+                search.asked,
+                f"; {search.error}" if search.error else "",
+            )
+        self._done[(pid, active.started)] = outcome
+
+    def _forget_unseen(self, pid: int) -> None:
+        self.unseen = {pod: [p for p in pids if p != pid] for pod, pids in self.unseen.items()}
+        self.unseen = {pod: pids for pod, pids in self.unseen.items() if pids}
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "found_processes": self.found_processes,
+            "found_channels": self.found_channels,
+            "controls": self.asked + sum(a.search.asked for a in self._active.values()),
+            "searching": sorted(self._active),
+            "not_found": sorted(pid for (pid, _), why in self._done.items() if why != "found"),
+        }
+
+    def close(self) -> None:
+        for active in self._active.values():
+            active.search.close()
+        self._active.clear()
+
+
+def _newest_known(tracker: Tracker) -> int | None:
+    """The highest client handle the tracker knows: a stand-in for the newest there is where
+    /dev/nvidiactl cannot be opened here."""
+    first = discover.CLIENT_HANDLE_BASE
+    last = first + discover.CLIENT_HANDLE_COUNT
+    handles = [h for p in tracker.processes.values() for h in p.clients if first <= h < last]
+    return max(handles, default=None)

@@ -1,0 +1,209 @@
+"""The pods' processes the probe never saw: found in their cgroups, searched for in RM, governed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from qpolicy.enforcers.rm import handles
+from qpolicy.enforcers.rm.unseen import UnseenProcesses, governable
+from qpolicy.nvrm import discover
+from qpolicy.nvrm.abi import Node
+from qpolicy.nvrm.tracker import Tracker
+from tests.unit.rm_double import RmDouble, traced_process
+
+PID = 4242
+FILES = {8: Node.CTL, 11: Node.GPU, 15: Node.CTL, 17: Node.CTL}
+
+
+def trace_tracker(pid: int) -> Tracker:
+    tracker = Tracker()
+    tracker.adopt(traced_process(pid))
+    return tracker
+
+
+class Node_:
+    """The node as UnseenProcesses sees it: pods' members, their files, their start times."""
+
+    def __init__(self) -> None:
+        self.members: dict[str, list[int]] = {"/a": [PID]}
+        self.files: dict[int, dict[int, Node]] = {PID: dict(FILES)}
+        self.started: dict[int, int] = {PID: 777}
+        self.now = 0.0
+        self.search_now = 0.0
+        self.rm = RmDouble()
+        self.tracker = Tracker()
+        self.searches: list[int] = []
+
+    def unseen(self) -> UnseenProcesses:
+        def search_clock() -> float:
+            self.search_now += 1e-6  # each look at the clock a microsecond later
+            return self.search_now
+
+        def search(pid: int, files: dict[int, Node], newest: int | None) -> discover.Search:
+            self.searches.append(pid)
+            return discover.Search(pid, files, newest, self.rm.asker, clock=search_clock)
+
+        return UnseenProcesses(
+            lambda: self.tracker,
+            lambda: Path("/sys/fs/cgroup"),
+            lambda pid: 55,
+            lambda: self.now,
+            search=search,  # type: ignore[arg-type]
+            newest=lambda: 0xC1D00020,
+            start_time=self.started.get,
+            files_of=lambda pid: self.files.get(pid, {}),
+            members=lambda root, pod: self.members.get(pod, []),
+        )
+
+
+def test_a_process_the_probe_never_saw_is_found_in_rm_and_governed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    unseen = node.unseen()
+    with caplog.at_level(logging.INFO, "qpolicy.enforcers.rm.unseen"):
+        unseen.look(["/a"])
+        assert unseen.unseen == {"/a": [PID]} and unseen.searching
+        assert node.tracker.channel_groups(PID) == []
+        unseen.advance(1.0)
+    (group,) = node.tracker.channel_groups(PID)
+    assert (group.fd, group.client, len(group.channels), group.cgroup) == (8, 0xC1D0001B, 20, 55)
+    assert governable(node.tracker, PID)
+    assert unseen.unseen == {} and not unseen.searching
+    status = unseen.status()
+    assert status["found_processes"] == 1 and status["found_channels"] == 20
+    assert status["controls"] == node.rm.asked and status["not_found"] == []
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0].startswith("pod /a: pid 4242 uses the GPU but the probe never saw")
+    assert messages[1].startswith("pod /a: pid 4242: its RM objects found by asking RM (20 chan")
+    assert node.rm.open == set()
+    unseen.look(["/a"])  # governed now: nothing more to search
+    assert node.searches == [PID] and unseen.unseen == {}
+
+
+def test_a_process_with_no_channels_to_find_is_searched_once_and_reported(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(discover, "CLIENT_HANDLE_COUNT", 2048)
+    node = Node_()
+    node.rm.add(PID, 8, 0xC1D00003, {})  # NVML's kind: a client, no device
+    unseen = node.unseen()
+    with caplog.at_level(logging.WARNING, "qpolicy.enforcers.rm.unseen"):
+        for _ in range(3):
+            unseen.look(["/a"])
+            while unseen.searching:
+                unseen.advance(1.0)
+    assert node.searches == [PID]
+    assert unseen.unseen == {"/a": [PID]}
+    assert unseen.status()["not_found"] == [PID]
+    (record,) = caplog.records
+    assert record.getMessage().startswith(
+        "pod /a: pid 4242 uses the GPU, but asking RM found none of its channels"
+    )
+    # The same pid, another process (its start time): searched again.
+    node.started[PID] = 999
+    unseen.look(["/a"])
+    assert node.searches == [PID, PID]
+
+
+def test_a_search_ends_with_its_process_and_gives_its_descriptors_back() -> None:
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    unseen = node.unseen()
+    unseen.look(["/a"])
+    unseen.advance(0.0001)  # a slice, not the whole search: the descriptors are taken
+    assert unseen.searching and node.rm.open
+    node.members["/a"] = []  # it exited
+    unseen.look(["/a"])
+    assert not unseen.searching and node.rm.open == set() and unseen.unseen == {}
+
+
+def test_what_a_search_found_is_dropped_if_its_pid_now_names_another_process() -> None:
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    unseen = node.unseen()
+    unseen.look(["/a"])
+    node.started[PID] = 778  # exited, and the pid reused, while the search ran
+    unseen.advance(1.0)
+    assert node.tracker.channel_groups(PID) == []
+
+
+def test_channels_under_a_client_the_probe_did_not_see_allocated_are_searched_for() -> None:
+    """A process the probe saw (a client on a file) with channels under a client whose
+    allocation it lost: not governable, so searched, and the client's file found."""
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    tracker = node.tracker
+    full = trace_tracker(PID).processes[PID]
+    tracker.adopt(dataclasses.replace(full, clients=dict(full.clients)))
+    proc = tracker.processes[PID]
+    lost = proc.clients[0xC1D0001B]
+    proc.clients[0xC1D0001B] = dataclasses.replace(lost, fd=None)
+    assert not governable(tracker, PID)
+    unseen = node.unseen()
+    unseen.look(["/a"])
+    assert unseen.unseen == {"/a": [PID]}
+    unseen.advance(1.0)
+    (group,) = tracker.channel_groups(PID)
+    assert group.fd == 8 and governable(tracker, PID)
+
+
+def test_processes_without_nvidia_files_or_already_governed_are_left_alone() -> None:
+    node = Node_()
+    node.members["/a"] = [PID, 1, 2]
+    node.files[1] = {3: Node.UVM}  # nvidia-uvm alone carries no RM client
+    node.files[2] = {8: Node.CTL}
+    node.started.update({1: 1, 2: 2})
+    node.tracker = trace_tracker(2)
+    node.tracker.processes[PID] = trace_tracker(PID).processes[PID]
+    unseen = node.unseen()
+    unseen.look(["/a"])
+    assert unseen.unseen == {} and node.searches == []
+
+
+def test_a_process_found_in_part_is_searched_again_by_the_next_daemon(tmp_path: Path) -> None:
+    """A daemon killed midway through a search has written what it found so far: the trace's
+    second client (found first: it is the newer) and not yet the one with the channels. Taken
+    as known, the process would never be searched again and would run ungoverned (an H200,
+    call 23C: a's share 0.37 of 0.70 through two restarts)."""
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    unseen = node.unseen()
+    unseen.look(["/a"])
+    while not node.tracker.processes.get(PID):
+        unseen.advance(0.00005)
+    proc = node.tracker.processes[PID]
+    assert proc.incomplete and list(proc.clients) == [0xC1D0001D]
+    assert not governable(node.tracker, PID)
+    # What the daemon leaves, as the next one reads it.
+    (tmp_path / handles.HANDLES_NAME).write_text(
+        json.dumps(handles.dump(node.tracker, lambda pid: 777))
+    )
+    rm = node.rm
+    nxt = Node_()
+    nxt.rm = rm
+    adoption = handles.adopt(
+        tmp_path,
+        nxt.tracker,
+        lambda pid: 55,
+        borrow=lambda pid, fd: os.open("/dev/null", os.O_RDONLY),
+        class_of=lambda fd, client, handle: rm.clients[client][1][handle][0],
+        start_time=lambda pid: 777,
+        is_nvidia=lambda fd: True,
+    )
+    assert adoption.processes == 1 and nxt.tracker.processes[PID].incomplete
+    again = nxt.unseen()
+    again.look(["/a"])
+    assert again.unseen == {"/a": [PID]}
+    while again.searching:
+        again.advance(1.0)
+    (group,) = nxt.tracker.channel_groups(PID)
+    assert len(group.channels) == 20 and governable(nxt.tracker, PID)
+    assert not nxt.tracker.processes[PID].incomplete
