@@ -3,7 +3,8 @@
 Start-up order matters: what a previous daemon left changed (closed channels, set timeslices) is
 undone first (:func:`~qpolicy.enforcers.rm.record.recover`), before anything is sent; then the
 processes it knew are adopted (:func:`~qpolicy.enforcers.rm.handles.adopt`), before the probe's
-first events are fed, so that pods that started before this daemon stay governed. Each GPU with
+first events are fed, so that pods that started before this daemon stay governed; processes no
+daemon saw are searched for in RM (:mod:`~qpolicy.enforcers.rm.unseen`). Each GPU with
 pods then gets its own :class:`~qpolicy.control.ControlLoop` over an
 :class:`~qpolicy.enforcers.rm.enforcer.RmEnforcer`; all of them share one control thread, the
 borrowed descriptors and the record.

@@ -1,18 +1,20 @@
 """The RM handles of the node's GPU processes, kept on disk so that a restarted daemon governs the
 processes that started before it.
 
-The rm enforcer learns a process's clients, TSGs and channels only from the RM_ALLOC traffic the
-probe sees, and nothing outside the process can list them afterwards. A daemon that restarts
-(an upgrade, a crash, SIGKILL) would therefore leave every running pod ungoverned until its
-processes restart. So the tracker's object trees are written here (at most once a second, when
+The rm enforcer learns a process's clients, TSGs and channels from the RM_ALLOC traffic the
+probe sees; RM cannot list them afterwards, only answer handle by handle (a search of up to
+2^20 controls per descriptor: qpolicy/nvrm/discover.py). A daemon that restarts (an upgrade, a
+crash, SIGKILL) would therefore leave every running pod ungoverned, or searched for, until it
+knew them again. So the tracker's object trees are written here (at most once a second, when
 they changed, and at shutdown), and the next daemon adopts them before its probe's first events
 are read, for each process still alive with the same start time.
 
 Nothing is taken on trust: each object is asked of RM (``GET_HANDLE_INFO``: its class, through
 the tenant's own descriptor, which must still be an NVIDIA device) and kept only where RM still
 holds that handle with that class; objects below one that is gone go with it. What a process
-allocated while no daemon ran is not known (the probe saw none of it): a pod that starts a new
-CUDA context then has channels no one closes, as with events the probe lost.
+allocated while no daemon ran is not here (the probe saw none of it): the daemon searches RM for
+it (qpolicy/enforcers/rm/unseen.py). A process written ``incomplete`` was being searched for
+when the daemon stopped, and is searched again.
 
 The file is read as untrusted input: a shape it does not expect is reported, never raised.
 """
