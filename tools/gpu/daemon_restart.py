@@ -23,6 +23,10 @@ pair:
 - **final** (the last daemon, judged as an up window) and **tail** (no daemon, after SIGTERM):
   both trainers must run, a's share 0.50 +- 0.10 (every channel open, timeslices restored).
 
+``--trainers-first`` starts the trainers before the first daemon: no daemon ever sees their
+allocations, and each must find their RM objects by asking RM (qpolicy/enforcers/rm/unseen.py),
+or adopt what the one before it found.
+
 ``--qpolicy-root`` runs the daemon from another checkout (an older one, to compare); the trainers
 and this tool stay this repository's.
 
@@ -102,10 +106,19 @@ EXIT_S = 16.0
 MARGIN_S = 3.0
 COLLECT_S = 60.0
 PROBE_UP_WAIT_S = 60.0
+# With --trainers-first: how long the trainers run before the first daemon starts.
+TRAINERS_FIRST_LEAD_S = 2.0
 TERM_WAIT_S = 30.0
 LOG_TAIL = 40
 # Log lines about what a daemon found of its predecessor and of processes older than its probe.
-LOG_MARKS = ("re-opened", "adopted", "cannot govern", "started before the probe")
+LOG_MARKS = (
+    "re-opened",
+    "adopted",
+    "cannot govern",
+    "started before the probe",
+    "found by asking RM",
+    "found none of its channels",
+)
 
 
 # -- the plan --------------------------------------------------------------------------------------
@@ -582,6 +595,12 @@ class Run:
             with contextlib.suppress(OSError):
                 shutil.copyfile(log_path, kept)
                 life["log"] = str(kept)
+            # What it left for the next daemon to adopt.
+            with contextlib.suppress(OSError):
+                shutil.copyfile(
+                    self.state_dir / "rm-handles.json",
+                    self.args.logs_dir / f"rm-handles-{life['life']}.json",
+                )
 
     def kill_daemon(self) -> None:
         """SIGKILL, its status read just before."""
@@ -698,22 +717,37 @@ class Run:
         state = desired_state({name: self.cgroups.id(name) for name in PODS}, args.gpu)
         StateStore(self.state_dir).update(lambda _: state)
         first_kind, first_up = schedule[0] if schedule else ("final", args.final_up_s)
-        life = self.start_daemon(first_kind, first_up)
-        # The trainers start now, so that the first daemon's probe sees their allocations; they
-        # run until after the tail, which the first start-up's duration budgets.
-        seconds = trainer_seconds(
-            schedule, args.down_s, args.final_up_s, args.tail_s, life["startup_s"], args.exit_s
-        )
-        start_at = time.time() + INIT_S
+        if args.trainers_first:
+            # Processes no daemon ever saw: the first daemon finds their RM objects by asking
+            # RM (qpolicy/enforcers/rm/unseen.py). Its start-up is budgeted, not known yet.
+            seconds = trainer_seconds(
+                schedule, args.down_s, args.final_up_s, args.tail_s, ASSUMED_STARTUP_S,
+                args.exit_s,
+            ) + TRAINERS_FIRST_LEAD_S + startup_budget(ASSUMED_STARTUP_S)  # fmt: skip
+            start_at = time.time() + INIT_S
+            self.start_trainers(start_at, seconds)
+            self.sleep_until(start_at + TRAINERS_FIRST_LEAD_S)
+            life = self.start_daemon(first_kind, first_up)
+        else:
+            life = self.start_daemon(first_kind, first_up)
+            # The trainers start now, so that the first daemon's probe sees their allocations;
+            # they run until after the tail, which the first start-up's duration budgets.
+            seconds = trainer_seconds(
+                schedule, args.down_s, args.final_up_s, args.tail_s, life["startup_s"],
+                args.exit_s,
+            )  # fmt: skip
+            start_at = time.time() + INIT_S
+            self.start_trainers(start_at, seconds)
         end = start_at + seconds
         self.report.update(start_at=start_at, trainer_seconds=round(seconds, 3), planned_end=end)
-        self.start_trainers(start_at, seconds)
         print(
-            f"life 0: probe up in {life['startup_s']:.1f} s; trainers start in {INIT_S:g} s, "
-            f"for {seconds:.0f} s",
+            f"life 0: probe up in {life['startup_s']:.1f} s; trainers start "
+            f"{'before it' if args.trainers_first else f'in {INIT_S:g} s'}, for {seconds:.0f} s",
             flush=True,
         )
         slowest = life["startup_s"]
+        # The first daemon's time counts from the trainers' start where they started after it.
+        first_from = None if args.trainers_first else start_at
         for number, (kind, up_s) in enumerate(schedule):
             if number > 0:
                 # Enough left for this life, its down time, and the final daemon and tail?
@@ -731,7 +765,9 @@ class Run:
                 slowest = max(slowest, life["startup_s"])
             # The first daemon's time counts from the trainers' start, the others' from their
             # probe: a short one is killed in its first turns.
-            self.sleep_until((start_at if number == 0 else life["probe_up"]) + up_s)
+            self.sleep_until(
+                (first_from if number == 0 and first_from else life["probe_up"]) + up_s
+            )
             self.kill_daemon()
             print(
                 f"life {number}: probe up in {life['startup_s']:.1f} s, up {up_s:.2f} s "
@@ -741,7 +777,7 @@ class Run:
             self.sleep_until(life["killed"] + args.down_s)
         if schedule:
             life = self.start_daemon("final", args.final_up_s)
-        up_from = start_at if life["life"] == 0 else life["probe_up"]
+        up_from = first_from if life["life"] == 0 and first_from else life["probe_up"]
         # Whatever the restarts took, the tail keeps its time (the trainers' end is fixed).
         final_up = min(args.final_up_s, end - args.tail_s - args.exit_s - up_from)
         life["planned_up_s"] = round(max(final_up, 0.0), 3)
@@ -796,6 +832,11 @@ def main(argv: list[str] | None = None) -> int:
         "--settle-s", type=float, default=1.0, help="a window starts this long after probe up"
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--trainers-first",
+        action="store_true",
+        help="start the trainers before the first daemon: processes no daemon ever saw",
+    )
     parser.add_argument(
         "--qpolicy-root",
         type=Path,
