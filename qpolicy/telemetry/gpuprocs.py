@@ -54,6 +54,16 @@ def uses_nvidia(pid: int, proc: Path = Path("/proc")) -> bool:
     return any(node in (Node.CTL, Node.GPU) for node in nvidia_files(pid, proc).values())
 
 
+def maps_libcuda(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` has libcuda mapped (gone or unreadable: no): a process without it has no
+    CUDA context, and no channels CUDA made (NVML's tools hold device files and none)."""
+    try:
+        with (proc / str(pid) / "maps").open("rb") as maps:
+            return any(b"/libcuda.so" in line for line in maps)
+    except OSError:
+        return False
+
+
 #: The MPS server's executable (NVIDIA's MPS guide: nvidia-cuda-mps-control starts it for the
 #: first client). /proc/PID/comm would not tell it from the control daemon: both are cut to 15
 #: characters, "nvidia-cuda-mps".

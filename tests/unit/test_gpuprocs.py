@@ -17,7 +17,7 @@ from qpolicy.nvrm.abi import Node
 from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import CgroupMap
-from qpolicy.telemetry.gpuprocs import is_mps_server, processes_in, uses_nvidia
+from qpolicy.telemetry.gpuprocs import is_mps_server, maps_libcuda, processes_in, uses_nvidia
 from qpolicy.telemetry.probesource import ProbeSource
 from tests.unit.rm_double import RmDouble
 from tests.unit.test_telemetry_live import FakeProbe, process
@@ -62,6 +62,7 @@ def test_the_rm_backend_names_the_processes_it_cannot_govern(
     monkeypatch.setattr(unseen, "nvidia_files", lambda pid: files if pid in (10, 4242) else {})
     monkeypatch.setattr(unseen, "process_start_time", lambda pid: 1)
     monkeypatch.setattr(rmctl, "newest_client_handle", lambda: 0xC1D00002)
+    monkeypatch.setattr(unseen, "maps_libcuda", lambda pid: True)
     monkeypatch.setattr(discover, "CLIENT_HANDLE_COUNT", 1024)
     rm = RmDouble()
     clock = [0.0]
@@ -101,3 +102,15 @@ def test_only_the_mps_servers_executable_is_an_mps_server(tmp_path: Path) -> Non
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "exe").symlink_to(exe)
     assert [p for p in (1, 2, 3, 4) if is_mps_server(p, tmp_path)] == [1]
+
+
+def test_which_processes_have_libcuda_mapped(tmp_path: Path) -> None:
+    (tmp_path / "10").mkdir()
+    (tmp_path / "10" / "maps").write_text(
+        "7f00-7f10 r-xp 00000000 08:01 42 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04\n"
+    )
+    (tmp_path / "11").mkdir()
+    (tmp_path / "11" / "maps").write_text(
+        "7f00-7f10 r-xp 00000000 08:01 43 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\n"
+    )
+    assert [maps_libcuda(pid, tmp_path) for pid in (10, 11, 12)] == [True, False, False]

@@ -34,6 +34,7 @@ class Node_:
         self.members: dict[str, list[int]] = {"/a": [PID]}
         self.files: dict[int, dict[int, Node]] = {PID: dict(FILES)}
         self.started: dict[int, int] = {PID: 777}
+        self.cuda: set[int] = {PID}
         self.now = 0.0
         self.search_now = 0.0
         self.rm = RmDouble()
@@ -59,6 +60,7 @@ class Node_:
             start_time=self.started.get,
             files_of=lambda pid: self.files.get(pid, {}),
             members=lambda root, pod: self.members.get(pod, []),
+            cuda=lambda pid: pid in self.cuda,
         )
 
 
@@ -207,3 +209,21 @@ def test_a_process_found_in_part_is_searched_again_by_the_next_daemon(tmp_path: 
     (group,) = nxt.tracker.channel_groups(PID)
     assert len(group.channels) == 20 and governable(nxt.tracker, PID)
     assert not nxt.tracker.processes[PID].incomplete
+
+
+def test_a_process_without_libcuda_is_reported_and_not_searched(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """NVML's tools hold device files and no CUDA context: a search would ask every client
+    handle on each descriptor for nothing."""
+    node = Node_()
+    node.cuda = set()
+    unseen = node.unseen()
+    with caplog.at_level(logging.WARNING, "qpolicy.enforcers.rm.unseen"):
+        unseen.look(["/a"])
+        unseen.look(["/a"])
+    assert node.searches == [] and unseen.unseen == {"/a": [PID]}
+    status = unseen.status()
+    assert status["not_searched"] == [PID] and status["not_found"] == []
+    (record,) = caplog.records
+    assert "without libcuda" in record.getMessage()

@@ -6,7 +6,8 @@ installed, or while the daemon restarted, after the last handles a previous daem
 run ungoverned for the rest of its life. Every :data:`~qpolicy.backends.rm.UNSEEN_EVERY_S` the
 pods' cgroups are walked for processes that hold NVIDIA device files and that the tracker cannot
 govern: none of their clients was seen allocated, or channels were seen under a client whose
-allocation was not (events the probe lost). Each is searched once: RM is asked about its handles
+allocation was not (events the probe lost). Each that has libcuda mapped (a process without it
+has no CUDA context) is searched once: RM is asked about its handles
 (:mod:`qpolicy.nvrm.discover`), a few milliseconds per daemon tick, and what is found is added to
 the tracker, from when on the process is governed like any other. A process the search finds no
 channels of (it holds no GPU work, or its objects lie where the search does not look) stays
@@ -25,7 +26,7 @@ from qpolicy.enforcers.rm.record import process_start_time
 from qpolicy.nvrm import discover, rmctl
 from qpolicy.nvrm.abi import Node
 from qpolicy.nvrm.tracker import Tracker
-from qpolicy.telemetry.gpuprocs import nvidia_files, processes_in
+from qpolicy.telemetry.gpuprocs import maps_libcuda, nvidia_files, processes_in
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class UnseenProcesses:
         start_time: Callable[[int], int | None] | None = None,
         files_of: Callable[[int], dict[int, Node]] | None = None,
         members: Callable[[Path, str], list[int]] | None = None,
+        cuda: Callable[[int], bool] | None = None,
     ) -> None:
         # The defaults are looked up when called (tests replace the module's functions).
         self._tracker = tracker
@@ -83,6 +85,7 @@ class UnseenProcesses:
         self._start_time = start_time or (lambda pid: process_start_time(pid))
         self._files_of = files_of or (lambda pid: nvidia_files(pid))
         self._members = members or (lambda root, pod: processes_in(root, pod))
+        self._cuda = cuda or (lambda pid: maps_libcuda(pid))
         #: Per pod: its processes using the GPU that the tracker cannot govern (yet).
         self.unseen: dict[str, list[int]] = {}
         self._active: dict[int, _Active] = {}
@@ -121,6 +124,17 @@ class UnseenProcesses:
         for pid, (pod, files) in wanted.items():
             started = self._start_time(pid)
             if started is None or pid in self._active or (pid, started) in self._done:
+                continue
+            if not self._cuda(pid):
+                # No CUDA context to find, and a search would ask all 2^20 client handles on
+                # each descriptor for nothing (minutes at the daemon's 5 % of a core).
+                self._done[(pid, started)] = "no libcuda"
+                log.warning(
+                    "pod %s: pid %d uses the GPU without libcuda and the probe never saw its RM "
+                    "objects: not searched for; the rm enforcer cannot govern it",
+                    pod,
+                    pid,
+                )
                 continue
             if not asked_newest:
                 newest, asked_newest = self._newest() or _newest_known(tracker), True
@@ -205,7 +219,13 @@ class UnseenProcesses:
             "found_channels": self.found_channels,
             "controls": self.asked + sum(a.search.asked for a in self._active.values()),
             "searching": sorted(self._active),
-            "not_found": sorted(pid for (pid, _), why in self._done.items() if why != "found"),
+            "not_found": sorted(
+                pid for (pid, _), why in self._done.items() if why.startswith("no channels")
+            ),
+            # Processes without libcuda: not searched (see look()).
+            "not_searched": sorted(
+                pid for (pid, _), why in self._done.items() if why == "no libcuda"
+            ),
         }
 
     def close(self) -> None:
