@@ -25,7 +25,9 @@ pair:
 
 ``--trainers-first`` starts the trainers before the first daemon: no daemon ever sees their
 allocations, and each must find their RM objects by asking RM (qpolicy/enforcers/rm/unseen.py),
-or adopt what the one before it found.
+or adopt what the one before it found. ``--clients-between N`` then makes and frees N RM clients
+before the first daemon starts, as monitoring does on a node: the search, newest client first,
+has that many more handles to ask before it reaches the trainers'.
 
 ``--qpolicy-root`` runs the daemon from another checkout (an older one, to compare); the trainers
 and this tool stay this repository's.
@@ -512,6 +514,24 @@ def _gpu_name(gpu: int) -> str:
     return ""
 
 
+def age_clients(count: int) -> dict[str, Any]:
+    """Make and free ``count`` RM clients (each a root client on a /dev/nvidiactl of its own);
+    the handles of the first and last, and the time it took."""
+    from qpolicy.nvrm import rmctl
+
+    t0 = time.time()
+    first = last = None
+    for _ in range(count):
+        last = rmctl.newest_client_handle()
+        first = first if first is not None else last
+    return {
+        "count": count,
+        "first": None if first is None else f"{first:#x}",
+        "last": None if last is None else f"{last:#x}",
+        "seconds": round(time.time() - t0, 3),
+    }
+
+
 class Run:
     """The daemons and trainers of one run, and what is known of them: whatever happens, stop()
     leaves no daemon or trainer running."""
@@ -727,6 +747,8 @@ class Run:
             start_at = time.time() + INIT_S
             self.start_trainers(start_at, seconds)
             self.sleep_until(start_at + TRAINERS_FIRST_LEAD_S)
+            if args.clients_between:
+                self.report["clients_between"] = age_clients(args.clients_between)
             life = self.start_daemon(first_kind, first_up)
         else:
             life = self.start_daemon(first_kind, first_up)
@@ -836,6 +858,14 @@ def main(argv: list[str] | None = None) -> int:
         "--trainers-first",
         action="store_true",
         help="start the trainers before the first daemon: processes no daemon ever saw",
+    )
+    parser.add_argument(
+        "--clients-between",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --trainers-first: N RM clients made and freed after the trainers start, as "
+        "nvidia-smi or DCGM make them, so that the trainers' clients are that much older",
     )
     parser.add_argument(
         "--qpolicy-root",
