@@ -296,3 +296,15 @@ def test_table_prints_an_earlier_result_again(
     assert any(line.startswith("| tail | - |") and "STUCK: b" in line for line in lines)
     assert "up windows judged 2 (too short 1): governed 2" in "\n".join(lines)
     assert lines[-1] == "verdict: FAILS: tail: STUCK: b"
+
+
+def test_clients_between_makes_and_frees_that_many_rm_clients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from qpolicy.nvrm import rmctl
+
+    made = iter(range(0xC1D00010, 0xC1D00010 + 5))
+    monkeypatch.setattr(rmctl, "newest_client_handle", lambda: next(made))
+    aged = restart.age_clients(3)
+    assert (aged["count"], aged["first"], aged["last"]) == (3, "0xc1d00010", "0xc1d00012")
+    assert next(made) == 0xC1D00013  # three made, no more
