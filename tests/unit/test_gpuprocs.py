@@ -63,6 +63,7 @@ def test_the_rm_backend_names_the_processes_it_cannot_govern(
     monkeypatch.setattr(unseen, "process_start_time", lambda pid: 1)
     monkeypatch.setattr(rmctl, "newest_client_handle", lambda: 0xC1D00002)
     monkeypatch.setattr(unseen, "maps_libcuda", lambda pid: True)
+    monkeypatch.setattr(unseen, "process_running", lambda pid, started: True)
     monkeypatch.setattr(discover, "CLIENT_HANDLE_COUNT", 1024)
     rm = RmDouble()
     clock = [0.0]

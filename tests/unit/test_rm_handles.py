@@ -244,6 +244,7 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
     monkeypatch.setattr(unseen, "process_start_time", lambda pid: STARTED if pid == 10 else None)
     monkeypatch.setattr(rmctl, "newest_client_handle", lambda: 0xC1D00002)
     monkeypatch.setattr(unseen, "maps_libcuda", lambda pid: True)
+    monkeypatch.setattr(unseen, "process_running", lambda pid, started: True)
     monkeypatch.setattr(handles, "process_start_time", lambda pid: STARTED if pid == 10 else None)
     monkeypatch.setattr(rm_backend, "cgroup_of_process", lambda pid, root: cgroups.id_of("/a"))
     state = tmp_path / "state"

@@ -35,6 +35,7 @@ class Node_:
         self.files: dict[int, dict[int, Node]] = {PID: dict(FILES)}
         self.started: dict[int, int] = {PID: 777}
         self.cuda: set[int] = {PID}
+        self.gone: set[int] = set()
         self.now = 0.0
         self.search_now = 0.0
         self.rm = RmDouble()
@@ -61,6 +62,7 @@ class Node_:
             files_of=lambda pid: self.files.get(pid, {}),
             members=lambda root, pod: self.members.get(pod, []),
             cuda=lambda pid: pid in self.cuda,
+            running=lambda pid, started: self.started.get(pid) == started and pid not in self.gone,
         )
 
 
@@ -227,3 +229,28 @@ def test_a_process_without_libcuda_is_reported_and_not_searched(
     assert status["not_searched"] == [PID] and status["not_found"] == []
     (record,) = caplog.records
     assert "without libcuda" in record.getMessage()
+
+
+def test_a_search_lets_go_of_a_process_as_soon_as_it_has_exited() -> None:
+    """Between two walks of the pods: the search's copies of its descriptors would otherwise
+    keep its RM objects, and their GPU memory, for up to 10 s."""
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    unseen = node.unseen()
+    unseen.look(["/a"])
+    unseen.advance(0.0001)
+    assert node.rm.open
+    node.gone.add(PID)  # a zombie now: still in its cgroup until reaped
+    unseen.advance(0.0001)
+    assert not unseen.searching and node.rm.open == set()
+
+
+def test_process_running_tells_a_live_process_from_a_gone_or_reused_pid() -> None:
+    from qpolicy.enforcers.rm.record import process_running, process_start_time
+
+    me = os.getpid()
+    started = process_start_time(me)
+    assert started is not None
+    assert process_running(me, started)
+    assert not process_running(me, started + 1)  # the pid, another process
+    assert not process_running(2**22 + 1, started)  # no such pid

@@ -49,6 +49,16 @@ def process_start_time(pid: int) -> int | None:
         return None
 
 
+def process_running(pid: int, started: int) -> bool:
+    """Whether ``pid`` is still the process that started at ``started`` and has not exited (a
+    zombie has closed its files: a copy of one of them is all that keeps its RM objects)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0] not in ("Z", "X") and int(fields[19]) == started
+    except (OSError, IndexError, ValueError):
+        return False
+
+
 def group_key(group: ClientChannels) -> str:
     return f"{group.pid}:{group.fd}:{group.client:#x}:{group.subdevice or 0:#x}"
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qpolicy.enforcers.rm.record import process_start_time
+from qpolicy.enforcers.rm.record import process_running, process_start_time
 from qpolicy.nvrm import discover, rmctl
 from qpolicy.nvrm.abi import Node
 from qpolicy.nvrm.tracker import Tracker
@@ -74,6 +74,7 @@ class UnseenProcesses:
         files_of: Callable[[int], dict[int, Node]] | None = None,
         members: Callable[[Path, str], list[int]] | None = None,
         cuda: Callable[[int], bool] | None = None,
+        running: Callable[[int, int], bool] | None = None,
     ) -> None:
         # The defaults are looked up when called (tests replace the module's functions).
         self._tracker = tracker
@@ -86,6 +87,7 @@ class UnseenProcesses:
         self._files_of = files_of or (lambda pid: nvidia_files(pid))
         self._members = members or (lambda root, pod: processes_in(root, pod))
         self._cuda = cuda or (lambda pid: maps_libcuda(pid))
+        self._running = running or (lambda pid, started: process_running(pid, started))
         #: Per pod: its processes using the GPU that the tracker cannot govern (yet).
         self.unseen: dict[str, list[int]] = {}
         self._active: dict[int, _Active] = {}
@@ -156,6 +158,12 @@ class UnseenProcesses:
         what they find to the tracker."""
         share = budget_s / max(len(self._active), 1)
         for pid, active in list(self._active.items()):
+            if not self._running(pid, active.started):
+                # Its descriptors are closed; the search's copies alone would keep its RM
+                # objects (and their GPU memory) alive.
+                del self._active[pid]
+                active.search.close()
+                continue
             new = active.search.step(share)
             channels = sum(c.channels for c in new)
             same = self._start_time(pid) == active.started
