@@ -144,6 +144,9 @@ class RmBackend:
             context.clock,
             search=search,
         )
+        # Clients made after the last one the previous daemon saw made are what a search of RM
+        # asks about; the mark is written on until this daemon's probe sees a newer one.
+        self.unseen_processes.mark = self.handles.mark = self.adoption.newest_client
 
     def _cgroup_of(self, pid: int) -> int | None:
         root = self.context.cgroup_root()

@@ -11,12 +11,15 @@ by asking, through the tenant's own ``/dev/nvidiactl`` descriptor, about the han
   index (``RS_CLIENT_HANDLE_MAX`` 0x100000) taken from one counter for the whole system that only
   grows, wrapping (resserv.h; rs_server.c, ``serverAllocClient``). RM answers on a file only for
   the clients that live on it (client.c, ``rmclientValidate``: strict validation compares the
-  file). So every index is asked, newest first: the index of a client this process allocates
-  itself is the newest there is, and a process that started while a daemon restarted is among the
-  few just below it. Each index is asked on each of the process's control descriptors. The
-  search ends :data:`WINDOW` indices past the first client with channels (a CUDA context's client
-  holds them all, and a process's clients are allocated together: the shipped H200 trace's two
-  are two apart), or after all 2^20.
+  file). But every question about a client handle that does not exist writes a line to the
+  kernel log (``RmDeprecatedGetControlHandler``, rmapi_deprecated_control.c, at LEVEL_ERROR: one
+  line per question on an H200, call 23I; asking all 2^20 filled the log in call 23H), and a
+  refusal does not tell a missing client from another file's. So only a bounded range is asked:
+  the clients made since a mark, the newest client a daemon saw made (a daemon that restarts
+  finds its predecessor's in the handles file), down from the newest there is (one this process
+  makes itself), each on each of the process's control descriptors, until the first client with
+  channels; and every refusal is counted against a :class:`Refusals` budget. Client handles the
+  tracker already knows (objects were seen below them) are asked first: they exist.
 * **objects.** Clients choose their objects' handles. libcuda numbers them one after another
   (0x5c000001, 0x5c000002, ... in the shipped H200 trace; its second client 0xa55a0000,
   0xa55a0010, ...). RM names one of them: the client's first device
@@ -37,16 +40,16 @@ object duplicated into the client (RM_DUP_OBJECT) is taken as its own. Nothing h
 beyond what RM answered at the time; the rm enforcer checks a descriptor and its process before
 each use, as for any other.
 
-A search is long (up to 2^20 controls per descriptor, a few microseconds each), so it runs in
-slices: :meth:`Search.step` works for the time it is given and returns, and the daemon gives it a
-few milliseconds a tick.
+A search runs in slices: :meth:`Search.step` works for the time it is given and returns, and the
+daemon gives it a few milliseconds a tick.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -65,8 +68,6 @@ CLIENT_HANDLE_COUNT = 0x100000
 GAP = 4096
 #: The same below the device: what libcuda allocates before it (one object in the shipped trace).
 GAP_BELOW = 256
-#: Client handles asked past the first client found with channels.
-WINDOW = 4096
 #: How often a slice looks at the clock (a control takes microseconds; the clock is not free).
 CHECK_EVERY = 64
 
@@ -84,12 +85,44 @@ class Asker(Protocol):
         ...
 
 
-def client_handles(newest: int | None) -> Iterator[int]:
-    """Every client handle RM can give out, from ``newest`` (a handle) back to the oldest: the
-    index counter only grows and wraps, so the handles just below the newest are the latest."""
+def client_handles(newest: int | None, oldest: int | None = None) -> Iterator[int]:
+    """Client handles from ``newest`` back to the one after ``oldest`` (not included), or through
+    all of them: the index counter only grows and wraps, so those just below the newest are the
+    latest."""
     start = 0 if newest is None else (newest - CLIENT_HANDLE_BASE) % CLIENT_HANDLE_COUNT
-    for step in range(CLIENT_HANDLE_COUNT):
+    count = CLIENT_HANDLE_COUNT
+    if oldest is not None:
+        count = (start - (oldest - CLIENT_HANDLE_BASE)) % CLIENT_HANDLE_COUNT
+    for step in range(count):
         yield CLIENT_HANDLE_BASE + (start - step) % CLIENT_HANDLE_COUNT
+
+
+def client_before(handle: int) -> int:
+    """The client handle RM gave out just before ``handle``."""
+    index = (handle - CLIENT_HANDLE_BASE - 1) % CLIENT_HANDLE_COUNT
+    return CLIENT_HANDLE_BASE + index
+
+
+class BudgetSpent(Exception):
+    """A search asked as many client handles RM could not name as it was allowed."""
+
+
+@dataclass
+class Refusals:
+    """Client handles RM refused to name: each may be one that does not exist, and have written a
+    line to the kernel log. Shared by the searches of one daemon; :meth:`spend` raises
+    :class:`BudgetSpent` past ``limit``."""
+
+    limit: int
+    spent: int = 0
+
+    def spend(self) -> None:
+        self.spent += 1
+        if self.spent > self.limit:
+            raise BudgetSpent(
+                f"stopped after {self.limit} client handles RM could not name (each one that does "
+                "not exist writes a line to the kernel log)"
+            )
 
 
 @dataclass
@@ -148,24 +181,37 @@ def find_objects(ask: Asker, fd: int, client: int, client_class: int) -> Steps:
     yield found
 
 
-def search_clients(askers: Mapping[int, Asker], newest: int | None) -> Steps:
-    """The clients with GPU objects on the descriptors ``askers`` ask through (fd -> asker), each
-    client handle asked on each descriptor, newest first (see the module's docstring). The search
-    ends :data:`WINDOW` handles past the first client that holds channels: a process allocates
-    its clients together (the shipped H200 trace's two are two handles apart)."""
-    end: int | None = None
-    for count, handle in enumerate(client_handles(newest)):
-        if end is not None and count > end:
-            return
+def search_clients(
+    askers: Mapping[int, Asker],
+    newest: int | None,
+    oldest: int | None,
+    refusals: Refusals,
+    known: Iterable[int] = (),
+) -> Steps:
+    """The clients with GPU objects on the descriptors ``askers`` ask through (fd -> asker): the
+    ``known`` handles first, then those from ``newest`` down to ``oldest`` (not included; no
+    range where either is None: never the whole space), each on each descriptor (see the module's
+    docstring); the search ends at the first client that holds channels."""
+    span = client_handles(newest, oldest) if newest is not None and oldest is not None else ()
+    seen: set[int] = set()
+    for handle in itertools.chain(known, span):
+        if handle in seen:
+            continue
+        seen.add(handle)
         for fd, ask in askers.items():
             cls = ask.info(handle, handle, abi.HANDLE_INFO_INDEX_CLASSID)
             yield None
-            if cls is None or abi.class_kind(cls) is not Kind.CLIENT:
+            if cls is None:
+                refusals.spend()
                 continue
+            if abi.class_kind(cls) is not Kind.CLIENT:
+                continue
+            work = False
             for step in find_objects(ask, fd, handle, cls):
                 yield step
-                if step is not None and step.channels and end is None:
-                    end = count + WINDOW
+                work = work or (step is not None and step.channels > 0)
+            if work:
+                return
             break  # a client lives on one file
 
 
@@ -182,10 +228,17 @@ class Search:
         newest: int | None,
         askers: AskerFactory,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        oldest: int | None,
+        refusals: Refusals,
+        known: Iterable[int] = (),
     ) -> None:
         self.pid = pid
         self.fds = dict(fds)
         self.newest = newest
+        self.oldest = oldest
+        self.known = tuple(known)
+        self.refusals = refusals
         self._askers = askers
         self._clock = clock
         self.found: list[FoundClient] = []
@@ -208,7 +261,8 @@ class Search:
                 ask, release = self._askers(self.pid, fd)
                 askers[fd] = ask
                 releases.append(release)
-            for step in search_clients(askers, self.newest):
+            steps = search_clients(askers, self.newest, self.oldest, self.refusals, self.known)
+            for step in steps:
                 if step is None:
                     self.asked += 1  # each None follows one control
                 yield step
@@ -231,7 +285,7 @@ class Search:
                     new.append(step)
                 if count % CHECK_EVERY == 0 and self._clock() >= deadline:
                     return new
-        except rmctl.RmError as error:
+        except (rmctl.RmError, BudgetSpent) as error:
             self.error = str(error)
         self._steps = None
         return new

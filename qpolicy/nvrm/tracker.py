@@ -178,6 +178,9 @@ class Tracker:
         #: second with ten busy pods, made every publish rebuild every summary (py-spy, H100,
         #: 2026-11-27).
         self.generation = 0
+        #: The handle of the last client seen allocated, by any process: a mark below which a
+        #: search of RM for processes not seen need not look (qpolicy.nvrm.discover).
+        self.newest_client: int | None = None
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -295,6 +298,7 @@ class Tracker:
     ) -> None:
         kind = abi.class_kind(cls)
         if kind is Kind.CLIENT:
+            self.newest_client = handle
             if handle in proc.clients:
                 self._drop_client(proc, handle)
             client = Client(handle, fd)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from qpolicy.backends.base import BackendContext
 from qpolicy.backends.rm import RmBackend
 from qpolicy.enforcers.rm import unseen
+from qpolicy.enforcers.rm.handles import HANDLES_NAME
 from qpolicy.model import GpuConfig, GpuPolicy, PodSpec
 from qpolicy.nvrm import discover, rmctl
 from qpolicy.nvrm.abi import Node
@@ -64,33 +67,55 @@ def test_the_rm_backend_names_the_processes_it_cannot_govern(
     monkeypatch.setattr(rmctl, "newest_client_handle", lambda: 0xC1D00002)
     monkeypatch.setattr(unseen, "maps_libcuda", lambda pid: True)
     monkeypatch.setattr(unseen, "process_running", lambda pid, started: True)
-    monkeypatch.setattr(discover, "CLIENT_HANDLE_COUNT", 1024)
     rm = RmDouble()
     clock = [0.0]
     context = BackendContext(
         RealtimeLoop(), source, tmp_path / "state", lambda: cgroup, lambda: clock[0]
     )
 
-    def search(pid: int, fds: dict[int, Node], newest: int | None) -> discover.Search:
-        return discover.Search(pid, fds, newest, rm.asker)
+    def search(
+        pid: int, fds: dict[int, Node], newest: int | None, **bounds: Any
+    ) -> discover.Search:
+        return discover.Search(pid, fds, newest, rm.asker, **bounds)
 
-    backend = RmBackend(context, gpus=list, search=search)  # type: ignore[arg-type]
-    try:
-        state = DesiredState(
-            gpus={0: GpuConfig(0, GpuPolicy.FIXED_SHARE)}, pods={"/a": PodSpec("/a", 0, share=50)}
-        )
+    state = DesiredState(
+        gpus={0: GpuConfig(0, GpuPolicy.FIXED_SHARE)}, pods={"/a": PodSpec("/a", 0, share=50)}
+    )
+
+    def run_backend() -> tuple[RmBackend, list[str]]:
+        backend = RmBackend(context, gpus=list, search=search)  # type: ignore[arg-type]
         backend._state = state  # what sync would set, without starting a control loop
-        with caplog.at_level(logging.WARNING, "qpolicy.backends.rm"):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
             for _ in range(3):
                 backend.refresh()
                 clock[0] += 11.0
+        return backend, [r.getMessage() for r in caplog.records if "pid 4242" in r.getMessage()]
+
+    # The first daemon on the node: no mark to search above, so 4242 is reported, not searched.
+    backend, messages = run_backend()
+    try:
         assert backend.unseen == {"/a": [4242]}
         assert backend.enforcement(0, "/a").unseen_processes == 1
         assert backend.status()["unseen_processes"] == {"/a": [4242]}
+        assert backend.status()["searched"]["not_searched"] == [4242]
+        assert rm.asked == 0
+        (message,) = messages
+        assert message.startswith("pod /a: pid 4242 uses the GPU but started before any daemon")
+    finally:
+        backend.close()
+    # A daemon after one that saw clients made up to 0xc1d00000: the clients made since are
+    # asked (0xc1d00001, just below the one it makes itself), and RM names none of 4242's.
+    (tmp_path / "state" / HANDLES_NAME).write_text(
+        json.dumps({"version": 1, "newest_client": 0xC1D00000, "processes": []})
+    )
+    backend, messages = run_backend()
+    try:
+        assert backend.unseen == {"/a": [4242]}
         assert backend.status()["searched"]["not_found"] == [4242]
-        assert rm.refusals[0x23] == 1024  # every client handle asked, once
-        (record,) = caplog.records
-        assert record.getMessage().startswith(
+        assert rm.refusals[0x23] == 1  # the one client handle made since the mark
+        (message,) = messages
+        assert message.startswith(
             "pod /a: pid 4242 uses the GPU, but asking RM found none of its channels"
         )
     finally:

@@ -31,6 +31,32 @@ def tree(proc: ProcessState) -> dict[int, dict[int, tuple[int, int | None]]]:
     }
 
 
+MARK = 0xC1D00010  # the newest client a daemon saw made before the trace's process started
+
+
+def searcher(
+    rm: RmDouble,
+    fds: dict[int, Node],
+    newest: int | None,
+    oldest: int | None = MARK,
+    *,
+    known: tuple[int, ...] = (),
+    limit: int = 1024,
+    clock: Any = None,
+) -> discover.Search:
+    extra = {"clock": clock} if clock is not None else {}
+    return discover.Search(
+        PID if fds is CTL_FILES else 1,
+        fds,
+        newest,
+        rm.asker,
+        oldest=oldest,
+        known=known,
+        refusals=discover.Refusals(limit),
+        **extra,
+    )
+
+
 def run(search: discover.Search) -> discover.Search:
     while not search.done:
         search.step(10.0)
@@ -42,7 +68,7 @@ def test_a_search_finds_every_object_the_probe_saw_with_its_class_and_parent() -
     rm = RmDouble()
     rm.add_process(proc)
     newest = 0xC1D00020  # the client this daemon allocates: newer than the tenant's
-    search = run(discover.Search(PID, CTL_FILES, newest, rm.asker))
+    search = run(searcher(rm, CTL_FILES, newest))
     assert search.error is None
     found = discover.process_state(PID, 55, CTL_FILES, search.found)
     expected = tree(proc)
@@ -75,15 +101,17 @@ def test_a_search_finds_every_object_the_probe_saw_with_its_class_and_parent() -
     assert rm.asked == search.asked
 
 
-def test_the_search_asks_newest_first_and_stops_a_window_past_the_client_with_channels() -> None:
+def test_the_search_asks_its_range_newest_first_and_stops_at_the_client_with_channels() -> None:
     proc = traced()
     rm = RmDouble()
     rm.add_process(proc)
-    newest = 0xC1D00020
-    search = run(discover.Search(PID, CTL_FILES, newest, rm.asker))
+    refusals = discover.Refusals(1024)
+    search = run(
+        discover.Search(PID, CTL_FILES, 0xC1D00020, rm.asker, oldest=MARK, refusals=refusals)
+    )
     # Client handles, from 0x20 down, each on descriptors 8, 15 and 17 in turn until one
-    # answers: 0x1d answers on the third, 0x1b on the first; then WINDOW handles more.
-    clients_asked = 5 * 3 + 1 + discover.WINDOW * 3
+    # answers: 0x1d answers on the third, 0x1b on the first, and holds the channels: the end.
+    clients_asked = 5 * 3 + 1
     # The main client: its device asked for (GET_CHILD_HANDLE), a TSG below it, then every
     # handle from the device down to its lowest object (GAP_BELOW more) and from above it to
     # its highest (GAP more), and each object's parent.
@@ -94,7 +122,9 @@ def test_the_search_asks_newest_first_and_stops_a_window_past_the_client_with_ch
     objects += (max(handles) - device) + discover.GAP + len(handles)
     # The other: its device, no TSG and no channel below it, the device's class.
     other = 4
-    assert search.asked == clients_asked + objects + other < 20_000
+    assert search.asked == clients_asked + objects + other < 5_000
+    # Refused: 0x20, 0x1f, 0x1e and 0x1c on all three, 0x1d on two. Nothing below 0x1b asked.
+    assert refusals.spent == rm.refusals[0x23] == 14
 
 
 def test_client_handles_run_newest_first_through_all_of_them_once() -> None:
@@ -103,6 +133,15 @@ def test_client_handles_run_newest_first_through_all_of_them_once() -> None:
     every = list(discover.client_handles(None))
     assert len(every) == len(set(every)) == discover.CLIENT_HANDLE_COUNT == 0x100000
     assert min(every) == 0xC1D00000 and max(every) == 0xC1DFFFFF
+    # A range: down to the mark, not including it, across the wrap.
+    assert list(discover.client_handles(0xC1D00001, 0xC1DFFFFE)) == [
+        0xC1D00001,
+        0xC1D00000,
+        0xC1DFFFFF,
+    ]
+    assert list(discover.client_handles(0xC1D00005, 0xC1D00005)) == []
+    assert discover.client_before(0xC1D00000) == 0xC1DFFFFF
+    assert discover.client_before(0xC1D00021) == 0xC1D00020
 
 
 def test_objects_past_a_longer_run_of_freed_handles_than_gap_are_not_found() -> None:
@@ -119,7 +158,7 @@ def test_objects_past_a_longer_run_of_freed_handles_than_gap_are_not_found() -> 
         0x5C000004 + 2 * discover.GAP + 1: (0x40, 0x5C000001),
     }
     rm.add(1, 8, client, objects)
-    search = run(discover.Search(1, {8: Node.CTL}, 0xC1D00010, rm.asker))
+    search = run(searcher(rm, {8: Node.CTL}, 0xC1D00010, 0xC1D00000))
     (found,) = search.found
     assert set(found.objects) == {client, *list(objects)[:5]}
     assert found.channels == 1
@@ -129,22 +168,54 @@ def test_a_client_without_a_device_is_passed_over_and_the_search_goes_on() -> No
     rm = RmDouble()
     rm.add(1, 8, 0xC1D00009, {})  # a client and nothing else (NVML's kind)
     rm.add(1, 8, 0xC1D00004, {0x10: (0x80, 0xC1D00004), 0x11: (0xA06C, 0x10), 0x12: (0xC86F, 0x11)})
-    search = run(discover.Search(1, {8: Node.CTL}, 0xC1D0000A, rm.asker))
+    search = run(searcher(rm, {8: Node.CTL}, 0xC1D0000A, 0xC1D00000))
     assert [(c.handle, c.channels) for c in search.found] == [(0xC1D00004, 1)]
 
 
-def test_a_process_with_no_channels_is_searched_through_every_client_handle(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(discover, "CLIENT_HANDLE_COUNT", 4096)
+def test_a_process_with_no_channels_is_searched_through_its_range_and_no_further() -> None:
     rm = RmDouble()
     rm.add(1, 8, 0xC1D00009, {0x5C000020: (0x80, 0xC1D00009)})  # a device, no work below
-    search = run(discover.Search(1, {8: Node.CTL, 15: Node.CTL, 20: Node.GPU}, None, rm.asker))
+    fds = {8: Node.CTL, 15: Node.CTL, 20: Node.GPU}
+    search = run(searcher(rm, fds, 0xC1D00200, 0xC1D00000))
     assert [(c.handle, c.channels) for c in search.found] == [(0xC1D00009, 0)]
-    # Each handle on both control descriptors (not the GPU's), but the client's own only on
-    # the descriptor it answered on; then its device, no TSG or channel below it, its class.
-    assert search.asked == 4096 * 2 - 1 + 4
-    assert rm.refusals[0x23] == 4095 * 2  # every other handle, on both
+    # Each handle of the range on both control descriptors (not the GPU's), but the client's own
+    # only on the descriptor it answered on; then its device, no TSG or channel below it, its
+    # class. Nothing at or below the mark.
+    assert search.asked == 0x200 * 2 - 1 + 4
+    assert rm.refusals[0x23] == 0x1FF * 2
+
+
+def test_a_search_stops_at_its_budget_of_refusals() -> None:
+    """Each refusal may be a client that does not exist, and a line in the kernel log."""
+    rm = RmDouble()
+    search = run(searcher(rm, {8: Node.CTL, 15: Node.CTL}, 0xC1D00200, 0xC1D00000, limit=100))
+    assert search.error is not None and "stopped after 100 client handles" in search.error
+    assert rm.refusals[0x23] == 101 and search.found == [] and rm.open == set()
+
+
+def test_known_client_handles_are_asked_first_and_no_range_without_both_ends() -> None:
+    """Handles the tracker knows (objects were seen made under them) exist: asking them refuses
+    nothing on their own file. Without a mark, or a newest, no range is asked at all."""
+    proc = traced()
+    rm = RmDouble()
+    rm.add_process(proc)
+    for newest, oldest in ((0xC1D00020, None), (None, MARK)):
+        refusals = discover.Refusals(1024)
+        search = run(
+            discover.Search(
+                PID,
+                CTL_FILES,
+                newest,
+                rm.asker,
+                oldest=oldest,
+                known=(0xC1D0001B,),
+                refusals=refusals,
+            )
+        )
+        assert [c.handle for c in search.found] == [0xC1D0001B]
+        assert refusals.spent == 0  # 0x1b answers on fd 8, the first asked
+    nothing = run(searcher(rm, CTL_FILES, None, None))
+    assert nothing.found == [] and nothing.asked == 0
 
 
 def test_a_search_runs_in_slices_of_the_time_it_is_given() -> None:
@@ -157,7 +228,7 @@ def test_a_search_runs_in_slices_of_the_time_it_is_given() -> None:
         now[0] += 1e-6  # each look at the clock a microsecond later
         return now[0]
 
-    search = discover.Search(PID, CTL_FILES, 0xC1D00020, rm.asker, clock=clock)
+    search = searcher(rm, CTL_FILES, 0xC1D00020, clock=clock)
     slices = 0
     found: list[discover.FoundClient] = []
     while not search.done:
@@ -166,11 +237,11 @@ def test_a_search_runs_in_slices_of_the_time_it_is_given() -> None:
         slices += 1
         # A slice given no time still makes progress, and stops at its first look.
         assert 0 < search.asked - before <= discover.CHECK_EVERY or search.done
-    assert slices > 100
+    assert slices > 50
     assert [c.handle for c in found] == [c.handle for c in search.found]
     whole = RmDouble()
     whole.add_process(proc)
-    at_once = run(discover.Search(PID, CTL_FILES, 0xC1D00020, whole.asker))
+    at_once = run(searcher(whole, CTL_FILES, 0xC1D00020))
     assert [c.objects for c in at_once.found] == [c.objects for c in found]
     assert at_once.asked == search.asked
     assert rm.open == set()
@@ -181,7 +252,7 @@ def test_a_descriptor_that_goes_away_ends_the_search_and_gives_back_the_others()
     rm = RmDouble()
     rm.add_process(proc)
     rm.fail_after = 5
-    search = run(discover.Search(PID, CTL_FILES, 0xC1D00020, rm.asker))
+    search = run(searcher(rm, CTL_FILES, 0xC1D00020))
     assert search.error is not None and "Bad file descriptor" in search.error
     assert search.found == []
     assert rm.open == set()
@@ -191,7 +262,7 @@ def test_closing_a_search_midway_gives_back_its_descriptors() -> None:
     proc = traced()
     rm = RmDouble()
     rm.add_process(proc)
-    search = discover.Search(PID, CTL_FILES, 0xC1D00020, rm.asker, clock=lambda: 1.0)
+    search = searcher(rm, CTL_FILES, 0xC1D00020, clock=lambda: 1.0)
     search.step(0.0)
     assert rm.open == {(PID, 8), (PID, 15), (PID, 17)}
     search.close()

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,7 +95,8 @@ def test_a_process_rm_still_holds_is_adopted_whole(tmp_path: Path) -> None:
     assert second.compute_channels(PID) == first.compute_channels(PID)
     assert second.summary(PID).device_bytes == first.summary(PID).device_bytes > 0
     assert second.summary(PID).tsgs == 4 and second.processes[PID].fds
-    assert adoption == handles.Adoption(1, 20, 172, 0, ())
+    # The trace's last client made (0xc1d0001d) is the mark the next daemon searches above.
+    assert adoption == handles.Adoption(1, 20, 172, 0, (), 0xC1D0001D)
     # Every object was asked of RM, through descriptors that were closed again.
     assert len(rm.asked) == 172
     for fd in rm.borrowed:
@@ -251,8 +253,10 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
 
     rm = RmDouble()
 
-    def search(pid: int, fds: dict[int, Node], newest: int | None) -> discover.Search:
-        return discover.Search(pid, fds, newest, rm.asker)
+    def search(
+        pid: int, fds: dict[int, Node], newest: int | None, **bounds: Any
+    ) -> discover.Search:
+        return discover.Search(pid, fds, newest, rm.asker, **bounds)
 
     def backend(records: list[object]) -> tuple[RmBackend, ProbeSource]:
         probe = FakeProbe()
@@ -288,8 +292,11 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
         assert two.unseen == {}
     finally:
         two.close()
-    # Without the handles a previous daemon wrote, the same process is found by asking RM.
-    (state / HANDLES_NAME).unlink()
+    # Without the handles a previous daemon wrote, the same process is found by asking RM about
+    # the clients made since the last one that daemon saw made (its mark, kept in the file).
+    (state / HANDLES_NAME).write_text(
+        json.dumps({"version": 1, "newest_client": 0xC1D00000, "processes": []})
+    )
     rm.add_process(seen.view.tracker.processes[10])
     three, blind = backend([])
     try:

@@ -36,6 +36,8 @@ class Node_:
         self.started: dict[int, int] = {PID: 777}
         self.cuda: set[int] = {PID}
         self.gone: set[int] = set()
+        # The newest client the previous daemon saw made: the trace's process started after.
+        self.mark: int | None = 0xC1D00010
         self.now = 0.0
         self.search_now = 0.0
         self.rm = RmDouble()
@@ -47,23 +49,42 @@ class Node_:
             self.search_now += 1e-6  # each look at the clock a microsecond later
             return self.search_now
 
-        def search(pid: int, files: dict[int, Node], newest: int | None) -> discover.Search:
+        def search(
+            pid: int,
+            files: dict[int, Node],
+            newest: int | None,
+            *,
+            oldest: int | None,
+            known: tuple[int, ...],
+            refusals: discover.Refusals,
+        ) -> discover.Search:
             self.searches.append(pid)
-            return discover.Search(pid, files, newest, self.rm.asker, clock=search_clock)
+            return discover.Search(
+                pid,
+                files,
+                newest,
+                self.rm.asker,
+                clock=search_clock,
+                oldest=oldest,
+                known=known,
+                refusals=refusals,
+            )
 
-        return UnseenProcesses(
+        made = UnseenProcesses(
             lambda: self.tracker,
             lambda: Path("/sys/fs/cgroup"),
             lambda pid: 55,
             lambda: self.now,
             search=search,  # type: ignore[arg-type]
-            newest=lambda: 0xC1D00020,
+            newest=lambda: 0xC1D00021,
             start_time=self.started.get,
             files_of=lambda pid: self.files.get(pid, {}),
             members=lambda root, pod: self.members.get(pod, []),
             cuda=lambda pid: pid in self.cuda,
             running=lambda pid, started: self.started.get(pid) == started and pid not in self.gone,
         )
+        made.mark = self.mark
+        return made
 
 
 def test_a_process_the_probe_never_saw_is_found_in_rm_and_governed(
@@ -122,7 +143,7 @@ def test_a_search_ends_with_its_process_and_gives_its_descriptors_back() -> None
     node.rm.add_process(trace_tracker(PID).processes[PID])
     unseen = node.unseen()
     unseen.look(["/a"])
-    unseen.advance(0.0001)  # a slice, not the whole search: the descriptors are taken
+    unseen.advance(0.00001)  # a slice, not the whole search: the descriptors are taken
     assert unseen.searching and node.rm.open
     node.members["/a"] = []  # it exited
     unseen.look(["/a"])
@@ -238,10 +259,10 @@ def test_a_search_lets_go_of_a_process_as_soon_as_it_has_exited() -> None:
     node.rm.add_process(trace_tracker(PID).processes[PID])
     unseen = node.unseen()
     unseen.look(["/a"])
-    unseen.advance(0.0001)
+    unseen.advance(0.00001)
     assert node.rm.open
     node.gone.add(PID)  # a zombie now: still in its cgroup until reaped
-    unseen.advance(0.0001)
+    unseen.advance(0.00001)
     assert not unseen.searching and node.rm.open == set()
 
 
@@ -254,3 +275,40 @@ def test_process_running_tells_a_live_process_from_a_gone_or_reused_pid() -> Non
     assert process_running(me, started)
     assert not process_running(me, started + 1)  # the pid, another process
     assert not process_running(2**22 + 1, started)  # no such pid
+
+
+def test_without_a_mark_a_process_no_daemon_saw_is_reported_not_searched(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The first daemon on a node knows no mark: asking every client handle would write a line to
+    the kernel log per one that does not exist (call 23H, an H200)."""
+    node = Node_()
+    node.mark = None
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    unseen = node.unseen()
+    with caplog.at_level(logging.WARNING, "qpolicy.enforcers.rm.unseen"):
+        unseen.look(["/a"])
+        unseen.look(["/a"])
+    assert node.searches == [] and unseen.unseen == {"/a": [PID]}
+    (record,) = caplog.records
+    assert "started before any daemon watched" in record.getMessage()
+
+
+def test_a_client_objects_were_seen_under_is_asked_without_a_mark() -> None:
+    """Events lost: the probe saw objects made under a client whose making it did not see. That
+    client exists: asking it on each descriptor refuses nothing of a missing client."""
+    node = Node_()
+    node.mark = None
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    full = trace_tracker(PID).processes[PID]
+    proc = dataclasses.replace(full, clients=dict(full.clients))
+    proc.clients[0xC1D0001B] = dataclasses.replace(proc.clients[0xC1D0001B], fd=None)
+    del proc.clients[0xC1D0001D]
+    node.tracker.adopt(proc)
+    unseen = node.unseen()
+    unseen.look(["/a"])
+    while unseen.searching:
+        unseen.advance(1.0)
+    (group,) = node.tracker.channel_groups(PID)
+    assert group.fd == 8 and governable(node.tracker, PID)
+    assert unseen.refusals.spent == 0

@@ -46,10 +46,13 @@ WRITE_EVERY_S = 1.0
 NVIDIA_MAJOR = 195
 
 
-def dump(tracker: Tracker, start_time: Callable[[int], int | None]) -> dict[str, Any]:
+def dump(
+    tracker: Tracker, start_time: Callable[[int], int | None], mark: int | None = None
+) -> dict[str, Any]:
     """The tracker's processes, as the file holds them: per process its start time, cgroup and
     files, and per client (on a known fd) its objects as [handle, class, parent, bytes, dup,
-    info]."""
+    info]; and the newest client handle seen made (the tracker's, else ``mark``), below which
+    the next daemon need not search RM."""
     processes = []
     for pid, proc in tracker.processes.items():
         clients = [c for c in proc.clients.values() if c.fd is not None]
@@ -78,7 +81,8 @@ def dump(tracker: Tracker, start_time: Callable[[int], int | None]) -> dict[str,
                 ],
             }
         )
-    return {"version": VERSION, "processes": processes}
+    newest = tracker.newest_client if tracker.newest_client is not None else mark
+    return {"version": VERSION, "newest_client": newest, "processes": processes}
 
 
 class HandleBook:
@@ -99,6 +103,8 @@ class HandleBook:
         self._written: int | None = None
         self._written_at: float | None = None
         self._failed = False
+        #: The mark the previous daemon left, written on until this one's probe sees a client.
+        self.mark: int | None = None
 
     def maybe_write(self) -> None:
         if self._written == self.tracker.generation:
@@ -113,7 +119,7 @@ class HandleBook:
         self._written_at = self._clock()
         tmp = self.path.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps(dump(self.tracker, self._start_time)))
+            tmp.write_text(json.dumps(dump(self.tracker, self._start_time, self.mark)))
             os.replace(tmp, self.path)
         except OSError as error:
             if not self._failed:  # once: a full disk would otherwise log every second
@@ -135,6 +141,8 @@ class Adoption:
     #: Objects RM no longer holds as they were written (freed, or the handle reused).
     dropped: int = 0
     problems: tuple[str, ...] = ()
+    #: The newest client handle the previous daemon saw made (None: no file, or none written).
+    newest_client: int | None = None
 
 
 def adopt(
@@ -164,6 +172,8 @@ def adopt(
     entries = document.get("processes")
     if not isinstance(entries, list):
         return Adoption(problems=(f"{path}: not a handle file this qpolicy wrote",))
+    mark = document.get("newest_client")
+    newest_client = mark if isinstance(mark, int) and not isinstance(mark, bool) else None
     check = is_nvidia or _is_nvidia
     borrow = borrow or rmctl.borrow_fd
     class_of = class_of or rmctl.handle_class
@@ -186,7 +196,7 @@ def adopt(
         processes += 1
         objects += sum(len(c.objects) for c in proc.clients.values())
         channels += len(proc.objects(abi.Kind.CHANNEL))
-    return Adoption(processes, channels, objects, dropped, tuple(problems))
+    return Adoption(processes, channels, objects, dropped, tuple(problems), newest_client)
 
 
 def _adopt_one(

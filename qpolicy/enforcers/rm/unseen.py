@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from qpolicy.enforcers.rm.record import process_running, process_start_time
 from qpolicy.nvrm import discover, rmctl
@@ -30,12 +30,46 @@ from qpolicy.telemetry.gpuprocs import maps_libcuda, nvidia_files, processes_in
 
 log = logging.getLogger(__name__)
 
-#: A search of RM for one process's handles, given its NVIDIA files and the newest client handle.
-SearchFactory = Callable[[int, Mapping[int, Node], "int | None"], discover.Search]
+#: Client handles a daemon's searches may ask that RM refuses to name, in all: each may be one
+#: that does not exist, and write a line to the kernel log (call 23I, an H200). A daemon that
+#: restarted asks the clients made while none ran: a few per process started meanwhile, and
+#: what monitoring made.
+REFUSALS = 1024
 
 
-def rm_search(pid: int, files: Mapping[int, Node], newest: int | None) -> discover.Search:
-    return discover.Search(pid, files, newest, discover.borrowed_asker)
+class SearchFactory(Protocol):
+    """A search of RM for one process's handles (tests stand in for RM)."""
+
+    def __call__(
+        self,
+        pid: int,
+        files: Mapping[int, Node],
+        newest: int | None,
+        *,
+        oldest: int | None,
+        known: tuple[int, ...],
+        refusals: discover.Refusals,
+    ) -> discover.Search: ...
+
+
+def rm_search(
+    pid: int,
+    files: Mapping[int, Node],
+    newest: int | None,
+    *,
+    oldest: int | None,
+    known: tuple[int, ...],
+    refusals: discover.Refusals,
+) -> discover.Search:
+    return discover.Search(
+        pid,
+        files,
+        newest,
+        discover.borrowed_asker,
+        oldest=oldest,
+        known=known,
+        refusals=refusals,
+    )
 
 
 def governable(tracker: Tracker, pid: int) -> bool:
@@ -96,6 +130,11 @@ class UnseenProcesses:
         self.found_processes = 0
         self.found_channels = 0
         self.asked = 0
+        #: The newest client handle a daemon saw made before this one's probe came up (from the
+        #: handles file): clients made after it are what a search asks. None: not known, and
+        #: processes no daemon saw are searched for only under client handles seen since.
+        self.mark: int | None = None
+        self.refusals = discover.Refusals(REFUSALS)
 
     @property
     def searching(self) -> bool:
@@ -138,15 +177,35 @@ class UnseenProcesses:
                     pid,
                 )
                 continue
+            known = tracker.processes.get(pid)
+            # Clients objects were seen made under, whose own making was not seen: they exist.
+            stand_ins = tuple(h for h, c in known.clients.items() if c.fd is None) if known else ()
+            if self.mark is None and not stand_ins:
+                self._done[(pid, started)] = "no mark"
+                log.warning(
+                    "pod %s: pid %d uses the GPU but started before any daemon watched: its RM "
+                    "objects cannot be searched for (asking RM about every client handle writes "
+                    "a kernel log line per missing one); the rm enforcer cannot govern it; "
+                    "restart it, or use qgpu.ko",
+                    pod,
+                    pid,
+                )
+                continue
             if not asked_newest:
-                newest, asked_newest = self._newest() or _newest_known(tracker), True
+                made = self._newest()
+                # The client it made is freed again: the search starts just below it. Where
+                # none can be made here, the newest this daemon's probe saw made will do.
+                newest = discover.client_before(made) if made is not None else tracker.newest_client
+                asked_newest = True
             log.info(
                 "pod %s: pid %d uses the GPU but the probe never saw its RM objects (it started "
                 "before the probe); asking RM for them",
                 pod,
                 pid,
             )
-            search = self._search(pid, files, newest)
+            search = self._search(
+                pid, files, newest, oldest=self.mark, known=stand_ins, refusals=self.refusals
+            )
             self._active[pid] = _Active(pod, started, search, self._clock())
         live = {pid for pids in unseen.values() for pid in pids}
         self._done = {key: why for key, why in self._done.items() if key[0] in live}
@@ -230,9 +289,9 @@ class UnseenProcesses:
             "not_found": sorted(
                 pid for (pid, _), why in self._done.items() if why.startswith("no channels")
             ),
-            # Processes without libcuda: not searched (see look()).
+            # Not searched (see look()): without libcuda, or started before any daemon watched.
             "not_searched": sorted(
-                pid for (pid, _), why in self._done.items() if why == "no libcuda"
+                pid for (pid, _), why in self._done.items() if why in ("no libcuda", "no mark")
             ),
         }
 
@@ -240,12 +299,3 @@ class UnseenProcesses:
         for active in self._active.values():
             active.search.close()
         self._active.clear()
-
-
-def _newest_known(tracker: Tracker) -> int | None:
-    """The highest client handle the tracker knows: a stand-in for the newest there is where
-    /dev/nvidiactl cannot be opened here."""
-    first = discover.CLIENT_HANDLE_BASE
-    last = first + discover.CLIENT_HANDLE_COUNT
-    handles = [h for p in tracker.processes.values() for h in p.clients if first <= h < last]
-    return max(handles, default=None)
