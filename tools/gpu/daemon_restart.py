@@ -25,9 +25,12 @@ pair:
 
 ``--trainers-first`` starts the trainers before the first daemon: no daemon ever sees their
 allocations, and each must find their RM objects by asking RM (qpolicy/enforcers/rm/unseen.py),
-or adopt what the one before it found. ``--clients-between N`` then makes and frees N RM clients
-before the first daemon starts, as monitoring does on a node: the search, newest client first,
-has that many more handles to ask before it reaches the trainers'.
+or adopt what the one before it found; a daemon searches only the clients made since the newest
+its predecessor saw made, so without ``--daemon-before S`` (a daemon up S seconds and stopped
+before the trainers start, as in a restart) the first finds nothing. ``--clients-between N``
+then makes and frees N RM clients before the first daemon starts, as monitoring does on a node:
+the search, newest client first, has that many more handles to ask before it reaches the
+trainers'.
 
 ``--qpolicy-root`` runs the daemon from another checkout (an older one, to compare); the trainers
 and this tool stay this repository's.
@@ -345,8 +348,8 @@ def windows(report: dict[str, Any]) -> list[dict[str, Any]]:
         # Killed as planned, stopped as the final one, or stopped by the cleanup of a run that
         # failed (then an up window to its stop, and no tail: what followed was no plan's).
         ended = life.get("killed") or life.get("stopped")
-        if probe_up is None or ended is None:
-            continue
+        if probe_up is None or ended is None or life.get("kind") == "before":
+            continue  # a daemon stopped before the trainers started governs no window
         kind = "final" if life.get("kind") == "final" else "up"
         start = max(probe_up, begin) + settle
         item = window(kind, index, start, max(ended, start), trainers, origin)
@@ -737,6 +740,12 @@ class Run:
         state = desired_state({name: self.cgroups.id(name) for name in PODS}, args.gpu)
         StateStore(self.state_dir).update(lambda _: state)
         first_kind, first_up = schedule[0] if schedule else ("final", args.final_up_s)
+        if args.daemon_before:
+            # A daemon that ran before the trainers and was stopped: it leaves the mark (the
+            # newest client it saw made), and the trainers start while no daemon runs.
+            before = self.start_daemon("before", args.daemon_before)
+            self.sleep_until(before["probe_up"] + args.daemon_before)
+            self.stop_daemon()
         if args.trainers_first:
             # Processes no daemon ever saw: the first daemon finds their RM objects by asking
             # RM (qpolicy/enforcers/rm/unseen.py). Its start-up is budgeted, not known yet.
@@ -858,6 +867,14 @@ def main(argv: list[str] | None = None) -> int:
         "--trainers-first",
         action="store_true",
         help="start the trainers before the first daemon: processes no daemon ever saw",
+    )
+    parser.add_argument(
+        "--daemon-before",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="with --trainers-first: a daemon runs S s and is stopped before the trainers start "
+        "(they start while no daemon runs, as during a restart)",
     )
     parser.add_argument(
         "--clients-between",

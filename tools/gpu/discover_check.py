@@ -10,12 +10,14 @@ real GPU:
    ``--churn-mib`` one by one with PyTorch's caching allocator off (a long run of freed handles:
    what lies past it is not found), then trains;
 2. the probe is closed and a third trainer starts, never seen;
-3. each process is searched; the reference's clients, TSGs and channels are compared with what
-   was found (handles, classes, parents);
+3. each process is searched as the daemon searches: the client handles made since the first
+   step (the mark a daemon that ran then would have left), newest first; the reference's
+   clients, TSGs and channels are compared with what was found (handles, classes, parents);
 4. the unseen trainer is closed and opened with ``FIFO_DISABLE_CHANNELS`` on the found handles
    (matmuls it finishes after each), and its compute TSG's timeslice set and read back;
-5. all 2^20 client handles are asked through one descriptor: the cost per control, and what the
-   trainer beside it lost meanwhile.
+5. with ``--full-scan``, all 2^20 client handles are asked through one descriptor: the cost per
+   control, and what the trainer beside it lost meanwhile. Each handle that names no client
+   writes a line to the kernel log (call 23H): not on a machine whose log matters.
 
 As root on a GPU machine with PyTorch and the probe's bcc (tools/gpu/bcc-env.sh):
 
@@ -126,9 +128,20 @@ def nvidia_fds(pid: int) -> dict[int, Node]:
     return fds
 
 
-def search(pid: int, newest: int | None) -> tuple[discover.Search, float, float | None]:
-    """Search ``pid`` whole; the search, its seconds, and the seconds to its first channels."""
-    found = discover.Search(pid, nvidia_fds(pid), newest, discover.borrowed_asker)
+def search(
+    pid: int, newest: int | None, mark: int | None
+) -> tuple[discover.Search, float, float | None]:
+    """Search ``pid`` as the daemon does, from ``newest`` down to ``mark`` (the newest client
+    made before the workloads started, as a daemon that ran then would have seen it); the
+    search, its seconds, and the seconds to its first channels."""
+    found = discover.Search(
+        pid,
+        nvidia_fds(pid),
+        newest,
+        discover.borrowed_asker,
+        oldest=mark,
+        refusals=discover.Refusals(1024),
+    )
     t0 = time.monotonic()
     first: float | None = None
     while not found.done:
@@ -222,6 +235,11 @@ def main() -> int:
         help="each churned buffer's size: 1 MiB ones are suballocated by CUDA (no RM object "
         "each: call 23B); larger ones are RM allocations of their own",
     )
+    parser.add_argument(
+        "--full-scan",
+        action="store_true",
+        help="ask all 2^20 client handles once (writes ~2^20 lines to the kernel log)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -231,7 +249,8 @@ def main() -> int:
 
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(args.gpu)}
     result: dict[str, Any] = {"driver": driver_version(), "args": vars(args)}
-    result["newest_client_at_start"] = f"{rmctl.newest_client_handle() or 0:#x}"
+    mark = rmctl.newest_client_handle()
+    result["newest_client_at_start"] = f"{mark or 0:#x}"
     source = ProbeSource(NvProbe().start())
     handles = _ProbeHandles(source)
     workloads: dict[str, Workload] = {}
@@ -252,10 +271,12 @@ def main() -> int:
         source.close()
         workloads["unseen"] = Workload(workload_argv("trainer", "--n", "8192"), env)
         workloads["unseen"].wait_ready(300)
-        newest = rmctl.newest_client_handle()
-        result["newest_client"] = f"{newest or 0:#x}"
+        made = rmctl.newest_client_handle()
+        # Freed again with its file: the search starts just below it, as the daemon's does.
+        newest = None if made is None else discover.client_before(made)
+        result["newest_client"] = f"{made or 0:#x}"
         for name, workload in workloads.items():
-            found, seconds, first = search(workload.pid, newest)
+            found, seconds, first = search(workload.pid, newest, mark)
             entry: dict[str, Any] = {
                 "pid": workload.pid,
                 "fds": {str(fd): node.value for fd, node in found.fds.items()},
@@ -279,10 +300,10 @@ def main() -> int:
             result[name] = entry
             if name == "unseen":
                 result["levers_on_unseen"] = levers(workload.pid, found, workload)
-        ctl = [fd for fd, node in nvidia_fds(workloads["unseen"].pid).items() if node is Node.CTL]
-        result["full_client_scan"] = full_client_scan(
-            workloads["unseen"].pid, ctl[0], workloads["trainer"]
-        )
+        if args.full_scan:
+            unseen = workloads["unseen"].pid
+            ctl = [fd for fd, node in nvidia_fds(unseen).items() if node is Node.CTL]
+            result["full_client_scan"] = full_client_scan(unseen, ctl[0], workloads["trainer"])
     finally:
         for workload in workloads.values():
             workload.stop()
