@@ -2,12 +2,13 @@
 processes that started before it.
 
 The rm enforcer learns a process's clients, TSGs and channels from the RM_ALLOC traffic the
-probe sees; RM cannot list them afterwards, only answer handle by handle (a search of up to
-2^20 controls per descriptor: qpolicy/nvrm/discover.py). A daemon that restarts (an upgrade, a
-crash, SIGKILL) would therefore leave every running pod ungoverned, or searched for, until it
-knew them again. So the tracker's object trees are written here (at most once a second, when
-they changed, and at shutdown), and the next daemon adopts them before its probe's first events
-are read, for each process still alive with the same start time.
+probe sees; RM cannot list them afterwards, only answer handle by handle, and only for the
+clients made since a mark without flooding the kernel log (qpolicy/nvrm/discover.py). A daemon
+that restarts (an upgrade, a crash, SIGKILL) would therefore leave every running pod ungoverned,
+or searched for, until it knew them again. So the tracker's object trees are written here (at
+most once a second, when they changed, and at shutdown), and the next daemon adopts them before
+its probe's first events are read, for each process still alive with the same start time. The
+file also keeps the mark, ``newest_client``: the newest client handle the daemon saw made.
 
 Nothing is taken on trust: each object is asked of RM (``GET_HANDLE_INFO``: its class, through
 the tenant's own descriptor, which must still be an NVIDIA device) and kept only where RM still

@@ -7,11 +7,14 @@ run ungoverned for the rest of its life. Every :data:`~qpolicy.backends.rm.UNSEE
 pods' cgroups are walked for processes that hold NVIDIA device files and that the tracker cannot
 govern: none of their clients was seen allocated, or channels were seen under a client whose
 allocation was not (events the probe lost). Each that has libcuda mapped (a process without it
-has no CUDA context) is searched once: RM is asked about its handles
-(:mod:`qpolicy.nvrm.discover`), a few milliseconds per daemon tick, and what is found is added to
-the tracker, from when on the process is governed like any other. A process the search finds no
-channels of (it holds no GPU work, or its objects lie where the search does not look) stays
-listed as unseen, and is logged once.
+has no CUDA context) is searched once: RM is asked about the client handles made since the
+newest one the previous daemon saw made (its mark, from the handles file) and those objects were
+seen made under (:mod:`qpolicy.nvrm.discover`), a few milliseconds per daemon tick, and what is
+found is added to the tracker, from when on the process is governed like any other. Without a
+mark (the first daemon on a node) only the latter are asked: a question about a client handle
+that does not exist writes a kernel log line. A process the search finds no channels of (it
+holds no GPU work, started before any daemon ran, or its objects lie where the search does not
+look) stays listed as unseen, and is logged once.
 """
 
 from __future__ import annotations
