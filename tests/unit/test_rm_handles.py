@@ -27,7 +27,7 @@ from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import CgroupMap, cgroup_of_process
 from qpolicy.telemetry.probesource import ProbeSource
 from tests.unit.rm_double import RmDouble
-from tests.unit.test_telemetry_live import FakeProbe, process
+from tests.unit.test_telemetry_live import FakeProbe, process, rm_alloc
 
 PID = 4321
 STARTED = 777
@@ -317,3 +317,26 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
     finally:
         three.close()
     assert rm.open == set()
+
+
+def test_the_mark_is_the_newest_client_seen_made_and_is_carried_through_a_quiet_daemon(
+    tmp_path: Path,
+) -> None:
+    """The next daemon searches RM only above the newest client the last one saw made; a daemon
+    whose probe saw no client made writes on the mark it was given."""
+    tracker = Tracker()
+    assert tracker.newest_client is None
+    for client in (0xC1D00007, 0xC1D00003):  # the last made is the newest, whatever its number
+        tracker.feed(rm_alloc(1, 5, client, 0, 0x41), node=Node.CTL)
+    assert tracker.newest_client == 0xC1D00003
+    assert dump(tracker, lambda pid: 1)["newest_client"] == 0xC1D00003
+    quiet = HandleBook(tmp_path / HANDLES_NAME, Tracker(), lambda: 0.0, lambda pid: 1)
+    quiet.mark = 0xC1D00002
+    quiet.write()
+    written = json.loads((tmp_path / HANDLES_NAME).read_text())
+    assert written["newest_client"] == 0xC1D00002
+    # And the next daemon reads it back (an older file without it gives no mark).
+    assert adopt(tmp_path, Tracker(), lambda pid: None).newest_client == 0xC1D00002
+    written.pop("newest_client")
+    (tmp_path / HANDLES_NAME).write_text(json.dumps(written))
+    assert adopt(tmp_path, Tracker(), lambda pid: None).newest_client is None
