@@ -37,26 +37,26 @@ LEGACY_RECORD_NAME = "rm-disabled.json"
 VERSION = 2
 
 
-def process_start_time(pid: int) -> int | None:
-    """The start time of ``pid`` (clock ticks since boot), to tell a pid from its reuse."""
+def _stat(pid: int) -> tuple[str, int] | None:
+    """``pid``'s state letter and start time (clock ticks since boot), from /proc/PID/stat."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        return fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
         return None
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of ``pid`` (clock ticks since boot), to tell a pid from its reuse."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
 
 
 def process_running(pid: int, started: int) -> bool:
     """Whether ``pid`` is still the process that started at ``started`` and has not exited (a
     zombie has closed its files: a copy of one of them is all that keeps its RM objects)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return fields[0] not in ("Z", "X") and int(fields[19]) == started
-    except (OSError, IndexError, ValueError):
-        return False
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X") and stat[1] == started
 
 
 def group_key(group: ClientChannels) -> str:

@@ -170,8 +170,8 @@ class UnseenProcesses:
             if started is None or pid in self._active or (pid, started) in self._done:
                 continue
             if not self._cuda(pid):
-                # No CUDA context to find, and a search would ask all 2^20 client handles on
-                # each descriptor for nothing (minutes at the daemon's 5 % of a core).
+                # No CUDA context to find: a search would spend its range of client handles,
+                # and the daemon's refusals (kernel log lines), for nothing.
                 self._done[(pid, started)] = "no libcuda"
                 log.warning(
                     "pod %s: pid %d uses the GPU without libcuda and the probe never saw its RM "
@@ -228,8 +228,7 @@ class UnseenProcesses:
                 continue
             new = active.search.step(share)
             channels = sum(c.channels for c in new)
-            same = self._start_time(pid) == active.started
-            if new and same:
+            if new:
                 proc = discover.process_state(
                     pid,
                     self._cgroup_of(pid),
@@ -238,7 +237,7 @@ class UnseenProcesses:
                     incomplete=not active.search.done,
                 )
                 self._tracker().add_clients(proc)
-            if channels and same:
+            if channels:
                 self.found_processes += 1
                 self.found_channels += channels
                 self._forget_unseen(pid)
