@@ -41,6 +41,7 @@ from qpolicy.doctor.lab import Workload, workload_argv
 from qpolicy.nvrm import abi, discover, rmctl
 from qpolicy.nvrm.abi import Kind, Node
 from qpolicy.nvrm.tracker import ProcessState, Tracker
+from tools.gpu.sched_only import finished
 
 CHURNER = """
 import json, os, sys, time, torch
@@ -61,16 +62,6 @@ while True:
     done += 4
     print(json.dumps({"t": time.time(), "done": done}), flush=True)
 """
-
-
-def finished(workload: Workload, start: float, end: float) -> int:
-    """Matmuls ``workload`` finished in [start, end) (its samples: wall time, done so far)."""
-    total, before = 0.0, 0.0
-    for t, done in list(workload.samples):
-        if start <= t < end:
-            total += done - before
-        before = done
-    return int(total)
 
 
 def tree(proc: ProcessState) -> dict[int, dict[int, tuple[int, int | None]]]:
@@ -170,9 +161,8 @@ def levers(pid: int, found: discover.Search, workload: Workload) -> dict[str, An
                 out["steps"].append({"step": label, "status": f"{result.status:#x}"})
             t0 = time.time()
             time.sleep(0.35)
-            out["steps"].append(
-                {"step": label, "matmuls_20_to_320_ms": finished(workload, t0 + 0.02, t0 + 0.32)}
-            )
+            done = finished(list(workload.samples), t0 + 0.02, t0 + 0.32)
+            out["steps"].append({"step": label, "matmuls_20_to_320_ms": done})
         for group in groups:
             for tsg in group.compute_tsgs:
                 fd = mine[group.fd] if group.fd is not None else -1
@@ -213,14 +203,15 @@ def full_client_scan(pid: int, fd: int, beside: Workload) -> dict[str, Any]:
         t1 = time.time()
     finally:
         os.close(mine)
+    samples = list(beside.samples)
     return {
         "asked": ask.asked,
         "seconds": round(t1 - t0, 3),
         "us_per_control": round((t1 - t0) / max(ask.asked, 1) * 1e6, 3),
         "clients_on_fd": hits,
         "refusals": dict(statuses),
-        "trainer_matmuls_per_s_before": round(finished(beside, before_t, t0) / (t0 - before_t), 1),
-        "trainer_matmuls_per_s_during": round(finished(beside, t0, t1) / max(t1 - t0, 1e-9), 1),
+        "trainer_matmuls_per_s_before": round(finished(samples, before_t, t0) / (t0 - before_t), 1),
+        "trainer_matmuls_per_s_during": round(finished(samples, t0, t1) / max(t1 - t0, 1e-9), 1),
     }
 
 
