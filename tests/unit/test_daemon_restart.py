@@ -308,3 +308,62 @@ def test_clients_between_makes_and_frees_that_many_rm_clients(
     aged = restart.age_clients(3)
     assert (aged["count"], aged["first"], aged["last"]) == (3, "0xc1d00010", "0xc1d00012")
     assert next(made) == 0xC1D00013  # three made, no more
+
+
+def test_daemon_cpu_is_the_lives_mean_and_its_busiest_second() -> None:
+    # 1 % of a core for 10 s, with 2 s at 5 % (a search) in the middle: samples every 0.5 s.
+    samples, cpu = [], 0.0
+    for k in range(21):
+        t = k * 0.5
+        samples.append([T0 + t, round(cpu, 4)])
+        cpu += 0.5 * (0.05 if 4.0 <= t < 6.0 else 0.01)
+    found = restart.daemon_cpu(samples)
+    assert found == {"seconds": 10.0, "mean_pct": 1.8, "peak_pct": 5.0}
+    # One sample, or none, says nothing.
+    assert restart.daemon_cpu(samples[:1]) is None
+    assert restart.daemon_cpu([]) is None
+
+
+def test_each_life_reports_its_cpu_and_the_table_prints_it() -> None:
+    report = run_report()
+    report["lives"][0]["cpu"] = [[T0, 1.0], [T0 + 2.0, 1.04]]
+    analysed = restart.analyse(report)
+    assert analysed["summary"]["daemon_cpu"]["0"] == {
+        "seconds": 2.0,
+        "mean_pct": 2.0,
+        "peak_pct": 2.0,
+    }
+    assert analysed["summary"]["daemon_cpu"]["1"] is None  # no samples: a killed short life
+    line = next(x for x in restart.table(analysed) if x.startswith("daemon CPU"))
+    assert "life 0 2.0 / 2.0 over 2 s" in line and "life 1 -" in line
+
+
+def test_the_sampler_reads_a_running_process_until_stopped(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    args = argparse.Namespace()
+    run = restart.Run(args, tmp_path, {"lives": []}, cgroups=Cgroups(root=tmp_path / "cg"))
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        samples: list[list[float]] = []
+        run._stop_cpu.clear()
+        sampler = restart.threading.Thread(target=run._sample_cpu, args=(busy.pid, samples))
+        sampler.start()
+        time.sleep(3 * restart.CPU_EVERY_S + 0.2)
+        run._sampler = sampler
+        run._stop_sampling()
+        assert not sampler.is_alive()
+        assert len(samples) >= 3
+        # A process spinning takes CPU time (no more than the wall clock allows).
+        spent = samples[-1][1] - samples[0][1]
+        assert 0 < spent <= samples[-1][0] - samples[0][0] + 0.05
+    finally:
+        busy.kill()
+        busy.wait()
+    # A process that exited ends the sampling by itself.
+    gone: list[list[float]] = []
+    run._stop_cpu.clear()
+    run._sample_cpu(busy.pid, gone)
+    assert gone == []

@@ -56,6 +56,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -71,6 +72,7 @@ from tools.bench.gpu import (  # noqa: E402
     INIT_S,
     MATMUL,
     Cgroups,
+    cpu_seconds,
     free_port,
     in_cgroup,
     place_doctor_cache,
@@ -115,6 +117,9 @@ PROBE_UP_WAIT_S = 60.0
 TRAINERS_FIRST_LEAD_S = 2.0
 TERM_WAIT_S = 30.0
 LOG_TAIL = 40
+# How often the daemon's CPU time is read: a search's 5 ms a 0.1 s tick shows as a second or more
+# at 5 % of a core.
+CPU_EVERY_S = 0.5
 # Log lines about what a daemon found of its predecessor and of processes older than its probe.
 LOG_MARKS = (
     "re-opened",
@@ -368,6 +373,29 @@ def windows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def daemon_cpu(samples: list[list[float]], window_s: float = 1.0) -> dict[str, float] | None:
+    """A daemon life's CPU, in % of one core, from its samples ([time, CPU seconds], from its
+    probe up): the mean over the life, and the most over any ``window_s`` or more of it (a
+    search's share shows there)."""
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+        return None
+    (t0, c0), (t1, c1) = samples[0], samples[-1]
+    peak = 0.0
+    start = 0
+    for end in range(1, len(samples)):
+        # The shortest span of window_s or more that ends at this sample.
+        while start + 1 < end and samples[end][0] - samples[start + 1][0] >= window_s:
+            start += 1
+        span = samples[end][0] - samples[start][0]
+        if span >= window_s:
+            peak = max(peak, (samples[end][1] - samples[start][1]) / span)
+    return {
+        "seconds": round(t1 - t0, 2),
+        "mean_pct": round(100 * (c1 - c0) / (t1 - t0), 2),
+        "peak_pct": round(100 * peak, 2),
+    }
+
+
 def summarise(report: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, Any]:
     """The verdict over every window: governed in every up window judged, none stuck, the tail
     restored, no trainer error, no error in the run."""
@@ -396,6 +424,9 @@ def summarise(report: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, 
         # Fewer kills than asked (the start-ups were slower than budgeted): not a failure, what
         # was measured still holds; said beside the verdict.
         "cut_short": report.get("cut_short"),
+        "daemon_cpu": {
+            str(life["life"]): daemon_cpu(life.get("cpu") or []) for life in report.get("lives", [])
+        },
         "startup_s": None
         if not startups
         else {
@@ -465,6 +496,16 @@ def table(report: dict[str, Any]) -> list[str]:
         + ("-" if not startup else f"{startup['min']}-{startup['max']} s (mean {startup['mean']})")
         + f"; trainer errors {errors or 'none'}"
         + (f"; cut short {s['cut_short']}" if s.get("cut_short") else ""),
+        "daemon CPU, % of a core from probe up (mean / most over 1 s): "
+        + (
+            ", ".join(
+                f"life {n} {c['mean_pct']:.1f} / {c['peak_pct']:.1f} over {c['seconds']:.0f} s"
+                if c
+                else f"life {n} -"
+                for n, c in s.get("daemon_cpu", {}).items()
+            )
+            or "-"
+        ),
         "verdict: " + ("HOLDS" if s.get("holds") else "FAILS: " + "; ".join(s.get("failures", []))),
     ]
     return lines
@@ -553,6 +594,8 @@ class Run:
         self.daemon: subprocess.Popen[bytes] | None = None
         self.life: dict[str, Any] | None = None
         self.trainers: dict[str, subprocess.Popen[bytes]] = {}
+        self._stop_cpu = threading.Event()
+        self._sampler: threading.Thread | None = None
 
     # -- daemons -----------------------------------------------------------------------------
 
@@ -590,7 +633,30 @@ class Run:
             time.sleep(0.05)
         life["probe_up"] = time.time()
         life["startup_s"] = round(life["probe_up"] - life["started"], 3)
+        life["cpu"] = []
+        self._stop_cpu.clear()
+        self._sampler = threading.Thread(
+            target=self._sample_cpu, args=(self.daemon.pid, life["cpu"]), daemon=True
+        )
+        self._sampler.start()
         return life
+
+    def _sample_cpu(self, pid: int, samples: list[list[float]]) -> None:
+        """Every CPU_EVERY_S while the daemon runs: [time, its CPU seconds (user + system)]."""
+        while True:
+            try:
+                user, system = cpu_seconds(pid)
+            except (OSError, IndexError, ValueError):
+                return  # it exited
+            samples.append([round(time.time(), 3), round(user + system, 3)])
+            if self._stop_cpu.wait(CPU_EVERY_S):
+                return
+
+    def _stop_sampling(self) -> None:
+        self._stop_cpu.set()
+        if self._sampler is not None:
+            self._sampler.join(timeout=2 * CPU_EVERY_S)
+            self._sampler = None
 
     def _read_status(self, life: dict[str, Any]) -> None:
         """The daemon's daemon-status.json as it is now (written every second; a daemon that
@@ -630,6 +696,7 @@ class Run:
         assert self.daemon is not None and self.life is not None
         life = self.life
         self._read_status(life)
+        self._stop_sampling()
         life["killed"] = time.time()
         self.daemon.kill()
         # Bounded: a process inside a driver call dies only when the call returns.
@@ -643,6 +710,7 @@ class Run:
         life = self.life
         if read_status:
             self._read_status(life)
+        self._stop_sampling()
         life["stopped"] = time.time()
         self.daemon.send_signal(signal.SIGTERM)
         try:
