@@ -59,6 +59,9 @@
 BPF_HASH(devs, u32, u8, 1024);          /* kernel dev_t -> NODE_* */
 BPF_HASH(majors, u32, u8, 64);          /* major, any minor -> NODE_* */
 BPF_HASH(stream_controls, u32, u8, 64); /* RM_CONTROL commands whose outcome is streamed */
+/* Processes whose ioctls are counted, not streamed: the daemon's own (its searches make and free
+ * a client for each client handle they check; nothing it sends is a tenant's). */
+BPF_HASH(muted, u32, u8, 16);
 
 /*
  * Counters, sized for about a thousand GPU cgroups at the H200 trace's variety per process (26
@@ -351,7 +354,7 @@ static __always_inline u16 read_inner(u8 *dst, u64 src)
 TRACEPOINT_PROBE(syscalls, sys_exit_ioctl)
 {
 	u64 id = bpf_get_current_pid_tgid(), cgroup, dur, inner = 0;
-	u32 tid = (u32)id, zero = 0, nr, size, control = 0, cls = 0;
+	u32 tid = (u32)id, tgid = id >> 32, zero = 0, nr, size, control = 0, cls = 0;
 	struct inflight *found = inflight.lookup(&tid);
 	struct inflight f;
 	struct ioctl_key key = {};
@@ -405,7 +408,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_ioctl)
 	} else if (nr == ESC_RM_FREE || nr == ESC_RM_DUP_OBJECT) {
 		stream = 1;
 	}
-	if (!stream)
+	if (!stream || muted.lookup(&tgid))
 		return 0;
 
 	ev = scratch.lookup(&zero);

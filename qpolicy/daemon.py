@@ -85,9 +85,16 @@ class DaemonConfig:
 
 
 def load_probe() -> ProbeSource:
-    from qpolicy.telemetry.probe import NvProbe  # bcc is imported only when a probe is wanted
+    # bcc is imported only when a probe is wanted.
+    from qpolicy.telemetry.probe import NvProbe, ProbeError
 
-    return ProbeSource(NvProbe().start())
+    probe = NvProbe().start()
+    # What the daemon sends itself (its searches' checks, its controls) is no tenant's.
+    try:
+        probe.mute(os.getpid())
+    except ProbeError as error:
+        log.warning("%s: the daemon's own RM calls are read as any process's", error)
+    return ProbeSource(probe)
 
 
 class Daemon:

@@ -621,3 +621,30 @@ def test_libcudas_uprobes_count_the_same_as_links_or_as_perf_events(
         counters = p.counters()[cgroup.id]
         assert (counters.launches, counters.waits) == (10, 1)
     assert p._links == [] and p._multi_programs == {}
+
+
+def test_a_muted_process_is_counted_and_not_streamed(
+    probe: NvProbe, make_cgroup: MakeCgroup, spawn: Spawn
+) -> None:
+    """The daemon mutes itself: its searches' checks make and free a client per client handle
+    (60 000 records for 30 000 checks, call 24D), none of them a tenant's."""
+    steps: list[dict[str, Any]] = [
+        {"open": "/dev/full", "as": "ctl"},
+        {"ioctl": "ctl", "cmd": RM_ALLOC_32, "arg": alloc32(0xB2, abi.NV01_ROOT_CLIENT)},
+        {"ioctl": "ctl", "cmd": RM_FREE, "arg": free(0xB2)},
+        {"close": "ctl"},
+    ]
+    quiet, loud = make_cgroup(), make_cgroup()
+    muted = spawn(quiet, steps)
+    heard = spawn(loud, steps)
+    probe.mute(muted.pid)
+    for workload in (muted, heard):
+        workload.go()
+        workload.report()
+    got = collect(probe, lambda c: len(c.of(quiet, "exit")) == 1 and len(c.of(loud, "exit")) == 1)
+    assert [r.cmd for r in got.of(loud, "ioctl")] == [RM_ALLOC_32, RM_FREE]
+    assert got.of(quiet, "ioctl") == []
+    # Its opens, closes and exit are still streamed, and its ioctls counted.
+    assert Counter(r.kind for r in got.of(quiet)) == {"open": 1, "close": 1, "exit": 1}
+    counters = probe.counters()
+    assert counters[quiet.id].escapes == counters[loud.id].escapes == {"RM_ALLOC": 1, "RM_FREE": 1}
