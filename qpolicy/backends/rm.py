@@ -41,11 +41,17 @@ log = logging.getLogger(__name__)
 RECONCILE_EVERY_S = 1.0
 # How often pods are searched for processes the probe never saw (a walk of /proc per pod).
 UNSEEN_EVERY_S = 10.0
-# Per tick (0.1 s), how long RM is asked for such processes' handles while a search runs: 5 % of
-# a core while one runs. A CUDA process took ~4 700 controls of 5-9 us to its channels (an H200,
-# calls 23E-F): found in about a second; each client handle made after it adds one control per
-# control descriptor (30 000 clients: 17 s, call 23G).
-SEARCH_BUDGET_S = 0.005
+# The share of the daemon's time RM is asked for such processes' handles while a search runs
+# (5 % of a core), given at each refresh for the time since the last, and at most
+# SEARCH_MOST_S at once. A fixed 5 ms a refresh took 8-10 % of a core while searching (an H200,
+# call 24E): a refresh is due every 0.1 s tick but runs with whatever wakes the loop in the last
+# half of that, and a slice looked at the clock only every 64 controls. A
+# CUDA process took ~4 700 controls of 5-9 us to its channels (calls 23E-F): found in about a
+# second; each client handle made after it adds a check of 15 us (a held one: 3 us and a
+# control per control descriptor; 30 000 clients: 13.5 s, call 24E).
+SEARCH_SHARE = 0.05
+SEARCH_MOST_S = 0.01
+TICK_S = 0.1
 
 
 @dataclass
@@ -137,6 +143,7 @@ class RmBackend:
         self._gpus: dict[int, _Gpu] = {}
         self._reconciled_at = context.clock()
         self._searched_at: float | None = None
+        self._advanced_at: float | None = None
         self.unseen_processes = UnseenProcesses(
             lambda: self.probe.view.tracker,
             context.cgroup_root,
@@ -144,8 +151,8 @@ class RmBackend:
             context.clock,
             search=search,
         )
-        # Clients made after the last one the previous daemon saw made are what a search of RM
-        # asks about; the mark is written on until this daemon's probe sees a newer one.
+        # Clients made after the previous daemon's mark are what a search of RM asks about; it
+        # is written on until this daemon has searched them (UnseenProcesses.mark_to_write).
         self.unseen_processes.mark = self.handles.mark = self.adoption.newest_client
 
     def _cgroup_of(self, pid: int) -> int | None:
@@ -209,6 +216,7 @@ class RmBackend:
         return driven
 
     def refresh(self) -> None:
+        self.handles.mark = self.unseen_processes.mark_to_write
         self.handles.maybe_write()
         now = self.context.clock()
         if now - self._reconciled_at >= RECONCILE_EVERY_S:
@@ -219,7 +227,12 @@ class RmBackend:
             pods = [p for p in self._state.pods if pod_id_kind(p) is PodIdKind.CGROUP]
             self.unseen_processes.look(pods)
         if self.unseen_processes.searching:
-            self.unseen_processes.advance(SEARCH_BUDGET_S)
+            # The first slice as for one tick.
+            since = now - self._advanced_at if self._advanced_at is not None else TICK_S
+            self.unseen_processes.advance(min(SEARCH_SHARE * since, SEARCH_MOST_S))
+            self._advanced_at = self.context.clock()
+        else:
+            self._advanced_at = None
 
     @property
     def unseen(self) -> dict[str, list[int]]:
@@ -294,6 +307,8 @@ class RmBackend:
         }
 
     def close(self) -> None:
+        # Taken before the searches stop: one stopped short has not searched the gap.
+        self.handles.mark = self.unseen_processes.mark_to_write
         self.unseen_processes.close()
         for driven in self._gpus.values():
             driven.periodic.cancel()

@@ -14,12 +14,17 @@ by asking, through the tenant's own ``/dev/nvidiactl`` descriptor, about the han
   file). But every question about a client handle that does not exist writes a line to the
   kernel log (``RmDeprecatedGetControlHandler``, rmapi_deprecated_control.c, at LEVEL_ERROR: one
   line per question on an H200, call 23I; asking all 2^20 filled the log in call 23H), and a
-  refusal does not tell a missing client from another file's. So only a bounded range is asked:
-  the clients made since a mark, the newest client a daemon saw made (a daemon that restarts
-  finds its predecessor's in the handles file), down from the newest there is (one this process
-  makes itself), each on each of the process's control descriptors, until the first client with
-  channels; and every refusal is counted against a :class:`Refusals` budget. Client handles the
-  tracker already knows (objects were seen below them) are asked first: they exist.
+  refusal does not tell a missing client from another file's. So each client handle is first
+  checked without a question (``in_use``: the daemon makes a client *at* that handle,
+  rmctl.ClientCheck; RM refuses where one exists, silently: 2 050 checks, no log line, call
+  24C), and only the handles a client holds are asked, newest first from the newest there is
+  (one the daemon makes itself), each on each of the process's control descriptors, until the
+  first client with channels; down to a mark (a client a daemon made itself, after which its
+  probe saw every client made: a daemon that restarts finds its predecessor's in the handles
+  file), or through every handle where there is none. Where handles cannot be checked, only
+  the range above a mark is asked, and every refusal is counted against a :class:`Refusals`
+  budget. Client handles the tracker already knows (objects were seen below them) are asked
+  first: they exist.
 * **objects.** Clients choose their objects' handles. libcuda numbers them one after another
   (0x5c000001, 0x5c000002, ... in the shipped H200 trace; its second client 0xa55a0000,
   0xa55a0010, ...). RM names one of them: the client's first device
@@ -69,7 +74,11 @@ GAP = 4096
 #: The same below the device: what libcuda allocates before it (one object in the shipped trace).
 GAP_BELOW = 256
 #: How often a slice looks at the clock (a control takes microseconds; the clock is not free).
-CHECK_EVERY = 64
+CHECK_EVERY = 16
+
+
+#: Whether RM holds a client handle (rmctl.ClientCheck.in_use); None where it cannot tell.
+InUse = Callable[[int], "bool | None"]
 
 
 class Asker(Protocol):
@@ -187,22 +196,33 @@ def search_clients(
     oldest: int | None,
     refusals: Refusals,
     known: Iterable[int] = (),
+    in_use: InUse | None = None,
 ) -> Steps:
     """The clients with GPU objects on the descriptors ``askers`` ask through (fd -> asker): the
     ``known`` handles first, then those from ``newest`` down to ``oldest`` (not included; no
     range where either is None: never the whole space), each on each descriptor (see the module's
-    docstring); the search ends at the first client that holds channels."""
+    docstring); the search ends at the first client that holds channels. With ``in_use``, a
+    handle of the range is first checked (silently); one no client holds is not asked, and a
+    refusal of one that is held (another file's client) writes no log line and spends nothing."""
     span = client_handles(newest, oldest) if newest is not None and oldest is not None else ()
+    known = tuple(known)
     seen: set[int] = set()
     for handle in itertools.chain(known, span):
         if handle in seen:
             continue
         seen.add(handle)
+        held: bool | None = True if handle in known else None
+        if held is None and in_use is not None:
+            held = in_use(handle)
+            yield None
+            if held is False:
+                continue
         for fd, ask in askers.items():
             cls = ask.info(handle, handle, abi.HANDLE_INFO_INDEX_CLASSID)
             yield None
             if cls is None:
-                refusals.spend()
+                if held is None:
+                    refusals.spend()
                 continue
             if abi.class_kind(cls) is not Kind.CLIENT:
                 continue
@@ -232,6 +252,7 @@ class Search:
         oldest: int | None,
         refusals: Refusals,
         known: Iterable[int] = (),
+        in_use: InUse | None = None,
     ) -> None:
         self.pid = pid
         self.fds = dict(fds)
@@ -239,6 +260,7 @@ class Search:
         self.oldest = oldest
         self.known = tuple(known)
         self.refusals = refusals
+        self.in_use = in_use
         self._askers = askers
         self._clock = clock
         self.found: list[FoundClient] = []
@@ -261,7 +283,9 @@ class Search:
                 ask, release = self._askers(self.pid, fd)
                 askers[fd] = ask
                 releases.append(release)
-            steps = search_clients(askers, self.newest, self.oldest, self.refusals, self.known)
+            steps = search_clients(
+                askers, self.newest, self.oldest, self.refusals, self.known, self.in_use
+            )
             for step in steps:
                 if step is None:
                     self.asked += 1  # each None follows one control

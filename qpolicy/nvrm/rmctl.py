@@ -32,6 +32,7 @@ _libc.ioctl.restype = ctypes.c_int
 
 RM_CONTROL_REQUEST = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_CONTROL, abi.NVOS54.size)
 RM_ALLOC_REQUEST = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_ALLOC, abi.NVOS21.size)
+RM_FREE_REQUEST = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_FREE, abi.NVOS00.size)
 
 
 class RmError(QPolicyError):
@@ -182,6 +183,60 @@ def newest_client_handle(path: str = "/dev/nvidiactl") -> int | None:
         return answer["hObjectNew"] if answer["status"] == abi.NvStatus.NV_OK else None
     finally:
         os.close(fd)
+
+
+class ClientCheck:
+    """Whether a client handle is in use, found out without a question RM logs.
+
+    A control sent to a client that does not exist writes a kernel log line
+    (``RmDeprecatedGetControlHandler``, rmapi_deprecated_control.c: ``serverGetClientUnderLock``
+    at LEVEL_ERROR; call 23I, an H200). Allocating a client *at* that handle tells the same
+    silently: RM takes a client handle the caller names (nvidia.ko is built with
+    ``RS_COMPATABILITY_MODE``, src/nvidia/Makefile) and answers ``NV_ERR_INSERT_DUPLICATE_NAME``
+    where one is in use (rs_server.c, ``_serverCreateEntryAndLockForNewClient``; neither it nor
+    ``rmapiAllocWithSecInfo`` prints above LEVEL_INFO on failure); where none is, the client
+    made on this daemon's own ``/dev/nvidiactl`` is freed at once. RM's counter is not moved by
+    a named handle, and the handles asked are older than it: the clients RM numbers meanwhile do
+    not collide. A tenant naming that very handle in the microseconds it is held would be
+    refused (libcuda and NVML let RM number their clients)."""
+
+    def __init__(self, path: str = "/dev/nvidiactl") -> None:
+        self._path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self.checked = 0
+        self._alloc = ctypes.create_string_buffer(abi.NVOS21.size)
+        self._free = ctypes.create_string_buffer(abi.NVOS00.size)
+        self._alloc_status = _offset(abi.NVOS21, "status")
+        self._free_status = _offset(abi.NVOS00, "status")
+
+    def in_use(self, handle: int) -> bool | None:
+        """Whether RM holds a client ``handle``; None where RM answered neither way (the
+        question is then to be asked the old way)."""
+        self.checked += 1
+        struct.pack_into(
+            "<IIII", self._alloc, 0, handle, handle, handle, abi.NV01_ROOT_CLIENT
+        )  # hRoot (the handle asked for), hObjectParent, hObjectNew, hClass
+        struct.pack_into("<QII", self._alloc, 16, 0, 0, 0)  # no parameters; status
+        if _libc.ioctl(self.fd, RM_ALLOC_REQUEST, self._alloc) != 0:
+            err = ctypes.get_errno()
+            raise RmError(f"RM_ALLOC on fd {self.fd} failed: {os.strerror(err)}")
+        status = struct.unpack_from("<I", self._alloc, self._alloc_status)[0]
+        if status == abi.NvStatus.NV_ERR_INSERT_DUPLICATE_NAME:
+            return True
+        if status != abi.NvStatus.NV_OK:
+            return None
+        made: int = struct.unpack_from("<I", self._alloc, _offset(abi.NVOS21, "hObjectNew"))[0]
+        # Freed whatever RM named it (the file's close would free it too).
+        struct.pack_into("<IIII", self._free, 0, made, made, made, 0)
+        freed = _libc.ioctl(self.fd, RM_FREE_REQUEST, self._free) == 0
+        if not freed or struct.unpack_from("<I", self._free, self._free_status)[0] != 0:
+            # Not freed: closing the file frees every client on it.
+            os.close(self.fd)
+            self.fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
+        return False if made == handle else None
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def disable_channels_params(

@@ -178,8 +178,9 @@ class Tracker:
         #: second with ten busy pods, made every publish rebuild every summary (py-spy, H100,
         #: 2026-11-27).
         self.generation = 0
-        #: The handle of the last client seen allocated, by any process: a mark below which a
-        #: search of RM for processes not seen need not look (qpolicy.nvrm.discover).
+        #: The handle of the last client seen allocated, by any process: where a search of RM
+        #: starts when the daemon cannot make a client of its own (qpolicy.enforcers.rm.unseen).
+        #: Not a mark for the next daemon: a tenant may name its client's handle.
         self.newest_client: int | None = None
 
     # -- feeding -------------------------------------------------------------------------------

@@ -14,6 +14,12 @@ qpolicy.nvrm.discover's searches. What it models, and where from:
   is the one asked (Device's 0xe0ac20, g_device_nvoc.h; a TSG's 0x2b5b80 and a channel's
   0x5d8d70); asked by class number it finds nothing (call 23A). Which child is "first" is RM's
   index order; here, the lowest handle (libcuda numbers its objects upwards: the shipped trace).
+* A control sent to a client handle that does not exist writes a kernel log line
+  (``RmDeprecatedGetControlHandler``, rmapi_deprecated_control.c; call 23I: one per question),
+  one that exists on another file none: counted in ``logged``.
+* A client allocated at a named handle (rmctl.ClientCheck): ``NV_ERR_INSERT_DUPLICATE_NAME`` where
+  a client holds it, on any file (rs_server.c, ``_serverCreateEntryAndLockForNewClient``);
+  otherwise made and freed again. Neither logs.
 """
 
 from __future__ import annotations
@@ -60,6 +66,19 @@ class RmDouble:
         self.refusals: Counter[int] = Counter()
         self.open: set[tuple[int, int]] = set()
         self.fail_after: int | None = None
+        #: Kernel log lines written: questions about a client that does not exist.
+        self.logged = 0
+        #: Client handles checked by allocating a client at them.
+        self.checked = 0
+        self.check_closed = False
+
+    def in_use(self, handle: int) -> bool | None:
+        """rmctl.ClientCheck.in_use: whether any file holds a client ``handle``."""
+        self.checked += 1
+        return handle in self.clients
+
+    def close(self) -> None:
+        self.check_closed = True
 
     def add(self, pid: int, fd: int, client: int, objects: dict[int, tuple[int, int]]) -> None:
         self.clients[client] = ((pid, fd), {client: (abi.NV01_ROOT_CLIENT, 0), **objects})
@@ -92,6 +111,8 @@ class _Ask:
         if rm.fail_after is not None and rm.asked > rm.fail_after:
             raise rmctl.RmError("RM control on fd 8 failed: Bad file descriptor")
         held = rm.clients.get(client)
+        if held is None:
+            rm.logged += 1
         if held is None or held[0] != self.file:
             rm.refusals[NV_ERR_INVALID_CLIENT] += 1
             return None

@@ -67,6 +67,7 @@ def test_the_rm_backend_names_the_processes_it_cannot_govern(
     monkeypatch.setattr(rmctl, "newest_client_handle", lambda: 0xC1D00002)
     monkeypatch.setattr(unseen, "maps_libcuda", lambda pid: True)
     monkeypatch.setattr(unseen, "process_running", lambda pid, started: True)
+    monkeypatch.setattr(unseen, "open_client_check", lambda: None)  # asked the old way
     rm = RmDouble()
     clock = [0.0]
     context = BackendContext(

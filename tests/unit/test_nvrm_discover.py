@@ -193,6 +193,51 @@ def test_a_search_stops_at_its_budget_of_refusals() -> None:
     assert rm.refusals[0x23] == 101 and search.found == [] and rm.open == set()
 
 
+def test_with_client_checks_only_clients_that_exist_are_asked_and_nothing_is_logged() -> None:
+    """Call 24B (an H200): 300 clients made and freed after two trainers, asked on each of
+    their three control descriptors, spent the daemon's 1 024 refusals (1 026 kernel log lines)
+    before either trainer's client. Checked first by making a client at each handle, a freed
+    one is not asked at all; one another file holds is asked, refused, and logs nothing."""
+    proc = traced()
+    rm = RmDouble()
+    rm.add_process(proc)
+    rm.add(999, 3, 0xC1D00100, {})  # a live client of another process (NVML), among them
+    refusals = discover.Refusals(10)
+    search = run(
+        discover.Search(
+            PID, CTL_FILES, 0xC1D00200, rm.asker, oldest=MARK, refusals=refusals,
+            in_use=rm.in_use,
+        )
+    )  # fmt: skip
+    assert search.error is None
+    assert {c.handle for c in search.found} == {0xC1D0001B, 0xC1D0001D}
+    assert rm.logged == 0 and refusals.spent == 0
+    # Checked: 0x200 down to 0x1b. Asked: the other process's client on all three descriptors,
+    # 0x1d on the first two (refused) and the third, 0x1b on the first.
+    assert rm.checked == 0x200 - 0x1B + 1
+    assert rm.refusals[0x23] == 3 + 2
+    # Without the checks the same range spends the budget and writes a line per question.
+    again = RmDouble()
+    again.add_process(proc)
+    search = run(searcher(again, CTL_FILES, 0xC1D00200, limit=10))
+    assert search.error is not None and again.logged == 11 and search.found == []
+
+
+def test_a_check_that_cannot_tell_falls_back_to_asking_with_the_budget() -> None:
+    proc = traced()
+    rm = RmDouble()
+    rm.add_process(proc)
+    refusals = discover.Refusals(1024)
+    search = run(
+        discover.Search(
+            PID, CTL_FILES, 0xC1D00020, rm.asker, oldest=MARK, refusals=refusals,
+            in_use=lambda handle: None,
+        )
+    )  # fmt: skip
+    assert {c.handle for c in search.found} == {0xC1D0001B, 0xC1D0001D}
+    assert refusals.spent == rm.refusals[0x23] == 14  # as without checks
+
+
 def test_known_client_handles_are_asked_first_and_no_range_without_both_ends() -> None:
     """Handles the tracker knows (objects were seen made under them) exist: asking them refuses
     nothing on their own file. Without a mark, or a newest, no range is asked at all."""
@@ -366,3 +411,66 @@ def test_found_clients_join_what_the_probe_saw_since() -> None:
     tracker.add_clients(discover.process_state(PID, 55, {8: Node.CTL}, [other]))
     assert set(tracker.processes[PID].clients[0xC1D00001].objects) == set(client.objects)
     assert tracker.processes[PID].objects(Kind.CHANNEL)[0].handle == 0x12
+
+
+class FakeClients:
+    """Decodes the RM_ALLOC and RM_FREE requests ClientCheck sends; RM's table of clients."""
+
+    def __init__(self, clients: set[int], status: int | None = None) -> None:
+        self.clients = clients
+        self.status = status  # forced answer to an alloc
+        self.rename = 0  # RM numbers the client this much past the one asked
+        self.seen: list[tuple[str, dict[str, int]]] = []
+
+    def ioctl(self, fd: int, request: int, buffer: Any) -> int:
+        raw = bytes(buffer)
+        if request == rmctl.RM_ALLOC_REQUEST:
+            alloc = abi.NVOS21.unpack(raw)
+            self.seen.append(("alloc", alloc))
+            handle = alloc["hRoot"] + self.rename
+            if self.status is not None:
+                status = self.status
+            elif alloc["hRoot"] in self.clients:
+                status = abi.NvStatus.NV_ERR_INSERT_DUPLICATE_NAME
+            else:
+                status = 0
+                self.clients.add(handle)
+                struct.pack_into("<I", buffer, 8, handle)
+            struct.pack_into("<I", buffer, 28, status)
+            return 0
+        assert request == rmctl.RM_FREE_REQUEST
+        free = abi.NVOS00.unpack(raw)
+        self.seen.append(("free", free))
+        assert free["hRoot"] == free["hObjectOld"]
+        self.clients.discard(free["hRoot"])
+        struct.pack_into("<I", buffer, 12, 0)
+        return 0
+
+
+def test_the_client_check_makes_a_client_at_the_handle_and_frees_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeClients({0xC1D00005})
+    monkeypatch.setattr(rmctl, "_libc", fake)
+    check = rmctl.ClientCheck("/dev/null")
+    try:
+        assert check.in_use(0xC1D00005) is True
+        ((kind, alloc),) = fake.seen
+        assert kind == "alloc" and alloc["hClass"] == abi.NV01_ROOT_CLIENT
+        assert (alloc["hRoot"], alloc["hObjectNew"]) == (0xC1D00005, 0xC1D00005)
+        assert (alloc["pAllocParms"], alloc["paramsSize"]) == (0, 0)
+        fake.seen.clear()
+        assert check.in_use(0xC1D00004) is False
+        assert [kind for kind, _ in fake.seen] == ["alloc", "free"]
+        assert fake.seen[1][1]["hObjectOld"] == 0xC1D00004
+        assert fake.clients == {0xC1D00005}  # nothing left made
+        # RM named another handle (it did not take the one asked): freed, and no answer.
+        fake.rename = 1
+        assert check.in_use(0xC1D00007) is None and fake.clients == {0xC1D00005}
+        fake.rename = 0
+        # Any other status: no answer either way.
+        fake.status = 0x1A
+        assert check.in_use(0xC1D00009) is None
+        assert check.checked == 4
+    finally:
+        check.close()

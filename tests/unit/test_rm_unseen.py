@@ -43,6 +43,8 @@ class Node_:
         self.rm = RmDouble()
         self.tracker = Tracker()
         self.searches: list[int] = []
+        #: Whether client handles can be checked without a log line (rmctl.ClientCheck).
+        self.checks = False
 
     def unseen(self) -> UnseenProcesses:
         def search_clock() -> float:
@@ -57,6 +59,7 @@ class Node_:
             oldest: int | None,
             known: tuple[int, ...],
             refusals: discover.Refusals,
+            in_use: discover.InUse | None,
         ) -> discover.Search:
             self.searches.append(pid)
             return discover.Search(
@@ -68,6 +71,7 @@ class Node_:
                 oldest=oldest,
                 known=known,
                 refusals=refusals,
+                in_use=in_use,
             )
 
         made = UnseenProcesses(
@@ -82,6 +86,7 @@ class Node_:
             members=lambda root, pod: self.members.get(pod, []),
             cuda=lambda pid: pid in self.cuda,
             running=lambda pid, started: self.started.get(pid) == started and pid not in self.gone,
+            client_check=lambda: self.rm if self.checks else None,
         )
         made.mark = self.mark
         return made
@@ -312,3 +317,100 @@ def test_a_client_objects_were_seen_under_is_asked_without_a_mark() -> None:
     (group,) = node.tracker.channel_groups(PID)
     assert group.fd == 8 and governable(node.tracker, PID)
     assert unseen.refusals.spent == 0
+
+
+def test_the_mark_to_leave_moves_to_the_daemons_own_client_once_the_gap_is_searched() -> None:
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    unseen = node.unseen()
+    # Before its first look, and while it searches, the gap before this daemon is not searched:
+    # the mark it was given is the one to leave.
+    assert unseen.mark_to_write == 0xC1D00010
+    unseen.look(["/a"])
+    assert unseen.searching and unseen.own_mark == 0xC1D00021
+    assert unseen.mark_to_write == 0xC1D00010
+    while unseen.searching:
+        unseen.advance(1.0)
+    assert unseen.mark_to_write == 0xC1D00021
+    # A quiet node, and the first daemon on it (no mark given): its own client at once.
+    quiet = Node_()
+    quiet.members = {}
+    quiet.mark = None
+    first = quiet.unseen()
+    assert first.mark_to_write is None
+    first.look(["/a"])
+    assert first.mark_to_write == 0xC1D00021
+    # No client could be made (no /dev/nvidiactl): the mark given is left, not one a tenant made.
+    blind = UnseenProcesses(
+        lambda: Tracker(),
+        lambda: Path("/sys/fs/cgroup"),
+        lambda pid: 55,
+        lambda: 0.0,
+        newest=lambda: None,
+        members=lambda root, pod: [],
+    )
+    blind.mark = 0xC1D00010
+    blind.look(["/a"])
+    assert blind.own_mark is None and blind.mark_to_write == 0xC1D00010
+
+
+def test_with_client_checks_the_first_daemon_searches_every_client_handle_silently() -> None:
+    """No mark (the first daemon on a node): asking every client handle would write a log line
+    per missing one (call 23H). Checked by making a client at each (rmctl.ClientCheck), the
+    missing ones are not asked: the whole range, newest first, and nothing logged."""
+    node = Node_()
+    node.mark = None
+    node.checks = True
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    unseen = node.unseen()
+    unseen.look(["/a"])
+    assert node.searches == [PID]
+    while unseen.searching:
+        unseen.advance(1.0)
+    (group,) = node.tracker.channel_groups(PID)
+    assert group.client == 0xC1D0001B and governable(node.tracker, PID)
+    assert node.rm.logged == 0 and unseen.refusals.spent == 0
+    # From just below the client it made (0x21) down to the trace's 0x1b.
+    assert node.rm.checked == 0x20 - 0x1B + 1
+    status = unseen.status()
+    assert (status["clients_checked"], status["refusals"]) == (node.rm.checked, 0)
+    unseen.close()
+    assert node.rm.check_closed
+
+
+def test_handles_found_free_are_checked_once_for_all_the_searches() -> None:
+    """Two processes started before the daemon, 200 clients freed after them: each search asks
+    the same range, and the second need not check what the first found free."""
+    node = Node_()
+    node.checks = True
+    node.mark = 0xC1D00010
+    first = trace_tracker(PID).processes[PID]
+    node.rm.add_process(first)
+    other = 5151
+    node.rm.add(other, 8, 0xC1D0001F, {0x5C000002: (0x80, 0xC1D0001F)})
+    node.members["/a"] = [PID, other]
+    node.files[other] = {8: Node.CTL}
+    node.started[other] = 778
+    node.cuda.add(other)
+    checked: list[int] = []
+    held = node.rm.in_use
+
+    def in_use(handle: int) -> bool | None:
+        checked.append(handle)
+        return held(handle)
+
+    node.rm.in_use = in_use  # type: ignore[method-assign]
+    unseen = node.unseen()
+    newest = 0xC1D00021 + 200
+    unseen._newest = lambda: newest
+    unseen.look(["/a"])
+    while unseen.searching:
+        unseen.advance(1.0)
+    assert governable(node.tracker, PID)
+    # The other process holds no channels: its search runs down to the mark. Each free handle
+    # of the range (0xe8, just below the one made, to 0x11) was checked once, whichever search
+    # reached it first; the three held (0x1f, 0x1d, 0x1b) by each search that reached them.
+    free = [h for h in checked if h not in node.rm.clients]
+    assert len(free) == len(set(free)) == (0xE8 - 0x11 + 1) - 3
+    assert len(checked) - len(free) == 3 + 3
+    assert node.rm.logged == 0

@@ -8,7 +8,8 @@ that restarts (an upgrade, a crash, SIGKILL) would therefore leave every running
 or searched for, until it knew them again. So the tracker's object trees are written here (at
 most once a second, when they changed, and at shutdown), and the next daemon adopts them before
 its probe's first events are read, for each process still alive with the same start time. The
-file also keeps the mark, ``newest_client``: the newest client handle the daemon saw made.
+file also keeps the mark, ``newest_client``: a client handle after which every client made, up
+to the daemon's end, was seen made or searched for (qpolicy/enforcers/rm/unseen.py).
 
 Nothing is taken on trust: each object is asked of RM (``GET_HANDLE_INFO``: its class, through
 the tenant's own descriptor, which must still be an NVIDIA device) and kept only where RM still
@@ -52,8 +53,7 @@ def dump(
 ) -> dict[str, Any]:
     """The tracker's processes, as the file holds them: per process its start time, cgroup and
     files, and per client (on a known fd) its objects as [handle, class, parent, bytes, dup,
-    info]; and the newest client handle seen made (the tracker's, else ``mark``), below which
-    the next daemon need not search RM."""
+    info]; and ``mark``, below which the next daemon need not search RM."""
     processes = []
     for pid, proc in tracker.processes.items():
         clients = [c for c in proc.clients.values() if c.fd is not None]
@@ -82,8 +82,7 @@ def dump(
                 ],
             }
         )
-    newest = tracker.newest_client if tracker.newest_client is not None else mark
-    return {"version": VERSION, "newest_client": newest, "processes": processes}
+    return {"version": VERSION, "newest_client": mark, "processes": processes}
 
 
 class HandleBook:
@@ -101,14 +100,15 @@ class HandleBook:
         self.tracker = tracker
         self._clock = clock
         self._start_time = start_time or (lambda pid: process_start_time(pid))
-        self._written: int | None = None
+        #: The generation and mark last written.
+        self._written: tuple[int, int | None] | None = None
         self._written_at: float | None = None
         self._failed = False
-        #: The mark the previous daemon left, written on until this one's probe sees a client.
+        #: The mark to write (the backend's: UnseenProcesses.mark_to_write).
         self.mark: int | None = None
 
     def maybe_write(self) -> None:
-        if self._written == self.tracker.generation:
+        if self._written == (self.tracker.generation, self.mark):
             return
         now = self._clock()
         if self._written_at is not None and now - self._written_at < WRITE_EVERY_S:
@@ -116,7 +116,7 @@ class HandleBook:
         self.write()
 
     def write(self) -> None:
-        generation = self.tracker.generation
+        written = (self.tracker.generation, self.mark)
         self._written_at = self._clock()
         tmp = self.path.with_suffix(".tmp")
         try:
@@ -129,7 +129,7 @@ class HandleBook:
             self._failed = True
             return
         self._failed = False
-        self._written = generation
+        self._written = written
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +142,7 @@ class Adoption:
     #: Objects RM no longer holds as they were written (freed, or the handle reused).
     dropped: int = 0
     problems: tuple[str, ...] = ()
-    #: The newest client handle the previous daemon saw made (None: no file, or none written).
+    #: The previous daemon's mark (None: no file, or none written).
     newest_client: int | None = None
 
 

@@ -8,13 +8,18 @@ pods' cgroups are walked for processes that hold NVIDIA device files and that th
 govern: none of their clients was seen allocated, or channels were seen under a client whose
 allocation was not (events the probe lost). Each that has libcuda mapped (a process without it
 has no CUDA context) is searched once: RM is asked about the client handles made since the
-newest one the previous daemon saw made (its mark, from the handles file) and those objects were
-seen made under (:mod:`qpolicy.nvrm.discover`), a few milliseconds per daemon tick, and what is
-found is added to the tracker, from when on the process is governed like any other. Without a
-mark (the first daemon on a node) only the latter are asked: a question about a client handle
-that does not exist writes a kernel log line. A process the search finds no channels of (it
-holds no GPU work, started before any daemon ran, or its objects lie where the search does not
-look) stays listed as unseen, and is logged once.
+previous daemon's mark (from the handles file: a client that daemon made itself, after which its
+probe saw every client made; see :attr:`UnseenProcesses.mark_to_write`) and those objects were
+seen made under (:mod:`qpolicy.nvrm.discover`), in slices, 5 % of the daemon's time, and what is
+found is added to the tracker, from when on the process is governed like any other. Each client
+handle is checked first, by making a client at it on the daemon's own ``/dev/nvidiactl``
+(rmctl.ClientCheck, which writes no kernel log line; the answers are shared by the searches), and
+only those a client holds are asked. Without a mark (the first daemon on a node) every client
+handle is, newest first. Where no check can be made (no ``/dev/nvidiactl`` to open) only the range
+above a mark is asked, each question about a client handle that does not exist writes a kernel
+log line, and the daemon's refusals are bounded (:data:`REFUSALS`). A process the search finds no
+channels of (it holds no GPU work, or its objects lie where the search does not look) stays
+listed as unseen, and is logged once.
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ from qpolicy.telemetry.gpuprocs import maps_libcuda, nvidia_files, processes_in
 log = logging.getLogger(__name__)
 
 #: Client handles a daemon's searches may ask that RM refuses to name, in all: each may be one
-#: that does not exist, and write a line to the kernel log (call 23I, an H200). A daemon that
-#: restarted asks the clients made while none ran: a few per process started meanwhile, and
-#: what monitoring made.
+#: that does not exist, and write a line to the kernel log (call 23I, an H200), where client
+#: handles cannot be checked first (a handle checked and held is another file's client: its
+#: refusal logs nothing and is not counted). Call 24B: 300 clients freed between two
+#: processes' start and the search, asked on their three control descriptors each, spent it.
 REFUSALS = 1024
 
 
@@ -52,6 +58,7 @@ class SearchFactory(Protocol):
         oldest: int | None,
         known: tuple[int, ...],
         refusals: discover.Refusals,
+        in_use: discover.InUse | None,
     ) -> discover.Search: ...
 
 
@@ -63,6 +70,7 @@ def rm_search(
     oldest: int | None,
     known: tuple[int, ...],
     refusals: discover.Refusals,
+    in_use: discover.InUse | None,
 ) -> discover.Search:
     return discover.Search(
         pid,
@@ -72,7 +80,52 @@ def rm_search(
         oldest=oldest,
         known=known,
         refusals=refusals,
+        in_use=in_use,
     )
+
+
+class ClientChecker(Protocol):
+    """rmctl.ClientCheck: whether a client handle is in use, asked without a log line."""
+
+    def in_use(self, handle: int) -> bool | None: ...
+
+    def close(self) -> None: ...
+
+
+class FreeClients:
+    """The answers of a :class:`ClientChecker`, with the handles found free remembered (a bit
+    each) while searches run: each process's search asks the same range of client handles, and
+    a free one below RM's counter is only taken again by a client that names it."""
+
+    def __init__(self, checker: ClientChecker) -> None:
+        self.checker = checker
+        self._free = bytearray(discover.CLIENT_HANDLE_COUNT // 8)
+        self.checked = 0
+
+    def in_use(self, handle: int) -> bool | None:
+        index = (handle - discover.CLIENT_HANDLE_BASE) % discover.CLIENT_HANDLE_COUNT
+        if self._free[index >> 3] & (1 << (index & 7)):
+            return False
+        self.checked += 1
+        held = self.checker.in_use(handle)
+        if held is False:
+            self._free[index >> 3] |= 1 << (index & 7)
+        return held
+
+    def forget(self) -> None:
+        self._free = bytearray(len(self._free))
+
+
+def open_client_check() -> ClientChecker | None:
+    try:
+        return rmctl.ClientCheck()
+    except OSError as error:
+        log.warning(
+            "cannot open /dev/nvidiactl (%s): searches of RM ask client handles one by one, a "
+            "kernel log line for each that does not exist, and only those made since the mark",
+            error,
+        )
+        return None
 
 
 def governable(tracker: Tracker, pid: int) -> bool:
@@ -112,6 +165,7 @@ class UnseenProcesses:
         members: Callable[[Path, str], list[int]] | None = None,
         cuda: Callable[[int], bool] | None = None,
         running: Callable[[int, int], bool] | None = None,
+        client_check: Callable[[], ClientChecker | None] | None = None,
     ) -> None:
         # The defaults are looked up when called (tests replace the module's functions).
         self._tracker = tracker
@@ -125,6 +179,9 @@ class UnseenProcesses:
         self._members = members or (lambda root, pod: processes_in(root, pod))
         self._cuda = cuda or (lambda pid: maps_libcuda(pid))
         self._running = running or (lambda pid, started: process_running(pid, started))
+        self._open_check = client_check or open_client_check
+        #: Opened at the first search; None: not yet, False: could not be.
+        self._check: FreeClients | bool | None = None
         #: Per pod: its processes using the GPU that the tracker cannot govern (yet).
         self.unseen: dict[str, list[int]] = {}
         self._active: dict[int, _Active] = {}
@@ -133,10 +190,15 @@ class UnseenProcesses:
         self.found_processes = 0
         self.found_channels = 0
         self.asked = 0
-        #: The newest client handle a daemon saw made before this one's probe came up (from the
-        #: handles file): clients made after it are what a search asks. None: not known, and
-        #: processes no daemon saw are searched for only under client handles seen since.
+        #: The previous daemon's mark (from the handles file): every client made after it, up to
+        #: that daemon's end, its probe saw made. Clients made after it are what a search asks.
+        #: None: not known, and processes no daemon saw are searched for only under client
+        #: handles seen since.
         self.mark: int | None = None
+        #: A client this daemon made itself at its last look (RM numbered it from its counter,
+        #: after this daemon's probe was up): every client made after it, this probe sees made.
+        self.own_mark: int | None = None
+        self._looked = False
         self.refusals = discover.Refusals(REFUSALS)
 
     @property
@@ -146,9 +208,13 @@ class UnseenProcesses:
     def look(self, pods: Iterable[str]) -> None:
         """Walk ``pods`` (cgroup paths) for processes the tracker cannot govern; start a search
         for each not searched before."""
+        made = self._newest()
+        if made is not None:
+            self.own_mark = made
         root = self._cgroup_root()
         if root is None:
             return
+        self._looked = True
         tracker = self._tracker()
         unseen: dict[str, list[int]] = {}
         wanted: dict[int, tuple[str, dict[int, Node]]] = {}
@@ -163,8 +229,6 @@ class UnseenProcesses:
                 wanted[pid] = (pod, files)
         for pid in [p for p in self._active if p not in wanted]:
             self._active.pop(pid).search.close()  # exited, or governed by now
-        newest: int | None = None
-        asked_newest = False
         for pid, (pod, files) in wanted.items():
             started = self._start_time(pid)
             if started is None or pid in self._active or (pid, started) in self._done:
@@ -183,7 +247,13 @@ class UnseenProcesses:
             known = tracker.processes.get(pid)
             # Clients objects were seen made under, whose own making was not seen: they exist.
             stand_ins = tuple(h for h, c in known.clients.items() if c.fd is None) if known else ()
-            if self.mark is None and not stand_ins:
+            check = self._client_check()
+            oldest = self.mark
+            if oldest is None and check is not None and made is not None:
+                # No mark, but client handles can be checked without a log line: every one
+                # there is, newest first, down to (not) the one made above.
+                oldest = made
+            if oldest is None and not stand_ins:
                 self._done[(pid, started)] = "no mark"
                 log.warning(
                     "pod %s: pid %d uses the GPU but started before any daemon watched: its RM "
@@ -194,12 +264,9 @@ class UnseenProcesses:
                     pid,
                 )
                 continue
-            if not asked_newest:
-                made = self._newest()
-                # The client it made is freed again: the search starts just below it. Where
-                # none can be made here, the newest this daemon's probe saw made will do.
-                newest = discover.client_before(made) if made is not None else tracker.newest_client
-                asked_newest = True
+            # The client made above is freed again: the search starts just below it. Where none
+            # can be made here, the newest this daemon's probe saw made will do.
+            newest = discover.client_before(made) if made is not None else tracker.newest_client
             log.info(
                 "pod %s: pid %d uses the GPU but the probe never saw its RM objects (it started "
                 "before the probe); asking RM for them",
@@ -207,12 +274,38 @@ class UnseenProcesses:
                 pid,
             )
             search = self._search(
-                pid, files, newest, oldest=self.mark, known=stand_ins, refusals=self.refusals
+                pid,
+                files,
+                newest,
+                oldest=oldest,
+                known=stand_ins,
+                refusals=self.refusals,
+                in_use=check.in_use if check is not None else None,
             )
             self._active[pid] = _Active(pod, started, search, self._clock())
         live = {pid for pids in unseen.values() for pid in pids}
         self._done = {key: why for key, why in self._done.items() if key[0] in live}
         self.unseen = unseen
+
+    def _client_check(self) -> FreeClients | None:
+        """The daemon's check of client handles, opened at its first search."""
+        if self._check is None:
+            opened = self._open_check()
+            self._check = FreeClients(opened) if opened is not None else False
+        return self._check if isinstance(self._check, FreeClients) else None
+
+    @property
+    def mark_to_write(self) -> int | None:
+        """The mark this daemon leaves its successor: the clients after it were all seen made,
+        or searched. Until its first look, and while a search runs, the gap before this daemon
+        is not searched yet: the mark it was given. Then its own client's (a client a tenant
+        made, seen by the probe, is no mark: a tenant may name its client's handle, RM's
+        counter does not follow it; rs_server.c, ``_serverCreateEntryAndLockForNewClient``).
+        A process that joins a pod after this daemon's first look, having started before its
+        probe, is not searched by a successor."""
+        if not self._looked or self._active or self.own_mark is None:
+            return self.mark
+        return self.own_mark
 
     def advance(self, budget_s: float) -> None:
         """Run the searches for about ``budget_s`` in all, an equal part each (a process that
@@ -252,6 +345,8 @@ class UnseenProcesses:
                 )
             if active.search.done:
                 self._finish(pid, active)
+        if not self._active and isinstance(self._check, FreeClients):
+            self._check.forget()  # a later search asks afresh
 
     def _finish(self, pid: int, active: _Active) -> None:
         del self._active[pid]
@@ -288,6 +383,10 @@ class UnseenProcesses:
             "found_channels": self.found_channels,
             "controls": self.asked + sum(a.search.asked for a in self._active.values()),
             "searching": sorted(self._active),
+            # Client handles checked by making a client at them (no log line), and refused
+            # questions about one that may not exist (a log line each).
+            "clients_checked": self._check.checked if isinstance(self._check, FreeClients) else 0,
+            "refusals": self.refusals.spent,
             "not_found": sorted(
                 pid for (pid, _), why in self._done.items() if why.startswith("no channels")
             ),
@@ -301,3 +400,6 @@ class UnseenProcesses:
         for active in self._active.values():
             active.search.close()
         self._active.clear()
+        if isinstance(self._check, FreeClients):
+            self._check.checker.close()
+        self._check = None
