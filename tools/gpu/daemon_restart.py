@@ -25,12 +25,12 @@ pair:
 
 ``--trainers-first`` starts the trainers before the first daemon: no daemon ever sees their
 allocations, and each must find their RM objects by asking RM (qpolicy/enforcers/rm/unseen.py),
-or adopt what the one before it found; a daemon searches only the clients made since the newest
-its predecessor saw made, so without ``--daemon-before S`` (a daemon up S seconds and stopped
-before the trainers start, as in a restart) the first finds nothing. ``--clients-between N``
-then makes and frees N RM clients before the first daemon starts, as monitoring does on a node:
-the search, newest client first, has that many more handles to ask before it reaches the
-trainers'.
+or adopt what the one before it found. ``--daemon-before S`` first runs a daemon S seconds and
+stops it before the trainers start, as in a restart: it leaves a mark (a client it made itself),
+and the next daemon searches only the clients made since; without it the first daemon searches
+every client handle. ``--clients-between N`` then makes and frees N RM clients before the first
+daemon starts, as monitoring does on a node: the search, newest client first, has that many more
+handles to check before it reaches the trainers'.
 
 ``--qpolicy-root`` runs the daemon from another checkout (an older one, to compare); the trainers
 and this tool stay this repository's.
@@ -809,8 +809,8 @@ class Run:
         StateStore(self.state_dir).update(lambda _: state)
         first_kind, first_up = schedule[0] if schedule else ("final", args.final_up_s)
         if args.daemon_before:
-            # A daemon that ran before the trainers and was stopped: it leaves the mark (the
-            # newest client it saw made), and the trainers start while no daemon runs.
+            # A daemon that ran before the trainers and was stopped: it leaves the mark (a
+            # client it made itself), and the trainers start while no daemon runs.
             before = self.start_daemon("before", args.daemon_before)
             self.sleep_until(before["probe_up"] + args.daemon_before)
             self.stop_daemon()
