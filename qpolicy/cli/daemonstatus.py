@@ -112,6 +112,14 @@ def print_unseen(backend: dict[str, Any]) -> None:
         if isinstance(searching, list) and searching:
             pids = ", ".join(escape(str(pid)) for pid in searching)
             console.print(f"asking RM for the objects of pid(s) {pids}", soft_wrap=True)
+        refusals = searched.get("refusals")
+        if isinstance(refusals, int) and refusals:
+            # Only where client handles could not be checked first (rmctl.ClientCheck).
+            console.print(
+                f"[yellow]{refusals} question(s)[/yellow] about client handles RM could not "
+                "name: each that does not exist wrote a kernel log line",
+                soft_wrap=True,
+            )
     unseen = backend.get("unseen_processes")
     for pod, pids in sorted(unseen.items()) if isinstance(unseen, dict) else ():
         listed = ", ".join(escape(str(pid)) for pid in pids) if isinstance(pids, list) else ""

@@ -826,11 +826,13 @@ def test_status_says_which_processes_were_found_by_asking_rm_and_which_are_not_g
                 "controls": 9500,
                 "searching": [42],
                 "not_found": [41],
+                "refusals": 12,
             },
         },
     }
     daemonstatus.render(doc)
     out = " ".join(capsys.readouterr().out.split())
+    assert "12 question(s) about client handles RM could not name" in out
     assert "found by asking RM: 2 process(es) (40 channels) no probe saw allocate" in out
     assert "asking RM for the objects of pid(s) 42" in out
     assert "not governed: pod /kubepods.slice/a: pid(s) 41, 42 use the GPU" in out
