@@ -165,6 +165,19 @@ class HandleAsker:
         return found or None
 
 
+def alloc_client(fd: int) -> int | None:
+    """A client allocated on ``fd``, numbered by RM: its handle, None where RM refuses. It lives
+    until freed, or until the file is closed."""
+    request = ctypes.create_string_buffer(
+        abi.NVOS21.pack(hClass=abi.NV01_ROOT_CLIENT), abi.NVOS21.size
+    )
+    if _libc.ioctl(fd, RM_ALLOC_REQUEST, request) != 0:
+        err = ctypes.get_errno()
+        raise RmError(f"RM_ALLOC on fd {fd} failed: {os.strerror(err)}")
+    answer = abi.NVOS21.unpack(request.raw)
+    return answer["hObjectNew"] if answer["status"] == abi.NvStatus.NV_OK else None
+
+
 def newest_client_handle(path: str = "/dev/nvidiactl") -> int | None:
     """The handle RM gives a client allocated now: the newest there is (RM numbers clients with
     one counter that only grows; rs_server.c, ``serverAllocClient``). The client is freed again
@@ -174,13 +187,9 @@ def newest_client_handle(path: str = "/dev/nvidiactl") -> int | None:
     except OSError:
         return None
     try:
-        request = ctypes.create_string_buffer(
-            abi.NVOS21.pack(hClass=abi.NV01_ROOT_CLIENT), abi.NVOS21.size
-        )
-        if _libc.ioctl(fd, RM_ALLOC_REQUEST, request) != 0:
-            return None
-        answer = abi.NVOS21.unpack(request.raw)
-        return answer["hObjectNew"] if answer["status"] == abi.NvStatus.NV_OK else None
+        return alloc_client(fd)
+    except RmError:
+        return None
     finally:
         os.close(fd)
 
@@ -207,6 +216,7 @@ class ClientCheck:
         self._alloc = ctypes.create_string_buffer(abi.NVOS21.size)
         self._free = ctypes.create_string_buffer(abi.NVOS00.size)
         self._alloc_status = _offset(abi.NVOS21, "status")
+        self._alloc_made = _offset(abi.NVOS21, "hObjectNew")
         self._free_status = _offset(abi.NVOS00, "status")
 
     def in_use(self, handle: int) -> bool | None:
@@ -225,7 +235,7 @@ class ClientCheck:
             return True
         if status != abi.NvStatus.NV_OK:
             return None
-        made: int = struct.unpack_from("<I", self._alloc, _offset(abi.NVOS21, "hObjectNew"))[0]
+        made: int = struct.unpack_from("<I", self._alloc, self._alloc_made)[0]
         # Freed whatever RM named it (the file's close would free it too).
         struct.pack_into("<IIII", self._free, 0, made, made, made, 0)
         freed = _libc.ioctl(self.fd, RM_FREE_REQUEST, self._free) == 0

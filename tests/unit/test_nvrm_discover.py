@@ -474,3 +474,25 @@ def test_the_client_check_makes_a_client_at_the_handle_and_frees_it(
         assert check.checked == 4
     finally:
         check.close()
+
+
+def test_a_client_allocated_for_rm_to_number_gives_its_handle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answers = iter([(0, 0, 0xC1D00042), (0, 0x1A, 0), (-1, 0, 0)])
+
+    class Libc:
+        def ioctl(self, fd: int, request: int, buffer: Any) -> int:
+            assert request == rmctl.RM_ALLOC_REQUEST
+            alloc = abi.NVOS21.unpack(bytes(buffer))
+            assert (alloc["hRoot"], alloc["hClass"]) == (0, abi.NV01_ROOT_CLIENT)
+            ret, status, handle = next(answers)
+            struct.pack_into("<I", buffer, 8, handle)
+            struct.pack_into("<I", buffer, 28, status)
+            return ret
+
+    monkeypatch.setattr(rmctl, "_libc", Libc())
+    assert rmctl.newest_client_handle("/dev/null") == 0xC1D00042
+    assert rmctl.newest_client_handle("/dev/null") is None  # RM refused
+    assert rmctl.newest_client_handle("/dev/null") is None  # the ioctl failed
+    assert rmctl.newest_client_handle("/nonexistent/nvidiactl") is None

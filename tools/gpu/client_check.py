@@ -85,16 +85,11 @@ def verdict(result: dict[str, Any]) -> list[str]:
 def make_clients(count: int, fd: int) -> list[int]:
     """``count`` clients made on ``fd`` (RM numbers them)."""
     made = []
-    request = bytearray(abi.NVOS21.size)
     for _ in range(count):
-        request[:] = abi.NVOS21.pack(hClass=abi.NV01_ROOT_CLIENT)
-        buffer = (rmctl.ctypes.c_char * len(request)).from_buffer(request)
-        if rmctl._libc.ioctl(fd, rmctl.RM_ALLOC_REQUEST, buffer) != 0:
-            raise OSError("RM_ALLOC failed")
-        answer = abi.NVOS21.unpack(bytes(request))
-        if answer["status"] != 0:
-            raise RuntimeError(f"RM_ALLOC of a client: status {answer['status']:#x}")
-        made.append(answer["hObjectNew"])
+        handle = rmctl.alloc_client(fd)
+        if handle is None:
+            raise RuntimeError("RM refused to allocate a client")
+        made.append(handle)
     return made
 
 
