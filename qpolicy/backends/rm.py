@@ -136,7 +136,6 @@ class RmBackend:
             )
         for problem in self.adoption.problems:
             log.warning("could not adopt what a previous daemon knew: %s", problem)
-        self.handles = HandleBook(context.state_dir / HANDLES_NAME, tracker, context.clock)
         self.shared = RmShared(context.loop, context.state_dir, worker, files, gpus)
         self.probe.on_exit.append(self.shared.forget)
         self._state = DesiredState()
@@ -153,7 +152,13 @@ class RmBackend:
         )
         # Clients made after the previous daemon's mark are what a search of RM asks about; it
         # is written on until this daemon has searched them (UnseenProcesses.mark_to_write).
-        self.unseen_processes.mark = self.handles.mark = self.adoption.newest_client
+        self.unseen_processes.mark = self.adoption.newest_client
+        self.handles = HandleBook(
+            context.state_dir / HANDLES_NAME,
+            tracker,
+            context.clock,
+            mark=lambda: self.unseen_processes.mark_to_write,
+        )
 
     def _cgroup_of(self, pid: int) -> int | None:
         root = self.context.cgroup_root()
@@ -216,7 +221,6 @@ class RmBackend:
         return driven
 
     def refresh(self) -> None:
-        self.handles.mark = self.unseen_processes.mark_to_write
         self.handles.maybe_write()
         now = self.context.clock()
         if now - self._reconciled_at >= RECONCILE_EVERY_S:
@@ -307,8 +311,6 @@ class RmBackend:
         }
 
     def close(self) -> None:
-        # Taken before the searches stop: one stopped short has not searched the gap.
-        self.handles.mark = self.unseen_processes.mark_to_write
         self.unseen_processes.close()
         for driven in self._gpus.values():
             driven.periodic.cancel()

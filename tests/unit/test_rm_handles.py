@@ -341,13 +341,15 @@ def test_the_mark_is_what_the_daemon_vouches_for_and_a_change_of_it_is_written(
     assert dump(tracker, lambda pid: 1)["newest_client"] is None
     assert dump(tracker, lambda pid: 1, 0xC1D00002)["newest_client"] == 0xC1D00002
     clock = [0.0]
-    book = HandleBook(tmp_path / HANDLES_NAME, tracker, lambda: clock[0], lambda pid: 1)
-    book.mark = 0xC1D00002
+    mark = [0xC1D00002]
+    book = HandleBook(
+        tmp_path / HANDLES_NAME, tracker, lambda: clock[0], lambda pid: 1, mark=lambda: mark[0]
+    )
     book.maybe_write()
     written = json.loads((tmp_path / HANDLES_NAME).read_text())
     assert written["newest_client"] == 0xC1D00002
     # The mark alone changed: written again, at most once a second.
-    book.mark = 0xC1D00009
+    mark[0] = 0xC1D00009
     book.maybe_write()
     assert json.loads((tmp_path / HANDLES_NAME).read_text())["newest_client"] == 0xC1D00002
     clock[0] += handles.WRITE_EVERY_S

@@ -332,6 +332,14 @@ def test_the_mark_to_leave_moves_to_the_daemons_own_client_once_the_gap_is_searc
     while unseen.searching:
         unseen.advance(1.0)
     assert unseen.mark_to_write == 0xC1D00021
+    # A daemon stopped while it searched has not searched the gap: the mark it was given.
+    stopped = Node_()
+    stopped.rm.add_process(trace_tracker(PID).processes[PID])
+    short = stopped.unseen()
+    short.look(["/a"])
+    assert short.searching
+    short.close()
+    assert short.mark_to_write == 0xC1D00010
     # A quiet node, and the first daemon on it (no mark given): its own client at once.
     quiet = Node_()
     quiet.members = {}

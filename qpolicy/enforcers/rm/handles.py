@@ -95,6 +95,7 @@ class HandleBook:
         tracker: Tracker,
         clock: Callable[[], float],
         start_time: Callable[[int], int | None] | None = None,
+        mark: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.path = path
         self.tracker = tracker
@@ -104,11 +105,11 @@ class HandleBook:
         self._written: tuple[int, int | None] | None = None
         self._written_at: float | None = None
         self._failed = False
-        #: The mark to write (the backend's: UnseenProcesses.mark_to_write).
-        self.mark: int | None = None
+        #: The mark to write, as it is now (the backend's: UnseenProcesses.mark_to_write).
+        self._mark = mark
 
     def maybe_write(self) -> None:
-        if self._written == (self.tracker.generation, self.mark):
+        if self._written == (self.tracker.generation, self._mark()):
             return
         now = self._clock()
         if self._written_at is not None and now - self._written_at < WRITE_EVERY_S:
@@ -116,11 +117,11 @@ class HandleBook:
         self.write()
 
     def write(self) -> None:
-        written = (self.tracker.generation, self.mark)
+        written = (self.tracker.generation, self._mark())
         self._written_at = self._clock()
         tmp = self.path.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps(dump(self.tracker, self._start_time, self.mark)))
+            tmp.write_text(json.dumps(dump(self.tracker, self._start_time, written[1])))
             os.replace(tmp, self.path)
         except OSError as error:
             if not self._failed:  # once: a full disk would otherwise log every second

@@ -199,6 +199,8 @@ class UnseenProcesses:
         #: after this daemon's probe was up): every client made after it, this probe sees made.
         self.own_mark: int | None = None
         self._looked = False
+        #: Closed while searches ran: the gap before this daemon was not searched to its end.
+        self._stopped_short = False
         self.refusals = discover.Refusals(REFUSALS)
 
     @property
@@ -303,7 +305,7 @@ class UnseenProcesses:
         counter does not follow it; rs_server.c, ``_serverCreateEntryAndLockForNewClient``).
         A process that joins a pod after this daemon's first look, having started before its
         probe, is not searched by a successor."""
-        if not self._looked or self._active or self.own_mark is None:
+        if not self._looked or self._active or self._stopped_short or self.own_mark is None:
             return self.mark
         return self.own_mark
 
@@ -397,6 +399,7 @@ class UnseenProcesses:
         }
 
     def close(self) -> None:
+        self._stopped_short = self._stopped_short or bool(self._active)
         for active in self._active.values():
             active.search.close()
         self._active.clear()
