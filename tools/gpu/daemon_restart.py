@@ -117,8 +117,8 @@ PROBE_UP_WAIT_S = 60.0
 TRAINERS_FIRST_LEAD_S = 2.0
 TERM_WAIT_S = 30.0
 LOG_TAIL = 40
-# How often the daemon's CPU time is read: a search's 5 ms a 0.1 s tick shows as a second or more
-# at 5 % of a core.
+# How often the daemon's CPU time is read: a search's 5 % of the daemon's time shows as a second or
+# more at 5 % of a core.
 CPU_EVERY_S = 0.5
 # Log lines about what a daemon found of its predecessor and of processes older than its probe.
 LOG_MARKS = (
