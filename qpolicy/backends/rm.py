@@ -22,6 +22,7 @@ from qpolicy.backends.base import BackendContext
 from qpolicy.control import ControlLoop, PeriodicControl
 from qpolicy.enforcers.rm.enforcer import RmEnforcer, RmShared
 from qpolicy.enforcers.rm.files import BorrowedFiles
+from qpolicy.enforcers.rm.guard import CHECK_EVERY_S, Guard, start_guard
 from qpolicy.enforcers.rm.handles import HANDLES_NAME, HandleBook, adopt
 from qpolicy.enforcers.rm.record import Recovery, recover
 from qpolicy.enforcers.rm.resolver import ProbeResolver
@@ -74,17 +75,30 @@ class RmBackendFactory:
     this, and the probe's compile and attach took 1.5-2 s of the 3.4-4.2 s such a pod stood
     after a SIGKILL on an H200 (BENCHMARKS.md, 2026-12-01)."""
 
-    def __init__(self, min_turn_ms: float = DEFAULT_MIN_TURN_MS) -> None:
+    def __init__(
+        self,
+        min_turn_ms: float = DEFAULT_MIN_TURN_MS,
+        *,
+        guard: Callable[[Path], Guard | None] | None = start_guard,
+    ) -> None:
         self.min_turn_ms = min_turn_ms
         self._recovery: Recovery | None = None
+        self._start_guard = guard
+        self._guard: Guard | None = None
 
     def prepare(self, state_dir: Path) -> None:
-        """Called with the node's lock held, before the probe loads."""
+        """Called with the node's lock held, before the probe loads. The guard (which undoes
+        what this daemon changes if it is killed) starts once the last daemon's changes are
+        undone, before this one changes anything."""
         state_dir.mkdir(parents=True, exist_ok=True)
         self._recovery = recover(state_dir)
+        if self._start_guard is not None:
+            self._guard = self._start_guard(state_dir)
 
     def __call__(self, context: BackendContext) -> RmBackend:
-        return RmBackend(context, min_turn_ms=self.min_turn_ms, recovery=self._recovery)
+        return RmBackend(
+            context, min_turn_ms=self.min_turn_ms, recovery=self._recovery, guard=self._guard
+        )
 
 
 class RmBackend:
@@ -100,6 +114,7 @@ class RmBackend:
         gpus: Callable[[], Sequence[GpuInfo]] = node_gpus,
         recovery: Recovery | None = None,
         search: SearchFactory = rm_search,
+        guard: Guard | None = None,
     ) -> None:
         if context.probe is None:
             raise QPolicyError(
@@ -136,6 +151,8 @@ class RmBackend:
             )
         for problem in self.adoption.problems:
             log.warning("could not adopt what a previous daemon knew: %s", problem)
+        self.guard = guard
+        self._guard_checked_at = context.clock()
         self.shared = RmShared(context.loop, context.state_dir, worker, files, gpus)
         self.probe.on_exit.append(self.shared.forget)
         self._state = DesiredState()
@@ -226,6 +243,9 @@ class RmBackend:
         if now - self._reconciled_at >= RECONCILE_EVERY_S:
             self._reconciled_at = now
             self.shared.reconcile()
+        if self.guard is not None and now - self._guard_checked_at >= CHECK_EVERY_S:
+            self._guard_checked_at = now
+            self.guard.check()
         if self._searched_at is None or now - self._searched_at >= UNSEEN_EVERY_S:
             self._searched_at = now
             pods = [p for p in self._state.pods if pod_id_kind(p) is PodIdKind.CGROUP]
@@ -308,6 +328,8 @@ class RmBackend:
             "unseen_processes": dict(sorted(self.unseen.items())),
             # Processes found by asking RM for their handles (qpolicy.nvrm.discover).
             "searched": self.unseen_processes.status(),
+            # The process that undoes this daemon's changes if it is killed (guard.py).
+            "guard": self.guard.status() if self.guard is not None else None,
         }
 
     def close(self) -> None:
@@ -318,3 +340,7 @@ class RmBackend:
         self._gpus.clear()
         self.shared.close()
         self.handles.write()  # the next daemon adopts what runs now
+        if self.guard is not None and not self.shared.record.path.exists():
+            # Everything is undone: nothing left to guard. Otherwise (a control still queued,
+            # a reopen refused) the guard undoes the rest once this process has exited.
+            self.guard.stop()

@@ -652,7 +652,7 @@ def test_the_rm_daemon_reopens_what_a_killed_one_left_closed_before_it_loads_the
         json.dumps({"version": 2, "closed": {"k": left}, "timeslices": {}})
     )
     config = DaemonConfig(state_dir=state_dir, metrics_addr=None, probe=ProbeMode.ON)
-    agent = Daemon(config, RmBackendFactory(), probe_loader=load_probe)
+    agent = Daemon(config, RmBackendFactory(guard=None), probe_loader=load_probe)
     try:
         assert events == ["open 3", "probe loaded"]
         assert isinstance(agent.backend, RmBackend)

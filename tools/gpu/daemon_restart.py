@@ -123,6 +123,7 @@ CPU_EVERY_S = 0.5
 # Log lines about what a daemon found of its predecessor and of processes older than its probe.
 LOG_MARKS = (
     "re-opened",
+    "guard",
     "adopted",
     "cannot govern",
     "started before the probe",
@@ -416,6 +417,13 @@ def summarise(report: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, 
         "looks_ungoverned": sum(1 for w in judged if w["looks_ungoverned"]),
         "stuck": sum(1 for w in judged if w["stuck"]),
         "down_windows_paused": sum(1 for w in found if w["kind"] == "down" and w["closed"]),
+        # Per down window, the longest a trainer finished nothing: a pod closed at the kill
+        # stands until the dead daemon's guard, or the next daemon, opens it.
+        "down_longest_gap_s": [
+            max((g for g in w["longest_gap_s"].values() if g is not None), default=None)
+            for w in found
+            if w["kind"] == "down"
+        ],
         "tail_share": None if tail is None else tail["share_a"],
         "tail_ok": None if tail is None else tail["ok"],
         "tail_stuck": [] if tail is None else tail["stuck"],
@@ -492,6 +500,8 @@ def table(report: dict[str, Any]) -> list[str]:
         f"governed {s.get('governed', 0)}, ungoverned-looking {s.get('looks_ungoverned', 0)}, "
         f"stuck {s.get('stuck', 0)}; down windows with a pod paused "
         f"{s.get('down_windows_paused', 0)}; tail share {tail}",
+        "longest a trainer finished nothing, per down window: "
+        + (", ".join(f"{_cell(g, 2)} s" for g in s.get("down_longest_gap_s", [])) or "-"),
         f"kills {s.get('kills', 0)}; daemon start-up "
         + ("-" if not startup else f"{startup['min']}-{startup['max']} s (mean {startup['mean']})")
         + f"; trainer errors {errors or 'none'}"

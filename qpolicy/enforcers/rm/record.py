@@ -12,11 +12,16 @@ nothing (an H200: tools/gpu/disable_nesting.py). So a group opened again stays l
 next write, and a turn switch costs no write once the turns have come round. The file is not
 fsynced: it only matters while the processes it names live, and they do not outlive the machine.
 
+The file names the daemon that wrote it (pid and start time): its guard (:mod:`~.guard`), which
+undoes it the moment that daemon dies, leaves alone a record a successor wrote. The next daemon
+undoes any. Both take :data:`LOCK_NAME` to do so.
+
 The file is read as untrusted input: a shape it does not expect is reported, never raised.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 RECORD_NAME = "rm-record.json"
 # What daemons before the record kept timeslices wrote: closed channel groups only.
 LEGACY_RECORD_NAME = "rm-disabled.json"
+# Held while a record is undone: by the next daemon at its start, by the guard at a death.
+LOCK_NAME = "rm-record.lock"
 VERSION = 2
 
 
@@ -79,6 +86,8 @@ class RmRecord:
     _start_times: dict[int, int | None] = field(default_factory=dict)
     # The closed groups the file lists: those closed now, and those opened since it was written.
     _listed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The daemon that writes it (this process), for its guard.
+    _writer: dict[str, int | None] = field(default_factory=dict)
 
     def _start_time(self, pid: int) -> int | None:
         if pid not in self._start_times:
@@ -153,8 +162,16 @@ class RmRecord:
         if not self.closed and not self.timeslices:
             self.path.unlink(missing_ok=True)  # nothing to undo
             return
+        if not self._writer:
+            pid = os.getpid()
+            self._writer = {"pid": pid, "start_time": process_start_time(pid)}
         tmp = self.path.with_suffix(".tmp")
-        document = {"version": VERSION, "closed": self.closed, "timeslices": self.timeslices}
+        document = {
+            "version": VERSION,
+            "writer": self._writer,
+            "closed": self.closed,
+            "timeslices": self.timeslices,
+        }
         tmp.write_text(json.dumps(document))
         os.replace(tmp, self.path)
 
@@ -168,16 +185,40 @@ class Recovery:
     problems: tuple[str, ...] = ()
 
 
-def recover(state_dir: Path, borrow: Callable[[int, int], int] | None = None) -> Recovery:
+def recover(
+    state_dir: Path,
+    borrow: Callable[[int, int], int] | None = None,
+    *,
+    writer: tuple[int, int] | None = None,
+) -> Recovery:
     """Undo what a previous daemon left changed: open its closed channel groups and restore the
     timeslices it set, for the processes still alive. Run at start-up, before anything else is
-    sent. The record is removed afterwards, whatever could be undone.
+    sent, and by a dead daemon's guard with ``writer`` (its pid and start time): then only a
+    record that daemon wrote is undone. The record is removed afterwards, whatever could be
+    undone. The two never undo at once (:data:`LOCK_NAME`).
     """
     borrow = borrow or rmctl.borrow_fd  # looked up now: tests stand in for pidfd_getfd
+    try:
+        lock = open(state_dir / LOCK_NAME, "a")  # noqa: SIM115 (closed below)
+    except FileNotFoundError:
+        return Recovery()  # no state directory: nothing was recorded
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _recover(state_dir, borrow, writer)
+
+
+def _recover(
+    state_dir: Path, borrow: Callable[[int, int], int], writer: tuple[int, int] | None
+) -> Recovery:
     opened = restored = 0
     problems: list[str] = []
-    for path in (state_dir / RECORD_NAME, state_dir / LEGACY_RECORD_NAME):
-        closed, timeslices, unreadable = _read(path)
+    paths = [state_dir / RECORD_NAME]
+    if writer is None:
+        paths.append(state_dir / LEGACY_RECORD_NAME)
+    for path in paths:
+        closed, timeslices, unreadable = _read(path, writer)
+        if unreadable == "":
+            continue  # another daemon's: not the guard's to undo
         if unreadable is not None:
             problems.append(unreadable)
         for key, entry in closed.items():
@@ -197,8 +238,10 @@ def recover(state_dir: Path, borrow: Callable[[int, int], int] | None = None) ->
 
 
 def _read(
-    path: Path,
+    path: Path, writer: tuple[int, int] | None = None
 ) -> tuple[Mapping[str, Any], Mapping[str, Any], str | None]:
+    """The record's closed groups and timeslices, and a problem (None: none; "": written by
+    another daemon than ``writer``, left alone)."""
     try:
         document = json.loads(path.read_text())
     except FileNotFoundError:
@@ -214,6 +257,10 @@ def _read(
         isinstance(closed, dict) and isinstance(timeslices, dict)
     ):
         return {}, {}, f"{path}: not a record this qpolicy wrote (version {VERSION})"
+    if writer is not None:
+        wrote = document.get("writer")
+        if not isinstance(wrote, dict) or (wrote.get("pid"), wrote.get("start_time")) != writer:
+            return {}, {}, ""
     return closed, timeslices, None
 
 
