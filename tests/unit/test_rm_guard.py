@@ -20,7 +20,7 @@ import pytest
 from qpolicy.backends.base import BackendContext
 from qpolicy.backends.rm import RmBackend
 from qpolicy.enforcers.rm import guard as guard_module
-from qpolicy.enforcers.rm.guard import PF_EXITING, Guard, daemon_dying, guard
+from qpolicy.enforcers.rm.guard import PF_EXITING, Guard, daemon_dying, guard, spare_from_oom
 from qpolicy.enforcers.rm.record import (
     LOCK_NAME,
     RECORD_NAME,
@@ -270,6 +270,11 @@ def test_the_backend_stops_its_guard_at_a_clean_close_and_keeps_it_while_a_recor
     assert not processes[1].killed
 
 
+def may_leave_the_oom_killers_reach() -> bool:
+    probe = "from pathlib import Path; Path('/proc/self/oom_score_adj').write_text('-1000')"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
 DAEMON = """
 import threading, time
 threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
@@ -297,6 +302,11 @@ def test_the_guard_process_opens_what_a_daemon_killed_with_sigkill_left_closed(
             # Watching: many looks at the live daemon, the record left alone.
             time.sleep(20 * guard_module.WATCH_S)
             assert g.running and (tmp_path / RECORD_NAME).exists()
+            assert g.process is not None
+            # Out of the OOM killer's reach where a process here may be (CAP_SYS_RESOURCE, as
+            # the daemon runs; this machine may lack it).
+            adj = Path(f"/proc/{g.process.pid}/oom_score_adj").read_text()
+            assert adj == ("-1000\n" if may_leave_the_oom_killers_reach() else "0\n")
             os.kill(daemon.pid, signal.SIGKILL)
             assert g.process is not None
             assert g.process.wait(timeout=30) == 0
@@ -306,3 +316,13 @@ def test_the_guard_process_opens_what_a_daemon_killed_with_sigkill_left_closed(
     finally:
         daemon.kill()
         daemon.wait()
+
+
+def test_the_guard_keeps_out_of_the_oom_killers_reach_or_says_it_cannot(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    adj = tmp_path / "oom_score_adj"
+    adj.write_text("0\n")
+    assert spare_from_oom(adj) and adj.read_text() == "-1000\n"
+    assert not spare_from_oom(tmp_path / "missing" / "oom_score_adj")
+    assert "OOM kill of the daemon's container takes the guard too" in caplog.text
