@@ -160,6 +160,12 @@ def test_a_run_governed_throughout_and_restored_at_the_end_holds() -> None:
     s = report["summary"]
     assert (s["up_windows"], s["too_short"], s["governed"], s["stuck"]) == (2, 1, 2, 0)
     assert (s["down_windows_paused"], s["kills"], s["trainer_errors"]) == (1, 2, {})
+    # Per down window, the longest any trainer finished nothing: b's, closed at the kill.
+    assert s["down_longest_gap_s"] == [
+        max(down["longest_gap_s"].values()),
+        max(report["windows"][3]["longest_gap_s"].values()),
+    ]
+    assert s["down_longest_gap_s"][0] == down["longest_gap_s"]["b"] > 1.0
     assert s["tail_share"] == pytest.approx(0.5, abs=0.01)
     assert s["startup_s"] == {"min": 2.0, "mean": 2.77, "max": 4.0}
     assert s["holds"] is True and s["failures"] == []
@@ -259,10 +265,11 @@ def test_log_marks_keep_what_a_daemon_found_of_its_predecessor() -> None:
             "qpolicy daemon: INFO qpolicy.control: GPU 0: offline timeslice 1 us",
             "qpolicy daemon: WARNING x: pod /p/a: pid 7 uses the GPU but started before the probe",
             "qpolicy daemon: INFO x: Adopted pid 8",
+            "2026-12-02 06:53:07,511 WARNING guard: could not undo what daemon 617 changed: x",
         ]
     )
     marks = restart.log_marks(text)
-    assert len(marks) == 3 and "offline timeslice" not in " ".join(marks)
+    assert len(marks) == 4 and "offline timeslice" not in " ".join(marks)
 
 
 def test_a_trainer_without_its_json_line_is_an_error_not_an_exception(tmp_path: Path) -> None:
@@ -295,6 +302,8 @@ def test_table_prints_an_earlier_result_again(
     assert any(line.startswith("| up (short) | 1 |") and "too short" in line for line in lines)
     assert any(line.startswith("| tail | - |") and "STUCK: b" in line for line in lines)
     assert "up windows judged 2 (too short 1): governed 2" in "\n".join(lines)
+    assert any(line.startswith("longest a trainer finished nothing, per down window: ")
+               for line in lines)  # fmt: skip
     assert lines[-1] == "verdict: FAILS: tail: STUCK: b"
 
 

@@ -18,8 +18,10 @@ pair:
 - **up** (a daemon's probe up ``--settle-s``, to its kill): governed if a's share is
   0.70 +- 0.05 (native time-slicing gives the two ~0.50); stuck if a trainer finished nothing in
   a window of 1 s or more;
-- **down** (the kill to the next daemon's probe up): reported only; a pod closed at the kill
-  stays closed while no daemon runs;
+- **down** (the kill to the next daemon's probe up): reported only, with the longest time a
+  trainer finished nothing in it; a pod closed at the kill stays closed until the dead daemon's
+  guard re-opens it as the exit begins (qpolicy/enforcers/rm/guard.py), or, in a tree without
+  the guard, until the next daemon starts;
 - **final** (the last daemon, judged as an up window) and **tail** (no daemon, after SIGTERM):
   both trainers must run, a's share 0.50 +- 0.10 (every channel open, timeslices restored).
 
@@ -278,7 +280,7 @@ def window(
         return out
     stopped = sorted(name for name, n in done.items() if n == 0)
     if kind == "down":
-        # A pod closed at the kill stays so until the next daemon recovers: expected, reported.
+        # A pod closed at the kill stays so until the guard or the next daemon recovers: reported.
         # It may run a little before the window ends (the next daemon re-opens it as it starts,
         # before its probe is up), so a pod with under PAUSED_SHARE of the pair's matmuls counts
         # as paused.
