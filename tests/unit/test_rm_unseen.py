@@ -386,9 +386,12 @@ def test_with_client_checks_the_first_daemon_searches_every_client_handle_silent
     assert node.rm.check_closed
 
 
-def test_handles_found_free_are_checked_once_for_all_the_searches() -> None:
+def test_handles_found_free_are_checked_once_for_all_the_searches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Two processes started before the daemon, 200 clients freed after them: each search asks
     the same range, and the second need not check what the first found free."""
+    monkeypatch.setattr(discover, "CLIENT_HANDLE_COUNT", 2048)
     node = Node_()
     node.checks = True
     node.mark = 0xC1D00010
@@ -415,10 +418,35 @@ def test_handles_found_free_are_checked_once_for_all_the_searches() -> None:
     while unseen.searching:
         unseen.advance(1.0)
     assert governable(node.tracker, PID)
-    # The other process holds no channels: its search runs down to the mark. Each free handle
-    # of the range (0xe8, just below the one made, to 0x11) was checked once, whichever search
-    # reached it first; the three held (0x1f, 0x1d, 0x1b) by each search that reached them.
+    # The other process holds no channels: its search runs through every client handle, past
+    # the mark, from 0xe8 (just below the one made) round to 0xea. Each free one was checked
+    # once, whichever search reached it first; the three held (0x1f, 0x1d, 0x1b) by each search
+    # that reached them.
     free = [h for h in checked if h not in node.rm.clients]
-    assert len(free) == len(set(free)) == (0xE8 - 0x11 + 1) - 3
+    assert len(free) == len(set(free)) == (discover.CLIENT_HANDLE_COUNT - 1) - 3
     assert len(checked) - len(free) == 3 + 3
     assert node.rm.logged == 0
+
+
+@pytest.mark.parametrize("checks", [True, False])
+def test_a_process_older_than_the_mark_is_found_below_it_where_handles_can_be_checked(
+    monkeypatch: pytest.MonkeyPatch, checks: bool
+) -> None:
+    """The last daemon's mark is newer than the process: it started before that daemon's probe,
+    and its pod was configured only after that daemon's first look (annotations added to a
+    running deployment), so that daemon never searched it. Checked handles cost no log line: the
+    search goes on below the mark and finds it. Without checks each missing handle below the
+    mark would write one: the search stops at the mark, and the process is reported."""
+    monkeypatch.setattr(discover, "CLIENT_HANDLE_COUNT", 2048)
+    node = Node_()
+    node.checks = checks
+    node.mark = 0xC1D0001E  # after the trace's clients (0x1b, 0x1d)
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    unseen = node.unseen()
+    unseen.look(["/a"])
+    while unseen.searching:
+        unseen.advance(1.0)
+    assert governable(node.tracker, PID) is checks
+    assert unseen.status()["not_found"] == ([] if checks else [PID])
+    # Without checks, the two handles above the mark (0x20, 0x1f), missing, were asked.
+    assert node.rm.logged == (0 if checks else 2 * 3)

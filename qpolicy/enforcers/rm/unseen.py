@@ -1,25 +1,25 @@
 """The pods' GPU processes whose RM objects the probe never saw, and the searches that find them.
 
-The rm enforcer learns a process's RM clients, TSGs and channels from the RM_ALLOC traffic the
-probe sees. A process that allocated them while no daemon ran (it started before qpolicy was
-installed, or while the daemon restarted, after the last handles a previous daemon wrote) would
-run ungoverned for the rest of its life. Every :data:`~qpolicy.backends.rm.UNSEEN_EVERY_S` the
-pods' cgroups are walked for processes that hold NVIDIA device files and that the tracker cannot
-govern: none of their clients was seen allocated, or channels were seen under a client whose
-allocation was not (events the probe lost). Each that has libcuda mapped (a process without it
-has no CUDA context) is searched once: RM is asked about the client handles made since the
-previous daemon's mark (from the handles file: a client that daemon made itself, after which its
-probe saw every client made; see :attr:`UnseenProcesses.mark_to_write`) and those objects were
-seen made under (:mod:`qpolicy.nvrm.discover`), in slices, 5 % of the daemon's time, and what is
-found is added to the tracker, from when on the process is governed like any other. Each client
-handle is checked first, by making a client at it on the daemon's own ``/dev/nvidiactl``
-(rmctl.ClientCheck, which writes no kernel log line; the answers are shared by the searches), and
-only those a client holds are asked. Without a mark (the first daemon on a node) every client
-handle is, newest first. Where no check can be made (no ``/dev/nvidiactl`` to open) only the range
-above a mark is asked, each question about a client handle that does not exist writes a kernel
-log line, and the daemon's refusals are bounded (:data:`REFUSALS`). A process the search finds no
-channels of (it holds no GPU work, or its objects lie where the search does not look) stays
-listed as unseen, and is logged once.
+The rm enforcer learns a process's RM clients, TSGs and channels from the RM_ALLOC traffic the probe
+sees. A process that allocated them while no daemon ran (it started before qpolicy was installed, or
+while the daemon restarted, after the last handles a previous daemon wrote) would run ungoverned for
+the rest of its life. Every :data:`~qpolicy.backends.rm.UNSEEN_EVERY_S` the pods' cgroups are walked
+for processes that hold NVIDIA device files and that the tracker cannot govern: none of their
+clients was seen allocated, or channels were seen under a client whose allocation was not (events
+the probe lost). Each that has libcuda mapped (a process without it has no CUDA context) is searched
+once: RM is asked about the client handles made since the previous daemon's mark (from the handles
+file: a client that daemon made itself, after which its probe saw every client made; see
+:attr:`UnseenProcesses.mark_to_write`) and those objects were seen made under
+(:mod:`qpolicy.nvrm.discover`), in slices, 5 % of the daemon's time, and what is found is added to
+the tracker, from when on the process is governed like any other. Each client handle is checked
+first, by making a client at it on the daemon's own ``/dev/nvidiactl`` (rmctl.ClientCheck, which
+writes no kernel log line; the answers are shared by the searches), and only those a client holds
+are asked; the search then goes on below the mark, through every client handle, newest first (with
+no mark, the first daemon on a node, from the start). Where no check can be made (no
+``/dev/nvidiactl`` to open) only the range above a mark is asked, each question about a client
+handle that does not exist writes a kernel log line, and the daemon's refusals are bounded
+(:data:`REFUSALS`). A process the search finds no channels of (it holds no GPU work, or its objects
+lie where the search does not look) stays listed as unseen, and is logged once.
 """
 
 from __future__ import annotations
@@ -251,9 +251,14 @@ class UnseenProcesses:
             stand_ins = tuple(h for h, c in known.clients.items() if c.fd is None) if known else ()
             check = self._client_check()
             oldest = self.mark
-            if oldest is None and check is not None and made is not None:
-                # No mark, but client handles can be checked without a log line: every one
-                # there is, newest first, down to (not) the one made above.
+            if check is not None and made is not None:
+                # Client handles can be checked without a log line: every one there is, newest
+                # first, down to (not) the one made above. Those since the mark come first, so a
+                # process started in the gap is found as soon as before; one older than the mark
+                # is found too (it started before the last daemon's probe, and its pod was
+                # configured only after that daemon's first look). A process with no channels
+                # costs the whole range: ~16 s of CPU at most, shared by the searches that run
+                # together (FreeClients), at the searches' 5 %.
                 oldest = made
             if oldest is None and not stand_ins:
                 self._done[(pid, started)] = "no mark"
@@ -303,8 +308,9 @@ class UnseenProcesses:
         is not searched yet: the mark it was given. Then its own client's (a client a tenant
         made, seen by the probe, is no mark: a tenant may name its client's handle, RM's
         counter does not follow it; rs_server.c, ``_serverCreateEntryAndLockForNewClient``).
-        A process that joins a pod after this daemon's first look, having started before its
-        probe, is not searched by a successor."""
+        Where client handles can be checked, a successor searches below the mark too: a process
+        whose pod was configured after this daemon's first look, having started before its probe,
+        is found there. Without checks it is not."""
         if not self._looked or self._active or self._stopped_short or self.own_mark is None:
             return self.mark
         return self.own_mark
