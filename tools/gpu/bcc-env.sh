@@ -10,7 +10,10 @@
 # such an archive may also hold pyroute2 (unpacked into usr/lib/python3/dist-packages) and leave out
 # header subsystems the probe never includes (include/{net,scsi,rdma,xen,acpi,crypto,...},
 # include/uapi/{drm,rdma,scsi,sound,xen,misc,mtd}): ebpf/nvprobe.c compiled and loaded with bcc
-# 0.26 against the common tree trimmed so (2026-11-26).
+# 0.26 against the common tree trimmed so (2026-11-26), and also without include/trace/events and
+# the driver headers include/linux/{mfd,platform_data,mlx4,mlx5,qed,iio,mtd,ceph,regulator,spi,
+# soc,usb,sunrpc,surface_aggregator,bcma,fsl,mmc,greybus,ssb,irqchip,dma,firmware} (2026-12-02,
+# on this machine's 6.1 tree, and on an H200 host).
 # shellcheck shell=bash
 qpolicy_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONPATH="$qpolicy_root${PYTHONPATH:+:$PYTHONPATH}"
