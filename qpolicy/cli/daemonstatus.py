@@ -81,6 +81,7 @@ def render(doc: dict[str, Any]) -> None:
     found = doc.get("backend")
     backend: dict[str, Any] = found if isinstance(found, dict) else {}
     print_restart(backend)
+    print_guard(backend)
     print_unseen(backend)
     gpus = backend.get("gpus", {})
     for gpu, view in sorted(gpus.items()) if isinstance(gpus, dict) else ():
@@ -128,6 +129,29 @@ def print_unseen(backend: dict[str, Any]) -> None:
             "GPU with channels the enforcer does not know (yet)",
             soft_wrap=True,
         )
+
+
+def print_guard(backend: dict[str, Any]) -> None:
+    """Said only when something is wrong with the rm enforcer's guard (enforcers/rm/guard.py),
+    the process that reopens what the daemon closed if the daemon is killed."""
+    if "guard" not in backend:
+        return  # not the rm enforcer
+    guard = backend["guard"]
+    if not isinstance(guard, dict):
+        console.print(
+            "[yellow]no guard[/yellow]: it could not be started; a pod closed when the daemon "
+            "is killed stays closed until the next daemon starts",
+            soft_wrap=True,
+        )
+        return
+    if not guard.get("running"):
+        console.print(
+            "[yellow]the guard is not running[/yellow] (started again within 10 s)",
+            soft_wrap=True,
+        )
+    restarts = guard.get("restarts")
+    if isinstance(restarts, int) and restarts:
+        console.print(f"the guard was started again {restarts} time(s)", soft_wrap=True)
 
 
 def print_restart(backend: dict[str, Any]) -> None:

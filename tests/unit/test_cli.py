@@ -808,6 +808,25 @@ def test_status_says_what_the_daemon_took_over_from_the_one_before_it(
     assert "at start" not in capsys.readouterr().out
 
 
+def test_status_speaks_of_the_rm_guard_only_when_something_is_wrong(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from qpolicy.cli import daemonstatus
+
+    def said(guard: object) -> str:
+        doc = {"pid": 7, "enforcer": "rm", "sources": {}, "backend": {"gpus": {}, "guard": guard}}
+        daemonstatus.render(doc)
+        return " ".join(capsys.readouterr().out.split())
+
+    assert "guard" not in said({"pid": 9, "running": True, "restarts": 0})
+    assert "no guard: it could not be started" in said(None)
+    down = said({"pid": 9, "running": False, "restarts": 2})
+    assert "the guard is not running" in down
+    assert "the guard was started again 2 time(s)" in down
+    daemonstatus.render({"pid": 7, "enforcer": "kmod", "sources": {}, "backend": {"gpus": {}}})
+    assert "guard" not in capsys.readouterr().out
+
+
 def test_status_says_which_processes_were_found_by_asking_rm_and_which_are_not_governed(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
