@@ -26,10 +26,11 @@ from qpolicy.enforcers.rm.guard import CHECK_EVERY_S, Guard, start_guard
 from qpolicy.enforcers.rm.handles import HANDLES_NAME, HandleBook, adopt
 from qpolicy.enforcers.rm.record import Recovery, recover
 from qpolicy.enforcers.rm.resolver import ProbeResolver
-from qpolicy.enforcers.rm.unseen import SearchFactory, UnseenProcesses, rm_search
+from qpolicy.enforcers.rm.unseen import UnseenProcesses
 from qpolicy.enforcers.strategy import strategy_for
 from qpolicy.errors import QPolicyError
 from qpolicy.model import PodIdKind, PodSpec, pod_id_kind
+from qpolicy.nvrm.discover import AskerFactory
 from qpolicy.runtime.worker import Worker
 from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import cgroup_of_process
@@ -113,7 +114,7 @@ class RmBackend:
         files: BorrowedFiles | None = None,
         gpus: Callable[[], Sequence[GpuInfo]] = node_gpus,
         recovery: Recovery | None = None,
-        search: SearchFactory = rm_search,
+        askers: AskerFactory | None = None,
         guard: Guard | None = None,
     ) -> None:
         if context.probe is None:
@@ -165,7 +166,7 @@ class RmBackend:
             context.cgroup_root,
             self._cgroup_of,
             context.clock,
-            search=search,
+            askers=askers,
         )
         # Clients made after the previous daemon's mark are what a search of RM asks about; it
         # is written on until this daemon has searched them (UnseenProcesses.mark_to_write).

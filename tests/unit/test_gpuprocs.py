@@ -6,7 +6,6 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,7 +14,7 @@ from qpolicy.backends.rm import RmBackend
 from qpolicy.enforcers.rm import unseen
 from qpolicy.enforcers.rm.handles import HANDLES_NAME
 from qpolicy.model import GpuConfig, GpuPolicy, PodSpec
-from qpolicy.nvrm import discover, rmctl
+from qpolicy.nvrm import rmctl
 from qpolicy.nvrm.abi import Node
 from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.state import DesiredState
@@ -74,17 +73,12 @@ def test_the_rm_backend_names_the_processes_it_cannot_govern(
         RealtimeLoop(), source, tmp_path / "state", lambda: cgroup, lambda: clock[0]
     )
 
-    def search(
-        pid: int, fds: dict[int, Node], newest: int | None, **bounds: Any
-    ) -> discover.Search:
-        return discover.Search(pid, fds, newest, rm.asker, **bounds)
-
     state = DesiredState(
         gpus={0: GpuConfig(0, GpuPolicy.FIXED_SHARE)}, pods={"/a": PodSpec("/a", 0, share=50)}
     )
 
     def run_backend() -> tuple[RmBackend, list[str]]:
-        backend = RmBackend(context, gpus=list, search=search)  # type: ignore[arg-type]
+        backend = RmBackend(context, gpus=list, askers=rm.asker)  # type: ignore[arg-type]
         backend._state = state  # what sync would set, without starting a control loop
         caplog.clear()
         with caplog.at_level(logging.WARNING):

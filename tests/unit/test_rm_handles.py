@@ -9,7 +9,6 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,7 +18,7 @@ from qpolicy.backends.rm import RmBackend
 from qpolicy.enforcers.rm import handles, unseen
 from qpolicy.enforcers.rm.handles import HANDLES_NAME, HandleBook, adopt, dump
 from qpolicy.model import GpuConfig, GpuPolicy, PodSpec
-from qpolicy.nvrm import discover, rmctl
+from qpolicy.nvrm import rmctl
 from qpolicy.nvrm.abi import Node
 from qpolicy.nvrm.replay import builtin_records
 from qpolicy.nvrm.tracker import Tracker
@@ -264,17 +263,12 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
 
     rm = RmDouble()
 
-    def search(
-        pid: int, fds: dict[int, Node], newest: int | None, **bounds: Any
-    ) -> discover.Search:
-        return discover.Search(pid, fds, newest, rm.asker, **bounds)
-
     def backend(records: list[object]) -> tuple[RmBackend, ProbeSource]:
         probe = FakeProbe()
         probe.pending = records  # type: ignore[assignment]
         source = ProbeSource(probe, cgroups)
         context = BackendContext(RealtimeLoop(), source, state, lambda: cgroup, lambda: 0.0)
-        made = RmBackend(context, gpus=list, search=search)  # type: ignore[arg-type]
+        made = RmBackend(context, gpus=list, askers=rm.asker)  # type: ignore[arg-type]
         made._state = DesiredState(  # what sync would set, without starting a control loop
             gpus={0: GpuConfig(0, GpuPolicy.FIXED_SHARE)}, pods={"/a": PodSpec("/a", 0, share=50)}
         )
@@ -379,15 +373,10 @@ def test_a_process_started_between_two_daemons_on_a_quiet_node_is_found(
     rm = RmDouble()
     clock = [0.0]
 
-    def search(
-        pid: int, fds: dict[int, Node], newest: int | None, **bounds: Any
-    ) -> discover.Search:
-        return discover.Search(pid, fds, newest, rm.asker, **bounds)
-
     def backend() -> tuple[RmBackend, ProbeSource]:
         source = ProbeSource(FakeProbe(), cgroups)
         context = BackendContext(RealtimeLoop(), source, state, lambda: cgroup, lambda: clock[0])
-        made = RmBackend(context, gpus=list, search=search)  # type: ignore[arg-type]
+        made = RmBackend(context, gpus=list, askers=rm.asker)  # type: ignore[arg-type]
         made._state = DesiredState(  # what sync would set, without starting a control loop
             gpus={0: GpuConfig(0, GpuPolicy.FIXED_SHARE)}, pods={"/a": PodSpec("/a", 0, share=50)}
         )

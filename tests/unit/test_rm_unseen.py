@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,35 +52,19 @@ class Node_:
             self.search_now += 1e-6  # each look at the clock a microsecond later
             return self.search_now
 
-        def search(
-            pid: int,
-            files: dict[int, Node],
-            newest: int | None,
-            *,
-            oldest: int | None,
-            known: tuple[int, ...],
-            refusals: discover.Refusals,
-            in_use: discover.InUse | None,
-        ) -> discover.Search:
-            self.searches.append(pid)
-            return discover.Search(
-                pid,
-                files,
-                newest,
-                self.rm.asker,
-                clock=search_clock,
-                oldest=oldest,
-                known=known,
-                refusals=refusals,
-                in_use=in_use,
-            )
+        def askers(pid: int, fd: int) -> tuple[discover.Asker, Callable[[], None]]:
+            # A search takes an asker per control descriptor as it starts: counted at its first.
+            if fd == min(f for f, node in self.files[pid].items() if node is Node.CTL):
+                self.searches.append(pid)
+            return self.rm.asker(pid, fd)
 
         made = UnseenProcesses(
             lambda: self.tracker,
             lambda: Path("/sys/fs/cgroup"),
             lambda pid: 55,
             lambda: self.now,
-            search=search,  # type: ignore[arg-type]
+            askers=askers,
+            search_clock=search_clock,
             newest=lambda: 0xC1D00021,
             start_time=self.started.get,
             files_of=lambda pid: self.files.get(pid, {}),
@@ -140,6 +125,7 @@ def test_a_process_with_no_channels_to_find_is_searched_once_and_reported(
     # The same pid, another process (its start time): searched again.
     node.started[PID] = 999
     unseen.look(["/a"])
+    unseen.advance(1.0)
     assert node.searches == [PID, PID]
 
 
@@ -195,6 +181,7 @@ def test_processes_without_nvidia_files_or_already_governed_are_left_alone() -> 
     node.tracker.processes[PID] = trace_tracker(PID).processes[PID]
     unseen = node.unseen()
     unseen.look(["/a"])
+    unseen.advance(1.0)  # a search wrongly started would ask now
     assert unseen.unseen == {} and node.searches == []
 
 
@@ -250,6 +237,7 @@ def test_a_process_without_libcuda_is_reported_and_not_searched(
     with caplog.at_level(logging.WARNING, "qpolicy.enforcers.rm.unseen"):
         unseen.look(["/a"])
         unseen.look(["/a"])
+        unseen.advance(1.0)  # a search wrongly started would ask now
     assert node.searches == [] and unseen.unseen == {"/a": [PID]}
     status = unseen.status()
     assert status["not_searched"] == [PID] and status["not_found"] == []
@@ -294,6 +282,7 @@ def test_without_a_mark_a_process_no_daemon_saw_is_reported_not_searched(
     with caplog.at_level(logging.WARNING, "qpolicy.enforcers.rm.unseen"):
         unseen.look(["/a"])
         unseen.look(["/a"])
+        unseen.advance(1.0)  # a search wrongly started would ask now
     assert node.searches == [] and unseen.unseen == {"/a": [PID]}
     (record,) = caplog.records
     assert "started before any daemon watched" in record.getMessage()
@@ -372,7 +361,7 @@ def test_with_client_checks_the_first_daemon_searches_every_client_handle_silent
     node.rm.add_process(trace_tracker(PID).processes[PID])
     unseen = node.unseen()
     unseen.look(["/a"])
-    assert node.searches == [PID]
+    assert unseen.status()["searching"] == [PID]
     while unseen.searching:
         unseen.advance(1.0)
     (group,) = node.tracker.channel_groups(PID)

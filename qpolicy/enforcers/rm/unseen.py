@@ -25,7 +25,8 @@ lie where the search does not look) stays listed as unseen, and is logged once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,44 +45,6 @@ log = logging.getLogger(__name__)
 #: refusal logs nothing and is not counted). Call 24B: 300 clients freed between two
 #: processes' start and the search, asked on their three control descriptors each, spent it.
 REFUSALS = 1024
-
-
-class SearchFactory(Protocol):
-    """A search of RM for one process's handles (tests stand in for RM)."""
-
-    def __call__(
-        self,
-        pid: int,
-        files: Mapping[int, Node],
-        newest: int | None,
-        *,
-        oldest: int | None,
-        known: tuple[int, ...],
-        refusals: discover.Refusals,
-        in_use: discover.InUse | None,
-    ) -> discover.Search: ...
-
-
-def rm_search(
-    pid: int,
-    files: Mapping[int, Node],
-    newest: int | None,
-    *,
-    oldest: int | None,
-    known: tuple[int, ...],
-    refusals: discover.Refusals,
-    in_use: discover.InUse | None,
-) -> discover.Search:
-    return discover.Search(
-        pid,
-        files,
-        newest,
-        discover.borrowed_asker,
-        oldest=oldest,
-        known=known,
-        refusals=refusals,
-        in_use=in_use,
-    )
 
 
 class ClientChecker(Protocol):
@@ -158,7 +121,8 @@ class UnseenProcesses:
         cgroup_of: Callable[[int], int | None],
         clock: Callable[[], float],
         *,
-        search: SearchFactory = rm_search,
+        askers: discover.AskerFactory | None = None,
+        search_clock: Callable[[], float] = time.monotonic,
         newest: Callable[[], int | None] | None = None,
         start_time: Callable[[int], int | None] | None = None,
         files_of: Callable[[int], dict[int, Node]] | None = None,
@@ -172,7 +136,10 @@ class UnseenProcesses:
         self._cgroup_root = cgroup_root
         self._cgroup_of = cgroup_of
         self._clock = clock
-        self._search = search
+        # How a search asks RM through a process's descriptor (tests stand in for RM), and the
+        # clock its slices are timed by.
+        self._askers = askers or (lambda pid, fd: discover.borrowed_asker(pid, fd))
+        self._search_clock = search_clock
         self._newest = newest or (lambda: rmctl.newest_client_handle())
         self._start_time = start_time or (lambda pid: process_start_time(pid))
         self._files_of = files_of or (lambda pid: nvidia_files(pid))
@@ -280,10 +247,12 @@ class UnseenProcesses:
                 pod,
                 pid,
             )
-            search = self._search(
+            search = discover.Search(
                 pid,
                 files,
                 newest,
+                self._askers,
+                self._search_clock,
                 oldest=oldest,
                 known=stand_ins,
                 refusals=self.refusals,
