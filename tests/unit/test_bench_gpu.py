@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -572,3 +573,28 @@ def test_list_names_the_rows_a_prefix_would_run_and_runs_nothing(
     names = capsys.readouterr().out.splitlines()
     assert names == [s.name for s in gpu.SCENARIOS if s.name.startswith(prefix)]
     assert len(names) == 4 and all(n.startswith(prefix) for n in names)
+
+
+def test_the_daemons_cpu_counts_its_guard_process() -> None:
+    """The guard (qpolicy/enforcers/rm/guard.py) is a child of the daemon: its CPU is part of
+    what qpolicy costs the node, counted beside the daemon's own."""
+    import subprocess
+    import sys
+
+    spin = "import time\nend = time.process_time() + 3\nwhile time.process_time() < end: pass\n"
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {spin!r}]); "
+         "time.sleep(30)"]
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not gpu.child_pids(parent.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(gpu.child_pids(parent.pid)) == 1
+        user, system, children = gpu.cpu_window_of(parent.pid, 0.5)
+        assert children > 0.05  # the child spun through the window
+        assert user + system < children  # the parent slept
+    finally:
+        parent.kill()
+        parent.wait()

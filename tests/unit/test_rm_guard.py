@@ -20,7 +20,15 @@ import pytest
 from qpolicy.backends.base import BackendContext
 from qpolicy.backends.rm import RmBackend
 from qpolicy.enforcers.rm import guard as guard_module
-from qpolicy.enforcers.rm.guard import PF_EXITING, Guard, daemon_dying, guard, spare_from_oom
+from qpolicy.enforcers.rm.guard import (
+    PF_EXITING,
+    Guard,
+    Leader,
+    daemon_dying,
+    guard,
+    spare_from_oom,
+    watch,
+)
 from qpolicy.enforcers.rm.record import (
     LOCK_NAME,
     RECORD_NAME,
@@ -81,6 +89,10 @@ def test_a_daemon_is_dying_once_every_thread_of_it_is_exiting(
 ) -> None:
     proc = fake_proc(tmp_path, 10, threads, start)
     assert daemon_dying(10, 500, proc) is dying
+    # The same through the leader's stat kept open, as the guard reads it.
+    leader = Leader(10, proc)
+    assert daemon_dying(10, 500, proc, leader=leader) is dying
+    leader.close()
 
 
 def test_a_daemon_whose_proc_entry_is_gone_is_dead(tmp_path: Path) -> None:
@@ -97,7 +109,42 @@ def test_the_kernel_marks_a_live_process_running_and_a_zombie_dying() -> None:
     while (Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z":
         time.sleep(0.01)
     assert child_start is not None and daemon_dying(child.pid, child_start)
+    leader = Leader(child.pid)
+    assert leader.stat() is not None and daemon_dying(child.pid, child_start, leader=leader)
     child.wait()
+    # Reaped: its stat, kept open, reads nothing (ESRCH), even once the pid is another's.
+    assert leader.stat() is None and daemon_dying(child.pid, child_start, leader=leader)
+    leader.close()
+
+
+def test_the_alarm_wakes_the_guard_without_waiting_for_its_next_look() -> None:
+    """The daemon's alarm pipe reads EOF as its files go: the guard looks at once, and closely
+    until the daemon's threads are all exiting, not a FALLBACK_S later."""
+    read, write = os.pipe()
+    closed = threading.Event()
+    looks: list[float] = []
+
+    def dying(pid: int, start: int) -> bool:
+        looks.append(time.monotonic())
+        return closed.is_set() and len(looks) >= 4  # exiting a few looks after the alarm
+
+    done = threading.Event()
+    me = os.getpid()
+    start = process_start_time(me)
+    assert start is not None
+    thread = threading.Thread(
+        target=lambda: (watch(me, start, alarm=read, dying=dying, every_s=600), done.set())
+    )
+    thread.start()
+    time.sleep(0.2)
+    assert not done.is_set() and len(looks) == 1  # asleep: no look until something happens
+    rang = time.monotonic()
+    closed.set()
+    os.close(write)
+    assert done.wait(30)
+    thread.join()
+    os.close(read)
+    assert len(looks) >= 4 and looks[-1] - rang < 30
 
 
 def write_record(
@@ -212,17 +259,27 @@ class FakeProcess:
 def test_a_guard_that_went_away_is_started_again(tmp_path: Path) -> None:
     spawned: list[list[str]] = []
 
-    def spawn(argv: Any) -> Any:
+    def spawn(argv: Any, pass_fds: Any) -> Any:
         spawned.append(list(argv))
+        assert list(pass_fds) == [g_alarm_read()]  # the alarm's read end, and nothing else
         return FakeProcess(1000 + len(spawned))
+
+    def g_alarm_read() -> int:
+        argv = spawned[-1]
+        return int(argv[argv.index("--alarm-fd") + 1])
 
     g = Guard(tmp_path, spawn=spawn)
     assert spawned == [g.argv()]
     assert g.argv()[1:3] == ["-m", "qpolicy.enforcers.rm.guard"]
     me = os.getpid()
     assert g.argv()[3:] == [
-        "--pid", str(me), "--start-time", str(process_start_time(me)), "--state-dir", str(tmp_path)
+        "--pid", str(me), "--start-time", str(process_start_time(me)), "--state-dir", str(tmp_path),
+        "--alarm-fd", str(g.alarm.read), "--look-every", "1",
     ]  # fmt: skip
+    # The alarm's write end sits above every descriptor the daemon opens after it.
+    later = os.open("/dev/null", os.O_RDONLY)
+    assert g.alarm.write > later > g.alarm.read
+    os.close(later)
     g.check()
     assert len(spawned) == 1 and g.status() == {"pid": 1001, "running": True, "restarts": 0}
     assert g.process is not None
@@ -231,7 +288,7 @@ def test_a_guard_that_went_away_is_started_again(tmp_path: Path) -> None:
     assert len(spawned) == 2 and g.status() == {"pid": 1002, "running": True, "restarts": 1}
 
     # A start that fails (no memory for a process) leaves the daemon running; tried again later.
-    def fail(argv: Any) -> Any:
+    def fail(argv: Any, pass_fds: Any) -> Any:
         raise OSError(12, "Cannot allocate memory")
 
     g._spawn = fail
@@ -254,7 +311,7 @@ def test_the_backend_stops_its_guard_at_a_clean_close_and_keeps_it_while_a_recor
 ) -> None:
     processes: list[FakeProcess] = []
 
-    def spawn(argv: Any) -> Any:
+    def spawn(argv: Any, pass_fds: Any) -> Any:
         processes.append(FakeProcess(2000 + len(processes)))
         return processes[-1]
 
@@ -300,7 +357,7 @@ def test_the_guard_process_opens_what_a_daemon_killed_with_sigkill_left_closed(
         g = Guard(tmp_path, pid=daemon.pid)
         try:
             # Watching: many looks at the live daemon, the record left alone.
-            time.sleep(20 * guard_module.WATCH_S)
+            time.sleep(1.5 * guard_module.FALLBACK_S)
             assert g.running and (tmp_path / RECORD_NAME).exists()
             assert g.process is not None
             # Out of the OOM killer's reach where a process here may be (CAP_SYS_RESOURCE, as
