@@ -24,10 +24,11 @@ It is a separate process (``python -m qpolicy.enforcers.rm.guard``), not a threa
 with the daemon. It sets its ``oom_score_adj`` to -1000: on cgroup v2 the kubelet (1.28 on) sets
 ``memory.oom.group`` on each container, so the OOM killer takes every process of the agent's
 container at once, all but those at -1000 (Documentation/admin-guide/cgroup-v2.rst,
-``memory.oom.group``). The guard stays about 17 MB, whatever the node runs. It is the daemon's child
-but in a session of its own (a terminal's Ctrl-C is the daemon's to handle), ignores SIGINT and
-SIGTERM (a service manager that signals every process of the unit must not take it before the
-daemon's own shutdown is done), and exits when its daemon has.
+``memory.oom.group``). The guard stays about 17 MB, whatever the node runs, and sleeps in ``poll()``
+but for a look a second (0.01 % of a core). It is the daemon's child but in a session of its own (a
+terminal's Ctrl-C is the daemon's to handle), ignores SIGINT and SIGTERM (a service manager that
+signals every process of the unit must not take it before the daemon's own shutdown is done), and
+exits when its daemon has.
 
 The next daemon's recovery and the guard's take the same lock (:func:`~.record.recover`), and the
 guard undoes only records its own daemon wrote: one woken late never touches what a successor
