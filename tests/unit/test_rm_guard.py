@@ -21,6 +21,7 @@ from qpolicy.backends.base import BackendContext
 from qpolicy.backends.rm import RmBackend
 from qpolicy.enforcers.rm import guard as guard_module
 from qpolicy.enforcers.rm.guard import (
+    GONE,
     PF_EXITING,
     Guard,
     Leader,
@@ -97,6 +98,22 @@ def test_a_daemon_is_dying_once_every_thread_of_it_is_exiting(
 
 def test_a_daemon_whose_proc_entry_is_gone_is_dead(tmp_path: Path) -> None:
     assert daemon_dying(10, 500, tmp_path)
+    assert daemon_dying(10, 500, tmp_path, leader=Leader(10, tmp_path))
+
+
+def test_what_cannot_be_read_is_not_taken_for_a_death(tmp_path: Path) -> None:
+    """Undoing what a live daemon closed would break its turns and lose its record: a stat file
+    that cannot be read (here a directory in its place), or reads as garbage, says nothing."""
+    proc = fake_proc(tmp_path, 10, {10: EXITING, 11: RUNNING})
+    (proc / "10" / "task" / "11" / "stat").unlink()
+    (proc / "10" / "task" / "11" / "stat").mkdir()
+    assert not daemon_dying(10, 500, proc)  # thread 11 cannot be read: it may be in a call
+    (proc / "10" / "stat").write_text("garbage")
+    assert not daemon_dying(10, 500, proc)
+    assert not daemon_dying(10, 500, proc, leader=Leader(10, proc))
+    (proc / "10" / "stat").unlink()
+    (proc / "10" / "stat").mkdir()
+    assert not daemon_dying(10, 500, proc)
 
 
 def test_the_kernel_marks_a_live_process_running_and_a_zombie_dying() -> None:
@@ -113,7 +130,7 @@ def test_the_kernel_marks_a_live_process_running_and_a_zombie_dying() -> None:
     assert leader.stat() is not None and daemon_dying(child.pid, child_start, leader=leader)
     child.wait()
     # Reaped: its stat, kept open, reads nothing (ESRCH), even once the pid is another's.
-    assert leader.stat() is None and daemon_dying(child.pid, child_start, leader=leader)
+    assert leader.stat() is GONE and daemon_dying(child.pid, child_start, leader=leader)
     leader.close()
 
 

@@ -86,19 +86,13 @@ def spare_from_oom(path: Path = Path("/proc/self/oom_score_adj")) -> bool:
     return True
 
 
-def _stat(path: Path) -> tuple[str, int, int] | None:
-    """State letter, flags and start time of the task whose ``stat`` file is ``path``."""
-    try:
-        return _parse(path.read_bytes())
-    except OSError:
-        return None
+# What a task's stat file says: its state letter, flags and start time; GONE where it has no
+# such file any more (exited, reaped); None where it cannot be read or parsed (not known).
+Stat = tuple[str, int, int]
+GONE = ("X", 0, -1)
 
 
-def _exiting(stat: tuple[str, int, int] | None) -> bool:
-    return stat is None or stat[0] in ("Z", "X") or bool(stat[1] & PF_EXITING)
-
-
-def _parse(text: bytes) -> tuple[str, int, int] | None:
+def _parse(text: bytes) -> Stat | None:
     try:
         fields = text.rsplit(b")", 1)[1].split()
         return fields[0].decode(), int(fields[6]), int(fields[19])
@@ -106,21 +100,40 @@ def _parse(text: bytes) -> tuple[str, int, int] | None:
         return None
 
 
+def _stat(path: Path) -> Stat | None:
+    """What the task whose ``stat`` file is ``path`` is (see :data:`GONE`)."""
+    try:
+        return _parse(path.read_bytes())
+    except (FileNotFoundError, ProcessLookupError):
+        return GONE
+    except OSError:
+        return None
+
+
+def _exiting(stat: Stat | None) -> bool:
+    """Whether a thread can send nothing more: gone, a zombie, or exiting. Not known: no."""
+    return stat is not None and (stat[0] in ("Z", "X") or bool(stat[1] & PF_EXITING))
+
+
 class Leader:
     """The daemon's ``/proc/PID/stat``, kept open and read again from its start at each look:
-    4 us a look where opening it each time took 33 (this machine), 20 looks a second."""
+    4 us a look where opening it each time took 33 (this machine). Read by its path where it
+    could not be opened."""
 
     def __init__(self, pid: int, proc: Path = Path("/proc")) -> None:
+        self.path = proc / str(pid) / "stat"
         self.fd: int | None = None
         with contextlib.suppress(OSError):
-            self.fd = os.open(proc / str(pid) / "stat", os.O_RDONLY | os.O_CLOEXEC)
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
 
-    def stat(self) -> tuple[str, int, int] | None:
+    def stat(self) -> Stat | None:
         if self.fd is None:
-            return None
+            return _stat(self.path)
         try:
             return _parse(os.pread(self.fd, 4096, 0))
-        except OSError:  # ESRCH once the process is reaped
+        except ProcessLookupError:  # ESRCH: reaped, even if its pid is another's by now
+            return GONE
+        except OSError:
             return None
 
     def close(self) -> None:
@@ -134,16 +147,21 @@ def daemon_dying(
 ) -> bool:
     """Whether the daemon ``pid`` (started at ``start_time``) is gone, or every thread of it is
     exiting: none can send anything more to RM. The leader alone is read while it lives (through
-    ``leader``, opened once, where given)."""
+    ``leader``, opened once, where given). What cannot be read is not taken for a death: undoing
+    what a live daemon closed would break its turns, and lose its record."""
     stat = leader.stat() if leader is not None else _stat(proc / str(pid) / "stat")
-    if stat is None or stat[2] != start_time:
+    if stat is None:
+        return False
+    if stat is GONE or stat[2] != start_time:
         return True  # gone (its pid may be another process's by now)
     if not _exiting(stat):
         return False
     try:
         tids = [entry.name for entry in (proc / str(pid) / "task").iterdir()]
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return True
+    except OSError:
+        return False
     return all(_exiting(_stat(proc / str(pid) / "task" / tid / "stat")) for tid in tids)
 
 
