@@ -34,6 +34,7 @@ from qpolicy.enforcers.rm.record import (
     LOCK_NAME,
     RECORD_NAME,
     RmRecord,
+    parse_stat,
     process_start_time,
     recover,
 )
@@ -94,6 +95,14 @@ def test_a_daemon_is_dying_once_every_thread_of_it_is_exiting(
     leader = Leader(10, proc)
     assert daemon_dying(10, 500, proc, leader=leader) is dying
     leader.close()
+
+
+def test_a_stat_line_is_read_after_the_processs_own_name() -> None:
+    """A process names itself: its comm may hold a ')' or bytes that are not UTF-8."""
+    line = b"12 (a) b\xff) " + stat_line(12, "R", 0x404044, 777).split(") ", 1)[1].encode()
+    assert parse_stat(line) == ("R", 0x404044, 777)
+    assert parse_stat(b"12 (no closing paren") is None
+    assert parse_stat(b"12 (x) S 1") is None  # cut short
 
 
 def test_a_daemon_whose_proc_entry_is_gone_is_dead(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from qpolicy.enforcers.rm.record import Recovery, process_start_time, recover
+from qpolicy.enforcers.rm.record import Recovery, parse_stat, process_start_time, recover
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +92,10 @@ Stat = tuple[str, int, int]
 GONE = ("X", 0, -1)
 
 
-def _parse(text: bytes) -> Stat | None:
-    try:
-        fields = text.rsplit(b")", 1)[1].split()
-        return fields[0].decode(), int(fields[6]), int(fields[19])
-    except (IndexError, ValueError, UnicodeDecodeError):
-        return None
-
-
 def _stat(path: Path) -> Stat | None:
     """What the task whose ``stat`` file is ``path`` is (see :data:`GONE`)."""
     try:
-        return _parse(path.read_bytes())
+        return parse_stat(path.read_bytes())
     except (FileNotFoundError, ProcessLookupError):
         return GONE
     except OSError:
@@ -130,7 +122,7 @@ class Leader:
         if self.fd is None:
             return _stat(self.path)
         try:
-            return _parse(os.pread(self.fd, 4096, 0))
+            return parse_stat(os.pread(self.fd, 4096, 0))
         except ProcessLookupError:  # ESRCH: reaped, even if its pid is another's by now
             return GONE
         except OSError:
@@ -242,9 +234,9 @@ class Alarm:
         self.read = read
         self.write = write
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        high = min(soft if soft != resource.RLIM_INFINITY else ALARM_FD_MOST + 1, ALARM_FD_MOST + 1)
+        highest = ALARM_FD_MOST if soft == resource.RLIM_INFINITY else min(soft - 1, ALARM_FD_MOST)
         with contextlib.suppress(OSError):  # else it stays low: the guard's looks still find it
-            self.write = fcntl.fcntl(write, fcntl.F_DUPFD_CLOEXEC, high - 1)
+            self.write = fcntl.fcntl(write, fcntl.F_DUPFD_CLOEXEC, highest)
             os.close(write)
 
     def close(self) -> None:

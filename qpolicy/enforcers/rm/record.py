@@ -44,13 +44,24 @@ LOCK_NAME = "rm-record.lock"
 VERSION = 2
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """``pid``'s state letter and start time (clock ticks since boot), from /proc/PID/stat."""
+def parse_stat(text: bytes) -> tuple[str, int, int] | None:
+    """State letter, flags and start time (clock ticks since boot) from the text of a
+    /proc/PID/stat or /proc/PID/task/TID/stat: the fields after the last ')', since a process
+    names itself (its comm may hold any byte, a ')' too)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[19])
-    except (OSError, IndexError, ValueError):
+        fields = text.rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[6]), int(fields[19])
+    except (IndexError, ValueError, UnicodeDecodeError):
         return None
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """``pid``'s state letter and start time, from /proc/PID/stat."""
+    try:
+        parsed = parse_stat(Path(f"/proc/{pid}/stat").read_bytes())
+    except OSError:
+        return None
+    return None if parsed is None else (parsed[0], parsed[2])
 
 
 def process_start_time(pid: int) -> int | None:
