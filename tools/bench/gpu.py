@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,14 +371,12 @@ def children_cpu_seconds(pid: int) -> dict[int, tuple[float, float]]:
     return out
 
 
-def cpu_window_of(
-    pid: int, window: float, sleep: Callable[[float], None] = time.sleep
-) -> tuple[float, float, float]:
+def cpu_window_of(pid: int, window: float) -> tuple[float, float, float]:
     """(user, system) CPU seconds of ``pid`` over ``window`` seconds, and those of its child
     processes (the guard: part of what qpolicy costs the node) that lived through it."""
     user0, sys0 = cpu_seconds(pid)
     kids0 = children_cpu_seconds(pid)
-    sleep(window)
+    time.sleep(window)
     user1, sys1 = cpu_seconds(pid)
     kids1 = children_cpu_seconds(pid)
     kids = sum(sum(kids1[c]) - sum(kids0[c]) for c in kids1 if c in kids0)
