@@ -227,18 +227,18 @@ def _recover(
     if writer is None:
         paths.append(state_dir / LEGACY_RECORD_NAME)
     for path in paths:
-        closed, timeslices, unreadable = _read(path, writer)
-        if unreadable == "":
+        read = _read(path, writer)
+        if read.another_writer:
             continue  # another daemon's: not the guard's to undo
-        if unreadable is not None:
-            problems.append(unreadable)
-        for key, entry in closed.items():
+        if read.problem is not None:
+            problems.append(read.problem)
+        for key, entry in read.closed.items():
             problem = _undo(entry, ("fd", "client", "subdevice"), borrow, _open_channels)
             if problem is None:
                 opened += 1
             elif problem:
                 problems.append(f"{key}: {problem}")
-        for key, entry in timeslices.items():
+        for key, entry in read.timeslices.items():
             problem = _undo(entry, ("fd", "client", "tsg", "original_us"), borrow, _restore_slice)
             if problem is None:
                 restored += 1
@@ -248,31 +248,40 @@ def _recover(
     return Recovery(opened, restored, tuple(problems))
 
 
-def _read(
-    path: Path, writer: tuple[int, int] | None = None
-) -> tuple[Mapping[str, Any], Mapping[str, Any], str | None]:
-    """The record's closed groups and timeslices, and a problem (None: none; "": written by
-    another daemon than ``writer``, left alone)."""
+@dataclass(frozen=True)
+class _Read:
+    """What one record file holds for a recovery."""
+
+    closed: Mapping[str, Any] = field(default_factory=dict)
+    timeslices: Mapping[str, Any] = field(default_factory=dict)
+    #: Why the file could not be used (None: it could, or there is none).
+    problem: str | None = None
+    #: Written by another daemon than the one recovered for: left alone, no problem.
+    another_writer: bool = False
+
+
+def _read(path: Path, writer: tuple[int, int] | None = None) -> _Read:
+    """The record's closed groups and timeslices, or why they cannot be used."""
     try:
         document = json.loads(path.read_text())
     except FileNotFoundError:
-        return {}, {}, None
+        return _Read()
     except (OSError, ValueError) as error:
-        return {}, {}, f"cannot read {path}: {error}"
+        return _Read(problem=f"cannot read {path}: {error}")
     if not isinstance(document, dict):
-        return {}, {}, f"{path}: expected a JSON object, found {type(document).__name__}"
+        return _Read(problem=f"{path}: expected a JSON object, found {type(document).__name__}")
     if path.name == LEGACY_RECORD_NAME:
-        return document, {}, None
+        return _Read(closed=document)
     closed, timeslices = document.get("closed", {}), document.get("timeslices", {})
     if document.get("version") != VERSION or not (
         isinstance(closed, dict) and isinstance(timeslices, dict)
     ):
-        return {}, {}, f"{path}: not a record this qpolicy wrote (version {VERSION})"
+        return _Read(problem=f"{path}: not a record this qpolicy wrote (version {VERSION})")
     if writer is not None:
         wrote = document.get("writer")
         if not isinstance(wrote, dict) or (wrote.get("pid"), wrote.get("start_time")) != writer:
-            return {}, {}, ""
-    return closed, timeslices, None
+            return _Read(another_writer=True)
+    return _Read(closed, timeslices)
 
 
 def _undo(
