@@ -46,6 +46,7 @@ from qpolicy.kube.podcgroup import find_cgroup
 from qpolicy.kube.pods import PodFacts, derive, resolve_gpus, visible_device_tokens
 from qpolicy.kube.policy import config_key, parse_policy
 from qpolicy.model import GpuConfig, PodClass, PodSpec
+from qpolicy.runtime.threads import NamedThread
 from qpolicy.telemetry.gpus import GpuInfo, node_gpus
 
 log = logging.getLogger(__name__)
@@ -222,7 +223,7 @@ class KubernetesSource:
         if self._configmap is not None:
             targets.append(("policy", self._policy_loop))
         for name, target in targets:
-            thread = threading.Thread(target=target, name=f"qpolicy-kube-{name}", daemon=True)
+            thread = NamedThread(target, f"qpolicy-kube-{name}")
             thread.start()
             self._threads.append(thread)
         return self

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from qpolicy.runtime.clock import Loop
+from qpolicy.runtime.threads import NamedThread
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class ControlWorker:
         self.done = 0
         self.failed = 0
         self._logged_at = -ERROR_LOG_EVERY_S
-        self._thread = threading.Thread(target=self._run, name="qpolicy-controls", daemon=True)
+        self._thread = NamedThread(self._run, "qpolicy-controls")
         self._thread.start()
 
     def submit(self, job: Callable[[], float]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -598,3 +599,37 @@ def test_the_daemons_cpu_counts_its_guard_process() -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_threads_percent_names_the_daemons_threads_and_leaves_out_short_lived_ones() -> None:
+    """The daemon row splits the daemon's CPU by thread: a thread that did not live through
+    the window (a scrape's) is left to the process's total."""
+    import threading
+
+    ready = threading.Event()
+    stop = threading.Event()
+
+    def spin() -> None:
+        from qpolicy.runtime.threads import name_this_thread
+
+        name_this_thread("qpolicy-controls")
+        ready.set()
+        while not stop.is_set():
+            pass
+
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(5)
+        before = gpu.threads_cpu_seconds(os.getpid())
+        time.sleep(0.5)
+        after = gpu.threads_cpu_seconds(os.getpid())
+    finally:
+        stop.set()
+        thread.join(5)
+    names = {name for name, _ in after.values()}
+    assert {"main", "qp-controls"} <= names
+    percent = gpu.threads_percent(before, after, 0.5)
+    assert percent["qp-controls"] > 20  # it spun (sharing the GIL with this thread's sleep)
+    gone = {tid: (name, cpu) for tid, (name, cpu) in after.items() if name != "qp-controls"}
+    assert "qp-controls" not in gpu.threads_percent(gone, after, 0.5)

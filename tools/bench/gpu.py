@@ -371,6 +371,33 @@ def children_cpu_seconds(pid: int) -> dict[int, tuple[float, float]]:
     return out
 
 
+def threads_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:
+    """Per live thread of ``pid``: its kernel name (the daemon names its threads qp-ROLE;
+    the main thread, the daemon's loop, is "main") and its user + system CPU seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                tid = int(task.name)
+                stat = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                name = "main" if tid == pid else (task / "comm").read_text().strip()
+                out[tid] = (name, (int(stat[11]) + int(stat[12])) / tick)
+    return out
+
+
+def threads_percent(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], window: float
+) -> dict[str, float]:
+    """% of a core per thread name over ``window``, for threads that lived through it (a
+    scrape's thread lives for one request: its CPU is only in the process's total)."""
+    out: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        if tid in before:
+            out[name] = out.get(name, 0.0) + 100 * (cpu - before[tid][1]) / window
+    return dict(sorted(out.items()))
+
+
 def cpu_window_of(pid: int, window: float) -> tuple[float, float, float]:
     """(user, system) CPU seconds of ``pid`` over ``window`` seconds, and those of its child
     processes (the guard: part of what qpolicy costs the node) that lived through it."""
@@ -663,13 +690,17 @@ def run_once(
                 pod, n, seconds, start_at, cgroups, env | mode_env(mode, pod, scenario)
             )
         cpu_window: tuple[float, float, float] | None = None
+        threads_before: dict[int, tuple[str, float]] = {}
+        threads_after: dict[int, tuple[str, float]] = {}
         window = seconds - 2 * CPU_EDGE_S
         if daemon_info is not None:
             # The pods' steady state: not their first and last second, when the daemon meets
             # their processes and, holding the last reference to their RM clients' files, pays
             # for the driver's teardown of each one as it exits.
             time.sleep(max(start_at + CPU_EDGE_S - time.time(), 0))
+            threads_before = threads_cpu_seconds(daemon_info["pid"])
             cpu_window = cpu_window_of(daemon_info["pid"], window)
+            threads_after = threads_cpu_seconds(daemon_info["pid"])
         results = collect(processes, timeout=INIT_S + seconds + 30)
     out: dict[str, Any] = {"mode": mode, "n": n, "pods": results}
     if daemon_info is not None:
@@ -682,6 +713,11 @@ def run_once(
             out["daemon"]["cpu_user_percent"] = 100 * cpu_window[0] / window
             out["daemon"]["cpu_system_percent"] = 100 * cpu_window[1] / window
             out["daemon"]["cpu_children_percent"] = 100 * cpu_window[2] / window
+            # Where the daemon's own CPU goes: its loop, its control worker (RM controls wait
+            # for GSP in the kernel), its metrics server.
+            out["daemon"]["cpu_threads_percent"] = threads_percent(
+                threads_before, threads_after, window
+            )
     return out
 
 
@@ -968,6 +1004,9 @@ def table(report: dict[str, Any]) -> list[str]:
             cpu_cell = "-" if cpu is None else f"{cpu:.1f} %"
             if scenario.name.startswith("daemon CPU") and cpu is not None:
                 cpu_cell += " (< 2): " + ("meets" if cpu < 2 else "MISSES")
+                threads = daemon.get("cpu_threads_percent") or {}
+                if threads:
+                    cpu_cell += "; " + ", ".join(f"{k} {v:.2f}" for k, v in threads.items())
             summary = by_mode.get("qpolicy", {}).get("summary")
             verdict = "-" if summary is None else _verdict(scenario, summary, report, n)
             lines.append(f"| {scenario.name} | {n or '-'} | {' | '.join(cells)} | {cpu_cell} "
