@@ -40,6 +40,7 @@ from qpolicy.telemetry.libcuda import (
     find_libcuda,
     probe_address,
 )
+from qpolicy.telemetry.mapbatch import BatchReader, MapBatchError
 from qpolicy.telemetry.uprobemulti import UprobeMultiError, link, load_program
 from qpolicy.telemetry.wire import ProbeRecord
 
@@ -327,6 +328,8 @@ class NvProbe:
         self._pending: list[bytes] = []
         self.bad_events = 0
         self._batch_lookup = True
+        # Per map: its batch reader, with buffers kept between reads (of this load's maps).
+        self._readers: dict[bytes, BatchReader] = {}
         # Per cgroup: reads that found a thread of it inside a synchronize call (_activity).
         self._wait_ticks: dict[int, int] = {}
         #: Per cgroup, as the last read of its activity found them: launches, synchronize calls
@@ -385,6 +388,7 @@ class NvProbe:
         except Exception as error:  # bcc raises bare Exception for compile/load/attach failures
             raise ProbeError(f"cannot load {SOURCE}: {error}") from None
         self._bpf = bpf
+        self._readers = {}
         try:
             self._fill_maps(bpf)
             self._attach_launches(bpf, libcuda)
@@ -521,6 +525,7 @@ class NvProbe:
 
     def close(self) -> None:
         bpf, self._bpf = self._bpf, None
+        self._readers = {}
         links, self._links = self._links, []
         programs, self._multi_programs = self._multi_programs, {}
         for fd in (*links, *programs.values()):
@@ -636,9 +641,12 @@ class NvProbe:
         """
         table = self._loaded()[name]
         if self._batch_lookup:
+            reader = self._readers.get(name)
+            if reader is None:
+                reader = self._readers[name] = BatchReader(table, _libbcc().bpf_lookup_batch)
             try:
-                return list(table.items_lookup_batch())
-            except Exception:  # bcc raises bare Exception where the kernel has no batch ops
+                return reader.items()
+            except MapBatchError:  # no batch ops in this kernel (before 5.6)
                 self._batch_lookup = False
         return list(table.items())
 

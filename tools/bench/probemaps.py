@@ -5,8 +5,9 @@ The rm enforcer reads the per-cgroup launch counters at every poll that reads ev
 ends, period steps; a look at the holder reads its cgroup alone), and the daemon reads every
 counter map when Prometheus scrapes it. The kernel maps are filled from
 userspace with what a GPU host holds: 40 cgroups, 8 ioctl codes and 8 controls each. Each read
-runs both ways on the same loaded probe (``NvProbe._batch_lookup`` off, then on), so the
-comparison is from one run.
+runs three ways on the same loaded probe (``NvProbe._batch_lookup`` off; bcc's
+``items_lookup_batch``, which allocates arrays for the map's 16 384 entries at every read; the
+probe's own batch reader, qpolicy/telemetry/mapbatch.py), so the comparison is from one run.
 """
 
 from __future__ import annotations
@@ -46,8 +47,13 @@ def run() -> dict[str, Any]:
                 control.cgroup, control.value = cgroup, code
                 controls[control] = controls.Leaf(3)
         result: dict[str, Any] = {"cgroups": CGROUPS}
-        for batch in (False, True):
-            probe._batch_lookup = batch
+        for way in ("items", "bcc_batch", "batch"):
+            probe._batch_lookup = way == "batch"
+            if way == "bcc_batch":
+                # bcc's own batch read (until 2026-12-02): arrays of max_entries per read.
+                probe._items = lambda name: list(bpf[name].items_lookup_batch())  # type: ignore[method-assign]
+            else:
+                probe.__dict__.pop("_items", None)
             start = time.perf_counter()
             for _ in range(LAUNCH_READS):
                 launches = probe.launches()
@@ -57,7 +63,7 @@ def run() -> dict[str, Any]:
                 counters = probe.counters()
             per_counters = (time.perf_counter() - start) / COUNTER_READS
             assert len(launches) == len(counters) == CGROUPS
-            result["batch" if batch else "items"] = {
+            result[way] = {
                 "launches_us": round(per_launches * 1e6, 1),
                 "counters_ms": round(per_counters * 1e3, 2),
             }
@@ -68,9 +74,11 @@ def run() -> dict[str, Any]:
             one = probe.launches_of([1000])
         result["launches_of_one_us"] = round((time.perf_counter() - start) / LAUNCH_READS * 1e6, 1)
         assert one == {1000: 0}
-    # Not a target: the batched reads must not be slower than the item iteration they replace.
-    result["meets_target"] = (
-        result["batch"]["launches_us"] <= result["items"]["launches_us"]
-        and result["batch"]["counters_ms"] <= result["items"]["counters_ms"]
+    # Not a target: the batched reads must not be slower than the item iteration or bcc's
+    # batch read they replace.
+    result["meets_target"] = all(
+        result["batch"][what] <= result[other][what]
+        for other in ("items", "bcc_batch")
+        for what in ("launches_us", "counters_ms")
     )
     return result
