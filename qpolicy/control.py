@@ -47,6 +47,9 @@ class ControlLoop:
         self.enforcer = enforcer
         self.min_turn_us = min_turn_us
         self.last_plan: Plan | None = None
+        #: Periods stretched for ``min_turn_us``; the rest ran as configured (a plan that
+        #: changed, or nothing to stretch).
+        self.stretched = 0
 
     def step(self, elapsed_us: float | None = None) -> Plan:
         """Close the period that ends now and start the next one.
@@ -76,7 +79,10 @@ class ControlLoop:
         if edges < 2:
             return p
         period = max(p.period_us, round(edges * self.min_turn_us))
-        return p if period == p.period_us else replace(p, period_us=period)
+        if period == p.period_us:
+            return p
+        self.stretched += 1
+        return replace(p, period_us=period)
 
     def _repeats(self, p: Plan) -> bool:
         last = self.last_plan

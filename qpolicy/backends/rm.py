@@ -322,6 +322,10 @@ class RmBackend:
                     # Turns handed back at once to a pod found running just after its turn
                     # ended idle (SliceScheduler._interrupts).
                     "turns_handed_back": driven.enforcer.scheduler.stats.interrupts,
+                    # How the turns of closed periods ended, and how many periods were
+                    # stretched to the minimum turn (the rest ran at the configured period).
+                    "turn_ends": dict(sorted(driven.enforcer.scheduler.stats.ends.items())),
+                    "periods_stretched": driven.periodic.control.stretched,
                 }
                 for index, driven in sorted(self._gpus.items())
             },

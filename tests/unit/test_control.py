@@ -84,6 +84,8 @@ def test_a_plan_that_changes_is_not_stretched() -> None:
     enforcer.usage = {"a": PodUsage(35_000, hungry=True), "b": PodUsage(600, hungry=True)}
     assert loop.step().period_us == 50_000
     assert loop.step().period_us == 400_000
+    # Of the six periods, the second and the last were stretched.
+    assert loop.stretched == 2
 
 
 def test_without_a_minimum_turn_the_period_is_the_configured_one() -> None:

@@ -138,6 +138,31 @@ def test_an_idle_pod_gives_its_turn_away_and_is_not_hungry() -> None:
     assert usage["a"].hungry and not usage["b"].hungry and usage["b"].used_us == 0
 
 
+def test_turn_ends_are_counted_by_how_each_turn_ended() -> None:
+    """Two busy pods under fixed-share end their turns on their budgets or deadlines; beside a
+    pod that never starts, its turn is skipped and the busy one's run to each period's end."""
+    busy = rig(GpuPolicy.FIXED_SHARE, [PodSpec("a", 0, share=50), PodSpec("b", 0, share=50)])
+    saturate(busy, "a")
+    saturate(busy, "b")
+    busy.run(1.0)
+    ends = busy.enforcer.scheduler.stats.ends
+    periods = busy.enforcer.scheduler.stats.periods
+    assert set(ends) <= {"budget", "deadline"}
+    # Two turns a period, counted as the next period starts.
+    assert sum(ends.values()) == 2 * (periods - 1)
+
+    lone = rig(GpuPolicy.BURST_SHARE, [PodSpec("a", 0, share=50), PodSpec("b", 0, share=50)])
+    saturate(lone, "a")
+    saturate(lone, "b", start_s=100)  # never starts
+    lone.run(1.0)
+    ends = lone.enforcer.scheduler.stats.ends
+    periods = lone.enforcer.scheduler.stats.periods
+    # b's first turn is skipped; then b is planned nothing, and a runs each period to its end.
+    assert ends.get("skipped", 0) + ends.get("idle", 0) >= 1
+    assert ends.get("deadline", 0) + ends.get("burst deadline", 0) >= periods - 2
+    assert "budget" not in ends
+
+
 def test_release_reopens_every_pod_and_restores_timeslices() -> None:
     pods = [
         PodSpec("web", 0, PodClass.ONLINE, share=20),

@@ -128,6 +128,8 @@ def test_the_rm_backend_takes_each_gpus_strategy_from_its_doctor_cache(
         assert gpus["0"]["online_strategy"] == DEFAULT.describe()
         assert gpus["0"]["idle_checks"] == {"reads": 0, "found_running": 0, "refused": None}
         assert gpus["0"]["turns_handed_back"] == 0
+        assert gpus["0"]["turn_ends"] == {}  # no period has ended yet
+        assert gpus["0"]["periods_stretched"] == 0
         assert any("GPU 1: offline timeslice 1 us" in r.getMessage() for r in caplog.records)
     finally:
         backend.close()

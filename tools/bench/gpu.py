@@ -631,7 +631,11 @@ def qpolicy_daemon(
             scraper.join(timeout=10)
             try:
                 status = json.loads((Path(state_dir) / "daemon-status.json").read_text())
-                info["online_strategy"] = status["backend"]["gpus"]["0"]["online_strategy"]
+                gpu_status = status["backend"]["gpus"]["0"]
+                info["online_strategy"] = gpu_status["online_strategy"]
+                # How its turns ended, its periods stretched, its GPU checks: why it handed
+                # over as often as it did, from a run at info level (debug logs cost CPU).
+                info["gpu_status"] = gpu_status
             except (OSError, ValueError, KeyError, TypeError):
                 info["online_strategy"] = None
             try:
