@@ -633,3 +633,17 @@ def test_threads_percent_names_the_daemons_threads_and_leaves_out_short_lived_on
     assert percent["qp-controls"] > 20  # it spun (sharing the GIL with this thread's sleep)
     gone = {tid: (name, cpu) for tid, (name, cpu) in after.items() if name != "qp-controls"}
     assert "qp-controls" not in gpu.threads_percent(gone, after, 0.5)
+
+
+def test_the_daemon_row_says_how_its_turns_ended() -> None:
+    """The 10-pod row's CPU is paid per hand-over: its cell names the turn ends and the
+    stretched periods the daemon's status counted, and says nothing where a run has none."""
+    status = {
+        "periods": 41,
+        "periods_stretched": 12,
+        "turn_ends": {"budget": 100, "burst deadline": 201, "idle": 19},
+    }
+    cell = gpu.turns_cell(status)
+    assert cell == ("; turns: budget 100, burst deadline 201, idle 19; periods 41 (12 stretched)")
+    assert gpu.turns_cell({}) == ""  # a run of a tree before the counts
+    assert gpu.turns_cell({"periods": 3, "turn_ends": {}}).startswith("; turns: none ended")

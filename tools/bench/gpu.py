@@ -1011,11 +1011,25 @@ def table(report: dict[str, Any]) -> list[str]:
                 threads = daemon.get("cpu_threads_percent") or {}
                 if threads:
                     cpu_cell += "; " + ", ".join(f"{k} {v:.2f}" for k, v in threads.items())
+                cpu_cell += turns_cell(daemon.get("gpu_status") or {})
             summary = by_mode.get("qpolicy", {}).get("summary")
             verdict = "-" if summary is None else _verdict(scenario, summary, report, n)
             lines.append(f"| {scenario.name} | {n or '-'} | {' | '.join(cells)} | {cpu_cell} "
                          f"| {verdict} |")  # fmt: skip
     return lines
+
+
+def turns_cell(gpu_status: dict[str, Any]) -> str:
+    """How a run's turns ended and how many of its periods were stretched (the daemon's status
+    at the end of the run), for the daemon CPU row: hand-overs are what its CPU pays for."""
+    ends = gpu_status.get("turn_ends")
+    if not isinstance(ends, dict) or "periods" not in gpu_status:
+        return ""
+    told = ", ".join(f"{reason} {count}" for reason, count in ends.items())
+    return (
+        f"; turns: {told or 'none ended'}; periods {gpu_status['periods']} "
+        f"({gpu_status.get('periods_stretched', '?')} stretched)"
+    )
 
 
 def other_modes(report: dict[str, Any]) -> list[str]:
