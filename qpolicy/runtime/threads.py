@@ -49,8 +49,8 @@ def name_this_thread(name: str) -> bool:
 class NamedThread(threading.Thread):
     """A daemon thread that names itself to the kernel (:func:`kernel_name`) as it starts."""
 
-    def __init__(self, target: Callable[..., Any], name: str, *args: Any) -> None:
-        super().__init__(target=target, name=name, args=args, daemon=True)
+    def __init__(self, target: Callable[[], Any], name: str) -> None:
+        super().__init__(target=target, name=name, daemon=True)
 
     def run(self) -> None:
         name_this_thread(self.name)

@@ -75,7 +75,7 @@ class BatchReader:
             first = False
             in_token.value = out_token.value
         key_bytes, leaf_bytes = b"".join(keys), b"".join(leaves)
-        total = len(key_bytes) // key_size if key_size else 0
+        total = len(key_bytes) // key_size
         if total == 0:
             return []
         out_keys = (self._key_type * total).from_buffer_copy(key_bytes)

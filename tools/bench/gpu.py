@@ -345,11 +345,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stat_cpu_seconds(stat: Path) -> tuple[float, float]:
+    """(user, system) CPU seconds from a /proc stat file (a process's or one thread's)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def cpu_seconds(pid: int) -> tuple[float, float]:
     """(user, system) CPU seconds of a process and its threads."""
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(stat[11]) / tick, int(stat[12]) / tick
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
 def child_pids(pid: int) -> list[int]:
@@ -374,15 +379,13 @@ def children_cpu_seconds(pid: int) -> dict[int, tuple[float, float]]:
 def threads_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:
     """Per live thread of ``pid``: its kernel name (the daemon names its threads qp-ROLE;
     the main thread, the daemon's loop, is "main") and its user + system CPU seconds."""
-    tick = os.sysconf("SC_CLK_TCK")
     out: dict[int, tuple[str, float]] = {}
     with contextlib.suppress(OSError):
         for task in Path(f"/proc/{pid}/task").iterdir():
             with contextlib.suppress(OSError, IndexError, ValueError):
                 tid = int(task.name)
-                stat = (task / "stat").read_text().rsplit(")", 1)[1].split()
                 name = "main" if tid == pid else (task / "comm").read_text().strip()
-                out[tid] = (name, (int(stat[11]) + int(stat[12])) / tick)
+                out[tid] = (name, sum(stat_cpu_seconds(task / "stat")))
     return out
 
 

@@ -4,8 +4,9 @@
 # packages on a machine with Debian bookworm's archive: apt-get download libbpfcc libclang-cpp14
 # libllvm14 python3-bpfcc libbpf1 libz3-4 linux-headers-6.1.0-NN-common
 # linux-headers-6.1.0-NN-cloud-amd64 (the newest NN the archive holds), into $DEBS, or run
-# tools/gpu/make-carry.sh, which builds the packed and trimmed form below. bcc 0.26 compiles tracepoint and uprobe programs
-# against Debian's 6.1 headers on newer kernels: tracepoint layouts are read from tracefs.
+# tools/gpu/make-carry.sh, which builds the packed and trimmed form below. bcc 0.26 compiles
+# tracepoint and uprobe programs against Debian's 6.1 headers on newer kernels: tracepoint
+# layouts are read from tracefs.
 # $DEBS may instead hold the same packages already unpacked, as one *.tar.xz of their root (smaller
 # to carry: one solid archive, without their docs). The device tool carries 64 MiB with the tree, so
 # such an archive may also hold pyroute2 (unpacked into usr/lib/python3/dist-packages) and leave out
