@@ -369,7 +369,32 @@ def virtual(seconds: float = 20.0) -> dict[str, Any]:
                         for p in pods
                     ],
                 }
+    results["10 busy pods, best-effort, default turns: how turns end"] = turn_ends(seconds=64.0)
     return results
+
+
+def turn_ends(seconds: float) -> dict[str, Any]:
+    """How the rig's turns end with 10 busy pods under best-effort at the daemon's default
+    minimum turn, from the start: the periods, turns and turn ends (``qpolicy status --json``'s
+    ``turn_ends``) to set beside a GPU host's (BENCHMARKS.md, 2026-12-02, twenty-sixth
+    session: an H200 ran 41 periods and 320 turns in ~68 s)."""
+    import pytest
+
+    from tests.unit import test_rm_enforcer as rig_module
+
+    pods = [PodSpec(f"/p{i}", 0) for i in range(10)]
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        r = rig_module.rig(
+            Path(tmp), patch, pods, GpuPolicy.BEST_EFFORT, min_turn_us=DEFAULT_MIN_TURN_MS * 1000
+        )
+        r.loop.run_until(seconds * 1e6)
+        stats = r.enforcer.scheduler.stats
+        return {
+            "seconds": seconds,
+            "periods": stats.periods,
+            "turns": stats.turns,
+            "turn_ends": dict(sorted(stats.ends.items())),
+        }
 
 
 def run(seconds: float = 20.0, gsp_us: float = 1000.0, map_read_us: float = 50.0) -> dict[str, Any]:
