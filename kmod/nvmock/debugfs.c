@@ -23,7 +23,8 @@
  *   slow_kapi		the same for the in-kernel RM entry's ops sent from that thread group's
  *			context (a hook's queries of RM run in the tenant's); for both, a
  *			thread's id instead names that thread alone
- *   gpuN/engine	context switches, time spent switching and running
+ *   gpuN/engine	context switches, time spent switching and running, switches that
+ *			took more than twice switch_us
  *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
  *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels
  *   gpuN/channels	per channel: chid, TSG, enabled, scheduled, faulted, GP_GET, GPU time,
@@ -93,8 +94,8 @@ static int engine_show(struct seq_file *m, void *unused)
 	struct nvmock_engine *engine = &gpu->engine;
 
 	spin_lock(&engine->lock);
-	seq_printf(m, "switches %llu\nswitch_ns %llu\nbusy_ns %llu\n", engine->switches,
-		   engine->switch_ns, engine->busy_ns);
+	seq_printf(m, "switches %llu\nswitch_ns %llu\nswitches_late %llu\nbusy_ns %llu\n",
+		   engine->switches, engine->switch_ns, engine->switches_late, engine->busy_ns);
 	spin_unlock(&engine->lock);
 	return 0;
 }

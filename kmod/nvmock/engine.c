@@ -124,6 +124,7 @@ void nvmock_engine_reset_stats(struct nvmock_gpu *gpu)
 	spin_lock(&engine->lock);
 	engine->switches = 0;
 	engine->switch_ns = 0;
+	engine->switches_late = 0;
 	engine->busy_ns = 0;
 	memset(engine->processes, 0, sizeof(engine->processes));
 	list_for_each_entry(tsg, &engine->runlist, runlist_node)
@@ -535,10 +536,19 @@ static int engine_thread(void *data)
 		if (engine->last && engine->last != tsg)
 			switched_out(engine, engine->last);
 		if (engine->last && engine->last != tsg && switch_us) {
+			u64 target = (u64)switch_us * NSEC_PER_USEC, took;
+
 			engine->switches++;
 			spin_unlock(&engine->lock);
-			engine->switch_ns += spin((u64)switch_us * NSEC_PER_USEC);
+			took = spin(target);
 			spin_lock(&engine->lock);
+			engine->switch_ns += took;
+			/*
+			 * Counted apart so a test can tell a switch that overran (a sleep's
+			 * overshoot hits every one) from a host that took the vCPU now and then.
+			 */
+			if (took > 2 * target)
+				engine->switches_late++;
 		}
 		if (!tsg->gone) {
 			struct nvmock_channel *ch;

@@ -188,6 +188,7 @@ struct nvmock_engine {
 	struct task_struct *thread;
 	u64 switches;
 	u64 switch_ns;
+	u64 switches_late;		/* took more than twice switch_us: the vCPU was taken */
 	u64 busy_ns;
 	struct nvmock_process processes[NVMOCK_MAX_PROCESSES];
 };

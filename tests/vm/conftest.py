@@ -61,7 +61,7 @@ def read_nvmock_param(name: str) -> int:
 
 
 def engine_account(gpu: int = 0) -> dict[str, int]:
-    """The engine's own totals since the last reset: switches, switch_ns, busy_ns."""
+    """The engine's own totals since the last reset: switches, switch_ns, switches_late, busy_ns."""
     text = (DEBUGFS / f"gpu{gpu}" / "engine").read_text()
     return {key: int(value) for key, value, *_ in (line.split() for line in text.splitlines())}
 

@@ -53,8 +53,12 @@ def test_two_saturating_processes_split_the_gpu_evenly() -> None:
 def test_a_context_switch_costs_switch_us_not_what_a_sleep_overshoots() -> None:
     """A switch is the GPU's fixed cost, time no TSG runs in. Slept, 150 us took about 680 in
     this VM (801 switches, 0.548 s): every switch cost four times its model, and next to an
-    online request stream the offline pod lost 8 % of the GPU to it. Spun, it ends on time; the
-    mean allows for the host taking the vCPU now and then."""
+    online request stream the offline pod lost 8 % of the GPU to it. Spun, it ends on time.
+
+    Under TCG about one switch in ten still overruns, by a millisecond or so (2026-12-02, five
+    runs here: 9.7-11.6 % took over twice switch_us, mean 276-298 us; one CI run's mean was
+    311). A bound on the mean alone sat at that edge. So the test counts the switches that
+    overran, which a sleep's overshoot makes of every one, and bounds the mean only loosely."""
     switch_us = read_nvmock_param("switch_us")
     reset()
     a, b = start_together([*SATURATE, "--seconds", "3"], [*SATURATE, "--seconds", "3"])
@@ -63,8 +67,13 @@ def test_a_context_switch_costs_switch_us_not_what_a_sleep_overshoots() -> None:
     account = engine_account()
     assert account["switches"] > 100
     mean_us = account["switch_ns"] / account["switches"] / 1000
-    print(f"{account['switches']} switches, {mean_us:.0f} us each (switch_us {switch_us})")
-    assert switch_us <= mean_us < 2 * switch_us
+    late = account["switches_late"] / account["switches"]
+    print(
+        f"{account['switches']} switches, {mean_us:.0f} us each, {late:.1%} over twice "
+        f"switch_us {switch_us}"
+    )
+    assert switch_us <= mean_us < 4 * switch_us
+    assert late < 0.25
 
 
 def test_disabled_channels_stop_at_once_and_resume_when_enabled() -> None:
