@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -635,15 +637,75 @@ def test_threads_percent_names_the_daemons_threads_and_leaves_out_short_lived_on
     assert "qp-controls" not in gpu.threads_percent(gone, after, 0.5)
 
 
-def test_the_daemon_row_says_how_its_turns_ended() -> None:
-    """The 10-pod row's CPU is paid per hand-over: its cell names the turn ends and the
-    stretched periods the daemon's status counted, and says nothing where a run has none."""
-    status = {
-        "periods": 41,
-        "periods_stretched": 12,
-        "turn_ends": {"budget": 100, "burst deadline": 201, "idle": 19},
+def test_the_daemon_row_says_what_its_cpu_window_paid_for() -> None:
+    """The 10-pod row's CPU is paid per hand-over: its cell gives the hand-overs the pods saw
+    in the CPU window and the daemon's own counts over the same window, and says nothing where
+    a run has neither (a result from before they were kept)."""
+    daemon = {
+        "cpu_window_s": 30.0,
+        "window_handovers_seen": 68,
+        "window_turns": {
+            "periods": 8,
+            "periods_stretched": 7,
+            "turn_ends": {"budget": 68, "burst deadline": 2},
+        },
     }
-    cell = gpu.turns_cell(status)
-    assert cell == ("; turns: budget 100, burst deadline 201, idle 19; periods 41 (12 stretched)")
-    assert gpu.turns_cell({}) == ""  # a run of a tree before the counts
-    assert gpu.turns_cell({"periods": 3, "turn_ends": {}}).startswith("; turns: none ended")
+    cell = gpu.turns_cell(daemon)
+    assert cell == (
+        "; GPU handed over 68 times (2.27/s); turns ended: budget 68, burst deadline 2; "
+        "periods 8 (7 stretched)"
+    )
+    assert gpu.turns_cell({}) == ""
+    assert gpu.turns_cell(
+        {"window_turns": {"periods": 1, "periods_stretched": 0, "turn_ends": {}}}
+    ) == ("; turns ended: none; periods 1 (0 stretched)")
+
+
+def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
+    status = tmp_path / "daemon-status.json"
+
+    def write(periods: int, stretched: int, ends: dict[str, int]) -> None:
+        gpu0 = {"periods": periods, "periods_stretched": stretched, "turn_ends": ends}
+        status.write_text(json.dumps({"backend": {"gpus": {"0": gpu0}}}))
+
+    write(30, 2, {"budget": 100, "burst deadline": 201})
+    before = gpu.turn_counts(status)
+    write(38, 9, {"budget": 168, "burst deadline": 201, "idle": 1})
+    after = gpu.turn_counts(status)
+    assert gpu.counts_difference(before, after) == {
+        "periods": 8,
+        "periods_stretched": 7,
+        "turn_ends": {"budget": 68, "idle": 1},
+    }
+    status.write_text("{")  # caught mid-write, or a tree before the counts
+    assert gpu.turn_counts(status) is None
+    assert gpu.counts_difference(before, None) is None
+    assert gpu.turn_counts(tmp_path / "absent.json") is None
+
+
+def _timeline(*runs: tuple[float, float], batch: float = 0.0017) -> list[float]:
+    """A pod's batch times: one every ``batch`` seconds within each (start, end) run."""
+    out: list[float] = []
+    for start, end in runs:
+        count = round((end - start) / batch)
+        out += [round(start + i * batch, 5) for i in range(count + 1)]
+    return out
+
+
+def test_hand_overs_are_counted_from_the_pods_own_timelines() -> None:
+    """Two pods taking 400 ms turns, then a period of 10 ms turns: each change of holder that
+    starts in the window is one hand-over, whatever the daemon counted. A pod that keeps the
+    GPU over a period boundary (a double turn) is no hand-over."""
+    a = _timeline((0.0, 0.4), (0.8, 1.2), (1.6, 2.4), (2.8, 2.81), (2.82, 2.83))
+    b = _timeline((0.4, 0.8), (1.2, 1.6), (2.4, 2.8), (2.81, 2.82), (2.83, 3.2))
+    pods = {"a": {"wall_start": 100.0, "timeline": a}, "b": {"wall_start": 100.0, "timeline": b}}
+    assert [round(x, 2) for run in gpu.pod_runs(a) for x in run][:4] == [0.0, 0.4, 0.8, 1.2]
+    # a→b at 0.4, b→a 0.8, a→b 1.2, b→a 1.6, a→b 2.4, then 2.8 b→a, 2.81, 2.82, 2.83.
+    assert gpu.handovers_seen(pods, 100.0, 103.5) == 9
+    # At 0.8, 1.2 and 1.6: a's double turn from 1.6 to 2.4 is one hand-over, not two.
+    assert gpu.handovers_seen(pods, 100.5, 102.0) == 3
+    # The pods' clocks may start apart: each is placed by its own wall_start.
+    late = {"a": pods["a"], "b": {"wall_start": 100.4, "timeline": [t - 0.4 for t in b]}}
+    assert gpu.handovers_seen(late, 100.0, 103.5) == 9
+    assert gpu.handovers_seen({"a": {"wall_start": 1.0}}, 0.0, 9.0) is None
+    assert gpu.pod_runs([]) == []

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -64,6 +65,10 @@ MATMUL = ROOT / "tools" / "gpu" / "matmul.py"
 INIT_S = 8.0
 # The daemon's CPU is measured over the pods' run less this much at either end.
 CPU_EDGE_S = 1.0
+# A pod's timeline has an entry per finished batch; a gap of this many of its typical batch
+# times means the GPU was elsewhere (4096 alone: a batch every 1.7 ms; ten pods' 400 ms turns:
+# gaps of 3.6 s; the 10 ms turns of a period not stretched: gaps of 90 ms).
+HANDOVER_GAP_BATCHES = 5.0
 # As tools/deploy/kubernetes/servicemonitor.yaml asks Prometheus to scrape.
 SCRAPE_EVERY_S = 15.0
 # Online rows: 150 requests/s for --online-seconds (default 20 s: 3 000 requests, enough for a p99
@@ -413,6 +418,80 @@ def cpu_window_of(pid: int, window: float) -> tuple[float, float, float]:
     return user1 - user0, sys1 - sys0, kids
 
 
+def turn_counts(status_path: Path) -> dict[str, Any] | None:
+    """GPU 0's periods, stretched periods and turn ends so far, from the daemon's status file
+    (written about once a second), or None where it cannot be read."""
+    try:
+        gpu_status = json.loads(status_path.read_text())["backend"]["gpus"]["0"]
+        return {
+            "periods": int(gpu_status["periods"]),
+            "periods_stretched": int(gpu_status["periods_stretched"]),
+            "turn_ends": {str(k): int(v) for k, v in gpu_status["turn_ends"].items()},
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def counts_difference(
+    before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """What :func:`turn_counts` grew by between two reads (None if either is missing)."""
+    if before is None or after is None:
+        return None
+    ends = {
+        reason: count - before["turn_ends"].get(reason, 0)
+        for reason, count in after["turn_ends"].items()
+        if count != before["turn_ends"].get(reason, 0)
+    }
+    return {
+        "periods": after["periods"] - before["periods"],
+        "periods_stretched": after["periods_stretched"] - before["periods_stretched"],
+        "turn_ends": ends,
+    }
+
+
+def pod_runs(timeline: list[float]) -> list[tuple[float, float]]:
+    """The stretches a pod ran without a break: (first, last) batch times of each.
+
+    A break is a gap of more than HANDOVER_GAP_BATCHES of the pod's typical (median) batch
+    time: the GPU was another pod's meanwhile.
+    """
+    if not timeline:
+        return []
+    gaps = sorted(b - a for a, b in itertools.pairwise(timeline))
+    limit = HANDOVER_GAP_BATCHES * (gaps[len(gaps) // 2] if gaps else 0.0)
+    runs = []
+    first = last = timeline[0]
+    for t in timeline[1:]:
+        if t - last > limit:
+            runs.append((first, last))
+            first = t
+        last = t
+    runs.append((first, last))
+    return runs
+
+
+def handovers_seen(pods: dict[str, Any], start: float, end: float) -> int | None:
+    """How often the GPU passed from one pod to another between the wall times start and end,
+    as the pods' own timelines (a batch time each, from their wall_start) show it.
+
+    The count the daemon cannot get wrong: a turn it opened for the pod already holding the
+    GPU, or a period that changed nothing, is no hand-over here. None without timelines.
+    """
+    runs = []
+    for name, pod in pods.items():
+        timeline, wall_start = pod.get("timeline"), pod.get("wall_start")
+        if not timeline or wall_start is None:
+            return None
+        runs += [(wall_start + a, wall_start + b, name) for a, b in pod_runs(timeline)]
+    runs.sort()
+    return sum(
+        1
+        for before, run in itertools.pairwise(runs)
+        if start <= run[0] < end and run[2] != before[2]
+    )
+
+
 @dataclass
 class Cgroups:
     root: Path = field(default_factory=lambda: cgroup2_mount() / "qpolicy-bench")
@@ -612,7 +691,8 @@ def qpolicy_daemon(
             stderr=log_file,
             text=True,
         )
-        info: dict[str, Any] = {"port": port, "pid": daemon.pid}
+        status_path = Path(state_dir) / "daemon-status.json"
+        info: dict[str, Any] = {"port": port, "pid": daemon.pid, "status_path": status_path}
         deadline = time.time() + 60
         while time.time() < deadline:
             if daemon.poll() is not None:
@@ -633,7 +713,7 @@ def qpolicy_daemon(
             stop_scraping.set()
             scraper.join(timeout=10)
             try:
-                status = json.loads((Path(state_dir) / "daemon-status.json").read_text())
+                status = json.loads(status_path.read_text())
                 gpu_status = status["backend"]["gpus"]["0"]
                 info["online_strategy"] = gpu_status["online_strategy"]
                 # How its turns ended, its periods stretched, its GPU checks: why it handed
@@ -705,16 +785,20 @@ def run_once(
             # their processes and, holding the last reference to their RM clients' files, pays
             # for the driver's teardown of each one as it exits.
             time.sleep(max(start_at + CPU_EDGE_S - time.time(), 0))
+            window_at = time.time()
+            counts_before = turn_counts(daemon_info["status_path"])
             threads_before = threads_cpu_seconds(daemon_info["pid"])
             cpu_window = cpu_window_of(daemon_info["pid"], window)
             threads_after = threads_cpu_seconds(daemon_info["pid"])
+            counts_after = turn_counts(daemon_info["status_path"])
         results = collect(processes, timeout=INIT_S + seconds + 30)
     out: dict[str, Any] = {"mode": mode, "n": n, "pods": results}
     if daemon_info is not None:
-        out["daemon"] = {k: v for k, v in daemon_info.items() if k != "port"}
+        out["daemon"] = {k: v for k, v in daemon_info.items() if k not in ("port", "status_path")}
         out["daemon"]["args"] = list(DAEMON_ARGS)
         if cpu_window is not None:
             out["daemon"]["cpu_window_s"] = window
+            out["daemon"]["cpu_window_at"] = window_at
             # The daemon's own (user and system) and its guard's, all counted.
             out["daemon"]["cpu_percent_of_one_core"] = 100 * sum(cpu_window) / window
             out["daemon"]["cpu_user_percent"] = 100 * cpu_window[0] / window
@@ -725,6 +809,12 @@ def run_once(
             out["daemon"]["cpu_threads_percent"] = threads_percent(
                 threads_before, threads_after, window
             )
+            # What its CPU paid for in the window: the hand-overs the pods saw (the GPU's
+            # ground truth) and the daemon's own count of periods and turn ends.
+            out["daemon"]["window_handovers_seen"] = handovers_seen(
+                results, window_at, window_at + window
+            )
+            out["daemon"]["window_turns"] = counts_difference(counts_before, counts_after)
     return out
 
 
@@ -1014,7 +1104,7 @@ def table(report: dict[str, Any]) -> list[str]:
                 threads = daemon.get("cpu_threads_percent") or {}
                 if threads:
                     cpu_cell += "; " + ", ".join(f"{k} {v:.2f}" for k, v in threads.items())
-                cpu_cell += turns_cell(daemon.get("gpu_status") or {})
+                cpu_cell += turns_cell(daemon)
             summary = by_mode.get("qpolicy", {}).get("summary")
             verdict = "-" if summary is None else _verdict(scenario, summary, report, n)
             lines.append(f"| {scenario.name} | {n or '-'} | {' | '.join(cells)} | {cpu_cell} "
@@ -1022,17 +1112,26 @@ def table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def turns_cell(gpu_status: dict[str, Any]) -> str:
-    """How a run's turns ended and how many of its periods were stretched (the daemon's status
-    at the end of the run), for the daemon CPU row: hand-overs are what its CPU pays for."""
-    ends = gpu_status.get("turn_ends")
-    if not isinstance(ends, dict) or "periods" not in gpu_status:
-        return ""
-    told = ", ".join(f"{reason} {count}" for reason, count in ends.items())
-    return (
-        f"; turns: {told or 'none ended'}; periods {gpu_status['periods']} "
-        f"({gpu_status.get('periods_stretched', '?')} stretched)"
-    )
+def turns_cell(daemon: dict[str, Any]) -> str:
+    """What the daemon's CPU paid for in its CPU window, for the daemon CPU row: the hand-overs
+    the pods saw, and the periods and turn ends the daemon counted in the same window.
+
+    Counts over the daemon's life (its status at the end) are no measure of it: they include
+    the pods' start and exit, when plans change every period (2026-12-02, call 26C: 41 periods
+    and 320 turns in the daemon's 76 s; 15 periods and 9 hand-overs a period in the pods' 60).
+    """
+    cell = ""
+    seen, window = daemon.get("window_handovers_seen"), daemon.get("cpu_window_s")
+    if seen is not None and window:
+        cell += f"; GPU handed over {seen} times ({seen / window:.2f}/s)"
+    counts = daemon.get("window_turns")
+    if isinstance(counts, dict):
+        told = ", ".join(f"{reason} {count}" for reason, count in counts["turn_ends"].items())
+        cell += (
+            f"; turns ended: {told or 'none'}; periods {counts['periods']} "
+            f"({counts['periods_stretched']} stretched)"
+        )
+    return cell
 
 
 def other_modes(report: dict[str, Any]) -> list[str]:
