@@ -375,9 +375,10 @@ def virtual(seconds: float = 20.0) -> dict[str, Any]:
 
 def turn_ends(seconds: float) -> dict[str, Any]:
     """How the rig's turns end with 10 busy pods under best-effort at the daemon's default
-    minimum turn, from the start: the periods, turns and turn ends (``qpolicy status --json``'s
-    ``turn_ends``) to set beside a GPU host's (BENCHMARKS.md, 2026-12-02, twenty-sixth
-    session: an H200 ran 41 periods and 320 turns in ~68 s)."""
+    minimum turn, from the start: the periods, turns, turn ends (``qpolicy status --json``'s
+    ``turn_ends``) and hand-overs (switches from one pod to another), to set beside a GPU
+    host's (BENCHMARKS.md, 2026-12-02: an H200's pods saw 68 hand-overs in a clean 30 s
+    window, ``tools/gpu/handovers.py``)."""
     import pytest
 
     from tests.unit import test_rm_enforcer as rig_module
@@ -393,6 +394,7 @@ def turn_ends(seconds: float) -> dict[str, Any]:
             "seconds": seconds,
             "periods": stats.periods,
             "turns": stats.turns,
+            "handovers": stats.switches,
             "turn_ends": dict(sorted(stats.ends.items())),
         }
 
