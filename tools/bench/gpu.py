@@ -779,6 +779,9 @@ def run_once(
         cpu_window: tuple[float, float, float] | None = None
         threads_before: dict[int, tuple[str, float]] = {}
         threads_after: dict[int, tuple[str, float]] = {}
+        window_at = 0.0
+        counts_before: dict[str, Any] | None = None
+        counts_after: dict[str, Any] | None = None
         window = seconds - 2 * CPU_EDGE_S
         if daemon_info is not None:
             # The pods' steady state: not their first and last second, when the daemon meets
