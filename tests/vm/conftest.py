@@ -60,10 +60,15 @@ def read_nvmock_param(name: str) -> int:
     return int((NVMOCK_PARAMS / name).read_text())
 
 
+def read_counts(path: Path) -> dict[str, int]:
+    """A file of "name value" lines (nvmock's debugfs counts, a cgroup's memory.events)."""
+    text = path.read_text()
+    return {key: int(value) for key, value, *_ in (line.split() for line in text.splitlines())}
+
+
 def engine_account(gpu: int = 0) -> dict[str, int]:
     """The engine's own totals since the last reset: switches, switch_ns, switches_late, busy_ns."""
-    text = (DEBUGFS / f"gpu{gpu}" / "engine").read_text()
-    return {key: int(value) for key, value, *_ in (line.split() for line in text.splitlines())}
+    return read_counts(DEBUGFS / f"gpu{gpu}" / "engine")
 
 
 def reset(gpu: int = 0) -> None:

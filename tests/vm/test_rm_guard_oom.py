@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.vm.conftest import BAD_KERNEL_LOG, ROOT, kernel_log, processes
+from qpolicy.enforcers.rm.record import parse_stat
+from tests.vm.conftest import BAD_KERNEL_LOG, ROOT, kernel_log, processes, read_counts
 from tests.vm.gpuload import Gpuload
 
 SATURATE = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "4", "--queue", "2"]
@@ -34,19 +35,10 @@ def gpu_ns(pid: int) -> int:
 
 def alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        stat = parse_stat(Path(f"/proc/{pid}/stat").read_bytes())
+    except OSError:
         return False
-    return state != "Z"
-
-
-def memory_events(cgroup: Path) -> dict[str, int]:
-    return {
-        key: int(value)
-        for key, value in (
-            line.split() for line in (cgroup / "memory.events").read_text().splitlines()
-        )
-    }
+    return stat is not None and stat[0] != "Z"
 
 
 def test_an_oom_group_kill_spares_the_guard_which_reopens_the_closed_pod() -> None:
@@ -108,7 +100,7 @@ def test_an_oom_group_kill_spares_the_guard_which_reopens_the_closed_pod() -> No
                 break
             time.sleep(0.002)
         _, err = stand_in.communicate(timeout=10)
-        events = memory_events(cgroup)
+        events = read_counts(cgroup / "memory.events")
         said_by_guard = [line for line in err.splitlines() if "guard:" in line]
         print(f"pod open again {reopened} s after the stand-in's death showed; {events}")
         print("\n".join(said_by_guard))

@@ -716,8 +716,8 @@ def qpolicy_daemon(
                 status = json.loads(status_path.read_text())
                 gpu_status = status["backend"]["gpus"]["0"]
                 info["online_strategy"] = gpu_status["online_strategy"]
-                # How its turns ended, its periods stretched, its GPU checks: why it handed
-                # over as often as it did, from a run at info level (debug logs cost CPU).
+                # Its status at the end: GPU checks, turns handed back, and turn ends and
+                # periods over its whole life (the CPU window's own are in window_turns).
                 info["gpu_status"] = gpu_status
             except (OSError, ValueError, KeyError, TypeError):
                 info["online_strategy"] = None
@@ -1121,7 +1121,7 @@ def turns_cell(daemon: dict[str, Any]) -> str:
 
     Counts over the daemon's life (its status at the end) are no measure of it: they include
     the pods' start and exit, when plans change every period (2026-12-02, call 26C: 41 periods
-    and 320 turns in the daemon's 76 s; 15 periods and 9 hand-overs a period in the pods' 60).
+    and 320 turns in the daemon's 76 s; 149 hand-overs, nine a 4 s period, in the pods' 60).
     """
     cell = ""
     seen, window = daemon.get("window_handovers_seen"), daemon.get("cpu_window_s")
