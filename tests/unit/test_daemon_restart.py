@@ -376,3 +376,137 @@ def test_the_sampler_reads_a_running_process_until_stopped(tmp_path: Path) -> No
     run._stop_cpu.clear()
     run._sample_cpu(busy.pid, gone)
     assert gone == []
+
+
+# -- --configured-after: a mark above the trainers' clients ----------------------------------------
+
+
+def test_an_unconfigured_life_is_reported_native_like_and_not_judged() -> None:
+    """The daemon that ran before the pods were configured governs nothing: its window reads
+    50/50 and neither fails the run nor counts as an up window."""
+    report = run_report()
+    a = trainer((0, 2.5, 50), (2.5, 5, 70), (5, 8, 100), (8, 18.3, 70), (18.3, 24, 50))
+    b = trainer((0, 2.5, 50), (2.5, 5, 30), (5, 8, 0), (8, 18.3, 30), (18.3, 24, 50))
+    report["trainers"] = {"a": a, "b": b}
+    first = report["lives"][0]
+    first.update(probe_up=T0 + 2.5, started=T0 + 1)
+    report["lives"].insert(
+        0,
+        {"life": 0, "kind": "unconfigured", "started": T0 - 3, "probe_up": T0 - 1,
+         "startup_s": 2.0, "stopped": T0 + 2, "exited": T0 + 2.5},
+    )  # fmt: skip
+    report = restart.analyse(report)
+    kinds = [(w["kind"], w["life"]) for w in report["windows"]]
+    assert kinds[:2] == [("unconfigured", 0), ("up", 1)]
+    unconfigured = report["windows"][0]
+    assert unconfigured["verdict"] == "not configured" and unconfigured["ok"] is None
+    assert unconfigured["share_a"] == pytest.approx(0.5, abs=0.01)
+    s = report["summary"]
+    assert s["up_windows"] == 2 and s["governed"] == 2 and s["holds"] is True
+    assert "| unconfigured (unconfigured) | 0 |" in "\n".join(restart.table(report))
+
+
+def test_handles_left_reads_the_mark_and_each_process_clients(tmp_path: Path) -> None:
+    path = tmp_path / "rm-handles.json"
+    assert restart.handles_left(path) is None  # none written
+    path.write_text("{not json")
+    assert restart.handles_left(path) is None
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "newest_client": 0xC1D00040,
+                "processes": [
+                    {"pid": 7, "clients": [{"handle": 0xC1D00031}, {"handle": 0xC1D00032}]},
+                    {"pid": 8, "clients": "garbage"},
+                    "garbage",
+                ],
+            }
+        )
+    )
+    assert restart.handles_left(path) == {
+        "mark": 0xC1D00040,
+        "clients": {"7": [0xC1D00031, 0xC1D00032]},
+    }
+
+
+class _Scripted(restart.Run):
+    """A Run whose daemons and trainers are stand-ins: what the state said at each start."""
+
+    def __init__(self, args: argparse.Namespace, state_dir: Path) -> None:
+        report: dict[str, Any] = {"lives": [], "trainers": {}, "errors": []}
+        super().__init__(args, state_dir, report, cgroups=Cgroups(root=state_dir / "cg"))
+        self.events: list[tuple[str, Any]] = []
+
+    def _pods(self) -> list[str]:
+        from qpolicy.state import StateStore
+
+        return sorted(StateStore(self.state_dir).load().pods)
+
+    def start_daemon(self, kind: str, planned_up_s: float) -> dict[str, Any]:
+        life = {"life": len(self.report["lives"]), "kind": kind, "probe_up": 0.0,
+                "startup_s": 1.0}  # fmt: skip
+        self.report["lives"].append(life)
+        self.life = life
+        self.events.append(("start " + kind, len(self._pods())))
+        return life
+
+    def stop_daemon(self, read_status: bool = True) -> None:
+        if self.life is not None:
+            self.events.append(("stop " + self.life["kind"], None))
+            self.life.update(stopped=1.0, exit_code=0)
+        self.life = None
+
+    def kill_daemon(self) -> None:
+        assert self.life is not None
+        self.life["killed"] = 1.0
+        self.events.append(("kill " + self.life["kind"], None))
+
+    def start_trainers(self, start_at: float, seconds: float) -> None:
+        self.events.append(("trainers", seconds))
+
+    def collect_trainers(self, timeout_s: float) -> None:
+        pass
+
+    def sleep_until(self, moment: float) -> None:
+        pass
+
+
+def _args(**changes: Any) -> argparse.Namespace:
+    values = {
+        "gpu": 0, "kills": 0, "down_s": 1.0, "final_up_s": 6.0, "tail_s": 4.0,
+        "exit_s": restart.EXIT_S, "trainers_first": True, "daemon_before": 0.0,
+        "clients_between": 0, "configured_after": 0.0,
+    }  # fmt: skip
+    values.update(changes)
+    return argparse.Namespace(**values)
+
+
+def test_configured_after_runs_a_daemon_with_no_pods_then_configures_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(restart, "place_doctor_cache", lambda state_dir: None)
+    monkeypatch.setattr(Cgroups, "id", lambda self, pod: f"/qpolicy-bench/{pod}")
+    late = _Scripted(_args(configured_after=3.0), tmp_path / "late")
+    (tmp_path / "late").mkdir()
+    late.run([])
+    assert [e[0] for e in late.events] == [
+        "trainers", "start unconfigured", "stop unconfigured", "start final", "stop final",
+    ]  # fmt: skip
+    assert late.events[1][1] == 0 and late.events[3][1] == 2  # pods: none, then a and b
+    assert "configured_at" in late.report
+    # Without it: the pods are configured from the start, and the trainers run less long.
+    plain = _Scripted(_args(), tmp_path / "plain")
+    (tmp_path / "plain").mkdir()
+    plain.run([])
+    assert [e[0] for e in plain.events] == ["trainers", "start final", "stop final"]
+    assert plain.events[1][1] == 2
+    extra = restart.startup_budget(restart.ASSUMED_STARTUP_S) + 3.0 + restart.EXIT_S
+    assert late.events[0][1] == pytest.approx(plain.events[0][1] + extra)
+
+
+def test_configured_after_needs_trainers_first(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        restart.main(["--configured-after", "3"])
+    assert raised.value.code == 2
+    assert "--configured-after and --daemon-before need --trainers-first" in capsys.readouterr().err

@@ -29,10 +29,16 @@ pair:
 allocations, and each must find their RM objects by asking RM (qpolicy/enforcers/rm/unseen.py),
 or adopt what the one before it found. ``--daemon-before S`` first runs a daemon S seconds and
 stops it before the trainers start, as in a restart: it leaves a mark (a client it made itself),
-and the next daemon searches only the clients made since; without it the first daemon searches
-every client handle. ``--clients-between N`` then makes and frees N RM clients before the first
-daemon starts, as monitoring does on a node: the search, newest client first, has that many more
+and the next daemon searches the clients made since first; without it the first daemon searches
+every client handle. ``--clients-between N`` then makes and frees N RM clients after the
+trainers start, as monitoring does on a node: the search, newest client first, has that many more
 handles to check before it reaches the trainers'.
+
+``--configured-after S`` runs a daemon S seconds after the trainers start, with their pods not
+configured yet, and stops it: its mark (a client it made at its first look) lies above the
+trainers' clients. The pods are configured only then, as annotations added to a running
+deployment are. The next daemon finds nothing above that mark and must search below it, which it
+does where it can check client handles without a kernel log line (unseen.py).
 
 ``--qpolicy-root`` runs the daemon from another checkout (an older one, to compare); the trainers
 and this tool stay this repository's.
@@ -67,6 +73,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from qpolicy.enforcers.rm.handles import HANDLES_NAME  # noqa: E402
 from qpolicy.enforcers.strategy import doctor_cache_path  # noqa: E402
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec  # noqa: E402
 from qpolicy.state import DesiredState, StateStore, default_state_dir  # noqa: E402
@@ -279,6 +286,10 @@ def window(
         out["ok"] = False if kind in ("up", "final", "tail") and not out["too_short"] else None
         return out
     stopped = sorted(name for name, n in done.items() if n == 0)
+    if kind == "unconfigured":
+        # The pods were not configured: no daemon governs them, nothing to judge.
+        out["verdict"] = "not configured"
+        return out
     if kind == "down":
         # A pod closed at the kill stays so until the guard or the next daemon recovers: reported.
         # It may run a little before the window ends (the next daemon re-opens it as it starts,
@@ -358,6 +369,13 @@ def windows(report: dict[str, Any]) -> list[dict[str, Any]]:
         ended = life.get("killed") or life.get("stopped")
         if probe_up is None or ended is None or life.get("kind") == "before":
             continue  # a daemon stopped before the trainers started governs no window
+        if life.get("kind") == "unconfigured":
+            # Its pods were not configured yet: reported (native-like), not judged.
+            start = max(probe_up, begin)
+            item = window("unconfigured", index, start, max(ended, start), trainers, origin)
+            item["life_kind"] = life.get("kind")
+            out.append(item)
+            continue
         kind = "final" if life.get("kind") == "final" else "up"
         start = max(probe_up, begin) + settle
         item = window(kind, index, start, max(ended, start), trainers, origin)
@@ -521,6 +539,25 @@ def table(report: dict[str, Any]) -> list[str]:
         "verdict: " + ("HOLDS" if s.get("holds") else "FAILS: " + "; ".join(s.get("failures", []))),
     ]
     return lines
+
+
+def handles_left(path: Path) -> dict[str, Any] | None:
+    """What a daemon left its successor in its handles file: the mark (``newest_client``), and
+    each process's client handles (whether a find lay below the mark). None if unreadable."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    processes = document.get("processes")
+    clients = {}
+    for proc in processes if isinstance(processes, list) else []:
+        if isinstance(proc, dict) and isinstance(proc.get("clients"), list):
+            clients[str(proc.get("pid"))] = [
+                c.get("handle") for c in proc["clients"] if isinstance(c, dict)
+            ]
+    return {"mark": document.get("newest_client"), "clients": clients}
 
 
 def log_marks(text: str) -> list[str]:
@@ -690,6 +727,7 @@ class Run:
         log_path = Path(life["log"])
         text = log_path.read_text(errors="replace") if log_path.is_file() else ""
         life["marks"] = log_marks(text)
+        life["handles_left"] = handles_left(self.state_dir / HANDLES_NAME)
         life["log_tail"] = text.strip().splitlines()[-LOG_TAIL:]
         if self.args.logs_dir is not None:
             kept = self.args.logs_dir / f"daemon-{life['life']}.log"
@@ -818,7 +856,14 @@ class Run:
             if node.is_file():
                 shutil.copyfile(node, doctor_cache_path(self.state_dir, args.gpu))
         state = desired_state({name: self.cgroups.id(name) for name in PODS}, args.gpu)
-        StateStore(self.state_dir).update(lambda _: state)
+        store = StateStore(self.state_dir)
+        if args.configured_after:
+            # The GPU under fixed-share and no pod yet: the trainers' pods come later.
+            store.update(
+                lambda _: DesiredState().with_gpu(GpuConfig(args.gpu, GpuPolicy.FIXED_SHARE))
+            )
+        else:
+            store.update(lambda _: state)
         first_kind, first_up = schedule[0] if schedule else ("final", args.final_up_s)
         if args.daemon_before:
             # A daemon that ran before the trainers and was stopped: it leaves the mark (a
@@ -833,11 +878,21 @@ class Run:
                 schedule, args.down_s, args.final_up_s, args.tail_s, ASSUMED_STARTUP_S,
                 args.exit_s,
             ) + TRAINERS_FIRST_LEAD_S + startup_budget(ASSUMED_STARTUP_S)  # fmt: skip
+            if args.configured_after:
+                # The unconfigured daemon's start-up, life and exit come first.
+                seconds += startup_budget(ASSUMED_STARTUP_S) + args.configured_after + args.exit_s
             start_at = time.time() + INIT_S
             self.start_trainers(start_at, seconds)
             self.sleep_until(start_at + TRAINERS_FIRST_LEAD_S)
             if args.clients_between:
                 self.report["clients_between"] = age_clients(args.clients_between)
+            if args.configured_after:
+                # Its first look makes its mark, above the trainers' clients; then the pods.
+                unconfigured = self.start_daemon("unconfigured", args.configured_after)
+                self.sleep_until(unconfigured["probe_up"] + args.configured_after)
+                self.stop_daemon()
+                store.update(lambda _: state)
+                self.report["configured_at"] = time.time()
             life = self.start_daemon(first_kind, first_up)
         else:
             life = self.start_daemon(first_kind, first_up)
@@ -881,7 +936,7 @@ class Run:
             )
             self.kill_daemon()
             print(
-                f"life {number}: probe up in {life['startup_s']:.1f} s, up {up_s:.2f} s "
+                f"life {life['life']}: probe up in {life['startup_s']:.1f} s, up {up_s:.2f} s "
                 f"({kind}), killed; marks: {len(life['marks'])}",
                 flush=True,
             )
@@ -965,6 +1020,15 @@ def main(argv: list[str] | None = None) -> int:
         "nvidia-smi or DCGM make them, so that the trainers' clients are that much older",
     )
     parser.add_argument(
+        "--configured-after",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="with --trainers-first: a daemon runs S s with the trainers' pods not configured "
+        "and is stopped; its mark lies above their clients, and the pods are configured then "
+        "(the next daemon must search below the mark)",
+    )
+    parser.add_argument(
         "--qpolicy-root",
         type=Path,
         default=ROOT,
@@ -987,6 +1051,10 @@ def main(argv: list[str] | None = None) -> int:
             text = path.read_text()
         print("\n".join(table(analyse(json.loads(text)))))
         return 0
+    if (args.configured_after or args.daemon_before) and not args.trainers_first:
+        parser.error("--configured-after and --daemon-before need --trainers-first")
+    if args.configured_after < 0 or args.daemon_before < 0:
+        parser.error("--configured-after and --daemon-before take 0 seconds or more")
     if args.kills < 0 or args.up_s[0] > args.up_s[1] or min(args.up_s) < 0:
         parser.error("--kills must be 0 or more, and --up-s MIN MAX with 0 <= MIN <= MAX")
     args.qpolicy_root = args.qpolicy_root.resolve()
