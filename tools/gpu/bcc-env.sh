@@ -15,7 +15,8 @@
 # 0.26 against the common tree trimmed so (2026-11-26), and also without include/trace/events and
 # the driver headers include/linux/{mfd,platform_data,mlx4,mlx5,qed,iio,mtd,ceph,regulator,spi,
 # soc,usb,sunrpc,surface_aggregator,bcma,fsl,mmc,greybus,ssb,irqchip,dma,firmware} (2026-12-02,
-# on this machine's 6.1 tree, and on an H200 host).
+# on this machine's 6.1 tree, and on an H200 host). make-carry.sh now keeps only the header files
+# the probe's compile opens (152; loaded so on three H100 hosts, calls 28A-C, 2026-12-02).
 # shellcheck shell=bash
 qpolicy_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONPATH="$qpolicy_root${PYTHONPATH:+:$PYTHONPATH}"

@@ -6,12 +6,45 @@
 # archive leaves out docs and the header subsystems ebpf/nvprobe.c never includes; bcc-env.sh
 # names the trims and where they were checked.
 #
-# usage: tools/gpu/make-carry.sh [OUTDIR]   (default .gpu-carry/bccroot6, git-ignored)
+# Then, as root, it compiles and loads the probe here (both forms of its source) against the
+# carried header trees, under strace, and keeps only the header files that compile opened: 152 of
+# about 6 000, 4 MB less to carry (the device tool's 64 MiB also hold the tracked tree, whose kept
+# results grow). The trees are linked where bcc looks, as bcc-env.sh links them on a GPU host, so
+# the compile there opens the same files (calls 28A-C, 2026-12-02, an H100, loaded the probe from a
+# carry pruned so). --no-prune keeps the trimmed trees whole.
+#
+# usage: tools/gpu/make-carry.sh [--no-prune] [OUTDIR]   (default .gpu-carry/bccroot6, git-ignored)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+prune=1
+if [ "${1:-}" = --no-prune ]; then
+    prune=0
+    shift
+fi
 out=${1:-$here/.gpu-carry/bccroot6}
+release=$(uname -r)
+if [ "$prune" = 1 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "make-carry: pruning loads the probe: run as root, or pass --no-prune" >&2
+        exit 1
+    fi
+    if ! command -v strace >/dev/null; then
+        echo "make-carry: pruning needs strace (apt-get install strace), or pass --no-prune" >&2
+        exit 1
+    fi
+    if [ -e "/lib/modules/$release/build" ] || [ -e "/lib/modules/$release/source" ]; then
+        echo "make-carry: /lib/modules/$release has a header tree, which bcc would compile against" \
+            "instead of the carried one: pass --no-prune" >&2
+        exit 1
+    fi
+fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+links=()
+cleanup() {
+    for link in "${links[@]}"; do rm -f "$link"; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
 
 # The newest 6.1 ABI the archive still holds: older ones leave it.
 abi=$(apt-cache search --names-only '^linux-headers-6\.1\.0-[0-9]+-common$' |
@@ -45,6 +78,40 @@ for sub in mfd platform_data mlx4 mlx5 qed iio mtd ceph regulator spi soc usb su
     surface_aggregator bcma fsl mmc greybus ssb irqchip dma firmware; do
     rm -rf "${common[0]}/include/linux/$sub"
 done
+
+if [ "$prune" = 1 ]; then
+    # Linked as bcc-env.sh links them (its links are made only where none exist: so are these).
+    mkdir -p "/lib/modules/$release"
+    ln -s "${arch[0]}" "/lib/modules/$release/build" && links+=("/lib/modules/$release/build")
+    ln -s "${common[0]}" "/lib/modules/$release/source" && links+=("/lib/modules/$release/source")
+    named=/usr/src/$(basename "${common[0]}")
+    if [ ! -e "$named" ]; then
+        ln -s "${common[0]}" "$named" && links+=("$named")
+    fi
+    mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+    LD_LIBRARY_PATH="$work/root/usr/lib/x86_64-linux-gnu:$work/root/usr/lib/llvm-14/lib" \
+        PYTHONPATH="$here:$work/root/usr/lib/python3/dist-packages" \
+        strace -f -y -qq -e trace=openat,open -o "$work/opened" python3 -c '
+from qpolicy.telemetry.probe import EBPF_DIR, NvProbe
+from bcc import BPF
+for output, group_dead in (("ringbuf", "tracepoint"), ("perf", "task")):
+    text = NvProbe(output=output, group_dead=group_dead).source()
+    BPF(text=text.encode(), cflags=[f"-I{EBPF_DIR}", "-Wno-macro-redefined"]).cleanup()
+' || {
+        echo "make-carry: the probe did not compile and load against the carried headers" >&2
+        exit 1
+    }
+    # strace -y names each opened file by its real path: "= 3</path>".
+    grep -o "= [0-9]*<$work/root/usr/src/[^>]*>" "$work/opened" |
+        sed -e 's/^= [0-9]*<//' -e 's/>$//' | sort -u >"$work/keep"
+    kept=$(wc -l <"$work/keep")
+    if [ "$kept" -lt 50 ]; then
+        echo "make-carry: the compile opened only $kept carried headers: not pruning" >&2
+        exit 1
+    fi
+    find "$work/root/usr/src" -type f | sort | comm -23 - "$work/keep" | xargs -r rm -f
+    echo "make-carry: kept the $kept header files the probe's compile opened"
+fi
 
 mkdir -p "$out"
 rm -f "$out"/*.tar.xz "$out"/*.deb
