@@ -510,3 +510,28 @@ def test_configured_after_needs_trainers_first(capsys: pytest.CaptureFixture[str
         restart.main(["--configured-after", "3"])
     assert raised.value.code == 2
     assert "--configured-after and --daemon-before need --trainers-first" in capsys.readouterr().err
+
+
+def test_a_life_that_searched_rm_is_judged_from_its_find() -> None:
+    """Processes a daemon had to search RM for are governed from the find on (its status's
+    last_found_at): the window starts there, and the search's time is reported instead."""
+    report = run_report()
+    report["trainers"]["a"] = trainer((0, 3, 50), (3, 5, 70), (5, 8, 100), (8, 18.3, 70),
+                                      (18.3, 24, 50))  # fmt: skip
+    report["trainers"]["b"] = trainer((0, 3, 50), (3, 5, 30), (5, 8, 0), (8, 18.3, 30),
+                                      (18.3, 24, 50))  # fmt: skip
+    searched = {"backend": {"searched": {"last_found_at": T0 + 3.0}}}
+    # Read as the daemon's status of another life (a kill before its first write): not used.
+    report["lives"][0].update(status=searched, status_is_its_own=False)
+    first = restart.analyse(report)["windows"][0]
+    assert first["from_s"] == 1.0 and first["verdict"] == "OFF TARGET"
+    assert first["found_after_s"] is None
+    report["lives"][0]["status_is_its_own"] = True
+    report = restart.analyse(report)
+    first = report["windows"][0]
+    assert (first["from_s"], first["to_s"]) == (4.0, 5.0)  # the find + the settle
+    assert first["verdict"] == "governed" and first["found_after_s"] == 11.0
+    assert report["summary"]["found_after_s"] == [11.0] and report["summary"]["holds"]
+    assert "found by searching RM, s after the probe up: 11.00" in "\n".join(restart.table(report))
+    # A find after the life ended (a status of a later moment) is no start.
+    assert restart.found_at({"status": {"backend": {}}, "status_is_its_own": True}) is None

@@ -41,6 +41,7 @@ class Node_:
         self.mark: int | None = 0xC1D00010
         self.now = 0.0
         self.search_now = 0.0
+        self.wall = 1_800_000_000.0
         self.rm = RmDouble()
         self.tracker = Tracker()
         self.searches: list[int] = []
@@ -72,6 +73,7 @@ class Node_:
             cuda=lambda pid: pid in self.cuda,
             running=lambda pid, started: self.started.get(pid) == started and pid not in self.gone,
             client_check=lambda: self.rm if self.checks else None,
+            wall=lambda: self.wall,
         )
         made.mark = self.mark
         return made
@@ -87,6 +89,8 @@ def test_a_process_the_probe_never_saw_is_found_in_rm_and_governed(
         unseen.look(["/a"])
         assert unseen.unseen == {"/a": [PID]} and unseen.searching
         assert node.tracker.channel_groups(PID) == []
+        assert unseen.status()["last_found_at"] is None
+        node.wall += 2.5
         unseen.advance(1.0)
     (group,) = node.tracker.channel_groups(PID)
     assert (group.fd, group.client, len(group.channels), group.cgroup) == (8, 0xC1D0001B, 20, 55)
@@ -94,6 +98,9 @@ def test_a_process_the_probe_never_saw_is_found_in_rm_and_governed(
     assert unseen.unseen == {} and not unseen.searching
     status = unseen.status()
     assert status["found_processes"] == 1 and status["found_channels"] == 20
+    # When it was found, on the wall clock: governed from then (tools/gpu/daemon_restart.py
+    # judges a searching daemon's share from it).
+    assert status["last_found_at"] == 1_800_000_002.5
     assert status["controls"] == node.rm.asked and status["not_found"] == []
     messages = [r.getMessage() for r in caplog.records]
     assert messages[0].startswith("pod /a: pid 4242 uses the GPU but the probe never saw")

@@ -15,7 +15,8 @@ SIGTERM (a clean shutdown, which re-opens every channel) and the trainers run ``
 alone. From the trainers' timelines, per window, each trainer's matmuls/s and a's share of the
 pair:
 
-- **up** (a daemon's probe up ``--settle-s``, to its kill): governed if a's share is
+- **up** (a daemon's probe up ``--settle-s``, to its kill; from its last find instead where it
+  searched RM for the trainers: its status's ``last_found_at``): governed if a's share is
   0.70 +- 0.05 (native time-slicing gives the two ~0.50); stuck if a trainer finished nothing in
   a window of 1 s or more;
 - **down** (the kill to the next daemon's probe up): reported only, with the longest time a
@@ -346,6 +347,19 @@ def _trainers_end(report: dict[str, Any]) -> float | None:
     return float(planned) if planned is not None else None
 
 
+def found_at(life: dict[str, Any]) -> float | None:
+    """When (wall clock) the life's searches of RM last found a process's channels, from its own
+    status as read at its kill or stop; None if it found nothing (or its status is not its
+    own). What a search finds is governed from then, not from the probe's start."""
+    status = life.get("status")
+    if not isinstance(status, dict) or not life.get("status_is_its_own"):
+        return None
+    backend = status.get("backend")
+    searched = backend.get("searched") if isinstance(backend, dict) else None
+    found = searched.get("last_found_at") if isinstance(searched, dict) else None
+    return float(found) if isinstance(found, int | float) else None
+
+
 def windows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Every window of a run, in time order, from its lives and trainers (``report`` as main
     writes it: lives with probe_up, killed or stopped, exited; the trainers' results)."""
@@ -377,9 +391,16 @@ def windows(report: dict[str, Any]) -> list[dict[str, Any]]:
             out.append(item)
             continue
         kind = "final" if life.get("kind") == "final" else "up"
-        start = max(probe_up, begin) + settle
+        governs_from = probe_up
+        found = found_at(life)
+        if found is not None and probe_up < found < ended:
+            # Processes it had to search RM for: governed from the find (the search's own time
+            # is reported, not judged as a share).
+            governs_from = found
+        start = max(governs_from, begin) + settle
         item = window(kind, index, start, max(ended, start), trainers, origin)
         item["life_kind"] = life.get("kind")
+        item["found_after_s"] = None if found is None else round(found - probe_up, 3)
         out.append(item)
         if life.get("killed"):
             later = lives[index + 1] if index + 1 < len(lives) else {}
@@ -444,6 +465,8 @@ def summarise(report: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, 
             for w in found
             if w["kind"] == "down"
         ],
+        # Per life that searched RM: its find, in seconds after its probe came up.
+        "found_after_s": [w["found_after_s"] for w in found if w.get("found_after_s") is not None],
         "tail_share": None if tail is None else tail["share_a"],
         "tail_ok": None if tail is None else tail["ok"],
         "tail_stuck": [] if tail is None else tail["stuck"],
@@ -520,6 +543,8 @@ def table(report: dict[str, Any]) -> list[str]:
         f"governed {s.get('governed', 0)}, ungoverned-looking {s.get('looks_ungoverned', 0)}, "
         f"stuck {s.get('stuck', 0)}; down windows with a pod paused "
         f"{s.get('down_windows_paused', 0)}; tail share {tail}",
+        "processes found by searching RM, s after the probe up: "
+        + (", ".join(f"{g:.2f}" for g in s.get("found_after_s", [])) or "-"),
         "longest a trainer finished nothing, per down window: "
         + (", ".join(f"{_cell(g, 2)} s" for g in s.get("down_longest_gap_s", [])) or "-"),
         f"kills {s.get('kills', 0)}; daemon start-up "

@@ -130,6 +130,7 @@ class UnseenProcesses:
         cuda: Callable[[int], bool] | None = None,
         running: Callable[[int, int], bool] | None = None,
         client_check: Callable[[], ClientChecker | None] | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         # The defaults are looked up when called (tests replace the module's functions).
         self._tracker = tracker
@@ -147,6 +148,7 @@ class UnseenProcesses:
         self._cuda = cuda or (lambda pid: maps_libcuda(pid))
         self._running = running or (lambda pid, started: process_running(pid, started))
         self._open_check = client_check or open_client_check
+        self._wall = wall
         #: Opened at the first search; None: not yet, False: could not be.
         self._check: FreeClients | bool | None = None
         #: Per pod: its processes using the GPU that the tracker cannot govern (yet).
@@ -156,6 +158,9 @@ class UnseenProcesses:
         self._done: dict[tuple[int, int], str] = {}
         self.found_processes = 0
         self.found_channels = 0
+        #: When (wall clock) a search last found channels: what it found is governed from then,
+        #: so a share measured from before it measures the search's time too.
+        self.last_found_at: float | None = None
         self.asked = 0
         #: The previous daemon's mark (from the handles file): every client made after it, up to
         #: that daemon's end, its probe saw made. Clients made after it are what a search asks.
@@ -310,6 +315,7 @@ class UnseenProcesses:
             if channels:
                 self.found_processes += 1
                 self.found_channels += channels
+                self.last_found_at = self._wall()
                 self._forget_unseen(pid)
                 log.info(
                     "pod %s: pid %d: its RM objects found by asking RM (%d channels, %d "
@@ -358,6 +364,7 @@ class UnseenProcesses:
         return {
             "found_processes": self.found_processes,
             "found_channels": self.found_channels,
+            "last_found_at": self.last_found_at,
             "controls": self.asked + sum(a.search.asked for a in self._active.values()),
             "searching": sorted(self._active),
             # Client handles checked by making a client at them (no log line), and refused
