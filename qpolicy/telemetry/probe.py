@@ -46,6 +46,9 @@ from qpolicy.telemetry.wire import ProbeRecord
 
 EBPF_DIR = Path(__file__).resolve().parents[2] / "ebpf"
 SOURCE = "nvprobe.c"
+#: What bcc compiles the rendered source with (nvprobe.h beside it; bcc's own helpers redefine
+#: some of the kernel's macros). tools/gpu/make-carry.sh compiles with the same.
+CFLAGS = (f"-I{EBPF_DIR}", "-Wno-macro-redefined")
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 DEFAULT_BUFFER_PAGES = 64
 # The most records one poll takes from the ring buffer (the rest wait for the next poll).
@@ -384,7 +387,7 @@ class NvProbe:
         libcuda = find_libcuda(self._libcuda_spec)
         text = self.source()
         try:
-            bpf = bpf_class(text=text.encode(), cflags=[f"-I{EBPF_DIR}", "-Wno-macro-redefined"])
+            bpf = bpf_class(text=text.encode(), cflags=list(CFLAGS))
         except Exception as error:  # bcc raises bare Exception for compile/load/attach failures
             raise ProbeError(f"cannot load {SOURCE}: {error}") from None
         self._bpf = bpf

@@ -533,5 +533,5 @@ def test_a_life_that_searched_rm_is_judged_from_its_find() -> None:
     assert first["verdict"] == "governed" and first["found_after_s"] == 11.0
     assert report["summary"]["found_after_s"] == [11.0] and report["summary"]["holds"]
     assert "found by searching RM, s after the probe up: 11.00" in "\n".join(restart.table(report))
-    # A find after the life ended (a status of a later moment) is no start.
+    # A status without the searches' section has no find.
     assert restart.found_at({"status": {"backend": {}}, "status_is_its_own": True}) is None

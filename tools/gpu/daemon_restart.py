@@ -607,11 +607,11 @@ def daemon_command(
 
 
 def desired_state(cgroup_ids: dict[str, str], gpu: int) -> DesiredState:
-    """Fixed-share on ``gpu``, pods a (70) and b (30), each named by its cgroup (``cgroup_ids``,
-    as tools/bench/gpu.py's Cgroups.id gives them)."""
+    """Fixed-share on ``gpu``, with the pods of ``cgroup_ids`` (a at 70, b at 30), each named by
+    its cgroup (as tools/bench/gpu.py's Cgroups.id gives them): none yet for an empty one."""
     state = DesiredState().with_gpu(GpuConfig(gpu, GpuPolicy.FIXED_SHARE))
-    for name, share in PODS.items():
-        state = state.with_pod(PodSpec(cgroup_ids[name], gpu, PodClass.OFFLINE, share))
+    for name, cgroup in cgroup_ids.items():
+        state = state.with_pod(PodSpec(cgroup, gpu, PodClass.OFFLINE, PODS[name]))
     return state
 
 
@@ -882,13 +882,9 @@ class Run:
                 shutil.copyfile(node, doctor_cache_path(self.state_dir, args.gpu))
         state = desired_state({name: self.cgroups.id(name) for name in PODS}, args.gpu)
         store = StateStore(self.state_dir)
-        if args.configured_after:
-            # The GPU under fixed-share and no pod yet: the trainers' pods come later.
-            store.update(
-                lambda _: DesiredState().with_gpu(GpuConfig(args.gpu, GpuPolicy.FIXED_SHARE))
-            )
-        else:
-            store.update(lambda _: state)
+        # With --configured-after, the GPU and no pod yet: the trainers' pods come later.
+        first_state = desired_state({}, args.gpu) if args.configured_after else state
+        store.update(lambda _: first_state)
         first_kind, first_up = schedule[0] if schedule else ("final", args.final_up_s)
         if args.daemon_before:
             # A daemon that ran before the trainers and was stopped: it leaves the mark (a

@@ -92,11 +92,11 @@ if [ "$prune" = 1 ]; then
     LD_LIBRARY_PATH="$work/root/usr/lib/x86_64-linux-gnu:$work/root/usr/lib/llvm-14/lib" \
         PYTHONPATH="$here:$work/root/usr/lib/python3/dist-packages" \
         strace -f -y -qq -e trace=openat,open -o "$work/opened" python3 -c '
-from qpolicy.telemetry.probe import EBPF_DIR, NvProbe
+from qpolicy.telemetry.probe import CFLAGS, NvProbe
 from bcc import BPF
 for output, group_dead in (("ringbuf", "tracepoint"), ("perf", "task")):
     text = NvProbe(output=output, group_dead=group_dead).source()
-    BPF(text=text.encode(), cflags=[f"-I{EBPF_DIR}", "-Wno-macro-redefined"]).cleanup()
+    BPF(text=text.encode(), cflags=list(CFLAGS)).cleanup()
 ' || {
         echo "make-carry: the probe did not compile and load against the carried headers" >&2
         exit 1
