@@ -535,3 +535,27 @@ def test_a_life_that_searched_rm_is_judged_from_its_find() -> None:
     assert "found by searching RM, s after the probe up: 11.00" in "\n".join(restart.table(report))
     # A status without the searches' section has no find.
     assert restart.found_at({"status": {"backend": {}}, "status_is_its_own": True}) is None
+
+
+def test_the_guards_line_is_timed_against_the_kill() -> None:
+    """How long after each SIGKILL the dead daemon's guard had undone its changes, read from the
+    guard's log line (its asctime, milliseconds) and the kill's wall time; lives whose guard
+    said nothing give nothing."""
+    import datetime
+
+    killed = 1_796_242_604.0
+    stamp = datetime.datetime.fromtimestamp(killed + 0.0099).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    line = (
+        f"{stamp} WARNING guard: daemon 756 died without undoing its changes: re-opened 2 "
+        "channel group(s) and restored 0 timeslice(s) in 2.3 ms"
+    )
+    other = "2026-12-02 20:16:31,063 WARNING guard: cannot set oom_score_adj to -1000"
+    acted = restart.guard_acted({"killed": killed, "marks": [other, line]})
+    assert acted == {"after_kill_ms": pytest.approx(9.0, abs=1.0), "recovery_ms": 2.3}
+    assert restart.guard_acted({"killed": killed, "marks": [other]}) is None
+    assert restart.guard_acted({"stopped": killed, "marks": [line]}) is None  # not killed
+    report = run_report()
+    report["lives"][0].update(killed=killed, marks=[line])
+    report = restart.analyse(report)
+    assert report["summary"]["guard"] == [acted]
+    assert "after each SIGKILL (its recovery): 9." in "\n".join(restart.table(report))

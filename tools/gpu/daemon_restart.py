@@ -54,11 +54,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import itertools
 import json
 import lzma
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -131,6 +133,11 @@ LOG_TAIL = 40
 # more at 5 % of a core.
 CPU_EVERY_S = 0.5
 # Log lines about what a daemon found of its predecessor and of processes older than its probe.
+# The guard's line once it has undone a dead daemon's changes (qpolicy/enforcers/rm/guard.py).
+GUARD_LINE = re.compile(
+    r"(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) WARNING guard: daemon \d+ died without "
+    r"undoing its changes: .* in (?P<recovery>[0-9.]+) ms"
+)
 LOG_MARKS = (
     "re-opened",
     "guard",
@@ -438,6 +445,26 @@ def daemon_cpu(samples: list[list[float]], window_s: float = 1.0) -> dict[str, f
     }
 
 
+def guard_acted(life: dict[str, Any]) -> dict[str, float] | None:
+    """For a killed life: how long after the SIGKILL its guard logged that it had undone the dead
+    daemon's changes (``after_kill_ms``, the log line's millisecond time against the kill's) and
+    what it said the undoing took (``recovery_ms``); None without that line. The guard's time is
+    its host's local time (logging's asctime), read here as this machine's: both run in UTC."""
+    killed = life.get("killed")
+    if not isinstance(killed, int | float):
+        return None
+    for line in life.get("marks", []):
+        match = GUARD_LINE.match(line)
+        if match is None:
+            continue
+        stamp = datetime.datetime.strptime(match["stamp"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        return {
+            "after_kill_ms": round((stamp - killed) * 1000, 1),
+            "recovery_ms": float(match["recovery"]),
+        }
+    return None
+
+
 def summarise(report: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, Any]:
     """The verdict over every window: governed in every up window judged, none stuck, the tail
     restored, no trainer error, no error in the run."""
@@ -464,6 +491,13 @@ def summarise(report: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, 
             max((g for g in w["longest_gap_s"].values() if g is not None), default=None)
             for w in found
             if w["kind"] == "down"
+        ],
+        # Per killed life: when its guard had undone its changes, and how long that took.
+        "guard": [
+            acted
+            for life in report.get("lives", [])
+            for acted in [guard_acted(life)]
+            if acted is not None
         ],
         # Per life that searched RM: its find, in seconds after its probe came up.
         "found_after_s": [w["found_after_s"] for w in found if w.get("found_after_s") is not None],
@@ -545,6 +579,13 @@ def table(report: dict[str, Any]) -> list[str]:
         f"{s.get('down_windows_paused', 0)}; tail share {tail}",
         "processes found by searching RM, s after the probe up: "
         + (", ".join(f"{g:.2f}" for g in s.get("found_after_s", [])) or "-"),
+        "the guard's line after each SIGKILL (its recovery): "
+        + (
+            ", ".join(
+                f"{g['after_kill_ms']:.1f} ms ({g['recovery_ms']:g} ms)" for g in s.get("guard", [])
+            )
+            or "-"
+        ),
         "longest a trainer finished nothing, per down window: "
         + (", ".join(f"{_cell(g, 2)} s" for g in s.get("down_longest_gap_s", [])) or "-"),
         f"kills {s.get('kills', 0)}; daemon start-up "
