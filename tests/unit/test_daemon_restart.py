@@ -266,10 +266,14 @@ def test_log_marks_keep_what_a_daemon_found_of_its_predecessor() -> None:
             "qpolicy daemon: WARNING x: pod /p/a: pid 7 uses the GPU but started before the probe",
             "qpolicy daemon: INFO x: Adopted pid 8",
             "2026-12-02 06:53:07,511 WARNING guard: could not undo what daemon 617 changed: x",
+            # The line qpolicy.enforcers.rm.unseen writes when a search finds a process; its
+            # mark holds capitals, which a lowercased line never contained before.
+            "qpolicy daemon: INFO x: pod /p/a: pid 9: its RM objects found by asking RM (20 chan",
         ]
     )
     marks = restart.log_marks(text)
-    assert len(marks) == 4 and "offline timeslice" not in " ".join(marks)
+    assert len(marks) == 5 and "offline timeslice" not in " ".join(marks)
+    assert "found by asking RM" in marks[-1]
 
 
 def test_a_trainer_without_its_json_line_is_an_error_not_an_exception(tmp_path: Path) -> None:

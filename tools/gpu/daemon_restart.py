@@ -627,8 +627,10 @@ def handles_left(path: Path) -> dict[str, Any] | None:
 
 
 def log_marks(text: str) -> list[str]:
-    """The log's lines about recovery and processes older than the probe (LOG_MARKS)."""
-    return [line for line in text.splitlines() if any(m in line.lower() for m in LOG_MARKS)]
+    """The log's lines about recovery and processes older than the probe (LOG_MARKS), matched
+    without regard to case (the marks are written as the daemon writes them, "RM" included)."""
+    marks = [m.lower() for m in LOG_MARKS]
+    return [line for line in text.splitlines() if any(m in line.lower() for m in marks)]
 
 
 # -- running it ------------------------------------------------------------------------------------
