@@ -130,12 +130,13 @@ class RmBackend:
         # recovers before it loads the probe (RmBackendFactory.prepare) and hands the result in;
         # a backend made otherwise (tests, tools) recovers here.
         self.recovery = recovery if recovery is not None else recover(context.state_dir)
-        if self.recovery.opened or self.recovery.restored:
+        if self.recovery.opened or self.recovery.restored or self.recovery.modes:
             log.info(
-                "re-opened %d channel group(s) and restored %d timeslice(s) a previous daemon "
-                "left changed",
+                "re-opened %d channel group(s), restored %d timeslice(s) and %d preemption "
+                "mode(s) a previous daemon left changed",
                 self.recovery.opened,
                 self.recovery.restored,
+                self.recovery.modes,
             )
         for problem in self.recovery.problems:
             log.warning("could not undo what a previous daemon changed: %s", problem)
@@ -226,10 +227,11 @@ class RmBackend:
         # Which timeslices keep online work ahead on this GPU is what its doctor measured.
         strategy = strategy_for(self.context.state_dir, index)
         log.info(
-            "GPU %d: offline timeslice %d us, online %d us, from %s",
+            "GPU %d: offline timeslice %d us, online %d us%s, from %s",
             index,
             strategy.offline_timeslice_us,
             strategy.online_timeslice_us,
+            ", offline contexts CTA-preempted" if strategy.offline_preemption is not None else "",
             strategy.source,
         )
         enforcer = RmEnforcer(self.shared, resolver, strategy=strategy)
@@ -299,6 +301,7 @@ class RmBackend:
             "recovered": {
                 "channel_groups_opened": self.recovery.opened,
                 "timeslices_restored": self.recovery.restored,
+                "preemption_modes_restored": self.recovery.modes,
                 "problems": list(self.recovery.problems),
             },
             "adopted": {
@@ -317,6 +320,8 @@ class RmBackend:
                     "online_strategy": driven.enforcer.strategy.describe(),
                     # Pods of several CUDA contexts here keep their TSGs' own timeslices.
                     "own_timeslices": driven.enforcer.control.several_contexts(),
+                    # Pods whose contexts were given the strategy's compute preemption mode.
+                    "preemption_modes": driven.enforcer.control.preemption.wanted(),
                     # Pods idle to the probe but open, checked on the GPU for work running.
                     "idle_checks": driven.enforcer.sensor.checks(),
                     # Turns handed back at once to a pod found running just after its turn

@@ -162,11 +162,15 @@ def print_restart(backend: dict[str, Any]) -> None:
     adopted = backend.get("adopted")
     parts = []
     if isinstance(recovered, dict) and (
-        recovered.get("channel_groups_opened") or recovered.get("timeslices_restored")
+        recovered.get("channel_groups_opened")
+        or recovered.get("timeslices_restored")
+        or recovered.get("preemption_modes_restored")
     ):
+        modes = recovered.get("preemption_modes_restored")
         parts.append(
             f"re-opened {recovered.get('channel_groups_opened', 0)} channel group(s) and "
             f"restored {recovered.get('timeslices_restored', 0)} timeslice(s)"
+            + (f" and {modes} preemption mode(s)" if modes else "")
         )
     if isinstance(adopted, dict) and adopted.get("processes"):
         parts.append(

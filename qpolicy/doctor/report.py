@@ -29,6 +29,7 @@ from typing import Any
 from qpolicy.enforcers.strategy import (
     DOCTOR_CACHE_NAME,
     DOCTOR_SCHEMA,
+    PREEMPTION_LEVERS,
     TIMESLICE_LEVERS,
     doctor_cache_path,
     read_doctor_cache,
@@ -52,7 +53,7 @@ P99_BOUND, P50_BOUND = 1.5, 1.2
 DEFAULT_LEVERS = frozenset(
     name
     for name, pair in TIMESLICE_LEVERS.items()
-    if pair == (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US)
+    if pair == (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US) and name not in PREEMPTION_LEVERS
 )
 NOISE = 0.05
 

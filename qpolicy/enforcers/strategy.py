@@ -10,8 +10,13 @@ state; the enforcers take their strategy from that cache, not from a constant:
   ``timeslice-new``, ``cilp+timeslice``: 128 / 8192 µs; ``timeslice-1us``: GPreempt's 1 µs /
   1 s; ``timeslice-1us-8ms``: 1 / 8192 µs, the engine's own pair) replaces the plan's class
   timeslices;
-* a recommended setting that is not only timeslices (``cta+timeslice-1us-8ms``, the trainer's
-  compute preemption mode, a lever of the study) leaves the engine's timeslices, and says so;
+* ``cta+timeslice-1us-8ms`` is the engine's pair, and offline pods' contexts set to CTA compute
+  preemption (the rm enforcer: :mod:`~qpolicy.enforcers.rm.preemption`). A CTA save writes no
+  registers but waits for the running thread blocks: next to a trainer of short kernels (24 µs)
+  it gave the online stream a lower p50 than native and than CILP in each of three doctor runs
+  (H100 and H200, docs/levers.md), and next to long ones (1.4 ms) it doubled it. It is for a
+  GPU whose offline work runs short kernels, which the doctor finds when run with such a
+  trainer (``--trainer-n 2048``) or an operator chooses;
 * a recommended *per-request* lever, or none, leaves the engine's timeslices: a control at every
   request costs a GSP round trip each (hundreds of µs, measured by the doctor), which no daemon can
   afford per request; the doctor's table says what the GPU then does, and the README what qpolicy
@@ -31,6 +36,7 @@ from typing import Any
 
 from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US, Plan
 from qpolicy.model import PodClass
+from qpolicy.nvrm.abi import PREEMPTION_MODE_COMPUTE as PREEMPTION_MODES
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +49,11 @@ GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US = 1, 1_000_000
 # The engine's offline timeslice until 2026-11-26, which the doctor's first levers set.
 EARLIER_OFFLINE_US = 128
 
+# GR's compute preemption modes (NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_COMPUTE_*).
+CTA = 1
+# The lever that adds CTA for offline contexts to the engine's pair.
+CTA_LEVER = "cta+timeslice-1us-8ms"
+
 # The doctor's setting levers that are a pair of timeslices (offline µs, online µs); the doctor's
 # levers (qpolicy/doctor/levers.py) set these same constants.
 TIMESLICE_LEVERS = {
@@ -52,7 +63,10 @@ TIMESLICE_LEVERS = {
     "cilp+timeslice": (EARLIER_OFFLINE_US, ONLINE_TIMESLICE_US),
     "timeslice-1us": (GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US),
     "timeslice-1us-8ms": (GPREEMPT_OFFLINE_US, ONLINE_TIMESLICE_US),
+    CTA_LEVER: (GPREEMPT_OFFLINE_US, ONLINE_TIMESLICE_US),
 }
+# The setting levers that also set offline contexts' compute preemption mode.
+PREEMPTION_LEVERS = {CTA_LEVER: CTA}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,17 +75,24 @@ class OnlineStrategy:
     online_timeslice_us: int = ONLINE_TIMESLICE_US
     #: Where the choice came from, for the log and ``qpolicy status``.
     source: str = "the engine's default (no doctor result for this GPU)"
+    #: The compute preemption mode offline pods' contexts are given (CTA), or None to leave the
+    #: one they have (CILP, as libcuda sets it).
+    offline_preemption: int | None = None
 
     @property
     def is_default(self) -> bool:
-        return (self.offline_timeslice_us, self.online_timeslice_us) == (
-            OFFLINE_TIMESLICE_US,
-            ONLINE_TIMESLICE_US,
-        )
+        return (
+            self.offline_timeslice_us,
+            self.online_timeslice_us,
+            self.offline_preemption,
+        ) == (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US, None)
 
     def adjust(self, plan: Plan) -> Plan:
         """``plan`` with this strategy's timeslices where the engine set its class timeslices."""
-        if self.is_default:
+        if (self.offline_timeslice_us, self.online_timeslice_us) == (
+            OFFLINE_TIMESLICE_US,
+            ONLINE_TIMESLICE_US,
+        ):
             return plan
         values = {
             PodClass.ONLINE: self.online_timeslice_us,
@@ -87,6 +108,11 @@ class OnlineStrategy:
         return {
             "offline_timeslice_us": self.offline_timeslice_us,
             "online_timeslice_us": self.online_timeslice_us,
+            "offline_preemption": (
+                None
+                if self.offline_preemption is None
+                else PREEMPTION_MODES[self.offline_preemption]
+            ),
             "source": self.source,
         }
 
@@ -106,7 +132,9 @@ def from_doctor(report: Any) -> OnlineStrategy:
     date = report.get("date", "an unknown date")
     if lever in TIMESLICE_LEVERS:
         offline, online = TIMESLICE_LEVERS[lever]
-        return OnlineStrategy(offline, online, f"qpolicy doctor of {date}: {lever}")
+        return OnlineStrategy(
+            offline, online, f"qpolicy doctor of {date}: {lever}", PREEMPTION_LEVERS.get(lever)
+        )
     if lever is None:
         why = recommendation.get("why") if isinstance(recommendation, dict) else None
         return OnlineStrategy(
@@ -114,7 +142,6 @@ def from_doctor(report: Any) -> OnlineStrategy:
             f"({why or 'no reason given'})"
         )
     if isinstance(recommendation, dict) and recommendation.get("kind") == "setting":
-        # e.g. cta+timeslice-1us-8ms: the enforcers send timeslices, not preemption modes.
         what = "a setting the enforcers do not make"
     else:
         what = "a control per request, which the daemon does not send"

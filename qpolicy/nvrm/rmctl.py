@@ -370,6 +370,36 @@ def preemption_saves(fd: int, client: int, subdevice: int, tsg: int) -> tuple[Co
     return result, answer["cilpSaveCnt"] + answer["ctaSaveCnt"] + answer["gfxpSaveCnt"]
 
 
+def get_compute_preemption(
+    fd: int, client: int, subdevice: int, channel: int
+) -> tuple[ControlResult, int]:
+    """The compute preemption mode of ``channel``'s context (0 WFI, 1 CTA, 2 CILP), as
+    ``GR_GET_CTXSW_MODES`` answers it. CILP on every channel of both GPUs measured (the doctor's
+    reads, docs/levers.md)."""
+    result, answer = control(
+        fd, client, subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES, hChannel=channel
+    )
+    return result, answer["cilpPreemptMode"]
+
+
+def set_compute_preemption(
+    fd: int, client: int, subdevice: int, channel: int, mode: int
+) -> ControlResult:
+    """Give ``channel``'s context the compute preemption mode ``mode`` (0 WFI, 1 CTA, 2 CILP):
+    ``GR_SET_CTXSW_PREEMPTION_MODE`` with the CILP flag, the only field it then reads (libcuda's
+    own call in the shipped H200 trace is this one, mode 2)."""
+    result, _ = control(
+        fd,
+        client,
+        subdevice,
+        abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE,
+        flags=abi.PREEMPTION_MODE_FLAG_CILP,
+        hChannel=channel,
+        cilpPreemptMode=mode,
+    )
+    return result
+
+
 def handle_class(fd: int, client: int, handle: int) -> int | None:
     """The class of ``client``'s object ``handle`` as RM knows it now (``GET_HANDLE_INFO``,
     index CLASSID: ``cliresCtrlCmdClientGetHandleInfo``, answered by the kernel side of RM), or

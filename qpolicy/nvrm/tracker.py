@@ -120,6 +120,9 @@ class ClientChannels:
     #: The TSGs of ``tsgs`` with a compute engine object on one of their channels: one per CUDA
     #: context (the shipped H200 trace: 4 TSGs, the compute object on 8 channels of one).
     compute_tsgs: tuple[int, ...] = ()
+    #: The channels of ``channels`` with a compute engine object of their own, each with its
+    #: TSG: where a context's compute preemption mode is set (the trace: 8, in one TSG).
+    compute_channels: tuple[tuple[int, int | None], ...] = ()
 
     def tenant_sets(self, tsg: int) -> int:
         """How many times the tenant set ``tsg``'s timeslice itself (0 if never, or unknown)."""
@@ -536,6 +539,13 @@ class Tracker:
                         timeslice_sets=tuple(o.info.get("timeslice_sets", 0) for o in tsgs),
                         tenant_timeslices=tuple(o.info.get("timeslice_us") for o in tsgs),
                         compute_tsgs=tuple(o.handle for o in tsgs if o.handle in computing),
+                        compute_channels=tuple(
+                            sorted(
+                                (channel, tsg)
+                                for channel, tsg in self._computing(client)
+                                if channel in channels
+                            )
+                        ),
                     )
                 )
         return groups

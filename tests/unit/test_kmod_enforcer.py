@@ -438,6 +438,22 @@ def test_each_gpu_gets_its_own_strategys_timeslices(
     assert enforcer.strategies[1].source == "a test"
 
 
+def test_the_cta_strategy_sends_its_timeslices_and_says_qgpu_does_not_set_cta(
+    client: QgpuClient, fake: FakeQgpu, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cta = OnlineStrategy(1, 8192, "qpolicy doctor of a day: cta+timeslice-1us-8ms", 1)
+    enforcer = KmodEnforcer(client, cgroup_root=root, strategy=lambda gpu: cta)
+    with caplog.at_level(logging.WARNING, "qpolicy.enforcers.kmod"):
+        enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 50)))
+        enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 60)))
+    assert (fake.gpus[0][Attr.OFFLINE_TIMESLICE_US], fake.gpus[0][Attr.ONLINE_TIMESLICE_US]) == (
+        1,
+        8192,
+    )
+    said = [m for m in caplog.messages if "which qgpu.ko does not set" in m]
+    assert len(said) == 1 and said[0].startswith("GPU 0: qpolicy doctor of a day")
+
+
 def test_a_refused_timeslice_is_pushed_again(
     client: QgpuClient, fake: FakeQgpu, root: Path
 ) -> None:

@@ -340,6 +340,8 @@ def test_the_h200_trace_gives_one_client_with_all_channels() -> None:
     assert len(compute) == 8 and {tsg for _, _, tsg in compute} == {0x5C000015}
     # One CUDA context: one TSG with a compute object, which the group names.
     assert group.compute_tsgs == (0x5C000015,)
+    # The group names the same 8 channels, with their TSG, for their compute preemption mode.
+    assert group.compute_channels == tuple((c, tsg) for _, c, tsg in compute)
     assert group.fd is not None
     # libcuda sets the compute TSG's timeslice itself, once, 110 ms after creating it: the rm
     # enforcer sets its own again after that.

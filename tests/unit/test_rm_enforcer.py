@@ -91,6 +91,9 @@ class FakeDriver:
     preempted: dict[int, int] = field(default_factory=dict)
     preemption_reads: list[tuple[float, int]] = field(default_factory=list)
     preemptions_status: int = NvStatus.NV_OK
+    # Per compute channel: its compute preemption mode (CILP unless set), and the sets, in order.
+    mode: dict[int, int] = field(default_factory=dict)
+    mode_log: list[tuple[int, int]] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
 
@@ -125,6 +128,20 @@ class FakeDriver:
             self.preemption_reads.append((self.loop.now, tsg))
             return rmctl.ControlResult(self.preemptions_status, 1), self.preempted.get(tsg, 0)
 
+        def get_compute_preemption(
+            fd: int, client: int, subdevice: int, channel: int
+        ) -> tuple[rmctl.ControlResult, int]:
+            return rmctl.ControlResult(NvStatus.NV_OK, 1), self.mode.get(channel, 2)
+
+        def set_compute_preemption(
+            fd: int, client: int, subdevice: int, channel: int, mode: int
+        ) -> rmctl.ControlResult:
+            self.mode[channel] = mode
+            self.mode_log.append((channel, mode))
+            return rmctl.ControlResult(NvStatus.NV_OK, 1)
+
+        monkeypatch.setattr(rmctl, "get_compute_preemption", get_compute_preemption)
+        monkeypatch.setattr(rmctl, "set_compute_preemption", set_compute_preemption)
         monkeypatch.setattr(rmctl, "disable_channels", disable_channels)
         monkeypatch.setattr(rmctl, "preemption_saves", preemption_saves)
         monkeypatch.setattr(rmctl, "get_timeslice", get_timeslice)
@@ -172,6 +189,8 @@ def group(pid: int, client: int, pod_index: int) -> ClientChannels:
         subdevice=0x5C000003,
         channels=tuple(0x100 * pod_index + c for c in range(4)),
         tsgs=(0x10 * pod_index,),
+        # The compute object on two of the TSG's channels (the shipped trace: 8 of one TSG).
+        compute_channels=tuple((0x100 * pod_index + c, 0x10 * pod_index) for c in (2, 3)),
     )
 
 
@@ -319,7 +338,6 @@ def test_a_group_whose_open_failed_is_not_closed_again_and_runs_after_one_open(
     assert launched / 2e6 == pytest.approx(0.5, abs=0.05)
 
 
-
 def test_every_close_is_on_disk_before_it_is_sent_and_a_refused_one_is_not_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -350,6 +368,7 @@ def test_every_close_is_on_disk_before_it_is_sent_and_a_refused_one_is_not_kept(
     # Each group closed in the record is closed in the driver, the refused one included.
     for entry in r.shared.record.closed.values():
         assert (entry["client"], entry["channels"][0]) in r.driver.disabled
+
 
 def test_an_open_rm_refused_is_sent_again_until_carried_out_and_a_close_is_never_doubled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -441,6 +460,7 @@ def test_recover_reopens_and_restores_what_a_killed_daemon_left_changed(
     )  # fmt: skip
     recovery = recover(tmp_path, borrow)
     assert (recovery.opened, recovery.restored, recovery.problems) == (1, 1, ())
+    assert recovery.modes == 0  # a record of a daemon before preemption modes: none listed
     assert calls == [
         ("channels", 0xC1D0001B, 0x5C000003, ([1, 2, 3], False)),
         ("timeslice", 0xC1D0001B, 0x5C000010, 2048),
@@ -1433,3 +1453,117 @@ def test_a_pods_groups_are_built_once_while_the_tracker_and_the_desired_state_st
     specs = dict(specs)
     resolver.groups("/pods/a")
     assert len(built) == 7
+
+
+# -- the CTA strategy: offline contexts' compute preemption mode -----------------------------------
+
+CTA_STRATEGY = OnlineStrategy(1, 8192, "a doctor that found CTA best", offline_preemption=1)
+
+
+def test_the_cta_strategy_sets_offline_contexts_to_cta_and_online_ones_are_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
+    r.loop.run_until(0.3e6)
+    # The trainer's compute channels (pod 2: 0x202, 0x203) CTA; the online pod's untouched.
+    assert r.driver.mode == {0x202: 1, 0x203: 1}
+    assert r.enforcer.control.preemption.wanted() == {"/train": "CTA"}
+    # Written down before it was changed, with the mode to give back.
+    record = json.loads((tmp_path / RECORD_NAME).read_text())
+    assert {e["channel"]: e["original_mode"] for e in record["preemptions"].values()} == {
+        0x202: 2,
+        0x203: 2,
+    }
+    # Set once: later periods send nothing while the tenant sets nothing of its own.
+    sets = len(r.driver.mode_log)
+    r.loop.run_until(1e6)
+    assert len(r.driver.mode_log) == sets == 2
+    # Letting go gives each channel its own mode back, and the record is empty.
+    r.enforcer.release()
+    r.shared.close()
+    assert r.driver.mode == {0x202: 2, 0x203: 2}
+    assert not (tmp_path / RECORD_NAME).exists()
+
+
+def test_without_the_cta_strategy_no_preemption_mode_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE)
+    r.loop.run_until(0.5e6)
+    assert r.driver.mode_log == [] and r.driver.timeslice[0x20] == OFFLINE_US
+
+
+def test_cta_follows_the_class_timeslice_off_when_no_online_pod_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without online work the engine leaves the tenants' own timeslices: nothing is switched for
+    online work, and the contexts get their own mode back too."""
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
+    r.loop.run_until(0.3e6)
+    assert r.driver.mode == {0x202: 1, 0x203: 1}
+    r.control.pods = pods[1:]  # the online pod leaves the desired state
+    r.loop.run_until(0.6e6)
+    assert r.driver.mode == {0x202: 2, 0x203: 2}
+    assert r.enforcer.control.preemption.wanted() == {}
+
+
+def test_a_mode_the_tenant_sets_over_ours_is_set_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libcuda sets CILP on its context itself, just before its own SET_TIMESLICE of that TSG
+    (the shipped H200 trace): the probe counts the latter, and the mode is sent again."""
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
+    r.loop.run_until(0.3e6)
+    (train,) = r.resolver._groups["/train"]
+    r.driver.mode.update({0x202: 2, 0x203: 2})  # libcuda's CILP
+    r.resolver._groups["/train"] = [dataclasses.replace(train, timeslice_sets=(1,))]
+    r.loop.run_until(0.3e6 + 50_000 + 6 * LATENCY)
+    assert r.driver.mode == {0x202: 1, 0x203: 1}
+    # The value given back is still CILP, read before the first change.
+    r.enforcer.release()
+    r.shared.close()
+    assert r.driver.mode == {0x202: 2, 0x203: 2}
+
+
+def test_a_killed_daemons_cta_is_undone_by_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
+    r.loop.run_until(0.3e6)
+    record = json.loads((tmp_path / RECORD_NAME).read_text())
+    # The daemon dies here (no release). Its processes are this test's own, alive.
+    me = os.getpid()
+    for entry in record["preemptions"].values():
+        entry.update(pid=me, start_time=process_start_time(me))
+    record["closed"], record["timeslices"] = {}, {}
+    (tmp_path / RECORD_NAME).write_text(json.dumps(record))
+    restored: list[tuple[int, int, int, int]] = []
+
+    def set_compute_preemption(
+        fd: int, client: int, subdevice: int, channel: int, mode: int
+    ) -> rmctl.ControlResult:
+        restored.append((client, subdevice, channel, mode))
+        return rmctl.ControlResult(NvStatus.NV_OK, 1)
+
+    monkeypatch.setattr(rmctl, "set_compute_preemption", set_compute_preemption)
+    recovery = recover(tmp_path, lambda pid, fd: os.open("/dev/null", os.O_RDONLY))
+    assert (recovery.modes, recovery.problems) == (2, ())
+    assert sorted(restored) == [(0xC1D00001, 0x5C000003, c, 2) for c in (0x202, 0x203)]
+    assert not (tmp_path / RECORD_NAME).exists()
+
+
+def test_a_process_that_exits_is_forgotten_by_the_preemption_modes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
+    r.loop.run_until(0.3e6)
+    r.shared.forget(101)
+    modes = r.enforcer.control.preemption
+    assert not any(k[0] == 101 for k in (*modes._sent, *modes._original))
+    assert r.shared.record.preemptions == {}  # the trainer's process held them all

@@ -59,10 +59,25 @@ def test_per_request_levers_and_no_lever_keep_the_engine_default(lever: str | No
     )
 
 
-def test_a_setting_beyond_timeslices_keeps_the_engine_default_and_says_so() -> None:
-    strategy = from_doctor(report("cta+timeslice-1us-8ms"))
+def test_a_setting_the_enforcers_do_not_make_keeps_the_engine_default_and_says_so() -> None:
+    strategy = from_doctor(report("interleaved"))
     assert strategy.is_default
-    assert "cta+timeslice-1us-8ms, a setting the enforcers do not make" in strategy.source
+    assert "interleaved, a setting the enforcers do not make" in strategy.source
+
+
+def test_the_cta_lever_is_the_engines_pair_and_cta_for_offline_contexts() -> None:
+    """The doctor's cta+timeslice-1us-8ms: 1 / 8192 us and offline contexts CTA-preempted (the rm
+    enforcer sets it: qpolicy.enforcers.rm.preemption)."""
+    strategy = from_doctor(report("cta+timeslice-1us-8ms"))
+    assert (strategy.offline_timeslice_us, strategy.online_timeslice_us) == (1, 8192)
+    assert strategy.offline_preemption == 1 and not strategy.is_default
+    assert strategy.describe()["offline_preemption"] == "CTA"
+    assert from_doctor(report("timeslice-1us-8ms")).describe()["offline_preemption"] is None
+    # Its timeslices are the engine's: the plan is left as it is.
+    gpu = GpuConfig(0, GpuPolicy.BURST_SHARE)
+    pods = [PodSpec("/on", 0, PodClass.ONLINE, 20), PodSpec("/off", 0, PodClass.OFFLINE, 80)]
+    planned = plan(gpu, pods, {"/on": 0.1, "/off": 1.0})
+    assert strategy.adjust(planned) is planned
 
 
 @pytest.mark.parametrize(
@@ -137,11 +152,11 @@ def test_the_rm_backend_takes_each_gpus_strategy_from_its_doctor_cache(
 
 def test_every_timeslice_lever_of_the_doctor_has_its_pair_here() -> None:
     from qpolicy.doctor.levers import LEVERS
-    from qpolicy.enforcers.strategy import TIMESLICE_LEVERS
+    from qpolicy.enforcers.strategy import PREEMPTION_LEVERS, TIMESLICE_LEVERS
 
-    # cta+timeslice-1us-8ms also sets a preemption mode; cilp+timeslice sets the one the channels
-    # already have (CILP on both GPUs), so its pair is all it changes.
-    both = {"cta+timeslice-1us-8ms"}
+    # cta+timeslice-1us-8ms also sets a preemption mode, which the strategy carries too;
+    # cilp+timeslice sets the one the channels already have (CILP on both GPUs), so its pair is
+    # all it changes.
     timeslices = {lever.name for lever in LEVERS if "timeslice" in lever.name}
-    assert both <= timeslices
-    assert timeslices - both == set(TIMESLICE_LEVERS)
+    assert set(PREEMPTION_LEVERS) == {"cta+timeslice-1us-8ms"} <= timeslices
+    assert timeslices == set(TIMESLICE_LEVERS)

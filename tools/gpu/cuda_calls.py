@@ -67,8 +67,7 @@ def main() -> int:
     )
     text = _PROGRAM % {"n": max(len(addresses), 1), "tgid": child.pid}
     text += "".join(
-        f"int at_{i}(struct pt_regs *ctx) {{ return count({i}); }}\n"
-        for i in range(len(addresses))
+        f"int at_{i}(struct pt_regs *ctx) {{ return count({i}); }}\n" for i in range(len(addresses))
     )
     bpf = BPF(text=text.encode())
     for i, address in enumerate(addresses):

@@ -259,6 +259,15 @@ class KmodEnforcer:
             self._failed(key, f"{key}: {error}")
             return
         self.up = True
+        if strategy.offline_preemption is not None and gpu.index not in self._gpus_pushed:
+            # qgpu.ko sets timeslices through its kernel RM client, not preemption modes: the
+            # CTA half of the strategy is the rm enforcer's alone (qpolicy.enforcers.rm.preemption).
+            log.warning(
+                "GPU %d: %s also asks CTA preemption for offline contexts, which qgpu.ko does "
+                "not set; its timeslices are sent",
+                gpu.index,
+                strategy.source,
+            )
         self._gpus_pushed[gpu.index] = wanted
         self._settled(key)
 

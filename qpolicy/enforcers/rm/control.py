@@ -1,7 +1,8 @@
 """The slice scheduler's levers on a real GPU: RM controls on tenants' own objects.
 
 ``FIFO_DISABLE_CHANNELS`` closes and opens a pod's channel groups (sent to the subdevice of the GPU
-each group's channels are on), ``SET_TIMESLICE`` sets its TSGs' timeslices. Controls block for
+each group's channels are on), ``SET_TIMESLICE`` sets its TSGs' timeslices (and, under the CTA
+strategy, :mod:`~.preemption` its contexts' compute preemption mode). Controls block for
 ~0.6 ms under GSP, so they run on the control worker, in order; the loop thread only builds them.
 
 What a control changed is remembered by pod, not only re-derived from who the pod is now: a pod
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable
 
 from qpolicy.enforcers.rm.files import BorrowedFiles
+from qpolicy.enforcers.rm.preemption import PreemptionModes
 from qpolicy.enforcers.rm.record import RmRecord, group_key
 from qpolicy.enforcers.rm.resolver import PodResolver
 from qpolicy.nvrm import rmctl
@@ -117,6 +119,8 @@ class RmChannelControl:
         self._last_error_log: dict[str, float] = {}
         # Pods with an open to send again (a refused one), already scheduled on the loop.
         self._open_retry: set[str] = set()
+        #: Offline pods' compute preemption mode, where the strategy sets one.
+        self.preemption = PreemptionModes(resolver, files, record, self.worker, self._complain)
 
     @property
     def latency_us(self) -> float:
@@ -374,6 +378,7 @@ class RmChannelControl:
 
     def forget(self, pid: int) -> None:
         """Drop what is kept about the objects of a process that exited."""
+        self.preemption.forget(pid)
         with self._lock:
             self._mps_server.pop(pid, None)
             for key in [k for k in self._original_timeslice if k[0] == pid]:

@@ -8,7 +8,9 @@ tenant's own objects:
 * ``FIFO_DISABLE_CHANNELS`` to close and open a pod's channels at turn boundaries (the one lever
   measured to stop a process on a GSP GPU), break before make, so turns never overlap and a pod's
   GPU time is the time its channels were open;
-* ``SET_TIMESLICE`` to give online pods a long timeslice and offline pods a short one.
+* ``SET_TIMESLICE`` to give online pods a long timeslice and offline pods a short one;
+* ``GR_SET_CTXSW_PREEMPTION_MODE`` CTA on offline pods' contexts, where the GPU's strategy says
+  its offline work runs short kernels (:mod:`~.preemption`).
 
 What it cannot do, by construction: a tenant may send the same controls itself and re-open its own
 channels; device memory cannot be limited (nothing stands between RM_ALLOC and the driver); timing
@@ -35,6 +37,7 @@ from qpolicy.enforcers.rm.sensor import RmUsageSensor
 from qpolicy.enforcers.slicer import SliceScheduler
 from qpolicy.enforcers.strategy import DEFAULT, OnlineStrategy
 from qpolicy.engine import Plan
+from qpolicy.model import PodClass
 from qpolicy.runtime.clock import Loop, Repeating
 from qpolicy.runtime.worker import ControlWorker, Worker
 from qpolicy.telemetry.gpus import GpuInfo, node_gpus
@@ -156,17 +159,37 @@ class RmEnforcer:
                 "plan %s",
                 ", ".join(f"{s.pod} {s.allocation:.3f}" for s in plan.slices),
             )
-        self.scheduler.apply(self.strategy.adjust(plan))
+        adjusted = self.strategy.adjust(plan)
+        self.scheduler.apply(adjusted)
         self.control.refresh_timeslices()
+        self._set_preemption(adjusted)
+
+    def _set_preemption(self, plan: Plan) -> None:
+        """The strategy's compute preemption mode on offline pods given their class's timeslice
+        (there is online work on the GPU to switch to); every other pod's contexts their own."""
+        modes = self.control.preemption
+        mode = self.strategy.offline_preemption
+        wanted = {
+            s.pod: mode
+            if mode is not None and s.pod_class is PodClass.OFFLINE and s.timeslice_us is not None
+            else None
+            for s in plan.slices
+        }
+        for pod in set(modes.wanted()) - set(wanted):
+            modes.set_mode(pod, None)
+        for pod, value in wanted.items():
+            modes.set_mode(pod, value)
 
     def stand_down(self) -> None:
         """Open every pod and restore timeslices, and keep watching for the next plan."""
         self.scheduler.release()
+        self.control.preemption.release()
 
     def release(self) -> None:
         """Open every channel this enforcer closed and restore timeslices (queued controls)."""
         if self._poller is not None:
             self._poller.cancel()
         self.scheduler.release()
+        self.control.preemption.release()
         if self.control in self.shared.controls:
             self.shared.controls.remove(self.control)

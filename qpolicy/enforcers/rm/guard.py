@@ -210,13 +210,14 @@ def guard(
     watch(pid, start_time, alarm=alarm, dying=dying, every_s=every_s)
     began = time.monotonic()
     recovery = recover(state_dir, writer=(pid, start_time))
-    if recovery.opened or recovery.restored:
+    if recovery.opened or recovery.restored or recovery.modes:
         log.warning(
-            "guard: daemon %d died without undoing its changes: re-opened %d channel group(s) "
-            "and restored %d timeslice(s) in %.1f ms",
+            "guard: daemon %d died without undoing its changes: re-opened %d channel group(s), "
+            "restored %d timeslice(s) and %d preemption mode(s) in %.1f ms",
             pid,
             recovery.opened,
             recovery.restored,
+            recovery.modes,
             (time.monotonic() - began) * 1000,
         )
     for problem in recovery.problems:

@@ -1,8 +1,10 @@
 """What the rm enforcer changed on tenants' objects, on disk, so that a daemon killed with SIGKILL
 does not leave it changed.
 
-Two kinds of change outlive the daemon that made them: channel groups it closed
-(``FIFO_DISABLE_CHANNELS``) and TSG timeslices it set (``SET_TIMESLICE``). Each is written down
+Three kinds of change outlive the daemon that made them: channel groups it closed
+(``FIFO_DISABLE_CHANNELS``), TSG timeslices it set (``SET_TIMESLICE``) and contexts' compute
+preemption modes it set (``GR_SET_CTXSW_PREEMPTION_MODE``, under the CTA strategy; a record
+without them, as daemons before it wrote, reads as none). Each is written down
 (temp file and rename) before it is made, with the process's start time so that a reused pid is
 never mistaken for the tenant; :func:`recover` undoes all of it at the next start, before anything
 else is sent. Written before, not after: a daemon killed between a close and its write would leave
@@ -85,13 +87,18 @@ def tsg_key(pid: int, client: int, tsg: int) -> str:
     return f"{pid}:{client:#x}:{tsg:#x}"
 
 
+def channel_key(pid: int, client: int, channel: int) -> str:
+    return f"{pid}:{client:#x}:{channel:#x}"
+
+
 @dataclass
 class RmRecord:
-    """The closed channel groups and changed timeslices, kept in ``path``."""
+    """The closed channel groups, changed timeslices and preemption modes, kept in ``path``."""
 
     path: Path
     closed: dict[str, dict[str, Any]] = field(default_factory=dict)
     timeslices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    preemptions: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     # Per pid, its start time (read once from /proc: a turn switch writes the record each time).
     _start_times: dict[int, int | None] = field(default_factory=dict)
@@ -156,21 +163,49 @@ class RmRecord:
             if self.timeslices.pop(tsg_key(pid, client, tsg), None) is not None:
                 self._write()
 
+    def preemption_changed(
+        self, pid: int, fd: int, client: int, subdevice: int, channel: int, original: int
+    ) -> None:
+        """Called before a channel's compute preemption mode is first changed, with the mode to
+        restore."""
+        with self._lock:
+            key = channel_key(pid, client, channel)
+            if self.preemptions.get(key, {}).get("original_mode") == original:
+                return
+            self.preemptions[key] = {
+                "pid": pid,
+                "start_time": self._start_time(pid),
+                "fd": fd,
+                "client": client,
+                "subdevice": subdevice,
+                "channel": channel,
+                "original_mode": original,
+            }
+            self._write()
+
+    def preemption_restored(self, pid: int, client: int, channel: int) -> None:
+        with self._lock:
+            if self.preemptions.pop(channel_key(pid, client, channel), None) is not None:
+                self._write()
+
     def forget(self, pid: int) -> None:
         """The process exited: what it held went with it."""
         with self._lock:
             self._start_times.pop(pid, None)
-            before = len(self.closed) + len(self.timeslices)
-            for table in (self.closed, self.timeslices):
+            before = self._size()
+            for table in (self.closed, self.timeslices, self.preemptions):
                 for key in [k for k, entry in table.items() if entry.get("pid") == pid]:
                     del table[key]
             listed = any(entry.get("pid") == pid for entry in self._listed.values())
-            if listed or len(self.closed) + len(self.timeslices) != before:
+            if listed or self._size() != before:
                 self._write()
+
+    def _size(self) -> int:
+        return len(self.closed) + len(self.timeslices) + len(self.preemptions)
 
     def _write(self) -> None:
         self._listed = dict(self.closed)
-        if not self.closed and not self.timeslices:
+        if not self._size():
             self.path.unlink(missing_ok=True)  # nothing to undo
             return
         if not self._writer:
@@ -182,6 +217,7 @@ class RmRecord:
             "writer": self._writer,
             "closed": self.closed,
             "timeslices": self.timeslices,
+            "preemptions": self.preemptions,
         }
         tmp.write_text(json.dumps(document))
         os.replace(tmp, self.path)
@@ -194,6 +230,8 @@ class Recovery:
     opened: int = 0
     restored: int = 0
     problems: tuple[str, ...] = ()
+    #: Compute preemption modes given back.
+    modes: int = 0
 
 
 def recover(
@@ -221,7 +259,7 @@ def recover(
 def _recover(
     state_dir: Path, borrow: Callable[[int, int], int], writer: tuple[int, int] | None
 ) -> Recovery:
-    opened = restored = 0
+    opened = restored = modes = 0
     problems: list[str] = []
     paths = [state_dir / RECORD_NAME]
     if writer is None:
@@ -244,8 +282,15 @@ def _recover(
                 restored += 1
             elif problem:
                 problems.append(f"{key}: {problem}")
+        for key, entry in read.preemptions.items():
+            needed = ("fd", "client", "subdevice", "channel", "original_mode")
+            problem = _undo(entry, needed, borrow, _restore_mode)
+            if problem is None:
+                modes += 1
+            elif problem:
+                problems.append(f"{key}: {problem}")
         path.unlink(missing_ok=True)
-    return Recovery(opened, restored, tuple(problems))
+    return Recovery(opened, restored, tuple(problems), modes)
 
 
 @dataclass(frozen=True)
@@ -254,6 +299,7 @@ class _Read:
 
     closed: Mapping[str, Any] = field(default_factory=dict)
     timeslices: Mapping[str, Any] = field(default_factory=dict)
+    preemptions: Mapping[str, Any] = field(default_factory=dict)
     #: Why the file could not be used (None: it could, or there is none).
     problem: str | None = None
     #: Written by another daemon than the one recovered for: left alone, no problem.
@@ -273,15 +319,16 @@ def _read(path: Path, writer: tuple[int, int] | None = None) -> _Read:
     if path.name == LEGACY_RECORD_NAME:
         return _Read(closed=document)
     closed, timeslices = document.get("closed", {}), document.get("timeslices", {})
+    preemptions = document.get("preemptions", {})
     if document.get("version") != VERSION or not (
-        isinstance(closed, dict) and isinstance(timeslices, dict)
+        isinstance(closed, dict) and isinstance(timeslices, dict) and isinstance(preemptions, dict)
     ):
         return _Read(problem=f"{path}: not a record this qpolicy wrote (version {VERSION})")
     if writer is not None:
         wrote = document.get("writer")
         if not isinstance(wrote, dict) or (wrote.get("pid"), wrote.get("start_time")) != writer:
             return _Read(another_writer=True)
-    return _Read(closed, timeslices)
+    return _Read(closed, timeslices, preemptions)
 
 
 def _undo(
@@ -318,3 +365,9 @@ def _open_channels(fd: int, entry: dict[str, Any]) -> rmctl.ControlResult:
 
 def _restore_slice(fd: int, entry: dict[str, Any]) -> rmctl.ControlResult:
     return rmctl.set_timeslice(fd, entry["client"], entry["tsg"], entry["original_us"])
+
+
+def _restore_mode(fd: int, entry: dict[str, Any]) -> rmctl.ControlResult:
+    return rmctl.set_compute_preemption(
+        fd, entry["client"], entry["subdevice"], entry["channel"], entry["original_mode"]
+    )
