@@ -541,6 +541,25 @@ def test_a_life_that_searched_rm_is_judged_from_its_find() -> None:
     assert restart.found_at({"status": {"backend": {}}, "status_is_its_own": True}) is None
 
 
+def test_a_searching_life_is_kept_up_its_planned_time_from_the_find() -> None:
+    """Call 29B: a life up 3.4 s that found its processes 1.1 s after its probe left a 1.2 s
+    window after the settle; it is now killed up_s after the find, at most
+    SEARCH_EXTENSION_MAX_S later than planned."""
+    life: dict[str, Any] = {"probe_up": 100.0, "status_is_its_own": True}
+    planned = 100.0 + 3.4
+    assert restart.kill_at(life, 3.4, planned) == planned  # no status: as planned
+    life["status"] = {"backend": {"searched": {"last_found_at": 101.14}}}
+    assert restart.kill_at(life, 3.4, planned) == pytest.approx(101.14 + 3.4)
+    # A find long after the probe: bounded.
+    life["status"] = {"backend": {"searched": {"last_found_at": 110.0}}}
+    assert restart.kill_at(life, 3.4, planned) == planned + restart.SEARCH_EXTENSION_MAX_S
+    # A find before this life's probe (a status left by another daemon): as planned.
+    life["status"] = {"backend": {"searched": {"last_found_at": 99.0}}}
+    assert restart.kill_at(life, 3.4, planned) == planned
+    life.update(status={"backend": {"searched": {"last_found_at": 101.0}}}, status_is_its_own=False)
+    assert restart.kill_at(life, 3.4, planned) == planned
+
+
 def test_the_guards_line_is_timed_against_the_kill() -> None:
     """How long after each SIGKILL the dead daemon's guard had undone its changes, read from the
     guard's log line (its asctime, milliseconds) and the kill's wall time; lives whose guard

@@ -16,7 +16,8 @@ alone. From the trainers' timelines, per window, each trainer's matmuls/s and a'
 pair:
 
 - **up** (a daemon's probe up ``--settle-s``, to its kill; from its last find instead where it
-  searched RM for the trainers: its status's ``last_found_at``): governed if a's share is
+  searched RM for the trainers: its status's ``last_found_at``, and such a life is kept up its
+  planned time from the find, ``kill_at``): governed if a's share is
   0.70 +- 0.05 (native time-slicing gives the two ~0.50); stuck if a trainer finished nothing in
   a window of 1 s or more;
 - **down** (the kill to the next daemon's probe up): reported only, with the longest time a
@@ -105,6 +106,10 @@ TAIL_TOLERANCE = 0.10
 # A window shorter than this holds too few periods to read a share from (the rm enforcer's turns
 # are 400 ms at the shortest, so its period for two pods is 800 ms).
 MIN_WINDOW_S = 0.5
+# The most a searching life is kept up beyond its plan, so that its window from the find keeps
+# its planned length (kill_at); the searches found the trainers 1.1-1.5 s after the probe
+# (calls 28B, 28D, 29B).
+SEARCH_EXTENSION_MAX_S = 3.0
 # A trainer that finishes no batch of 8 (~13 ms alone) in this long is stopped, not slowed: its
 # longest wait under 70/30 is a's turn of one 800 ms period (560 ms).
 STUCK_MIN_S = 1.0
@@ -365,6 +370,19 @@ def found_at(life: dict[str, Any]) -> float | None:
     searched = backend.get("searched") if isinstance(backend, dict) else None
     found = searched.get("last_found_at") if isinstance(searched, dict) else None
     return float(found) if isinstance(found, int | float) else None
+
+
+def kill_at(life: dict[str, Any], up_s: float, planned: float) -> float:
+    """When to kill a life planned to end at ``planned`` (its probe's start plus ``up_s``): a
+    life that searched RM for its processes governs them from the find, so it is given its
+    ``up_s`` from the find instead (at most SEARCH_EXTENSION_MAX_S more), and its window is as
+    long as planned. Without it, call 29B's searching life (up 3.4 s, the find 1.1 s after its
+    probe) left a 1.2 s window, 1.5 turns of a period, which a share cannot be read from."""
+    found = found_at(life)
+    probe_up = life.get("probe_up")
+    if found is None or not isinstance(probe_up, int | float) or found <= probe_up:
+        return planned
+    return min(max(planned, found + up_s), planned + SEARCH_EXTENSION_MAX_S)
 
 
 def windows(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -995,9 +1013,15 @@ class Run:
                 slowest = max(slowest, life["startup_s"])
             # The first daemon's time counts from the trainers' start, the others' from their
             # probe: a short one is killed in its first turns.
-            self.sleep_until(
-                (first_from if number == 0 and first_from else life["probe_up"]) + up_s
-            )
+            planned = (first_from if number == 0 and first_from else life["probe_up"]) + up_s
+            self.sleep_until(planned)
+            # A life that had to search for its processes governs from the find: kept up for
+            # its planned time from there.
+            self._read_status(life)
+            moment = kill_at(life, up_s, planned)
+            if moment > planned:
+                life["kept_up_for_search_s"] = round(moment - planned, 3)
+                self.sleep_until(moment)
             self.kill_daemon()
             print(
                 f"life {life['life']}: probe up in {life['startup_s']:.1f} s, up {up_s:.2f} s "
