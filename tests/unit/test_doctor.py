@@ -362,6 +362,8 @@ def test_the_engines_pair_is_left_only_for_a_lever_clearly_nearer_solo() -> None
         ("2026-11-27-doctor-mps-2048-h100-call13A", "cta+timeslice-1us-8ms"),
         ("2026-11-27-doctor-mps-8192-h200-call13B", "timeslice-1us-8ms"),
         ("2026-11-27-doctor-mps-2048-h200-call13B", "timeslice-1us-8ms"),
+        # 20 s phases next to the 2048 trainer: CTA's p50 under native's, its p99 over it.
+        ("2026-12-02-doctor-2048-cta-h200-call29B", None),
     ],
 )
 def test_the_recorded_doctor_runs_recommend_what_was_nearest_solo(
