@@ -66,14 +66,58 @@ def test_a_share_neither_governed_nor_native_is_off_target() -> None:
     assert w["verdict"] == "OFF TARGET"
 
 
-def test_a_trainer_that_finishes_nothing_for_a_second_is_stuck() -> None:
+def test_a_trainer_that_finishes_nothing_for_seconds_is_stuck() -> None:
     trainers = {"a": trainer((0, 10, 100)), "b": trainer((0, 2, 30), (2, 10, 0))}
     w = up(trainers, 3.0, 5.0)
     assert w["batches"]["b"] == 0 and w["stuck"] == ["b"]
     assert w["ok"] is False and w["verdict"] == "STUCK: b"
-    # Under a second it is a turn (a's is 560 ms), not a stop: only the share speaks.
+    # Under a second it is a turn (a's are ~1.1 s), not a stop: part of a period, not judged.
     short = up(trainers, 3.0, 3.8)
-    assert short["stuck"] == [] and short["share_a"] == 1.0 and short["ok"] is False
+    assert short["stuck"] == [] and short["share_a"] == 1.0 and short["ok"] is None
+    assert short["verdict"] == "too short (no whole period)"
+
+
+def turn_taking(a_s: float, b_s: float, periods: int, rate: float = 35.0) -> dict[str, Any]:
+    """Two trainers taking turns from T0, a first: a for ``a_s``, then b for ``b_s``, as the rm
+    enforcer hands them the GPU (each at ``rate`` batches a second in its turn)."""
+    a_segments, b_segments = [], []
+    t = 0.0
+    for _ in range(periods):
+        a_segments += [(t, t + a_s, rate), (t + a_s, t + a_s + b_s, 0.0)]
+        b_segments += [(t, t + a_s, 0.0), (t + a_s, t + a_s + b_s, rate)]
+        t += a_s + b_s
+    return {"a": trainer(*a_segments), "b": trainer(*b_segments)}
+
+
+def test_a_window_of_turns_is_judged_over_its_whole_periods() -> None:
+    """Call 29C's timelines: a's turns 1.1-1.2 s, b's 0.4-0.5 s. A 2.4 s window starting in a's
+    turn read 0.800 and a 1.2 s one 0.635; over whole periods every governed window of the kept
+    runs (H100 and H200, 22E-29C) read 0.694-0.713."""
+    trainers = turn_taking(1.12, 0.48, 6)  # a 70 % of each 1.6 s period
+    # From the middle of a's turn, through b's, a's, b's, to the middle of a's: 4.0 s.
+    w = up(trainers, 0.56, 4.56)
+    assert w["share_a"] == pytest.approx(0.68, abs=0.02)  # the raw read, kept
+    whole = w["whole_periods"]
+    assert whole["periods"] == 2 and whole["share_a"] == pytest.approx(0.70, abs=0.01)
+    assert whole["from_s"] == pytest.approx(1.12, abs=0.03)
+    assert whole["to_s"] == pytest.approx(4.32, abs=0.03)
+    assert w["verdict"] == "governed" and w["ok"] is True
+    # Off by a turn in the raw read, on target over the whole periods.
+    skewed = up(trainers, 0.2, 2.6)
+    assert skewed["share_a"] > 0.75 and skewed["verdict"] == "too short (no whole period)"
+    # A pair at 50/50 in turns is read as such over whole periods: not governed.
+    even = up(turn_taking(0.8, 0.8, 6), 0.4, 6.0)
+    assert even["whole_periods"]["share_a"] == pytest.approx(0.50, abs=0.01)
+    assert even["verdict"] == "UNGOVERNED (native-like)"
+
+
+def test_trainers_interleaved_batch_by_batch_are_not_turns() -> None:
+    """Both open, the driver interleaves them: no turns, the raw share is judged."""
+    w = up(pair(50, 50), 1.0, 4.0)
+    assert restart.turns(pair(50, 50), T0 + 1.0, T0 + 4.0) is None
+    assert "whole_periods" not in w and w["verdict"] == "UNGOVERNED (native-like)"
+    # A trainer with no timeline: no turns either.
+    assert restart.turns({"a": {}, "b": {}}, T0, T0 + 1) is None
 
 
 def test_a_window_too_short_is_reported_not_judged() -> None:

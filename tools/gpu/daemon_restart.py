@@ -18,8 +18,9 @@ pair:
 - **up** (a daemon's probe up ``--settle-s``, to its kill; from its last find instead where it
   searched RM for the trainers: its status's ``last_found_at``, and such a life is kept up its
   planned time from the find, ``kill_at``): governed if a's share is
-  0.70 +- 0.05 (native time-slicing gives the two ~0.50); stuck if a trainer finished nothing in
-  a window of 1 s or more;
+  0.70 +- 0.05 (native time-slicing gives the two ~0.50), read over the window's whole periods
+  where the pair takes turns (a window holding none is too short to judge); stuck if a trainer
+  finished nothing in a window of 1.5 s or more;
 - **down** (the kill to the next daemon's probe up): reported only, with the longest time a
   trainer finished nothing in it; a pod closed at the kill stays closed until the dead daemon's
   guard re-opens it as the exit begins (qpolicy/enforcers/rm/guard.py), or, in a tree without
@@ -103,16 +104,22 @@ GOVERNED_SHARE = 0.70
 NATIVE_SHARE = 0.50
 SHARE_TOLERANCE = 0.05
 TAIL_TOLERANCE = 0.10
-# A window shorter than this holds too few periods to read a share from (the rm enforcer's turns
-# are 400 ms at the shortest, so its period for two pods is 800 ms).
+# A window shorter than this holds too few periods to read a share from. Where the pair takes
+# turns, a window is read over its whole periods (whole_periods): the rm enforcer's turns are
+# 400 ms at the shortest, and at 70/30 its periods ran 0.8 s on an H100 (call 28B) and 1.2-1.6 s
+# on H200s (a 1.1-1.2 s, b 0.4-0.5 s in call 29C's timelines).
 MIN_WINDOW_S = 0.5
+# A run of batches by one trainer shorter than this, inside a window, is not a turn: both were
+# open and the driver interleaved them.
+TURN_MIN_S = 0.15
 # The most a searching life is kept up beyond its plan, so that its window from the find keeps
 # its planned length (kill_at); the searches found the trainers 1.1-1.5 s after the probe
 # (calls 28B, 28D, 29B).
 SEARCH_EXTENSION_MAX_S = 3.0
 # A trainer that finishes no batch of 8 (~13 ms alone) in this long is stopped, not slowed: its
-# longest wait under 70/30 is a's turn of one 800 ms period (560 ms).
-STUCK_MIN_S = 1.0
+# longest wait under 70/30 is a's turn, 0.56 s at the H100's 0.8 s period (call 28B) and up to
+# 1.2 s on the H200s of call 29C.
+STUCK_MIN_S = 1.5
 # A pod that did less than this share of the pair's matmuls in a window with no daemon was
 # stopped for most of it.
 PAUSED_SHARE = 0.05
@@ -249,6 +256,49 @@ def longest_gap(result: dict[str, Any], start: float, end: float) -> float | Non
     return max(later - earlier for earlier, later in itertools.pairwise(points))
 
 
+def turns(
+    trainers: dict[str, dict[str, Any]], start: float, end: float
+) -> list[tuple[str, float, float]] | None:
+    """The trainers' turns from ``start`` to ``end`` (wall clock), read from their timelines: runs
+    of batches by one trainer, each (name, first batch, last batch). None where the pair did not
+    take turns: a run inside the window shorter than TURN_MIN_S (both open: the driver
+    interleaves them batch by batch) or a trainer without a timeline."""
+    points: list[tuple[float, str]] = []
+    for name in PODS:
+        result = trainers.get(name, {})
+        timeline, wall_start = result.get("timeline"), result.get("wall_start")
+        if not isinstance(timeline, list) or not isinstance(wall_start, int | float):
+            return None
+        points += [(wall_start + t, name) for t in timeline if start <= wall_start + t < end]
+    runs: list[tuple[str, float, float]] = []
+    for moment, name in sorted(points):
+        if runs and runs[-1][0] == name:
+            runs[-1] = (name, runs[-1][1], moment)
+        else:
+            runs.append((name, moment, moment))
+    # The first and last runs may be cut by the window's edges; every other one is a whole turn.
+    if any(last - first < TURN_MIN_S for _, first, last in runs[1:-1]):
+        return None
+    return runs
+
+
+def whole_periods(runs: list[tuple[str, float, float]]) -> tuple[float, float, int] | None:
+    """The span of whole periods in ``runs`` (turns, as :func:`turns` reads them): from the
+    start of the first whole turn to the start of the last turn of the same trainer, with the
+    number of periods in it; None if it holds none. A turn starts midway between the other
+    trainer's last batch and its own first one."""
+    starts = [
+        (name, (runs[i - 1][2] + first) / 2) for i, (name, first, _) in enumerate(runs) if i > 0
+    ]
+    if not starts:
+        return None
+    leader = starts[0][0]
+    mine = [moment for name, moment in starts if name == leader]
+    if len(mine) < 2:
+        return None
+    return mine[0], mine[-1], len(mine) - 1
+
+
 def window(
     kind: str,
     life: int | None,
@@ -323,6 +373,29 @@ def window(
         return out
     if kind == "tail" or seconds >= STUCK_MIN_S:
         out["stuck"] = stopped
+    if kind in ("up", "final") and not out["stuck"]:
+        # A share read over part of a period is off by up to a turn's worth: a 70/30 pair at
+        # ~1.6 s periods read 0.635 over 1.2 s and 0.800 over 2.4 s (calls 29B, 29C); over
+        # whole periods every governed window kept (22E-29C, both GPUs) read 0.694-0.713. So
+        # where the pair took turns, the share is read over the window's whole periods; a
+        # window with none is too short to judge.
+        runs = turns(trainers, start, end)
+        span = whole_periods(runs) if runs is not None else None
+        if runs is not None and span is None:
+            out["too_short"] = True
+            out["verdict"] = "too short (no whole period)"
+            return out
+        if span is not None:
+            first, last, periods = span
+            inside = {name: batches(trainers.get(name, {}), first, last) for name in PODS}
+            total = sum(n or 0 for n in inside.values())
+            share = (inside["a"] or 0) / total if total else None
+            out["whole_periods"] = {
+                "from_s": round(first - origin, 3),
+                "to_s": round(last - origin, 3),
+                "periods": periods,
+                "share_a": None if share is None else round(share, 4),
+            }
     if kind == "tail":
         restored = share is not None and abs(share - NATIVE_SHARE) <= TAIL_TOLERANCE
         out["ok"] = restored and not stopped
@@ -571,6 +644,17 @@ def _cell(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _whole(window: dict[str, Any]) -> str:
+    """The share over a window's whole periods, where it was judged on them."""
+    whole = window.get("whole_periods")
+    if not isinstance(whole, dict):
+        return ""
+    return (
+        f"; {_cell(whole.get('share_a'), 3)} over {whole.get('periods')} whole period(s), "
+        f"{_cell(whole.get('from_s'))}-{_cell(whole.get('to_s'))} s"
+    )
+
+
 def table(report: dict[str, Any]) -> list[str]:
     """The windows one a line, then the summary and the verdict."""
     lines = [
@@ -583,7 +667,7 @@ def table(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {kind} | {life} | {w['from_s']:.1f}-{w['to_s']:.1f} | "
             f"{_cell(w['it_per_s']['a'])} | {_cell(w['it_per_s']['b'])} | "
-            f"{_cell(w['share_a'], 3)} | {w['verdict']} |"
+            f"{_cell(w['share_a'], 3)}{_whole(w)} | {w['verdict']} |"
         )
     s = report.get("summary", {})
     startup = s.get("startup_s")
