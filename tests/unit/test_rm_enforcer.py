@@ -1458,14 +1458,20 @@ def test_a_pods_groups_are_built_once_while_the_tracker_and_the_desired_state_st
 # -- the CTA strategy: offline contexts' compute preemption mode -----------------------------------
 
 CTA_STRATEGY = OnlineStrategy(1, 8192, "a doctor that found CTA best", offline_preemption=1)
+CTA_PODS = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
+
+
+def cta_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Rig:
+    """An online pod and a trainer under the CTA strategy, 0.3 s in: the strategy applied."""
+    r = rig(tmp_path, monkeypatch, CTA_PODS, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
+    r.loop.run_until(0.3e6)
+    return r
 
 
 def test_the_cta_strategy_sets_offline_contexts_to_cta_and_online_ones_are_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
-    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
-    r.loop.run_until(0.3e6)
+    r = cta_rig(tmp_path, monkeypatch)
     # The trainer's compute channels (pod 2: 0x202, 0x203) CTA; the online pod's untouched.
     assert r.driver.mode == {0x202: 1, 0x203: 1}
     assert r.enforcer.control.preemption.wanted() == {"/train": "CTA"}
@@ -1500,11 +1506,9 @@ def test_cta_follows_the_class_timeslice_off_when_no_online_pod_is_left(
 ) -> None:
     """Without online work the engine leaves the tenants' own timeslices: nothing is switched for
     online work, and the contexts get their own mode back too."""
-    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
-    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
-    r.loop.run_until(0.3e6)
+    r = cta_rig(tmp_path, monkeypatch)
     assert r.driver.mode == {0x202: 1, 0x203: 1}
-    r.control.pods = pods[1:]  # the online pod leaves the desired state
+    r.control.pods = CTA_PODS[1:]  # the online pod leaves the desired state
     r.loop.run_until(0.6e6)
     assert r.driver.mode == {0x202: 2, 0x203: 2}
     assert r.enforcer.control.preemption.wanted() == {}
@@ -1515,9 +1519,7 @@ def test_a_mode_the_tenant_sets_over_ours_is_set_again(
 ) -> None:
     """libcuda sets CILP on its context itself, just before its own SET_TIMESLICE of that TSG
     (the shipped H200 trace): the probe counts the latter, and the mode is sent again."""
-    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
-    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
-    r.loop.run_until(0.3e6)
+    r = cta_rig(tmp_path, monkeypatch)
     (train,) = r.resolver._groups["/train"]
     r.driver.mode.update({0x202: 2, 0x203: 2})  # libcuda's CILP
     r.resolver._groups["/train"] = [dataclasses.replace(train, timeslice_sets=(1,))]
@@ -1532,9 +1534,7 @@ def test_a_mode_the_tenant_sets_over_ours_is_set_again(
 def test_a_killed_daemons_cta_is_undone_by_the_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
-    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
-    r.loop.run_until(0.3e6)
+    cta_rig(tmp_path, monkeypatch)  # a daemon that applied the strategy, then died
     record = json.loads((tmp_path / RECORD_NAME).read_text())
     # The daemon dies here (no release). Its processes are this test's own, alive.
     me = os.getpid()
@@ -1560,9 +1560,7 @@ def test_a_killed_daemons_cta_is_undone_by_the_record(
 def test_a_process_that_exits_is_forgotten_by_the_preemption_modes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pods = [PodSpec("/web", 0, PodClass.ONLINE, share=20), PodSpec("/train", 0, share=80)]
-    r = rig(tmp_path, monkeypatch, pods, GpuPolicy.BURST_SHARE, strategy=CTA_STRATEGY)
-    r.loop.run_until(0.3e6)
+    r = cta_rig(tmp_path, monkeypatch)
     r.shared.forget(101)
     modes = r.enforcer.control.preemption
     assert not any(k[0] == 101 for k in (*modes._sent, *modes._original))
