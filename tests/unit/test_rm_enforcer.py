@@ -1565,3 +1565,23 @@ def test_a_process_that_exits_is_forgotten_by_the_preemption_modes(
     modes = r.enforcer.control.preemption
     assert not any(k[0] == 101 for k in (*modes._sent, *modes._original))
     assert r.shared.record.preemptions == {}  # the trainer's process held them all
+
+
+def test_a_mode_set_after_its_pod_left_is_given_back_at_the_next_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A set queued on the control worker is carried out after its pod left the plan: the next
+    plan gives it back, not only the enforcer's release."""
+    r = cta_rig(tmp_path, monkeypatch)
+    modes = r.enforcer.control.preemption
+    modes.set_mode("/train", None)
+    r.loop.run_until(0.3e6 + 3 * LATENCY)
+    assert r.driver.mode == {0x202: 2, 0x203: 2}
+    # A pod's set queued, then the pod left before the worker ran it.
+    modes.set_mode("/train", 1)
+    modes.set_mode("/train", None)
+    r.control.pods = CTA_PODS[:1]
+    r.loop.run_until(0.3e6 + 6 * LATENCY)
+    assert r.driver.mode == {0x202: 1, 0x203: 1} and modes.pods() == {"/train"}
+    r.loop.run_until(0.6e6)
+    assert r.driver.mode == {0x202: 2, 0x203: 2} and modes.pods() == set()

@@ -175,7 +175,7 @@ class RmEnforcer:
             else None
             for s in plan.slices
         }
-        for pod in set(modes.wanted()) - set(wanted):
+        for pod in modes.pods() - set(wanted):
             modes.set_mode(pod, None)
         for pod, value in wanted.items():
             modes.set_mode(pod, value)

@@ -71,6 +71,12 @@ class PreemptionModes:
         """The pods given a mode, with its name (for the status)."""
         return {p: abi.PREEMPTION_MODE_COMPUTE.get(m, str(m)) for p, m in self._wanted.items()}
 
+    def pods(self) -> set[str]:
+        """The pods given a mode, and those with channels changed still to give back (a set
+        that was queued before the pod let go is carried out after it)."""
+        with self._lock:
+            return set(self._wanted) | {pod for pod, changed in self._changed.items() if changed}
+
     def set_mode(self, pod: str, mode: int | None) -> None:
         """Give the pod's contexts ``mode`` (None: their own again), now and as they appear."""
         if mode is None:
@@ -91,7 +97,7 @@ class PreemptionModes:
 
     def release(self) -> None:
         """Give every pod's contexts their own modes back (queued controls)."""
-        for pod in list(self._wanted) + [p for p in self._changed if p not in self._wanted]:
+        for pod in self.pods():
             self.set_mode(pod, None)
 
     def forget(self, pid: int) -> None:
