@@ -93,6 +93,16 @@ def render(doc: dict[str, Any]) -> None:
                 f"GPU {escape(str(gpu))}: pod {escape(str(pod))} has "
                 f"{escape(str(contexts))} CUDA contexts here"
             )
+        modes = view.get("preemption_modes") if isinstance(view, dict) else None
+        if isinstance(modes, dict) and modes:
+            # The doctor's CTA strategy (enforcers/rm/preemption.py): it changes how offline
+            # work gives the GPU up to online work.
+            pods = ", ".join(f"{p} ({m})" for p, m in sorted(modes.items()))
+            console.print(
+                f"GPU {escape(str(gpu))}: compute preemption set on offline pods' contexts: "
+                f"{escape(pods)}",
+                soft_wrap=True,
+            )
     lost = doc.get("probe_lost_events")
     if lost:
         console.print(f"[yellow]the probe lost {lost} events[/yellow]", soft_wrap=True)

@@ -773,6 +773,16 @@ def test_status_says_which_pods_keep_their_own_timeslices(
     assert "own timeslices" not in capsys.readouterr().out
 
 
+def test_status_says_which_pods_the_cta_strategy_set(capsys: pytest.CaptureFixture[str]) -> None:
+    from qpolicy.cli import daemonstatus
+
+    gpus = {"0": {"preemption_modes": {"/train": "CTA"}}, "1": {"preemption_modes": {}}}
+    daemonstatus.render({"pid": 7, "enforcer": "rm", "sources": {}, "backend": {"gpus": gpus}})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "GPU 0: compute preemption set on offline pods' contexts: /train (CTA)" in out
+    assert "GPU 1" not in out
+
+
 def test_status_says_what_the_daemon_took_over_from_the_one_before_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
