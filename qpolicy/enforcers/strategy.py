@@ -13,10 +13,12 @@ state; the enforcers take their strategy from that cache, not from a constant:
 * ``cta+timeslice-1us-8ms`` is the engine's pair, and offline pods' contexts set to CTA compute
   preemption (the rm enforcer: :mod:`~qpolicy.enforcers.rm.preemption`). A CTA save writes no
   registers but waits for the running thread blocks: next to a trainer of short kernels (24 µs)
-  it gave the online stream a lower p50 than native and than CILP in each of three doctor runs
-  (H100 and H200, docs/levers.md), and next to long ones (1.4 ms) it doubled it. It is for a
-  GPU whose offline work runs short kernels, which the doctor finds when run with such a
-  trainer (``--trainer-n 2048``) or an operator chooses;
+  it gave the online stream a lower p50 than native and than CILP in each of four doctor runs
+  (H100 and H200, docs/levers.md; by 0.00-0.02 ms in ``make bench-gpu``), and next to long ones
+  (1.4 ms) it doubled it. It is for a GPU whose offline work runs short kernels, where the
+  doctor, run with such a trainer (``--trainer-n 2048``), finds it more than its noise margin
+  better than the engine's pair;
+* another setting (``interleaved``) leaves the engine's timeslices, and says so;
 * a recommended *per-request* lever, or none, leaves the engine's timeslices: a control at every
   request costs a GSP round trip each (hundreds of µs, measured by the doctor), which no daemon can
   afford per request; the doctor's table says what the GPU then does, and the README what qpolicy

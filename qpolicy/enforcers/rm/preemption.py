@@ -7,9 +7,11 @@ blocks mid-kernel: ~0.2 ms per switch on an H100 and an H200. CTA saves nothing 
 for the running blocks to end. Next to a trainer of 24 µs kernels that wait is shorter than the
 save: the doctor's ``cta+timeslice-1us-8ms`` gave the online stream p50 0.649 / 0.696 / 0.668 ms
 against native's 0.676 / 0.725 / 0.687 and CILP's 0.676 / 0.745 / 0.691 (H100 call AA, H100
-call 13A, H200 call 13B; docs/levers.md). Next to a trainer of 1.4 ms kernels it doubled the
-p50. So it is a strategy (:mod:`~qpolicy.enforcers.strategy`) a GPU whose offline work runs
-short kernels is given, never a default.
+call 13A, H200 call 13B; docs/levers.md), and 0.625 against 0.647 and 0.663 on an H200 (call
+29B), where ``make bench-gpu`` then measured it 0.00-0.02 ms under the pair, within noise.
+Next to a trainer of 1.4 ms kernels it doubled the p50. So it is a strategy
+(:mod:`~qpolicy.enforcers.strategy`) for a GPU whose offline work runs short kernels, never a
+default.
 
 The mode is set on every compute channel of an offline pod, as the doctor's lever did: that is
 the lever measured (its saves turned from CILP to CTA, 1 190 of 1 224). libcuda sends its one set
