@@ -330,7 +330,7 @@ LEVERS: tuple[Lever, ...] = (
         f"GR_SET_CTXSW_PREEMPTION_MODE CILP on the trainer's compute channels, and trainer "
         f"{OFFLINE_US} µs / online {ONLINE_US} µs",
         lambda lab, o: [
-            *_compute_preemption(lab, o, 2),
+            *_compute_preemption(lab, o, abi.PREEMPTION_MODE_CILP),
             *set_timeslices(lab, o, OFFLINE_US, ONLINE_US),
         ],
         lambda lab, o: [*_compute_preemption(lab, o, None), *restore_timeslices(lab, o)],
@@ -345,7 +345,7 @@ LEVERS: tuple[Lever, ...] = (
         f"GR_SET_CTXSW_PREEMPTION_MODE CTA on the trainer's compute channels, and trainer "
         f"{TINY_US} µs / online {ONLINE_US} µs",
         lambda lab, o: [
-            *_compute_preemption(lab, o, 1),
+            *_compute_preemption(lab, o, abi.PREEMPTION_MODE_CTA),
             *set_timeslices(lab, o, TINY_US, ONLINE_US),
         ],
         lambda lab, o: [*_compute_preemption(lab, o, None), *restore_timeslices(lab, o)],

@@ -39,6 +39,7 @@ from typing import Any
 from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US, Plan
 from qpolicy.model import PodClass
 from qpolicy.nvrm.abi import PREEMPTION_MODE_COMPUTE as PREEMPTION_MODES
+from qpolicy.nvrm.abi import PREEMPTION_MODE_CTA as CTA
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,6 @@ GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US = 1, 1_000_000
 # The engine's offline timeslice until 2026-11-26, which the doctor's first levers set.
 EARLIER_OFFLINE_US = 128
 
-# GR's compute preemption modes (NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_COMPUTE_*).
-CTA = 1
 # The lever that adds CTA for offline contexts to the engine's pair.
 CTA_LEVER = "cta+timeslice-1us-8ms"
 

@@ -80,7 +80,8 @@ class PreemptionModes:
             return set(self._wanted) | {pod for pod, changed in self._changed.items() if changed}
 
     def set_mode(self, pod: str, mode: int | None) -> None:
-        """Give the pod's contexts ``mode`` (None: their own again), now and as they appear."""
+        """Give the pod's contexts ``mode`` (None: their own again), now and as they appear:
+        called every period, it sets channels made since and those whose tenant set its own."""
         if mode is None:
             if self._wanted.pop(pod, None) is not None or pod in self._changed:
                 self._restore(pod)
@@ -91,11 +92,6 @@ class PreemptionModes:
                 for key in self._changed.get(pod, {}):
                     self._sent.pop(key, None)
         self._send(pod, mode)
-
-    def refresh(self) -> None:
-        """Set the mode on channels made since, and on those whose tenant has set its own."""
-        for pod, mode in list(self._wanted.items()):
-            self._send(pod, mode)
 
     def release(self) -> None:
         """Give every pod's contexts their own modes back (queued controls)."""
