@@ -14,6 +14,13 @@ by the same one; leaving the p99 out there picked, on a noisy H100 host, a lever
 p99 of another for a p50 3 % lower (2026-11-26). The lever that sets the engine's own pair is kept
 unless another qualifying one is more than 5 % nearer solo: a phase cannot tell levers closer than
 that apart, and the engine's pair was chosen on longer runs.
+
+A lever that sets offline contexts' compute preemption mode (CTA) measured next to a trainer of
+short kernels qualifies only if the same run measured it next to the long-kernel trainer too
+(LONG_TRAINER_N, the doctor's ``check`` phases) and it did no worse there than the engine's pair.
+The daemon sets it on every offline pod of the GPU, whatever kernels they run: next to short
+kernels CTA took the online p50 0.00-0.05 ms lower, and next to the 8192 trainer it doubled the p50
+(H100 2026-11-26, 1.46 against 0.73 ms; H200 2026-12-03, 1.40 against 0.65 ms: docs/levers.md).
 """
 
 from __future__ import annotations
@@ -56,6 +63,11 @@ DEFAULT_LEVERS = frozenset(
     if pair == (OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US) and name not in PREEMPTION_LEVERS
 )
 NOISE = 0.05
+# The doctor's default trainer, of the longest kernels it measures (bf16 matmuls of 1.4-2 ms).
+LONG_TRAINER_N = 8192
+# The phases a short-kernel run adds for a compute preemption lever: the same lever, and the
+# engine's pair, next to the long-kernel trainer. Never candidates themselves.
+CHECK = "check"
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -90,8 +102,40 @@ def calls_summary(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def recommend(phases: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The lever the daemon should use, with the evidence, or why none."""
+def long_kernel_check(phases: Sequence[dict[str, Any]], lever: str) -> str | None:
+    """Why the compute preemption ``lever`` fails its check next to the long-kernel trainer
+    (its p50 or p99 more than NOISE above the engine's pair's there, its trainer under
+    TRAINER_FLOOR of the pair's, a refusal or an error), or None where it passes."""
+    checks = {p["lever"]: p for p in phases if p.get("kind") == CHECK}
+    pair = next((checks[name] for name in sorted(DEFAULT_LEVERS) if name in checks), None)
+    own = checks.get(lever)
+    if own is None or pair is None:
+        return f"not measured next to the {LONG_TRAINER_N} trainer"
+    for phase in (own, pair):
+        refused = any(s != "0x0" for c in phase["calls"].values() for s in c["statuses"])
+        if phase.get("error") or refused:
+            return f"its check next to the {LONG_TRAINER_N} trainer failed ({phase['lever']})"
+        if phase["online"].get("p50_ms") is None or phase["online"].get("p99_ms") is None:
+            return f"its check next to the {LONG_TRAINER_N} trainer measured no requests"
+    worse = [
+        f"{key[:3]} {own['online'][key]:.2f} against {pair['online'][key]:.2f} ms"
+        for key in ("p50_ms", "p99_ms")
+        if own["online"][key] > pair["online"][key] * (1 + NOISE)
+    ]
+    kept, base = own.get("trainer_it_per_s") or 0.0, pair.get("trainer_it_per_s") or 0.0
+    if base and kept < base * TRAINER_FLOOR:
+        worse.append(f"trainer {kept / base:.0%} of the pair's")
+    if worse:
+        return (
+            f"next to the {LONG_TRAINER_N} trainer it did worse than the engine's pair "
+            f"({pair['lever']}): " + ", ".join(worse)
+        )
+    return None
+
+
+def recommend(phases: Sequence[dict[str, Any]], trainer_n: int = LONG_TRAINER_N) -> dict[str, Any]:
+    """The lever the daemon should use, with the evidence, or why none. ``trainer_n``: the side
+    of the run's trainer, whose kernels are short below LONG_TRAINER_N."""
     native = next((p for p in phases if p["lever"] == "native"), None)
     if native is None or native["online"].get("p99_ms") is None:
         return {"lever": None, "why": "no native baseline was measured"}
@@ -102,6 +146,7 @@ def recommend(phases: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if solo is not None and not (solo.get("p50_ms") and solo.get("p99_ms")):
         solo = None
     candidates = []
+    held_back: list[str] = []
     for phase in phases:
         if phase["kind"] not in ("setting", "per-request") or phase.get("error"):
             continue
@@ -111,14 +156,20 @@ def recommend(phases: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if p99 is None or refused or keeps < TRAINER_FLOOR:
             continue
         if p99 <= base_p99 * (1 - MIN_GAIN):
+            if phase["lever"] in PREEMPTION_LEVERS and trainer_n < LONG_TRAINER_N:
+                failed = long_kernel_check(phases, phase["lever"])
+                if failed is not None:
+                    held_back.append(f"{phase['lever']} held back: {failed}")
+                    continue
             p50 = phase["online"].get("p50_ms")
             score = _distance_from_solo(p50, p99, solo)
             candidates.append((phase["kind"] != "setting", score, p99, phase["lever"], keeps, p50))
+    also = "".join(f"; {why}" for why in held_back)
     if not candidates:
         return {
             "lever": None,
             "why": f"no lever that RM accepted kept the trainer at {TRAINER_FLOOR:.0%} and beat "
-            f"native's online p99 ({base_p99:.2f} ms) by {MIN_GAIN:.0%}",
+            f"native's online p99 ({base_p99:.2f} ms) by {MIN_GAIN:.0%}" + also,
         }
     best = min(candidates)
     default = min((c for c in candidates if c[3] in DEFAULT_LEVERS), default=None)
@@ -131,9 +182,11 @@ def recommend(phases: Sequence[dict[str, Any]]) -> dict[str, Any]:
         else f" (the nearest to solo's {solo['p50_ms']:.2f} / {solo['p99_ms']:.2f} ms: "
         f"{score:.2f} x the bound of its worse target)"
     )
+    checked = {"long_kernels_checked": True} if lever in PREEMPTION_LEVERS else {}
     return {
         "lever": lever,
         "kind": "per-request" if per_request else "setting",
+        **checked,
         "online_p50_ms": p50,
         "online_p99_ms": p99,
         "native_p99_ms": base_p99,
@@ -147,7 +200,8 @@ def recommend(phases: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "the engine's default pair"
             if kept_default
             else ""
-        ),
+        )
+        + also,
     }
 
 
@@ -188,14 +242,18 @@ def table(report: dict[str, Any]) -> list[str]:
         costs = [c["median_us"] for c in phase["calls"].values() if c["median_us"] is not None]
         cost = f"{max(costs):.0f} µs" if costs else "-"
         trainer = phase.get("trainer_it_per_s")
-        keeps = f" ({trainer / base:.0%})" if trainer and base else ""
+        # A check phase's trainer is another one (LONG_TRAINER_N): native's is not its baseline.
+        keeps = f" ({trainer / base:.0%})" if trainer and base and phase["kind"] != CHECK else ""
+        name = phase["lever"]
+        if phase.get("trainer_n"):
+            name += f" ({phase['trainer_n']} trainer)"
         saves = phase.get("trainer_saves") or {}
         save_text = (
             "/".join(str(saves.get(k, "-")) for k in ("wfi", "cta", "cilp")) if saves else "-"
         )
 
         lines.append(
-            f"| {phase['lever']} | {phase['kind']} | {', '.join(statuses)} | {cost} | "
+            f"| {name} | {phase['kind']} | {', '.join(statuses)} | {cost} | "
             f"{_ms(online, 'p50_ms')} / {_ms(online, 'p90_ms')} / {_ms(online, 'p99_ms')} "
             f"({online.get('requests', 0)}) | "
             f"{'-' if trainer is None else f'{trainer:.1f}'}{keeps} | {save_text} |"

@@ -20,7 +20,16 @@ from qpolicy import __version__
 from qpolicy.doctor.lab import Call, Lab
 from qpolicy.doctor.levers import LEVERS, Lever, Objects
 from qpolicy.doctor.mps import mps_server
-from qpolicy.doctor.report import SCHEMA, calls_summary, latency_stats, recommend
+from qpolicy.doctor.report import (
+    CHECK,
+    DEFAULT_LEVERS,
+    LONG_TRAINER_N,
+    SCHEMA,
+    calls_summary,
+    latency_stats,
+    recommend,
+)
+from qpolicy.enforcers.strategy import PREEMPTION_LEVERS
 from qpolicy.errors import QPolicyError
 from qpolicy.nvrm import abi
 
@@ -28,7 +37,7 @@ from qpolicy.nvrm import abi
 @dataclass(frozen=True, slots=True)
 class DoctorConfig:
     gpu: int
-    trainer_n: int = 8192
+    trainer_n: int = LONG_TRAINER_N
     online_n: int = 4096
     hz: float = 150.0
     phase_s: float = 4.0
@@ -173,13 +182,36 @@ class Doctor:
                 if lever.new_trainer:
                     objects = self._new_trainer(objects)
                 phases.append(self._phase(lever, objects))
+            checked = [name for name in PREEMPTION_LEVERS if name in config.levers]
+            if checked and config.trainer_n < LONG_TRAINER_N:
+                phases += self._long_kernel_check(checked)
             if config.mps:
                 phases.append(self._mps_phase())
         finally:
             lab.before_request = lab.after_request = None
             lab.stop()
-        report["recommendation"] = recommend(phases)
+        report["recommendation"] = recommend(phases, config.trainer_n)
         return report
+
+    def _long_kernel_check(self, names: list[str]) -> list[dict[str, Any]]:
+        """The compute preemption levers ``names``, and the engine's pair beside them, measured
+        again next to a trainer of LONG_TRAINER_N, which replaces the run's short-kernel one.
+        The daemon sets such a lever on every offline pod of the GPU, whatever kernels they
+        run, and CTA doubled the online p50 next to long kernels where it helped next to short
+        ones (report.py): the recommendation takes it only where this check passes."""
+        lab = self.lab
+        assert lab.trainer is not None
+        lab.trainer.stop()
+        lab.start_trainer(LONG_TRAINER_N)
+        objects = discover(lab)
+        read_originals(lab, objects)
+        phases = []
+        for lever in LEVERS:
+            if lever.name in DEFAULT_LEVERS or lever.name in names:
+                phase = self._phase(lever, objects)
+                phase.update(kind=CHECK, trainer_n=LONG_TRAINER_N)
+                phases.append(phase)
+        return phases
 
     def _mps_phase(self) -> dict[str, Any]:
         """Both workloads started again as clients of a private MPS server, measured like a

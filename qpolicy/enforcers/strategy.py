@@ -15,9 +15,11 @@ state; the enforcers take their strategy from that cache, not from a constant:
   registers but waits for the running thread blocks: next to a trainer of short kernels (24 µs)
   it gave the online stream a lower p50 than native and than CILP in each of four doctor runs
   (H100 and H200, docs/levers.md; by 0.00-0.02 ms in ``make bench-gpu``), and next to long ones
-  (1.4 ms) it doubled it. It is for a GPU whose offline work runs short kernels, where the
-  doctor, run with such a trainer (``--trainer-n 2048``), finds it more than its noise margin
-  better than the engine's pair;
+  (1.4 ms) it doubled it (H100 and H200). It is for a GPU whose offline work runs short kernels,
+  where the doctor, run with such a trainer (``--trainer-n 2048``), finds it more than its noise
+  margin better than the engine's pair *and*, checked in the same run next to its long-kernel
+  trainer, no worse than the pair there: it is set on every offline pod, whatever kernels they
+  run. A recommendation without that check (``long_kernels_checked``) gets its timeslices only;
 * another setting (``interleaved``) leaves the engine's timeslices, and says so;
 * a recommended *per-request* lever, or none, leaves the engine's timeslices: a control at every
   request costs a GSP round trip each (hundreds of µs, measured by the doctor), which no daemon can
@@ -133,9 +135,18 @@ def from_doctor(report: Any) -> OnlineStrategy:
     date = report.get("date", "an unknown date")
     if lever in TIMESLICE_LEVERS:
         offline, online = TIMESLICE_LEVERS[lever]
-        return OnlineStrategy(
-            offline, online, f"qpolicy doctor of {date}: {lever}", PREEMPTION_LEVERS.get(lever)
-        )
+        source = f"qpolicy doctor of {date}: {lever}"
+        mode = PREEMPTION_LEVERS.get(lever)
+        checked = isinstance(recommendation, dict) and recommendation.get("long_kernels_checked")
+        if mode is not None and checked is not True:
+            # A doctor of before 2026-12-03 recommended CTA from a short-kernel run alone (an
+            # H100 did, call 13A); next to long kernels CTA doubles the online p50.
+            mode = None
+            source += (
+                ", its timeslices only: the run did not check CTA next to long kernels "
+                "(run qpolicy doctor again)"
+            )
+        return OnlineStrategy(offline, online, source, mode)
     if lever is None:
         why = recommendation.get("why") if isinstance(recommendation, dict) else None
         return OnlineStrategy(

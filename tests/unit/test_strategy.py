@@ -19,11 +19,13 @@ from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US, plan
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 
 
-def report(lever: str | None, why: str = "", kind: str = "setting") -> dict[str, object]:
+def report(
+    lever: str | None, why: str = "", kind: str = "setting", **recommendation: object
+) -> dict[str, object]:
     return {
         "schema": 1,
         "date": "2026-11-24",
-        "recommendation": {"lever": lever, "why": why, "kind": kind},
+        "recommendation": {"lever": lever, "why": why, "kind": kind, **recommendation},
     }
 
 
@@ -68,7 +70,7 @@ def test_a_setting_the_enforcers_do_not_make_keeps_the_engine_default_and_says_s
 def test_the_cta_lever_is_the_engines_pair_and_cta_for_offline_contexts() -> None:
     """The doctor's cta+timeslice-1us-8ms: 1 / 8192 us and offline contexts CTA-preempted (the rm
     enforcer sets it: qpolicy.enforcers.rm.preemption)."""
-    strategy = from_doctor(report("cta+timeslice-1us-8ms"))
+    strategy = from_doctor(report("cta+timeslice-1us-8ms", long_kernels_checked=True))
     assert (strategy.offline_timeslice_us, strategy.online_timeslice_us) == (1, 8192)
     assert strategy.offline_preemption == 1 and not strategy.is_default
     assert strategy.describe()["offline_preemption"] == "CTA"
@@ -160,3 +162,16 @@ def test_every_timeslice_lever_of_the_doctor_has_its_pair_here() -> None:
     timeslices = {lever.name for lever in LEVERS if "timeslice" in lever.name}
     assert set(PREEMPTION_LEVERS) == {"cta+timeslice-1us-8ms"} <= timeslices
     assert timeslices == set(TIMESLICE_LEVERS)
+
+
+@pytest.mark.parametrize("checked", [None, False, "yes"])
+def test_cta_unchecked_next_to_long_kernels_gives_its_timeslices_only(checked: object) -> None:
+    """A doctor of before 2026-12-03 recommended CTA from a run next to short kernels alone (an
+    H100's, 2026-11-27 call 13A; its JSON is in test_doctor's replay test). The daemon sets CTA
+    on every offline pod, and next to long kernels it doubled the online p50 on an H100 and an
+    H200 (docs/levers.md): such a cache gets the lever's timeslices and says why not CTA."""
+    extra = {} if checked is None else {"long_kernels_checked": checked}
+    strategy = from_doctor(report("cta+timeslice-1us-8ms", **extra))
+    assert (strategy.offline_timeslice_us, strategy.online_timeslice_us) == (1, 8192)
+    assert strategy.offline_preemption is None and strategy.is_default
+    assert "did not check CTA next to long kernels" in strategy.source
