@@ -150,17 +150,18 @@ def recommend(phases: Sequence[dict[str, Any]], trainer_n: int = LONG_TRAINER_N)
     for phase in phases:
         if phase["kind"] not in ("setting", "per-request") or phase.get("error"):
             continue
+        if phase["lever"] in PREEMPTION_LEVERS and trainer_n < LONG_TRAINER_N:
+            # Said whether or not it would have qualified: the operator learns what it does.
+            failed = long_kernel_check(phases, phase["lever"])
+            if failed is not None:
+                held_back.append(f"{phase['lever']} held back: {failed}")
+                continue
         p99 = phase["online"].get("p99_ms")
         keeps = (phase.get("trainer_it_per_s") or 0.0) / base_trainer if base_trainer else 0.0
         refused = any(s != "0x0" for c in phase["calls"].values() for s in c["statuses"])
         if p99 is None or refused or keeps < TRAINER_FLOOR:
             continue
         if p99 <= base_p99 * (1 - MIN_GAIN):
-            if phase["lever"] in PREEMPTION_LEVERS and trainer_n < LONG_TRAINER_N:
-                failed = long_kernel_check(phases, phase["lever"])
-                if failed is not None:
-                    held_back.append(f"{phase['lever']} held back: {failed}")
-                    continue
             p50 = phase["online"].get("p50_ms")
             score = _distance_from_solo(p50, p99, solo)
             candidates.append((phase["kind"] != "setting", score, p99, phase["lever"], keeps, p50))
