@@ -420,6 +420,27 @@ def test_a_short_kernel_run_checks_its_preemption_lever_next_to_the_long_trainer
     assert any(
         line.startswith("| cta+timeslice-1us-8ms (8192 trainer) | check |") for line in lines
     )
+    # A long trainer that does not start fails the check, not the run: CTA is held back.
+    rm = FakeRm()
+    lab, _ = lab_with(rm)
+    start = lab.start_trainer
+
+    def no_long_trainer(n: int, **kwargs: Any) -> Any:
+        if n == 8192:
+            raise QPolicyError("a doctor workload did not start within 120 s: out of memory")
+        return start(n, **kwargs)
+
+    lab.start_trainer = no_long_trainer  # type: ignore[method-assign]
+    report = Doctor(lab, config).run({"index": 0})
+    checks = [p for p in report["phases"] if p["kind"] == "check"]
+    assert [p["lever"] for p in checks] == list(levers) and len(report["phases"]) == 6
+    assert all("QPolicyError: a doctor workload did not start" in p["error"] for p in checks)
+    rec = report["recommendation"]
+    assert rec["lever"] != "cta+timeslice-1us-8ms"
+    assert (
+        "cta+timeslice-1us-8ms held back: its check next to the 8192 trainer failed" in rec["why"]
+    )
+    assert lab.online is not None and lab.online.proc.poll() is not None  # stopped all the same
     # A run next to the long trainer, or without a preemption lever, adds no check.
     for trainer_n, chosen in ((8192, levers), (2048, levers[:1])):
         config = DoctorConfig(
