@@ -184,6 +184,12 @@ class Doctor:
                 phases.append(self._phase(lever, objects))
             checked = [name for name in PREEMPTION_LEVERS if name in config.levers]
             if checked and config.trainer_n < LONG_TRAINER_N:
+                notes.append(
+                    f"{', '.join(checked)} and the engine's pair measured again next to a "
+                    f"{LONG_TRAINER_N} trainer (kind check): the daemon would set "
+                    f"{'them' if len(checked) > 1 else 'it'} on every offline pod, whatever "
+                    "kernels they run"
+                )
                 phases += self._long_kernel_check(checked)
             if config.mps:
                 phases.append(self._mps_phase())

@@ -420,6 +420,11 @@ def test_a_short_kernel_run_checks_its_preemption_lever_next_to_the_long_trainer
     assert any(
         line.startswith("| cta+timeslice-1us-8ms (8192 trainer) | check |") for line in lines
     )
+    assert (
+        "note: cta+timeslice-1us-8ms and the engine's pair measured again next to a 8192 "
+        "trainer (kind check): the daemon would set it on every offline pod, whatever kernels "
+        "they run"
+    ) in lines
     # A long trainer that does not start fails the check, not the run: CTA is held back.
     rm = FakeRm()
     lab, _ = lab_with(rm)
