@@ -218,6 +218,19 @@ def _distance_from_solo(p50: float | None, p99: float, solo: dict[str, Any] | No
     return max(by_p50, by_p99)
 
 
+def _fecs_text(fecs: dict[str, Any] | None) -> str:
+    """A phase's switches as the FECS trace showed them (qpolicy.nvrm.fecs.switches)."""
+    if not fecs:
+        return "-"
+    restore, runs = fecs.get("restore_us"), fecs.get("online_run_us")
+    text = f"{fecs.get('offline_to_online', 0)}"
+    if restore:
+        text += f" ({restore['p50']:.0f} / {restore['p99']:.0f})"
+    if runs:
+        text += f", {runs['p50']:.0f}"
+    return text
+
+
 def _ms(online: dict[str, Any], key: str) -> str:
     return _fmt(online.get(key))
 
@@ -229,13 +242,19 @@ def _fmt(value: float | None) -> str:
 def table(report: dict[str, Any]) -> list[str]:
     native: dict[str, Any] = next((p for p in report["phases"] if p["lever"] == "native"), {})
     base = native.get("trainer_it_per_s") or 0.0
+    traced = any("fecs" in phase for phase in report["phases"])
     lines = [
         f"GPU {report['gpu'].get('index')}: {report['gpu'].get('name')}, driver "
         f"{report['gpu'].get('driver')}; {report['date']}",
         "",
         "| lever | kind | RM answered | cost per call | online p50 / p90 / p99 ms (n) | trainer "
-        "it/s (of native) | trainer saves (WFI/CTA/CILP) |",
-        "|---|---|---|---|---|---|---|",
+        "it/s (of native) | trainer saves (WFI/CTA/CILP) |"
+        + (
+            " FECS: trainer to online (restore p50 / p99 µs), online runs p50 µs |"
+            if traced
+            else ""
+        ),
+        "|---|---|---|---|---|---|---|" + ("---|" if traced else ""),
     ]
     for phase in report["phases"]:
         online = phase["online"]
@@ -258,6 +277,7 @@ def table(report: dict[str, Any]) -> list[str]:
             f"{_ms(online, 'p50_ms')} / {_ms(online, 'p90_ms')} / {_ms(online, 'p99_ms')} "
             f"({online.get('requests', 0)}) | "
             f"{'-' if trainer is None else f'{trainer:.1f}'}{keeps} | {save_text} |"
+            + (f" {_fecs_text(phase.get('fecs'))} |" if traced else "")
             + (f" error: {phase['error']}" if phase.get("error") else "")
         )
     modes = report.get("preemption_modes") or {}

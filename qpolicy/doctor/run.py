@@ -5,7 +5,9 @@ Each phase lasts ``phase_s``; its first ``settle_s`` is left out (the lever take
 queues drain). Whatever a lever set is undone at the end of its phase, and everything is undone
 (and both workloads stopped) if the run fails or is interrupted. The trainer's context switches
 are counted per phase (GR_GET_CTXSW_STATS on its compute TSG): they show whether a lever changed
-how the GPU switches, not only the latency.
+how the GPU switches, not only the latency. Where the GPU logs them, the switches themselves are
+read too (the FECS trace, qpolicy.nvrm.fecs): per phase, how many times an online context began
+right after the trainer's save, how long after (the restore), and how long each ran.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from qpolicy import __version__
 from qpolicy.doctor.lab import Call, Lab
@@ -32,6 +35,7 @@ from qpolicy.doctor.report import (
 from qpolicy.enforcers.strategy import PREEMPTION_LEVERS
 from qpolicy.errors import QPolicyError
 from qpolicy.nvrm import abi
+from qpolicy.nvrm.fecs import FecsError, FecsTrace, Record, switches
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,19 @@ class DoctorConfig:
     settle_s: float = 0.5
     levers: tuple[str, ...] = tuple(lever.name for lever in LEVERS)
     mps: bool = True  # the MPS comparison phase
+    fecs: bool = True  # the FECS trace, where the GPU logs it
+
+
+class Trace(Protocol):
+    """What the doctor reads the FECS trace with (qpolicy.nvrm.fecs.FecsTrace)."""
+
+    steps: list[dict[str, Any]]
+
+    def open(self) -> Any: ...
+
+    def read(self) -> list[Record]: ...
+
+    def close(self) -> None: ...
 
 
 MPS = Lever(
@@ -130,11 +147,15 @@ def _rate(samples: list[tuple[float, float]]) -> float | None:
 
 
 class Doctor:
-    def __init__(self, lab: Lab, config: DoctorConfig) -> None:
+    def __init__(
+        self, lab: Lab, config: DoctorConfig, trace: Callable[[int], Trace] | None = None
+    ) -> None:
         self.lab = lab
         self.config = config
         self._per_request: list[Call] = []
         self._lock = threading.Lock()
+        self._new_trace = trace
+        self._trace: Trace | None = None
 
     def run(self, gpu_info: dict[str, Any]) -> dict[str, Any]:
         lab, config = self.lab, self.config
@@ -151,7 +172,6 @@ class Doctor:
             ),
             "online latency runs from each request's slot to its result, including the doctor's "
             "go-ahead (the same in every phase)",
-            "the FECS context-switch trace (class 0x90CD) is not read",
         ]
         report: dict[str, Any] = {
             "schema": SCHEMA,
@@ -166,6 +186,14 @@ class Doctor:
             "notes": notes,
         }
         try:
+            if config.fecs:
+                report["fecs"] = self._open_trace()
+                notes.append(
+                    "the FECS context-switch trace was read: restore = an online context's "
+                    "start after the trainer's save ended"
+                    if self._trace is not None
+                    else f"the FECS context-switch trace was not read ({report['fecs']['error']})"
+                )
             lab.start_online(config.online_n, config.hz)
             phases.append(self._phase(Lever("solo", "baseline", "the online stream alone"), None))
             lab.start_trainer(config.trainer_n)
@@ -196,8 +224,38 @@ class Doctor:
         finally:
             lab.before_request = lab.after_request = None
             lab.stop()
+            if self._trace is not None:
+                self._trace.close()
+                self._trace = None
         report["recommendation"] = recommend(phases, config.trainer_n)
         return report
+
+    def _open_trace(self) -> dict[str, Any]:
+        """Open the FECS trace; what it took, or which step RM refused (the run goes on)."""
+        trace = (self._new_trace or FecsTrace)(self.config.gpu)
+        try:
+            trace.open()
+        except (FecsError, OSError) as error:
+            trace.close()
+            return {"error": str(error), "steps": trace.steps}
+        self._trace = trace
+        return {"steps": trace.steps}
+
+    def _switches(self, records: list[Record] | None) -> dict[str, Any] | None:
+        """The phase's switches between the online stream and the trainer (fecs.switches)."""
+        lab = self.lab
+        if records is None or lab.online is None:
+            return None
+        offline = {lab.trainer.pid} if lab.trainer is not None else set()
+        return switches(records, {lab.online.pid}, offline)
+
+    def _read_trace(self) -> list[Record] | None:
+        if self._trace is None:
+            return None
+        try:
+            return self._trace.read()
+        except (FecsError, OSError):
+            return None
 
     def _long_kernel_check(self, names: list[str]) -> list[dict[str, Any]]:
         """The compute preemption levers ``names``, and the engine's pair beside them, measured
@@ -293,6 +351,7 @@ class Doctor:
         calls: list[Call] = []
         error = None
         saves_before = trainer_saves(lab, objects) if objects is not None else None
+        self._read_trace()  # what came before this phase
         self._per_request = []
         start = time.time()
         try:
@@ -316,6 +375,7 @@ class Doctor:
                 except Exception as error_:
                     error = error or f"undo: {type(error_).__name__}: {error_}"
         saves_after = trainer_saves(lab, objects) if objects is not None else None
+        fecs = self._switches(self._read_trace())
         window = (start + config.settle_s, end)
         assert lab.online is not None
         latencies = [ms for _, ms in lab.online.between(*window)]
@@ -332,6 +392,8 @@ class Doctor:
         }
         if saves_before is not None and saves_after is not None:
             phase["trainer_saves"] = {k: saves_after[k] - saves_before[k] for k in saves_after}
+        if fecs is not None:
+            phase["fecs"] = fecs
         if error is not None:
             phase["error"] = error
         return phase

@@ -548,6 +548,54 @@ NV_MEMORY_ALLOCATION_PARAMS = Layout(
         ("limit", 88, "Q"),
     ),
 )
+NV_EVENT_BUFFER_ALLOC_PARAMETERS = Layout(  # cl90cd.h
+    "NV_EVENT_BUFFER_ALLOC_PARAMETERS",
+    72,
+    (
+        ("bufferHeader", 0, "Q"),
+        ("recordBuffer", 8, "Q"),
+        ("recordSize", 16, "I"),
+        ("recordCount", 20, "I"),
+        ("vardataBuffer", 24, "Q"),
+        ("vardataBufferSize", 32, "I"),
+        ("recordsFreeThreshold", 36, "I"),
+        ("notificationHandle", 40, "Q"),
+        ("vardataFreeThreshold", 48, "I"),
+        ("hSubDevice", 52, "I"),
+        ("flags", 56, "I"),
+        ("hBufferHeader", 60, "I"),
+        ("hRecordBuffer", 64, "I"),
+        ("hVardataBuffer", 68, "I"),
+    ),
+)
+NV_EVENT_BUFFER_HEADER = Layout(  # cl90cd.h: the producer's put, the consumer's get
+    "NV_EVENT_BUFFER_HEADER",
+    32,
+    (
+        ("recordGet", 0, "I"),
+        ("recordPut", 4, "I"),
+        ("recordCount", 8, "Q"),
+        ("recordDropcount", 16, "Q"),
+        ("vardataDropcount", 24, "Q"),
+    ),
+)
+# One record: NV_EVENT_BUFFER_RECORD_HEADER (type, subtype, varData), then the payload at 8,
+# NV_EVENT_BUFFER_FECS_RECORD_V2 (cl90cdfecs.h).
+FECS_RECORD = Layout(
+    "NV_EVENT_BUFFER_RECORD + NV_EVENT_BUFFER_FECS_RECORD_V2",
+    32,
+    (
+        ("type", 0, "H"),
+        ("subtype", 2, "H"),
+        ("varData", 4, "I"),
+        ("tag", 8, "B"),
+        ("vmid", 9, "B"),
+        ("seqno", 10, "H"),
+        ("context_id", 12, "I"),
+        ("pid", 16, "I"),
+        ("timestamp", 24, "Q"),
+    ),
+)
 NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS = Layout(
     "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS",
     20,
@@ -654,6 +702,31 @@ NV0000_CTRL_CMD_GPU_GET_PCI_INFO = 0x21B
 NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE = 0x20801210
 NV2080_CTRL_CMD_GR_GET_CTXSW_STATS = 0x20801215
 NV2080_CTRL_CMD_GR_GET_CTXSW_MODES = 0x20801235
+# The FECS context-switch trace (ctrl2080gr.h, cl90cd.h, cl90cdfecs.h, ctrl90cd.h; read by
+# qpolicy.nvrm.fecs): an event buffer the client allocates on memory of its own, bound to GR.
+NV2080_CTRL_CMD_GR_FECS_BIND_EVTBUF_FOR_UID_V2 = 0x20801238
+NV_EVENT_BUFFER_CTRL_CMD_ENABLE_EVENTS = 0x90CD0101
+NV_EVENT_BUFFER_CTRL_CMD_UPDATE_GET = 0x90CD0102
+NV_EVENT_BUFFER = 0x90CD
+NV01_MEMORY_DEVICELESS = 0x90CE
+NV01_DEVICE_0, NV20_SUBDEVICE_0 = 0x0080, 0x2080
+FECS_BIND_LOD_SIMPLE = 1  # NV2080_CTRL_GR_FECS_BIND_EVTBUF_LOD_SIMPLE
+FECS_BIND_REASON = {
+    0: "none",
+    1: "GPU too old",
+    2: "not enabled on this GPU",
+    3: "not enabled",
+    4: "needs admin",
+    5: "needs capability",
+}
+EVENT_BUFFER_KEEP_OLDEST = 1  # NV_EVENT_BUFFER_FLAG_OVERFLOW_POLICY_KEEP_OLDEST
+# NV_EVENT_BUFFER_RECORD_TYPE_FECS_CTX_SWITCH_V2 is the record's type; its subtype is 0.
+FECS_TAG_SIMPLE_START, FECS_TAG_SIMPLE_END = 0x06, 0x07  # CONTEXT_START, SAVE_END as a user sees
+# NVOS32_ATTR_COHERENCY_CACHED (31:29) and NVOS32_ATTR2_PROTECTION_USER_READ_ONLY (22:22): an
+# event buffer's memory must be read-only to a user client (event_buffer.c).
+NVOS32_ATTR_COHERENCY_CACHED = 1 << 29
+NVOS32_ATTR2_PROTECTION_USER_READ_ONLY = 1 << 22
+NVOS33_FLAGS_ACCESS_READ_ONLY = 0x1
 NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY = 0x20801115
 NVA06C_CTRL_CMD_MAKE_REALTIME = 0xA06C0110
 NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL = 0xA06F0109
@@ -844,6 +917,37 @@ CONTROLS: dict[int, Control] = {
                 ("cilpSaveCnt", 24, "I"),
                 ("gfxpSaveCnt", 28, "I"),
             ),
+        ),
+    ),
+    NV2080_CTRL_CMD_GR_FECS_BIND_EVTBUF_FOR_UID_V2: Control(
+        "NV2080_CTRL_CMD_GR_FECS_BIND_EVTBUF_FOR_UID_V2",
+        Layout(
+            "NV2080_CTRL_GR_FECS_BIND_EVTBUF_FOR_UID_V2_PARAMS",
+            24,
+            (
+                ("hEventBuffer", 0, "I"),
+                ("recordSize", 4, "I"),
+                ("levelOfDetail", 8, "I"),
+                ("eventFilter", 12, "I"),
+                ("bAllUsers", 16, "B"),
+                ("reasonCode", 20, "I"),
+            ),
+        ),
+    ),
+    NV_EVENT_BUFFER_CTRL_CMD_ENABLE_EVENTS: Control(
+        "NV_EVENT_BUFFER_CTRL_CMD_ENABLE_EVENTS",
+        Layout(
+            "NV_EVENT_BUFFER_CTRL_CMD_ENABLE_EVENTS_PARAMS",
+            8,
+            (("enable", 0, "B"), ("flags", 4, "I")),
+        ),
+    ),
+    NV_EVENT_BUFFER_CTRL_CMD_UPDATE_GET: Control(
+        "NV_EVENT_BUFFER_CTRL_CMD_UPDATE_GET",
+        Layout(
+            "NV_EVENT_BUFFER_CTRL_CMD_UPDATE_GET_PARAMS",
+            8,
+            (("recordBufferGet", 0, "I"), ("varDataBufferGet", 4, "I")),
         ),
     ),
     NV2080_CTRL_CMD_GR_GET_CTXSW_MODES: Control(

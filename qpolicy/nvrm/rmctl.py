@@ -178,6 +178,24 @@ def alloc_client(fd: int) -> int | None:
     return answer["hObjectNew"] if answer["status"] == abi.NvStatus.NV_OK else None
 
 
+def alloc(fd: int, client: int, parent: int, handle: int, cls: int, params: bytes) -> int:
+    """Allocate object ``handle`` of class ``cls`` under ``parent`` in ``client`` (RM_ALLOC);
+    returns RM's status."""
+    buffer = ctypes.create_string_buffer(params, max(len(params), 1))
+    request = ctypes.create_string_buffer(
+        abi.NVOS21.pack(
+            hRoot=client, hObjectParent=parent, hObjectNew=handle, hClass=cls,
+            pAllocParms=ctypes.addressof(buffer) if params else 0, paramsSize=len(params),
+        ),
+        abi.NVOS21.size,
+    )  # fmt: skip
+    if _libc.ioctl(fd, RM_ALLOC_REQUEST, request) != 0:
+        err = ctypes.get_errno()
+        raise RmError(f"RM_ALLOC of class {cls:#x} on fd {fd} failed: {os.strerror(err)}")
+    status: int = abi.NVOS21.unpack(request.raw)["status"]
+    return status
+
+
 def newest_client_handle(path: str = "/dev/nvidiactl") -> int | None:
     """The handle RM gives a client allocated now: the newest there is (RM numbers clients with
     one counter that only grows; rs_server.c, ``serverAllocClient``). The client is freed again

@@ -28,7 +28,7 @@ from qpolicy.doctor.mps import PIPE, mps_server, server_pids
 from qpolicy.doctor.report import read_cache, recommend, table, write_cache
 from qpolicy.doctor.run import Doctor, DoctorConfig
 from qpolicy.errors import QPolicyError
-from qpolicy.nvrm import abi, rmctl
+from qpolicy.nvrm import abi, fecs, rmctl
 from qpolicy.nvrm.abi import NvStatus
 from qpolicy.nvrm.records import Record
 from qpolicy.nvrm.tracker import Tracker
@@ -133,6 +133,28 @@ class FakeRm:
         return sum(1 for c, _, _ in self.calls if c == cmd)
 
 
+class NoTrace:
+    """The FECS trace of a machine without a GPU: the first step fails, as FecsTrace's would."""
+
+    def __init__(self, gpu: int) -> None:
+        self.steps: list[dict[str, Any]] = []
+
+    def open(self) -> None:
+        raise fecs.FecsError("open /dev/nvidiactl", "No such file or directory")
+
+    def read(self) -> list[fecs.Record]:
+        raise AssertionError("never opened")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def no_fecs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run here reads no FECS trace unless its test gives it one, GPU or not."""
+    monkeypatch.setattr("qpolicy.doctor.run.FecsTrace", NoTrace)
+
+
 @pytest.fixture
 def fake_torch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("PYTHONPATH", f"{FAKE_TORCH}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
@@ -230,6 +252,68 @@ def test_a_run_measures_every_lever_undoes_each_and_stops_its_workloads(
     assert lab.online is not None and lab.online.proc.poll() is not None
     assert lab.trainer is not None and lab.trainer.proc.poll() is not None
     assert "lever" in report["recommendation"]
+
+
+class FakeTrace:
+    """A FECS trace that logs, at each read, one switch from the trainer to the online stream
+    and back: the trainer's save ends, the online context starts 90 µs later and runs 250 µs."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.steps = [{"step": "enable", "status": "0x0"}]
+        self.reads = 0
+        self.closed = False
+
+    def open(self) -> None:
+        pass
+
+    def read(self) -> list[fecs.Record]:
+        self.reads += 1
+        lab, t = self.lab, self.reads * 10_000_000
+        if lab.trainer is None or lab.online is None:
+            return []
+        trainer, online = lab.trainer.pid, lab.online.pid
+        return [
+            fecs.Record(abi.FECS_TAG_SIMPLE_END, 0x20, trainer, t, 0),
+            fecs.Record(abi.FECS_TAG_SIMPLE_START, 0x20, online, t + 90_000, 0),
+            fecs.Record(abi.FECS_TAG_SIMPLE_END, 0x20, online, t + 340_000, 0),
+            fecs.Record(abi.FECS_TAG_SIMPLE_START, 0x20, trainer, t + 400_000, 0),
+        ]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_torch: None) -> None:
+    rm = FakeRm()
+    lab, _ = lab_with(rm)
+    traces: list[FakeTrace] = []
+
+    def trace(gpu: int) -> FakeTrace:
+        traces.append(FakeTrace(lab))
+        return traces[-1]
+
+    config = DoctorConfig(
+        gpu=0, hz=200, phase_s=0.2, settle_s=0.05, levers=("timeslice-1us-8ms",), mps=False
+    )
+    report = Doctor(lab, config, trace=trace).run({"index": 0})
+    assert report["fecs"] == {"steps": [{"step": "enable", "status": "0x0"}]}
+    by_lever = {p["lever"]: p for p in report["phases"]}
+    assert "fecs" not in by_lever["solo"] or by_lever["solo"]["fecs"]["offline_to_online"] == 0
+    pair = by_lever["timeslice-1us-8ms"]["fecs"]
+    assert pair["offline_to_online"] == 1 and pair["restore_us"]["p50"] == 90.0
+    assert pair["online_run_us"]["p50"] == 250.0
+    assert traces[0].closed  # with the run
+    assert "the FECS context-switch trace was read" in " ".join(report["notes"])
+    line = next(x for x in table(report) if x.startswith("| timeslice-1us-8ms |"))
+    assert line.endswith("| 1 (90 / 90), 250 |")
+    # Without it, the run goes on and says why.
+    lab, _ = lab_with(FakeRm())
+    report = Doctor(lab, config).run({"index": 0})
+    assert report["fecs"]["error"] == "FECS trace: open /dev/nvidiactl: No such file or directory"
+    assert all("fecs" not in p for p in report["phases"])
+    assert any(n.startswith("the FECS context-switch trace was not read") for n in report["notes"])
+    assert not any("FECS" in x for x in table(report)[:4])
 
 
 def test_a_disable_beside_the_request_does_not_hold_the_request_up(fake_torch: None) -> None:
