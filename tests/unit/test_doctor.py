@@ -307,6 +307,13 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
     assert "the FECS context-switch trace was read" in " ".join(report["notes"])
     line = next(x for x in table(report) if x.startswith("| timeslice-1us-8ms |"))
     assert line.endswith("| 1 (90 / 90), 250 |")
+    # As read on a lent H200 (call 30C): one switch per request, the restore under each lever.
+    results = Path(__file__).parents[2] / "tools" / "gpu" / "results"
+    run = json.loads((results / "2026-12-03-doctor-fecs-8192-h200-call30C.json").read_text())
+    rows = {x.split(" | ")[0]: x for x in table(run) if x.startswith("| ")}
+    assert rows["| native"].endswith("| 1211 (97 / 109), 289 |")
+    assert rows["| cta+timeslice-1us-8ms"].endswith("| 1213 (98 / 102), 291 |")
+    assert rows["| solo"].endswith("| 0 |")
     # Without it, the run goes on and says why.
     lab, _ = lab_with(FakeRm())
     report = Doctor(lab, config).run({"index": 0})
@@ -570,6 +577,10 @@ def test_a_short_kernel_run_checks_its_preemption_lever_next_to_the_long_trainer
         ("2026-12-02-doctor-2048-cta-h200-call29B", None),
         # The same, with CTA checked next to the 8192 trainer (its p50 1.52 against 0.76 ms).
         ("2026-12-03-doctor-2048-cta-checked-h200-call30B", "timeslice-1us-8ms"),
+        # With the FECS trace read (call 30C): the pair next to the 8192 trainer, nothing next
+        # to the 2048 one.
+        ("2026-12-03-doctor-fecs-8192-h200-call30C", "timeslice-1us-8ms"),
+        ("2026-12-03-doctor-fecs-2048-h200-call30C", None),
     ],
 )
 def test_the_recorded_doctor_runs_recommend_what_was_nearest_solo(
