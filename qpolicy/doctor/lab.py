@@ -89,6 +89,8 @@ class Workload:
         )
         self.ready = threading.Event()
         self.samples: list[tuple[float, float]] = []  # (wall time, latency ms or matmuls done)
+        # The online stream's requests: (wall time, launch, done), the two on CLOCK_MONOTONIC_RAW.
+        self.launches: list[tuple[float, int, int]] = []
         self._on_ask = on_ask
         self._on_result = on_result
         self._lock = threading.Lock()
@@ -114,6 +116,10 @@ class Workload:
             elif "ms" in event:
                 with self._lock:
                     self.samples.append((float(event["t"]), float(event["ms"])))
+                    if "launch" in event:
+                        self.launches.append(
+                            (float(event["t"]), int(event["launch"]), int(event["done"]))
+                        )
                 self._on_result()
             elif "done" in event:
                 with self._lock:
@@ -130,6 +136,11 @@ class Workload:
     def between(self, start: float, end: float) -> list[tuple[float, float]]:
         with self._lock:
             return [s for s in self.samples if start <= s[0] < end]
+
+    def launched_between(self, start: float, end: float) -> list[tuple[int, int]]:
+        """The (launch, done) CLOCK_MONOTONIC_RAW ns of the requests that arrived in the window."""
+        with self._lock:
+            return [(launch, done) for t, launch, done in self.launches if start <= t < end]
 
     def wait_ready(self, timeout_s: float) -> None:
         if not self.ready.wait(timeout_s):

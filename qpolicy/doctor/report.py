@@ -228,6 +228,9 @@ def _fecs_text(fecs: dict[str, Any] | None) -> str:
         text += f" ({restore['p50']:.0f} / {restore['p99']:.0f})"
     if runs:
         text += f", {runs['p50']:.0f}"
+    waits = (fecs.get("requests") or {}).get("to_save_end_us")
+    if waits:
+        text += f", {waits['p50']:.0f}"
     return text
 
 
@@ -250,7 +253,8 @@ def table(report: dict[str, Any]) -> list[str]:
         "| lever | kind | RM answered | cost per call | online p50 / p90 / p99 ms (n) | trainer "
         "it/s (of native) | trainer saves (WFI/CTA/CILP) |"
         + (
-            " FECS: trainer to online (restore p50 / p99 µs), online runs p50 µs |"
+            " FECS: trainer to online (restore p50 / p99 µs), online runs p50 µs, launch to the "
+            "trainer's save end p50 µs |"
             if traced
             else ""
         ),

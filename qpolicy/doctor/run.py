@@ -35,7 +35,7 @@ from qpolicy.doctor.report import (
 from qpolicy.enforcers.strategy import PREEMPTION_LEVERS
 from qpolicy.errors import QPolicyError
 from qpolicy.nvrm import abi
-from qpolicy.nvrm.fecs import FecsError, FecsTrace, Record, switches
+from qpolicy.nvrm.fecs import FecsError, FecsTrace, Record, request_waits, switches
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,8 @@ class Trace(Protocol):
     def open(self) -> Any: ...
 
     def read(self) -> list[Record]: ...
+
+    def gpu_minus_cpu_ns(self) -> int: ...
 
     def close(self) -> None: ...
 
@@ -241,13 +243,25 @@ class Doctor:
         self._trace = trace
         return {"steps": trace.steps}
 
-    def _switches(self, records: list[Record] | None) -> dict[str, Any] | None:
-        """The phase's switches between the online stream and the trainer (fecs.switches)."""
+    def _switches(
+        self, records: list[Record] | None, window: tuple[float, float]
+    ) -> dict[str, Any] | None:
+        """The phase's switches between the online stream and the trainer (fecs.switches),
+        and where they fell in the window's requests (fecs.request_waits)."""
         lab = self.lab
-        if records is None or lab.online is None:
+        if records is None or lab.online is None or self._trace is None:
             return None
+        online = {lab.online.pid}
         offline = {lab.trainer.pid} if lab.trainer is not None else set()
-        return switches(records, {lab.online.pid}, offline)
+        found = switches(records, online, offline)
+        try:
+            offset = self._trace.gpu_minus_cpu_ns()
+        except (FecsError, OSError) as error:
+            found["requests"] = {"error": str(error)}
+            return found
+        requests = lab.online.launched_between(*window)
+        found["requests"] = request_waits(records, offset, requests, online, offline)
+        return found
 
     def _read_trace(self) -> list[Record] | None:
         if self._trace is None:
@@ -375,8 +389,8 @@ class Doctor:
                 except Exception as error_:
                     error = error or f"undo: {type(error_).__name__}: {error_}"
         saves_after = trainer_saves(lab, objects) if objects is not None else None
-        fecs = self._switches(self._read_trace())
         window = (start + config.settle_s, end)
+        fecs = self._switches(self._read_trace(), window)
         assert lab.online is not None
         latencies = [ms for _, ms in lab.online.between(*window)]
         trainer = lab.trainer.between(*window) if lab.trainer is not None else []

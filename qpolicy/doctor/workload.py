@@ -11,6 +11,9 @@ per line on stdout as they go:
   may send a control first), and ``{"t": arrival, "ms": latency}`` once the request's result is
   back. The latency runs from the request's arrival (its slot in the schedule) to the end of its
   synchronisation, so time spent waiting for the doctor's answer counts, in every phase alike.
+  The line also holds the request's launch and the end of its synchronisation on
+  CLOCK_MONOTONIC_RAW in ns (``"launch"``, ``"done"``), the clock RM correlates with the GPU's
+  timer (qpolicy.nvrm.fecs), to place the GPU's context switches in each request.
 
 The trainer waits for a line on stdin before its first batch when started with ``--wait``.
 """
@@ -72,9 +75,12 @@ def online(n: int, hz: float) -> None:
         _say({"ask": asked})
         if not sys.stdin.readline():
             return  # the doctor is gone
+        launch = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
         torch.matmul(a, b)
         torch.cuda.synchronize()
-        _say({"t": wall, "ms": (time.perf_counter() - arrival) * 1000})
+        done = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
+        ms = (time.perf_counter() - arrival) * 1000
+        _say({"t": wall, "ms": ms, "launch": launch, "done": done})
         next_at += interval  # a late request delays the next: its latency shows the queue
 
 

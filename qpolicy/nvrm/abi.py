@@ -706,6 +706,10 @@ NV2080_CTRL_CMD_GR_GET_CTXSW_MODES = 0x20801235
 # qpolicy.nvrm.fecs): an event buffer the client allocates on memory of its own, bound to GR.
 NV2080_CTRL_CMD_GR_FECS_BIND_EVTBUF_FOR_UID_V2 = 0x20801238
 NV_EVENT_BUFFER_CTRL_CMD_ENABLE_EVENTS = 0x90CD0101
+# ctrl2080tmr.h: the GPU's timer against a CPU clock. PLATFORM_API is the kernel's
+# ktime_get_raw (os_get_monotonic_time_ns_hr), CLOCK_MONOTONIC_RAW in user space, read on the CPU.
+NV2080_CTRL_CMD_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO = 0x20800406
+TIMER_CPU_CLK_ID_PLATFORM_API = 0x3
 NV_EVENT_BUFFER_CTRL_CMD_UPDATE_GET = 0x90CD0102
 NV_EVENT_BUFFER = 0x90CD
 NV01_MEMORY_DEVICELESS = 0x90CE
@@ -931,6 +935,19 @@ CONTROLS: dict[int, Control] = {
                 ("eventFilter", 12, "I"),
                 ("bAllUsers", 16, "B"),
                 ("reasonCode", 20, "I"),
+            ),
+        ),
+    ),
+    NV2080_CTRL_CMD_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO: Control(
+        "NV2080_CTRL_CMD_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO",
+        Layout(
+            "NV2080_CTRL_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO_PARAMS",
+            264,  # 16 samples of (cpuTime, gpuTime) from 8; PLATFORM_API fills the first
+            (
+                ("cpuClkId", 0, "B"),
+                ("sampleCount", 1, "B"),
+                ("cpuTime", 8, "Q"),
+                ("gpuTime", 16, "Q"),
             ),
         ),
     ),

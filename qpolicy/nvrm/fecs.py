@@ -25,6 +25,7 @@ off. RM fills the buffer from a timer (``_fecsTimerCreate``), so records arrive 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ctypes
 import mmap
@@ -199,6 +200,24 @@ class FecsTrace:
         self._maps.append(mapped)
         return mapped
 
+    def gpu_minus_cpu_ns(self, samples: int = 7) -> int:
+        """The GPU's timer minus CLOCK_MONOTONIC_RAW, in ns: the median of ``samples`` pairs RM
+        read side by side (``TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO``, PLATFORM_API: the CPU
+        reads between two GPU reads, the closest pair kept; subdevice_ctrl_timer_kernel.c)."""
+        offsets = []
+        for _ in range(samples):
+            result, answer = rmctl.control(
+                self._ctl, self.client, H_SUBDEVICE,
+                abi.NV2080_CTRL_CMD_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO,
+                cpuClkId=abi.TIMER_CPU_CLK_ID_PLATFORM_API, sampleCount=1,
+            )  # fmt: skip
+            if not result.ok:
+                raise FecsError(
+                    "correlate the clocks", f"RM answered {abi.status_name(result.status)}"
+                )
+            offsets.append(answer["gpuTime"] - answer["cpuTime"])
+        return int(statistics.median(offsets))
+
     # -- reading ----------------------------------------------------------------------------------
 
     def read(self) -> list[Record]:
@@ -283,3 +302,48 @@ def _percentiles(values: Sequence[float]) -> dict[str, float] | None:
 
     return {"n": len(ordered), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99),
             "mean": round(statistics.fmean(ordered), 1)}  # fmt: skip
+
+
+def request_waits(
+    records: Iterable[Record],
+    gpu_minus_cpu_ns: int,
+    requests: Sequence[tuple[int, int]],
+    online: set[int],
+    offline: set[int],
+) -> dict[str, Any]:
+    """Where each online request's time went, on the GPU's own log: ``requests`` are (launch,
+    done) on CLOCK_MONOTONIC_RAW, the records' times are moved onto it by ``gpu_minus_cpu_ns``.
+    For a request during which an ``offline`` context's save ended and then an ``online``
+    context started: from its launch to that save's end (``to_save_end_us``: the launch, the
+    scheduler's move and the save) and to the online start (``to_start_us``: the restore too).
+    ``placed`` counts the requests whose switch fell inside them; a clock offset that was wrong
+    would place none."""
+    ordered = sorted(
+        (r for r in records if r.pid in online or r.pid in offline), key=lambda r: r.ns
+    )
+    times = [r.ns - gpu_minus_cpu_ns for r in ordered]
+    to_save_end: list[float] = []
+    to_start: list[float] = []
+    for launch, done in requests:
+        first = bisect.bisect_left(times, launch)
+        saved = None
+        for index in range(first, len(ordered)):
+            if times[index] > done:
+                break
+            record = ordered[index]
+            if record.tag == abi.FECS_TAG_SIMPLE_END and record.pid in offline and saved is None:
+                saved = times[index]
+            elif (
+                record.tag == abi.FECS_TAG_SIMPLE_START
+                and record.pid in online
+                and saved is not None
+            ):
+                to_save_end.append((saved - launch) / 1000)
+                to_start.append((times[index] - launch) / 1000)
+                break
+    return {
+        "requests": len(requests),
+        "placed": len(to_start),
+        "to_save_end_us": _percentiles(to_save_end),
+        "to_start_us": _percentiles(to_start),
+    }

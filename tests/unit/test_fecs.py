@@ -8,7 +8,15 @@ import os
 import pytest
 
 from qpolicy.nvrm import abi
-from qpolicy.nvrm.fecs import RECORD_TYPE_FECS_V2, FecsError, FecsTrace, Record, parse, switches
+from qpolicy.nvrm.fecs import (
+    RECORD_TYPE_FECS_V2,
+    FecsError,
+    FecsTrace,
+    Record,
+    parse,
+    request_waits,
+    switches,
+)
 
 START, END = abi.FECS_TAG_SIMPLE_START, abi.FECS_TAG_SIMPLE_END
 
@@ -83,3 +91,23 @@ def test_without_a_gpu_the_trace_names_the_step_that_failed() -> None:
         trace.open()
     assert caught.value.step == "open /dev/nvidiactl"
     assert str(caught.value).startswith("FECS trace: open /dev/nvidiactl: ")
+
+
+def test_requests_are_placed_on_the_gpus_log_through_the_clocks_offset() -> None:
+    trainer, online, offset, us = 10, 20, 7_000_000_000, 1000
+    requests = [(1_000 * us, 1_600 * us), (9_000 * us, 9_500 * us), (20_000 * us, 20_300 * us)]
+    records = []
+    for launch, _ in requests[:2]:  # the third ran with no switch in it
+        gpu = launch + offset
+        records += [
+            Record(END, 0xA, trainer, gpu + 120 * us, 0),
+            Record(START, 0xB, online, gpu + 220 * us, 0),
+            Record(END, 0xB, online, gpu + 450 * us, 0),
+        ]
+    # A save that ended before the launch belongs to no request.
+    records.append(Record(END, 0xA, trainer, 19_990 * us + offset, 0))
+    found = request_waits(records, offset, requests, {online}, {trainer})
+    assert (found["requests"], found["placed"]) == (3, 2)
+    assert found["to_save_end_us"]["p50"] == 120.0 and found["to_start_us"]["p50"] == 220.0
+    # A wrong offset (here the clocks taken as one) places nothing.
+    assert request_waits(records, 0, requests, {online}, {trainer})["placed"] == 0
