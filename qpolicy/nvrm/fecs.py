@@ -317,7 +317,8 @@ def request_waits(
     context started: from its launch to that save's end (``to_save_end_us``: the launch, the
     scheduler's move and the save) and to the online start (``to_start_us``: the restore too).
     ``placed`` counts the requests whose switch fell inside them; a clock offset that was wrong
-    would place none."""
+    would place none. ``launch_to_done_us``: every request's launch to the end of its
+    synchronisation, switched or not (solo's are the baseline)."""
     ordered = sorted(
         (r for r in records if r.pid in online or r.pid in offline), key=lambda r: r.ns
     )
@@ -343,6 +344,7 @@ def request_waits(
                 break
     return {
         "requests": len(requests),
+        "launch_to_done_us": _percentiles([(done - launch) / 1000 for launch, done in requests]),
         "placed": len(to_start),
         "to_save_end_us": _percentiles(to_save_end),
         "to_start_us": _percentiles(to_start),

@@ -108,6 +108,7 @@ def test_requests_are_placed_on_the_gpus_log_through_the_clocks_offset() -> None
     records.append(Record(END, 0xA, trainer, 19_990 * us + offset, 0))
     found = request_waits(records, offset, requests, {online}, {trainer})
     assert (found["requests"], found["placed"]) == (3, 2)
+    assert found["launch_to_done_us"]["p50"] == 500.0 and found["launch_to_done_us"]["n"] == 3
     assert found["to_save_end_us"]["p50"] == 120.0 and found["to_start_us"]["p50"] == 220.0
     # A wrong offset (here the clocks taken as one) places nothing.
     assert request_waits(records, 0, requests, {online}, {trainer})["placed"] == 0
