@@ -333,6 +333,13 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
     assert rows["| native"].endswith("| 1211 (97 / 109), 289 |")
     assert rows["| cta+timeslice-1us-8ms"].endswith("| 1213 (98 / 102), 291 |")
     assert rows["| solo"].endswith("| 0 |")
+    # Call 30D placed every request: the launch to the trainer's save end under each lever.
+    run = json.loads(
+        (results / "2026-12-03-doctor-fecs-requests-8192-h200-call30D.json").read_text()
+    )
+    rows = {x.split(" | ")[0]: x for x in table(run) if x.startswith("| ")}
+    assert rows["| timeslice-1us-8ms"].endswith("| 1509 (97 / 100), 289, 220 |")
+    assert rows["| native"].endswith("| 1508 (97 / 105), 289, 1158 |")
     # Without it, the run goes on and says why.
     lab, _ = lab_with(FakeRm())
     report = Doctor(lab, config).run({"index": 0})
@@ -600,6 +607,10 @@ def test_a_short_kernel_run_checks_its_preemption_lever_next_to_the_long_trainer
         # to the 2048 one.
         ("2026-12-03-doctor-fecs-8192-h200-call30C", "timeslice-1us-8ms"),
         ("2026-12-03-doctor-fecs-2048-h200-call30C", None),
+        # Each request placed on the FECS log (call 30D); next to the 2048 trainer the pair kept
+        # it at 68 % in this phase, the lowest of any run.
+        ("2026-12-03-doctor-fecs-requests-8192-h200-call30D", "timeslice-1us-8ms"),
+        ("2026-12-03-doctor-fecs-requests-2048-h200-call30D", None),
     ],
 )
 def test_the_recorded_doctor_runs_recommend_what_was_nearest_solo(
