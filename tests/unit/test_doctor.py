@@ -611,6 +611,8 @@ def test_a_short_kernel_run_checks_its_preemption_lever_next_to_the_long_trainer
         # it at 68 % in this phase, the lowest of any run.
         ("2026-12-03-doctor-fecs-requests-8192-h200-call30D", "timeslice-1us-8ms"),
         ("2026-12-03-doctor-fecs-requests-2048-h200-call30D", None),
+        # Again with 20 s phases (call 30E): the pair kept the trainer at 96 %.
+        ("2026-12-03-doctor-fecs-requests-2048-20s-h200-call30E", None),
     ],
 )
 def test_the_recorded_doctor_runs_recommend_what_was_nearest_solo(
