@@ -35,7 +35,7 @@ from qpolicy.doctor.report import (
 from qpolicy.enforcers.strategy import PREEMPTION_LEVERS
 from qpolicy.errors import QPolicyError
 from qpolicy.nvrm import abi
-from qpolicy.nvrm.fecs import FecsError, FecsTrace, Record, request_waits, switches
+from qpolicy.nvrm.fecs import FecsTrace, Record, request_waits, switches
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,8 @@ class Trace(Protocol):
     """What the doctor reads the FECS trace with (qpolicy.nvrm.fecs.FecsTrace)."""
 
     steps: list[dict[str, Any]]
+    #: Records RM could not add since the trace opened (its buffer full).
+    dropped: int
 
     def open(self) -> Any: ...
 
@@ -237,7 +239,7 @@ class Doctor:
         trace = (self._new_trace or FecsTrace)(self.config.gpu)
         try:
             trace.open()
-        except (FecsError, OSError) as error:
+        except (QPolicyError, OSError) as error:  # FecsError, or RmError where an ioctl failed
             trace.close()
             return {"error": str(error), "steps": trace.steps}
         self._trace = trace
@@ -254,9 +256,10 @@ class Doctor:
         online = {lab.online.pid}
         offline = {lab.trainer.pid} if lab.trainer is not None else set()
         found = switches(records, online, offline)
+        found["dropped_so_far"] = self._trace.dropped  # above 0: the counts miss switches
         try:
             offset = self._trace.gpu_minus_cpu_ns()
-        except (FecsError, OSError) as error:
+        except (QPolicyError, OSError) as error:  # FecsError, or RmError where an ioctl failed
             found["requests"] = {"error": str(error)}
             return found
         requests = lab.online.launched_between(*window)
@@ -268,7 +271,7 @@ class Doctor:
             return None
         try:
             return self._trace.read()
-        except (FecsError, OSError):
+        except (QPolicyError, OSError):  # FecsError, or RmError where an ioctl failed
             return None
 
     def _long_kernel_check(self, names: list[str]) -> list[dict[str, Any]]:

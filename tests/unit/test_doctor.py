@@ -265,6 +265,7 @@ class FakeTrace:
         self.lab = lab
         self.steps = [{"step": "enable", "status": "0x0"}]
         self.seen = 0
+        self.dropped = 0
         self.closed = False
 
     def open(self) -> None:
@@ -315,7 +316,7 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
     assert "fecs" not in by_lever["solo"] or by_lever["solo"]["fecs"]["offline_to_online"] == 0
     pair = by_lever["timeslice-1us-8ms"]["fecs"]
     assert pair["offline_to_online"] >= 30 and pair["restore_us"]["p50"] == 90.0
-    assert pair["online_run_us"]["p50"] == 250.0
+    assert pair["online_run_us"]["p50"] == 250.0 and pair["dropped_so_far"] == 0
     # Every request of the window placed on the GPU's log, through the clocks' offset.
     waits = pair["requests"]
     assert (
@@ -340,6 +341,16 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
     rows = {x.split(" | ")[0]: x for x in table(run) if x.startswith("| ")}
     assert rows["| timeslice-1us-8ms"].endswith("| 1509 (97 / 100), 289, 220 |")
     assert rows["| native"].endswith("| 1508 (97 / 105), 289, 1158 |")
+
+    # A read whose ioctl fails leaves the phase without its FECS part; the run goes on.
+    class Broken(FakeTrace):
+        def read(self) -> list[fecs.Record]:
+            raise rmctl.RmError("RM control NV_EVENT_BUFFER_CTRL_CMD_UPDATE_GET failed: I/O error")
+
+    lab, _ = lab_with(FakeRm())
+    report = Doctor(lab, config, trace=lambda gpu: Broken(lab)).run({"index": 0})
+    assert [p["lever"] for p in report["phases"]] == ["solo", "native", "timeslice-1us-8ms"]
+    assert all("fecs" not in p and "error" not in p for p in report["phases"])
     # Without it, the run goes on and says why.
     lab, _ = lab_with(FakeRm())
     report = Doctor(lab, config).run({"index": 0})
