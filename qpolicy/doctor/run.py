@@ -152,7 +152,10 @@ def _rate(samples: list[tuple[float, float]]) -> float | None:
 
 class Doctor:
     def __init__(
-        self, lab: Lab, config: DoctorConfig, trace: Callable[[int], Trace] | None = None
+        self,
+        lab: Lab,
+        config: DoctorConfig,
+        trace: Callable[[int, str | None], Trace] | None = None,
     ) -> None:
         self.lab = lab
         self.config = config
@@ -191,7 +194,7 @@ class Doctor:
         }
         try:
             if config.fecs:
-                report["fecs"] = self._open_trace()
+                report["fecs"] = self._open_trace(gpu_info.get("bus"))
                 notes.append(
                     "the FECS context-switch trace was read: restore = an online context's "
                     "start after the trainer's save ended"
@@ -234,9 +237,9 @@ class Doctor:
         report["recommendation"] = recommend(phases, config.trainer_n)
         return report
 
-    def _open_trace(self) -> dict[str, Any]:
+    def _open_trace(self, bus: str | None) -> dict[str, Any]:
         """Open the FECS trace; what it took, or which step RM refused (the run goes on)."""
-        trace = (self._new_trace or FecsTrace)(self.config.gpu)
+        trace = (self._new_trace or FecsTrace)(self.config.gpu, bus)
         try:
             trace.open()
         except (QPolicyError, OSError) as error:  # FecsError, or RmError where an ioctl failed

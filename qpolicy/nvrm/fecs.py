@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import ctypes
 import mmap
 import os
 import statistics
@@ -42,11 +41,6 @@ PAGE = 4096
 RECORD_TYPE_FECS_V2 = 2  # NV_EVENT_BUFFER_RECORD_TYPE_FECS_CTX_SWITCH_V2 (cl90cdtypes.h)
 # The objects of our client; RM numbers the client itself.
 H_DEVICE, H_SUBDEVICE, H_HEADER, H_RECORDS, H_BUFFER = (0xF5C50001 + i for i in range(5))
-
-RM_MAP_MEMORY_REQUEST = abi.iowr(
-    abi.NV_IOCTL_MAGIC, abi.Escape.RM_MAP_MEMORY, abi.NVOS33_WITH_FD.size
-)
-REGISTER_FD_REQUEST = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.REGISTER_FD, 4)
 
 
 class FecsError(QPolicyError):
@@ -89,10 +83,12 @@ def parse(data: bytes | memoryview, get: int, put: int, count: int) -> list[Reco
 
 
 class FecsTrace:
-    """An open FECS trace of GPU ``gpu`` (its device instance and ``/dev/nvidiaN``)."""
+    """An open FECS trace of GPU ``gpu`` (RM's device instance and ``/dev/nvidiaN``; with
+    ``bus``, only if that device is the GPU at that PCI address)."""
 
-    def __init__(self, gpu: int, records: int = 32768) -> None:
+    def __init__(self, gpu: int, bus: str | None = None, records: int = 32768) -> None:
         self.gpu = gpu
+        self.bus = bus  # its PCI address as Linux names it, to check RM's device against
         self.count = records
         self.steps: list[dict[str, Any]] = []
         self._fds: list[int] = []
@@ -113,9 +109,7 @@ class FecsTrace:
     def _open(self) -> None:
         ctl = self._open_file("/dev/nvidiactl")
         device = self._open_file(f"/dev/nvidia{self.gpu}")
-        fd_arg = ctypes.create_string_buffer(ctl.to_bytes(4, "little"), 4)
-        registered = rmctl._libc.ioctl(device, REGISTER_FD_REQUEST, fd_arg)
-        self._step("REGISTER_FD", 0 if registered == 0 else -ctypes.get_errno(), required=False)
+        self._step("REGISTER_FD", -rmctl.register_fd(device, ctl), required=False)
         client = rmctl.alloc_client(ctl)
         if client is None:
             raise FecsError("a client", "RM refused")
@@ -123,6 +117,14 @@ class FecsTrace:
         device_params = abi.NV0080_ALLOC_PARAMETERS.pack(deviceId=self.gpu, hClientShare=client)
         self._alloc(ctl, "the device", client, H_DEVICE, abi.NV01_DEVICE_0, device_params)
         self._alloc(ctl, "the subdevice", H_DEVICE, H_SUBDEVICE, abi.NV20_SUBDEVICE_0, bytes(4))
+        if self.bus is not None:
+            # RM's device instances and nvidia-smi's indices need not agree on a node of
+            # several GPUs: a trace of another GPU is refused, not read.
+            address = rmctl.gpu_pci_address(ctl, client, H_SUBDEVICE)
+            if address is None or not self.bus.lower().startswith(str(address)):
+                raise FecsError(
+                    "the device", f"RM's device {self.gpu} is at {address}, not {self.bus}"
+                )
         record_bytes = -(-self.count * abi.FECS_RECORD.size // PAGE) * PAGE
         for name, handle, size in (
             ("header", H_HEADER, PAGE),
@@ -183,16 +185,10 @@ class FecsTrace:
 
     def _map(self, ctl: int, step: str, handle: int, size: int) -> mmap.mmap:
         target = self._open_file("/dev/nvidiactl")
-        request = ctypes.create_string_buffer(
-            abi.NVOS33_WITH_FD.pack(
-                hClient=self.client, hDevice=self.client, hMemory=handle, length=size,
-                flags=abi.NVOS33_FLAGS_ACCESS_READ_ONLY, fd=target,
-            ),
-            abi.NVOS33_WITH_FD.size,
-        )  # fmt: skip
-        if rmctl._libc.ioctl(ctl, RM_MAP_MEMORY_REQUEST, request) != 0:
-            self._step(f"map {step}", -ctypes.get_errno())
-        self._step(f"map {step}", abi.NVOS33_WITH_FD.unpack(request.raw)["status"])
+        status = rmctl.map_memory(
+            ctl, self.client, self.client, handle, size, abi.NVOS33_FLAGS_ACCESS_READ_ONLY, target
+        )
+        self._step(f"map {step}", status)
         try:
             mapped = mmap.mmap(target, size, mmap.MAP_SHARED, mmap.PROT_READ, offset=0)
         except OSError as error:

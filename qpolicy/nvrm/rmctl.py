@@ -196,6 +196,39 @@ def alloc(fd: int, client: int, parent: int, handle: int, cls: int, params: byte
     return status
 
 
+RM_MAP_MEMORY_REQUEST = abi.iowr(
+    abi.NV_IOCTL_MAGIC, abi.Escape.RM_MAP_MEMORY, abi.NVOS33_WITH_FD.size
+)
+REGISTER_FD_REQUEST = abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.REGISTER_FD, 4)
+
+
+def register_fd(device_fd: int, ctl_fd: int) -> int:
+    """Tie ``device_fd`` (``/dev/nvidiaN``) to ``ctl_fd``'s clients, as libcuda does after each
+    open (``NV_ESC_REGISTER_FD``); returns 0 or the errno."""
+    arg = ctypes.create_string_buffer(ctl_fd.to_bytes(4, "little"), 4)
+    return 0 if _libc.ioctl(device_fd, REGISTER_FD_REQUEST, arg) == 0 else ctypes.get_errno()
+
+
+def map_memory(
+    fd: int, client: int, device: int, memory: int, length: int, flags: int, target_fd: int
+) -> int:
+    """``RM_MAP_MEMORY`` of ``memory`` onto ``target_fd``, which ``mmap`` at offset 0 then maps
+    (nv-mmap.c, ``nvidia_mmap_helper``); ``device`` is the client itself for memory allocated
+    under it (mapping_cpu.c, ``bClientAlloc``). Returns RM's status."""
+    request = ctypes.create_string_buffer(
+        abi.NVOS33_WITH_FD.pack(
+            hClient=client, hDevice=device, hMemory=memory, length=length, flags=flags,
+            fd=target_fd,
+        ),
+        abi.NVOS33_WITH_FD.size,
+    )  # fmt: skip
+    if _libc.ioctl(fd, RM_MAP_MEMORY_REQUEST, request) != 0:
+        err = ctypes.get_errno()
+        raise RmError(f"RM_MAP_MEMORY on fd {fd} failed: {os.strerror(err)}")
+    status: int = abi.NVOS33_WITH_FD.unpack(request.raw)["status"]
+    return status
+
+
 def newest_client_handle(path: str = "/dev/nvidiactl") -> int | None:
     """The handle RM gives a client allocated now: the newest there is (RM numbers clients with
     one counter that only grows; rs_server.c, ``serverAllocClient``). The client is freed again

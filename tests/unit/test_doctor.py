@@ -136,7 +136,7 @@ class FakeRm:
 class NoTrace:
     """The FECS trace of a machine without a GPU: the first step fails, as FecsTrace's would."""
 
-    def __init__(self, gpu: int) -> None:
+    def __init__(self, gpu: int, bus: str | None = None) -> None:
         self.steps: list[dict[str, Any]] = []
 
     def open(self) -> None:
@@ -303,14 +303,15 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
     lab, _ = lab_with(rm)
     traces: list[FakeTrace] = []
 
-    def trace(gpu: int) -> FakeTrace:
+    def trace(gpu: int, bus: str | None) -> FakeTrace:
+        assert (gpu, bus) == (0, "0000:3b:00.0")
         traces.append(FakeTrace(lab))
         return traces[-1]
 
     config = DoctorConfig(
         gpu=0, hz=200, phase_s=0.2, settle_s=0.05, levers=("timeslice-1us-8ms",), mps=False
     )
-    report = Doctor(lab, config, trace=trace).run({"index": 0})
+    report = Doctor(lab, config, trace=trace).run({"index": 0, "bus": "0000:3b:00.0"})
     assert report["fecs"] == {"steps": [{"step": "enable", "status": "0x0"}]}
     by_lever = {p["lever"]: p for p in report["phases"]}
     assert "fecs" not in by_lever["solo"] or by_lever["solo"]["fecs"]["offline_to_online"] == 0
@@ -348,7 +349,7 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
             raise rmctl.RmError("RM control NV_EVENT_BUFFER_CTRL_CMD_UPDATE_GET failed: I/O error")
 
     lab, _ = lab_with(FakeRm())
-    report = Doctor(lab, config, trace=lambda gpu: Broken(lab)).run({"index": 0})
+    report = Doctor(lab, config, trace=lambda gpu, bus: Broken(lab)).run({"index": 0})
     assert [p["lever"] for p in report["phases"]] == ["solo", "native", "timeslice-1us-8ms"]
     assert all("fecs" not in p and "error" not in p for p in report["phases"])
     # Without it, the run goes on and says why.

@@ -4,6 +4,7 @@ GPU, records are packed here at the offsets of open-gpu-kernel-modules 580.142's
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -112,3 +113,100 @@ def test_requests_are_placed_on_the_gpus_log_through_the_clocks_offset() -> None
     assert found["to_save_end_us"]["p50"] == 120.0 and found["to_start_us"]["p50"] == 220.0
     # A wrong offset (here the clocks taken as one) places nothing.
     assert request_waits(records, 0, requests, {online}, {trainer})["placed"] == 0
+
+
+class Mapped(bytearray):
+    """A mapping of the fake driver's memory."""
+
+    def close(self) -> None:
+        pass
+
+
+class FakeDriver:
+    """What FecsTrace asks of nvidia.ko, answered as RM would, and remembered."""
+
+    def __init__(self, bus: tuple[int, int, int] = (0, 0x3B, 0)) -> None:
+        self.allocs: list[tuple[int, int, int, bytes]] = []  # parent, handle, class, params
+        self.maps: list[tuple[int, int, int]] = []  # device, memory, flags
+        self.controls: list[tuple[int, int, dict[str, int]]] = []
+        self.bus = bus
+        self.header = Mapped(4096)
+        self.records = Mapped(32768 * 32)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from qpolicy.nvrm import fecs, rmctl
+
+        fds = iter(range(100, 200))
+        monkeypatch.setattr(fecs.os, "open", lambda path, flags: next(fds))
+        monkeypatch.setattr(fecs.os, "close", lambda fd: None)
+        monkeypatch.setattr(rmctl, "register_fd", lambda device, ctl: 0)
+        monkeypatch.setattr(rmctl, "alloc_client", lambda fd: 0xC1D00042)
+
+        def alloc(fd: int, client: int, parent: int, handle: int, cls: int, params: bytes) -> int:
+            self.allocs.append((parent, handle, cls, params))
+            return 0
+
+        def map_memory(fd: int, client: int, device: int, memory: int, length: int, flags: int,
+                       target: int) -> int:  # fmt: skip
+            self.maps.append((device, memory, flags))
+            return 0
+
+        def control(fd: int, client: int, obj: int, cmd: int, **fields: int) -> Any:
+            self.controls.append((obj, cmd, fields))
+            return rmctl.ControlResult(0, 1000), {**fields, "reasonCode": 0}
+
+        monkeypatch.setattr(rmctl, "alloc", alloc)
+        monkeypatch.setattr(rmctl, "map_memory", map_memory)
+        monkeypatch.setattr(rmctl, "control", control)
+        monkeypatch.setattr(
+            rmctl, "gpu_pci_address", lambda fd, client, sub: rmctl.PciAddress(*self.bus)
+        )
+        mapped = iter([self.header, self.records])
+        monkeypatch.setattr(fecs.mmap, "mmap", lambda *a, **k: next(mapped))
+
+
+def test_the_trace_is_opened_in_the_order_rm_needs_and_refuses_another_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from qpolicy.nvrm import fecs
+
+    driver = FakeDriver()
+    driver.install(monkeypatch)
+    trace = FecsTrace(0, bus="0000:3b:00.0").open()
+    classes = [(parent, cls) for parent, _, cls, _ in driver.allocs]
+    client = 0xC1D00042
+    assert classes == [
+        (client, abi.NV01_DEVICE_0),
+        (fecs.H_DEVICE, abi.NV20_SUBDEVICE_0),
+        (client, abi.NV01_MEMORY_DEVICELESS),  # the header; deviceless memory is the client's
+        (client, abi.NV01_MEMORY_DEVICELESS),  # the records
+        (client, abi.NV_EVENT_BUFFER),
+    ]
+    memory = abi.NV_MEMORY_ALLOCATION_PARAMS.unpack(driver.allocs[3][3])
+    assert memory["attr2"] == abi.NVOS32_ATTR2_PROTECTION_USER_READ_ONLY  # a user client's
+    assert memory["size"] == 32768 * 32
+    buffer = abi.NV_EVENT_BUFFER_ALLOC_PARAMETERS.unpack(driver.allocs[4][3])
+    assert (buffer["hBufferHeader"], buffer["hRecordBuffer"], buffer["hSubDevice"]) == (
+        fecs.H_HEADER, fecs.H_RECORDS, fecs.H_SUBDEVICE,
+    )  # fmt: skip
+    assert driver.maps == [(client, fecs.H_HEADER, 1), (client, fecs.H_RECORDS, 1)]
+    bind, enable = driver.controls
+    assert bind[:2] == (fecs.H_SUBDEVICE, abi.NV2080_CTRL_CMD_GR_FECS_BIND_EVTBUF_FOR_UID_V2)
+    assert bind[2]["bAllUsers"] == 1 and bind[2]["hEventBuffer"] == fecs.H_BUFFER
+    assert enable[:2] == (fecs.H_BUFFER, abi.NV_EVENT_BUFFER_CTRL_CMD_ENABLE_EVENTS)
+    assert [s["step"] for s in trace.steps][-2:] == ["bind to GR", "enable"]
+    # RM put two records since: read, then their slots handed back.
+    driver.records[:64] = record(END, 7, 100) + record(START, 8, 190)
+    driver.header[:32] = abi.NV_EVENT_BUFFER_HEADER.pack(recordGet=0, recordPut=2)
+    assert [(r.tag, r.pid, r.ns) for r in trace.read()] == [(END, 7, 100), (START, 8, 190)]
+    assert driver.controls[-1][1:] == (
+        abi.NV_EVENT_BUFFER_CTRL_CMD_UPDATE_GET, {"recordBufferGet": 2, "varDataBufferGet": 0},
+    )  # fmt: skip
+    trace.close()
+    # Device 0 of RM is another GPU than the one asked for: refused, not read.
+    other = FakeDriver(bus=(0, 0x5E, 0))
+    other.install(monkeypatch)
+    with pytest.raises(FecsError) as caught:
+        FecsTrace(0, bus="0000:3b:00.0").open()
+    assert caught.value.step == "the device"
+    assert "RM's device 0 is at 0000:5e:00, not 0000:3b:00.0" in str(caught.value)
