@@ -119,9 +119,12 @@ class FecsTrace:
         self._alloc(ctl, "the subdevice", H_DEVICE, H_SUBDEVICE, abi.NV20_SUBDEVICE_0, bytes(4))
         if self.bus is not None:
             # RM's device instances and nvidia-smi's indices need not agree on a node of
-            # several GPUs: a trace of another GPU is refused, not read.
+            # several GPUs: a trace of another GPU is refused. (Read, it would hold none of the
+            # doctor's processes, whose records are all it keeps.) An address RM does not give
+            # is noted, and the trace read.
             address = rmctl.gpu_pci_address(ctl, client, H_SUBDEVICE)
-            if address is None or not self.bus.lower().startswith(str(address)):
+            self.steps.append({"step": "the device's PCI address", "address": str(address)})
+            if address is not None and not self.bus.lower().startswith(str(address)):
                 raise FecsError(
                     "the device", f"RM's device {self.gpu} is at {address}, not {self.bus}"
                 )

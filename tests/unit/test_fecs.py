@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from qpolicy.nvrm import abi
+from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.fecs import (
     RECORD_TYPE_FECS_V2,
     FecsError,
@@ -210,3 +210,10 @@ def test_the_trace_is_opened_in_the_order_rm_needs_and_refuses_another_gpu(
         FecsTrace(0, bus="0000:3b:00.0").open()
     assert caught.value.step == "the device"
     assert "RM's device 0 is at 0000:5e:00, not 0000:3b:00.0" in str(caught.value)
+    # Where RM gives no address, the trace is read and the step says so.
+    unknown = FakeDriver()
+    unknown.install(monkeypatch)
+    monkeypatch.setattr(rmctl, "gpu_pci_address", lambda fd, client, sub: None)
+    opened = FecsTrace(0, bus="0000:3b:00.0").open()
+    assert {"step": "the device's PCI address", "address": "None"} in opened.steps
+    opened.close()
