@@ -178,22 +178,26 @@ def alloc_client(fd: int) -> int | None:
     return answer["hObjectNew"] if answer["status"] == abi.NvStatus.NV_OK else None
 
 
+def _send(on: int, request: int, layout: abi.Layout, what: str, /, **fields: int) -> int:
+    """One ioctl on descriptor ``on`` whose parameters are ``layout`` packed from ``fields``;
+    RM's status in them."""
+    buffer = ctypes.create_string_buffer(layout.pack(**fields), layout.size)
+    if _libc.ioctl(on, request, buffer) != 0:
+        err = ctypes.get_errno()
+        raise RmError(f"{what} on fd {on} failed: {os.strerror(err)}")
+    status: int = layout.unpack(buffer.raw)["status"]
+    return status
+
+
 def alloc(fd: int, client: int, parent: int, handle: int, cls: int, params: bytes) -> int:
     """Allocate object ``handle`` of class ``cls`` under ``parent`` in ``client`` (RM_ALLOC);
     returns RM's status."""
     buffer = ctypes.create_string_buffer(params, max(len(params), 1))
-    request = ctypes.create_string_buffer(
-        abi.NVOS21.pack(
-            hRoot=client, hObjectParent=parent, hObjectNew=handle, hClass=cls,
-            pAllocParms=ctypes.addressof(buffer) if params else 0, paramsSize=len(params),
-        ),
-        abi.NVOS21.size,
+    return _send(
+        fd, RM_ALLOC_REQUEST, abi.NVOS21, f"RM_ALLOC of class {cls:#x}",
+        hRoot=client, hObjectParent=parent, hObjectNew=handle, hClass=cls,
+        pAllocParms=ctypes.addressof(buffer) if params else 0, paramsSize=len(params),
     )  # fmt: skip
-    if _libc.ioctl(fd, RM_ALLOC_REQUEST, request) != 0:
-        err = ctypes.get_errno()
-        raise RmError(f"RM_ALLOC of class {cls:#x} on fd {fd} failed: {os.strerror(err)}")
-    status: int = abi.NVOS21.unpack(request.raw)["status"]
-    return status
 
 
 RM_MAP_MEMORY_REQUEST = abi.iowr(
@@ -215,18 +219,11 @@ def map_memory(
     """``RM_MAP_MEMORY`` of ``memory`` onto ``target_fd``, which ``mmap`` at offset 0 then maps
     (nv-mmap.c, ``nvidia_mmap_helper``); ``device`` is the client itself for memory allocated
     under it (mapping_cpu.c, ``bClientAlloc``). Returns RM's status."""
-    request = ctypes.create_string_buffer(
-        abi.NVOS33_WITH_FD.pack(
-            hClient=client, hDevice=device, hMemory=memory, length=length, flags=flags,
-            fd=target_fd,
-        ),
-        abi.NVOS33_WITH_FD.size,
+    return _send(
+        fd, RM_MAP_MEMORY_REQUEST, abi.NVOS33_WITH_FD, "RM_MAP_MEMORY",
+        hClient=client, hDevice=device, hMemory=memory, length=length, flags=flags,
+        fd=target_fd,
     )  # fmt: skip
-    if _libc.ioctl(fd, RM_MAP_MEMORY_REQUEST, request) != 0:
-        err = ctypes.get_errno()
-        raise RmError(f"RM_MAP_MEMORY on fd {fd} failed: {os.strerror(err)}")
-    status: int = abi.NVOS33_WITH_FD.unpack(request.raw)["status"]
-    return status
 
 
 def newest_client_handle(path: str = "/dev/nvidiactl") -> int | None:

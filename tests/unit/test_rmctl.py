@@ -7,8 +7,11 @@ a refusal by the kernel is reported.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import struct
+from typing import Any
 
 import pytest
 
@@ -151,3 +154,46 @@ def test_a_control_the_kernel_rejects_raises_with_the_reason() -> None:
             disable_channels(fd, 1, 2, [3], disable=True)
     finally:
         os.close(fd)
+
+
+class CapturingIoctl:
+    """The libc ioctl: remembers each request's bytes and writes RM's status where the layout
+    has it."""
+
+    def __init__(self, layout: abi.Layout, status: int = 0, fail: int = 0) -> None:
+        self.layout, self.status, self.fail = layout, status, fail
+        self.seen: list[tuple[int, int, dict[str, int]]] = []
+
+    def __call__(self, fd: int, request: int, buffer: Any) -> int:
+        self.seen.append((fd, request, self.layout.unpack(bytes(buffer))))
+        if self.fail:
+            ctypes.set_errno(self.fail)
+            return -1
+        offset = next(o for n, o, _ in self.layout.fields if n == "status")
+        struct.pack_into("<I", buffer, offset, self.status)
+        return 0
+
+
+def test_an_allocation_and_a_mapping_are_the_drivers_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = CapturingIoctl(abi.NVOS21, status=0x57)
+    monkeypatch.setattr(rmctl._libc, "ioctl", fake)
+    assert rmctl.alloc(5, 0xC1D00001, 0xC1D00001, 0x10, 0x90CE, b"\x01" * 128) == 0x57
+    fd, request, sent = fake.seen[0]
+    assert (fd, request) == (5, abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_ALLOC, 32))
+    assert (sent["hRoot"], sent["hObjectParent"], sent["hObjectNew"], sent["hClass"]) == (
+        0xC1D00001, 0xC1D00001, 0x10, 0x90CE,
+    )  # fmt: skip
+    assert sent["paramsSize"] == 128 and sent["pAllocParms"] != 0
+    fake = CapturingIoctl(abi.NVOS33_WITH_FD)
+    monkeypatch.setattr(rmctl._libc, "ioctl", fake)
+    assert rmctl.map_memory(5, 0xC1D00001, 0xC1D00001, 0x10, 4096, 1, 9) == 0
+    fd, request, sent = fake.seen[0]
+    assert request == abi.iowr(abi.NV_IOCTL_MAGIC, abi.Escape.RM_MAP_MEMORY, 56)
+    assert (sent["hDevice"], sent["hMemory"], sent["length"], sent["flags"], sent["fd"]) == (
+        0xC1D00001, 0x10, 4096, 1, 9,
+    )  # fmt: skip
+    monkeypatch.setattr(rmctl._libc, "ioctl", CapturingIoctl(abi.NVOS33_WITH_FD, fail=errno.EFAULT))
+    with pytest.raises(rmctl.RmError, match="RM_MAP_MEMORY on fd 5 failed: Bad address"):
+        rmctl.map_memory(5, 1, 1, 0x10, 4096, 1, 9)
