@@ -65,6 +65,14 @@ def doctor(
             "server; needs nvidia-cuda-mps-control).",
         ),
     ] = False,
+    no_fecs: Annotated[
+        bool,
+        typer.Option(
+            "--no-fecs",
+            help="Do not read the GPU's context-switch log (FECS trace), which the doctor binds "
+            "to GR for all users while it runs.",
+        ),
+    ] = False,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not keep the result for the daemon.")
     ] = False,
@@ -100,6 +108,7 @@ def doctor(
         hz=_positive(hz, "request rate", 2000),
         levers=chosen,
         mps=not no_mps,
+        fecs=not no_fecs,
     )
     from qpolicy.doctor.checkup import checkup  # the probe and torch checks only when run
 

@@ -352,6 +352,13 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
     report = Doctor(lab, config, trace=lambda gpu, bus: Broken(lab)).run({"index": 0})
     assert [p["lever"] for p in report["phases"]] == ["solo", "native", "timeslice-1us-8ms"]
     assert all("fecs" not in p and "error" not in p for p in report["phases"])
+    # Not asked for (--no-fecs): no trace is opened, and nothing said of it.
+    quiet = DoctorConfig(
+        gpu=0, hz=200, phase_s=0.2, settle_s=0.05, levers=(), mps=False, fecs=False
+    )
+    report = Doctor(lab_with(FakeRm())[0], quiet, trace=trace).run({"index": 0, "bus": None})
+    assert "fecs" not in report and len(traces) == 1
+    assert all("fecs" not in p for p in report["phases"])
     # Without it, the run goes on and says why.
     lab, _ = lab_with(FakeRm())
     report = Doctor(lab, config).run({"index": 0})
@@ -714,9 +721,9 @@ def test_the_trainer_side_reaches_the_run(
     doctor(trainer_n="2048", levers="cta+timeslice-1us-8ms", no_cache=True, as_json=True)
     assert seen[0].trainer_n == 2048 and seen[0].levers == ("cta+timeslice-1us-8ms",)
     assert json.loads(capsys.readouterr().out) == {"phases": []}
-    assert seen[0].mps
-    doctor(no_mps=True, no_cache=True, as_json=True)
-    assert not seen[1].mps
+    assert seen[0].mps and seen[0].fecs
+    doctor(no_mps=True, no_fecs=True, no_cache=True, as_json=True)
+    assert not seen[1].mps and not seen[1].fecs
     capsys.readouterr()
 
 
