@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from qpolicy.errors import QPolicyError
 from qpolicy.nvrm import rmctl
+from qpolicy.nvrm.fecs import Request
 from qpolicy.nvrm.tracker import ClientChannels, Tracker
 
 # GR_GET_CTXSW_STATS' counters, and the names the doctor gives them (Lab.saves).
@@ -89,8 +90,8 @@ class Workload:
         )
         self.ready = threading.Event()
         self.samples: list[tuple[float, float]] = []  # (wall time, latency ms or matmuls done)
-        # The online stream's requests: (wall time, launch, done), the two on CLOCK_MONOTONIC_RAW.
-        self.launches: list[tuple[float, int, int]] = []
+        # The online stream's requests: (wall time, the request on CLOCK_MONOTONIC_RAW).
+        self.launches: list[tuple[float, Request]] = []
         self._on_ask = on_ask
         self._on_result = on_result
         self._lock = threading.Lock()
@@ -117,9 +118,13 @@ class Workload:
                 with self._lock:
                     self.samples.append((float(event["t"]), float(event["ms"])))
                     if "launch" in event:
-                        self.launches.append(
-                            (float(event["t"]), int(event["launch"]), int(event["done"]))
+                        enqueued = event.get("enqueued")
+                        request = Request(
+                            int(event["launch"]),
+                            int(event["done"]),
+                            None if enqueued is None else int(enqueued),
                         )
+                        self.launches.append((float(event["t"]), request))
                 self._on_result()
             elif "done" in event:
                 with self._lock:
@@ -137,10 +142,10 @@ class Workload:
         with self._lock:
             return [s for s in self.samples if start <= s[0] < end]
 
-    def launched_between(self, start: float, end: float) -> list[tuple[int, int]]:
-        """The (launch, done) CLOCK_MONOTONIC_RAW ns of the requests that arrived in the window."""
+    def launched_between(self, start: float, end: float) -> list[Request]:
+        """The requests that arrived in the window, on CLOCK_MONOTONIC_RAW."""
         with self._lock:
-            return [(launch, done) for t, launch, done in self.launches if start <= t < end]
+            return [request for t, request in self.launches if start <= t < end]
 
     def wait_ready(self, timeout_s: float) -> None:
         if not self.ready.wait(timeout_s):

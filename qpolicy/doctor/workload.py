@@ -11,9 +11,10 @@ per line on stdout as they go:
   may send a control first), and ``{"t": arrival, "ms": latency}`` once the request's result is
   back. The latency runs from the request's arrival (its slot in the schedule) to the end of its
   synchronisation, so time spent waiting for the doctor's answer counts, in every phase alike.
-  The line also holds the request's launch and the end of its synchronisation on
-  CLOCK_MONOTONIC_RAW in ns (``"launch"``, ``"done"``), the clock RM correlates with the GPU's
-  timer (qpolicy.nvrm.fecs), to place the GPU's context switches in each request.
+  The line also holds the request's launch, the return of its launch call (its work and the
+  doorbell written) and the end of its synchronisation on CLOCK_MONOTONIC_RAW in ns
+  (``"launch"``, ``"enqueued"``, ``"done"``), the clock RM correlates with the GPU's timer
+  (qpolicy.nvrm.fecs), to place the GPU's context switches in each request.
 
 The trainer waits for a line on stdin before its first batch when started with ``--wait``.
 """
@@ -77,10 +78,11 @@ def online(n: int, hz: float) -> None:
             return  # the doctor is gone
         launch = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
         torch.matmul(a, b)
+        enqueued = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
         torch.cuda.synchronize()
         done = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
         ms = (time.perf_counter() - arrival) * 1000
-        _say({"t": wall, "ms": ms, "launch": launch, "done": done})
+        _say({"t": wall, "ms": ms, "launch": launch, "enqueued": enqueued, "done": done})
         next_at += interval  # a late request delays the next: its latency shows the queue
 
 

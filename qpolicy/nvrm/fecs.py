@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import math
 import mmap
 import os
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from qpolicy.errors import QPolicyError
 from qpolicy.nvrm import abi, rmctl
@@ -59,6 +60,16 @@ class Record:
     pid: int
     ns: int  # the GPU's timer, in ns
     seqno: int
+
+
+class Request(NamedTuple):
+    """An online request on CLOCK_MONOTONIC_RAW, in ns: its launch, the end of its
+    synchronisation, and the return of its launch call (its work and the doorbell written; None
+    where the workload did not say)."""
+
+    launch: int
+    done: int
+    enqueued: int | None = None
 
 
 def parse(data: bytes | memoryview, get: int, put: int, count: int) -> list[Record]:
@@ -296,8 +307,8 @@ def _percentiles(values: Sequence[float]) -> dict[str, float] | None:
         return None
     ordered = sorted(values)
 
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))], 1)
+    def at(q: float) -> float:  # nearest rank, as the doctor's latencies (report.percentile)
+        return round(ordered[max(math.ceil(q * len(ordered)) - 1, 0)], 1)
 
     return {"n": len(ordered), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99),
             "mean": round(statistics.fmean(ordered), 1)}  # fmt: skip
@@ -306,25 +317,30 @@ def _percentiles(values: Sequence[float]) -> dict[str, float] | None:
 def request_waits(
     records: Iterable[Record],
     gpu_minus_cpu_ns: int,
-    requests: Sequence[tuple[int, int]],
+    requests: Sequence[Request | tuple[int, int]],
     online: set[int],
     offline: set[int],
 ) -> dict[str, Any]:
-    """Where each online request's time went, on the GPU's own log: ``requests`` are (launch,
-    done) on CLOCK_MONOTONIC_RAW, the records' times are moved onto it by ``gpu_minus_cpu_ns``.
+    """Where each online request's time went, on the GPU's own log: ``requests`` are on
+    CLOCK_MONOTONIC_RAW, the records' times are moved onto it by ``gpu_minus_cpu_ns``.
     For a request during which an ``offline`` context's save ended and then an ``online``
     context started: from its launch to that save's end (``to_save_end_us``: the launch, the
     scheduler's move and the save) and to the online start (``to_start_us``: the restore too).
     ``placed`` counts the requests whose switch fell inside them; a clock offset that was wrong
     would place none. ``launch_to_done_us``: every request's launch to the end of its
-    synchronisation, switched or not (solo's are the baseline)."""
+    synchronisation, switched or not (solo's are the baseline). ``launch_call_us``: the launch
+    call itself, until it returned with the work and its doorbell written, and
+    ``returned_to_save_end_us`` the rest of the way to the save's end, which the CPU no longer
+    holds up (both where the requests say when their call returned)."""
     ordered = sorted(
         (r for r in records if r.pid in online or r.pid in offline), key=lambda r: r.ns
     )
     times = [r.ns - gpu_minus_cpu_ns for r in ordered]
+    asked = [Request(*request) for request in requests]
     to_save_end: list[float] = []
     to_start: list[float] = []
-    for launch, done in requests:
+    returned_to_save_end: list[float] = []
+    for launch, done, enqueued in asked:
         first = bisect.bisect_left(times, launch)
         saved = None
         for index in range(first, len(ordered)):
@@ -340,11 +356,16 @@ def request_waits(
             ):
                 to_save_end.append((saved - launch) / 1000)
                 to_start.append((times[index] - launch) / 1000)
+                if enqueued is not None:
+                    returned_to_save_end.append((saved - enqueued) / 1000)
                 break
+    calls = [(r.enqueued - r.launch) / 1000 for r in asked if r.enqueued is not None]
     return {
-        "requests": len(requests),
-        "launch_to_done_us": _percentiles([(done - launch) / 1000 for launch, done in requests]),
+        "requests": len(asked),
+        "launch_to_done_us": _percentiles([(r.done - r.launch) / 1000 for r in asked]),
+        "launch_call_us": _percentiles(calls),
         "placed": len(to_start),
         "to_save_end_us": _percentiles(to_save_end),
+        "returned_to_save_end_us": _percentiles(returned_to_save_end),
         "to_start_us": _percentiles(to_start),
     }

@@ -284,7 +284,7 @@ class FakeTrace:
             return []  # alone, the online context is never switched
         trainer, online = lab.trainer.pid, lab.online.pid
         records = []
-        for _, launch, _ in fresh:
+        for _, (launch, _, _) in fresh:
             gpu = launch + self.OFFSET
             records += [
                 fecs.Record(abi.FECS_TAG_SIMPLE_END, 0x20, trainer, gpu + 150_000, 0),
@@ -324,6 +324,11 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
         waits["placed"] == waits["requests"] == by_lever["timeslice-1us-8ms"]["online"]["requests"]
     )
     assert waits["to_save_end_us"]["p50"] == 150.0 and waits["to_start_us"]["p99"] == 240.0
+    # The workload says when its launch call returned: the call (the stand-in for PyTorch takes
+    # its time), and the rest of the way to the save's end, 150 µs after the launch.
+    call, rest = waits["launch_call_us"], waits["returned_to_save_end_us"]
+    assert call["n"] == waits["requests"] and call["p50"] > 0 and rest["n"] == waits["placed"]
+    assert rest["mean"] == pytest.approx(150.0 - call["mean"], abs=0.2)
     assert traces[0].closed  # with the run
     assert "the FECS context-switch trace was read" in " ".join(report["notes"])
     line = next(x for x in table(report) if x.startswith("| timeslice-1us-8ms |"))

@@ -14,6 +14,7 @@ from qpolicy.nvrm.fecs import (
     FecsError,
     FecsTrace,
     Record,
+    Request,
     parse,
     request_waits,
     switches,
@@ -111,8 +112,16 @@ def test_requests_are_placed_on_the_gpus_log_through_the_clocks_offset() -> None
     assert (found["requests"], found["placed"]) == (3, 2)
     assert found["launch_to_done_us"]["p50"] == 500.0 and found["launch_to_done_us"]["n"] == 3
     assert found["to_save_end_us"]["p50"] == 120.0 and found["to_start_us"]["p50"] == 220.0
+    assert found["launch_call_us"] is None and found["returned_to_save_end_us"] is None
     # A wrong offset (here the clocks taken as one) places nothing.
     assert request_waits(records, 0, requests, {online}, {trainer})["placed"] == 0
+    # Where the workload says when its launch call returned: the call, and the rest of the way
+    # to the save's end, for the requests placed.
+    returned = [Request(launch, done, launch + 30 * us) for launch, done in requests]
+    found = request_waits(records, offset, returned, {online}, {trainer})
+    assert found["launch_call_us"] == {"n": 3, "p50": 30.0, "p90": 30.0, "p99": 30.0, "mean": 30.0}
+    assert found["returned_to_save_end_us"]["n"] == 2
+    assert found["returned_to_save_end_us"]["p50"] == 90.0
 
 
 class Mapped(bytearray):
