@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from qpolicy.cli.output import JsonOption, print_json
+from qpolicy.doctor import promise
 from qpolicy.doctor.levers import LEVERS
 from qpolicy.doctor.report import table
 from qpolicy.doctor.run import DoctorConfig
@@ -116,4 +117,5 @@ def doctor(
     if as_json:
         print_json(report)
     else:
-        sys.stdout.write("\n".join(table(report)) + "\n")
+        lines = table(report) + promise.lines(report.get("promise"))
+        sys.stdout.write("\n".join(lines) + "\n")

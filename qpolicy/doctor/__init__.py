@@ -8,7 +8,8 @@ workloads as clients of an MPS server of its own (:mod:`~.mps`). It restores wha
 and keeps its result where the daemon reads it (``$QPOLICY_STATE_DIR/doctor-gpuN.json``), so that
 the online strategy is chosen from what this GPU did rather than hard-coded.
 
-Top to bottom: :mod:`~.report` (results, statistics, the recommendation), :mod:`~.levers` (what
+Top to bottom: :mod:`~.report` (results, statistics, the recommendation), :mod:`~.promise`
+(what qpolicy can promise online work on this GPU, from the run), :mod:`~.levers` (what
 each lever sets and undoes), :mod:`~.mps` (the comparison's server), :mod:`~.lab` (the workloads
 and their objects), :mod:`~.run` (the phases), :mod:`~.workload` (the workload processes
 themselves).

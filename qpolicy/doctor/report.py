@@ -102,7 +102,7 @@ def calls_summary(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _refused(phase: dict[str, Any]) -> bool:
+def refused(phase: dict[str, Any]) -> bool:
     """Whether RM answered any of the phase's calls with other than NV_OK."""
     return any(s != "0x0" for c in phase["calls"].values() for s in c["statuses"])
 
@@ -117,7 +117,7 @@ def long_kernel_check(phases: Sequence[dict[str, Any]], lever: str) -> str | Non
     if own is None or pair is None:
         return f"not measured next to the {LONG_TRAINER_N} trainer"
     for phase in (own, pair):
-        if phase.get("error") or _refused(phase):
+        if phase.get("error") or refused(phase):
             return f"its check next to the {LONG_TRAINER_N} trainer failed ({phase['lever']})"
         if phase["online"].get("p50_ms") is None or phase["online"].get("p99_ms") is None:
             return f"its check next to the {LONG_TRAINER_N} trainer measured no requests"
@@ -162,7 +162,7 @@ def recommend(phases: Sequence[dict[str, Any]], trainer_n: int = LONG_TRAINER_N)
                 continue
         p99 = phase["online"].get("p99_ms")
         keeps = (phase.get("trainer_it_per_s") or 0.0) / base_trainer if base_trainer else 0.0
-        if p99 is None or _refused(phase) or keeps < TRAINER_FLOOR:
+        if p99 is None or refused(phase) or keeps < TRAINER_FLOOR:
             continue
         if p99 <= base_p99 * (1 - MIN_GAIN):
             p50 = phase["online"].get("p50_ms")

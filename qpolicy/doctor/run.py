@@ -23,6 +23,7 @@ from qpolicy import __version__
 from qpolicy.doctor.lab import Call, Lab
 from qpolicy.doctor.levers import LEVERS, Lever, Objects
 from qpolicy.doctor.mps import mps_server
+from qpolicy.doctor.promise import promise
 from qpolicy.doctor.report import (
     CHECK,
     DEFAULT_LEVERS,
@@ -235,6 +236,7 @@ class Doctor:
                 self._trace.close()
                 self._trace = None
         report["recommendation"] = recommend(phases, config.trainer_n)
+        report["promise"] = promise(phases, report["recommendation"])
         return report
 
     def _open_trace(self, bus: str | None) -> dict[str, Any]:

@@ -329,6 +329,7 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
     call, rest = waits["launch_call_us"], waits["returned_to_save_end_us"]
     assert call["n"] == waits["requests"] and call["p50"] > 0 and rest["n"] == waits["placed"]
     assert rest["mean"] == pytest.approx(150.0 - call["mean"], abs=0.2)
+    assert report["promise"]["lever"] == "timeslice-1us-8ms"  # the run says what it promises
     assert traces[0].closed  # with the run
     assert "the FECS context-switch trace was read" in " ".join(report["notes"])
     line = next(x for x in table(report) if x.startswith("| timeslice-1us-8ms |"))

@@ -51,6 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from qpolicy.doctor.promise import UNSTABLE_SOLO  # noqa: E402
 from qpolicy.doctor.report import percentile  # noqa: E402
 from qpolicy.enforcers.strategy import (  # noqa: E402
     DOCTOR_SCHEMA,
@@ -74,8 +75,6 @@ SCRAPE_EVERY_S = 15.0
 # Online rows: 150 requests/s for --online-seconds (default 20 s: 3 000 requests, enough for a p99
 # of 30 samples above it and a p99.9 of 3).
 ONLINE_HZ = 150.0
-# A solo baseline whose p99 is more than this times its p50 is too noisy to divide by.
-UNSTABLE_SOLO = 2.0
 # An online stream that finished this much later than its last request was due fell behind: its
 # requests queued, and whatever ran beside it took GPU time the stream was owed (call BA, H100:
 # native time-slicing 2.5 s behind with requests of four kernels).

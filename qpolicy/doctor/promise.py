@@ -1,0 +1,244 @@
+"""What qpolicy can promise online work on this GPU, from a doctor run.
+
+The daemon runs the lever the doctor recommends, or the engine's own pair where it recommends
+none (qpolicy/enforcers/strategy.py). That lever's phase is held against the online targets
+(issue 14), as `make bench-gpu` holds its online rows:
+
+* online p99 within 1.5 x solo's, and p50 within 1.2 x solo's, where solo is stable (a solo p99
+  over UNSTABLE_SOLO x its p50 is not divided by);
+* the trainer at TRAINER_FLOOR or more of its throughput next to the online stream under native
+  time-slicing;
+* better than native time-slicing, and than MPS where the doctor ran it, at both p50 and p99.
+
+A target is met, missed, or not judged (with why). Where one against solo is missed, the
+evidence says whether any lever of the run met it, and, where the GPU's own log of its context
+switches was read (qpolicy.nvrm.fecs), what the switch each request waited for took: the time
+from the launch to the trainer's save end, and the online context's restore after it. An
+operator reads there what qpolicy can promise on the node, and why it cannot promise more.
+
+The doctor's phases are seconds long: a p99 of fewer than 1 000 requests is indicative, which
+the result says; `make bench-gpu` measures 3 000 and more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from qpolicy.doctor.report import (
+    DEFAULT_LEVERS,
+    P50_BOUND,
+    P99_BOUND,
+    TRAINER_FLOOR,
+    refused,
+)
+
+# A solo baseline whose p99 is more than this times its p50 is too noisy to divide by (as
+# `make bench-gpu` judges its rows: tools/bench/gpu.py).
+UNSTABLE_SOLO = 2.0
+# Fewer requests than this make a p99 of a handful of samples: the result says it is indicative.
+P99_REQUESTS = 1000
+LEVER_KINDS = ("setting", "per-request")
+
+
+def _usable(phase: dict[str, Any] | None) -> bool:
+    return (
+        phase is not None
+        and not phase.get("error")
+        and phase["online"].get("p50_ms") is not None
+        and phase["online"].get("p99_ms") is not None
+    )
+
+
+def _target(name: str, text: str, measured: str, met: bool | None) -> dict[str, Any]:
+    return {"target": name, "text": text, "measured": measured, "met": met}
+
+
+def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) -> dict[str, Any]:
+    """The online targets held against the lever the daemon will run after this doctor run
+    (``recommendation`` is report.recommend's), each met (True), missed (False) or not judged
+    (None), with the evidence for a target against solo that was missed."""
+    levers = {p["lever"]: p for p in phases if p["kind"] in LEVER_KINDS}
+    recommended = recommendation.get("lever")
+    if recommended is not None:
+        name: str | None = recommended
+        how = "the recommended lever"
+    else:
+        name = next((n for n in sorted(DEFAULT_LEVERS) if n in levers), None)
+        how = "the engine's pair, which the daemon runs where the doctor recommends no lever"
+    phase = levers.get(name) if name is not None else None
+    if phase is None or not _usable(phase):
+        return {
+            "lever": name,
+            "met": None,
+            "targets": [],
+            "evidence": [],
+            "why": "the daemon's lever (the engine's pair) was not measured in this run"
+            if name is None
+            else f"{name}, {how}, measured no requests in this run",
+        }
+    by_name = {p["lever"]: p for p in phases}
+    online = phase["online"]
+    p50, p99 = float(online["p50_ms"]), float(online["p99_ms"])
+    solo = by_name.get("solo")
+    targets: list[dict[str, Any]] = []
+    evidence: list[str] = []
+
+    # Against solo.
+    solo_ok = _usable(solo)
+    if solo_ok and solo is not None:
+        s50, s99 = float(solo["online"]["p50_ms"]), float(solo["online"]["p99_ms"])
+        if s99 > UNSTABLE_SOLO * s50:
+            why = f"not judged: solo unstable (p99 {s99:.2f} > {UNSTABLE_SOLO:g} x p50 {s50:.2f})"
+            targets.append(_target("p99", f"online p99 <= {P99_BOUND:g} x solo's", why, None))
+            targets.append(_target("p50", f"online p50 <= {P50_BOUND:g} x solo's", why, None))
+        else:
+            for key, value, base, bound in (
+                ("p99", p99, s99, P99_BOUND),
+                ("p50", p50, s50, P50_BOUND),
+            ):
+                met = value <= bound * base
+                targets.append(
+                    _target(
+                        key,
+                        f"online {key} <= {bound:g} x solo's",
+                        f"{value:.2f} ms, {value / base:.2f} x solo's {base:.2f}",
+                        met,
+                    )
+                )
+                if not met:
+                    evidence += _why_missed(key, bound, base, name or "", phases, phase, solo)
+    else:
+        for key, bound in (("p99", P99_BOUND), ("p50", P50_BOUND)):
+            targets.append(
+                _target(key, f"online {key} <= {bound:g} x solo's", "not judged: no solo", None)
+            )
+
+    # The trainer, against its throughput next to the online stream under native time-slicing.
+    native = by_name.get("native")
+    trainer = phase.get("trainer_it_per_s")
+    base_trainer = (native or {}).get("trainer_it_per_s")
+    text = f"trainer >= {TRAINER_FLOOR:.0%} of its throughput beside native time-slicing"
+    if trainer and base_trainer:
+        keeps = trainer / base_trainer
+        targets.append(_target("trainer", text, f"{keeps:.0%}", keeps >= TRAINER_FLOOR))
+    else:
+        targets.append(_target("trainer", text, "not judged: a trainer reported nothing", None))
+
+    # Better than the alternatives at both percentiles.
+    for key, what, other in (
+        ("native", "native time-slicing", native),
+        ("mps", "MPS", by_name.get("mps")),
+    ):
+        text = f"better than {what} at p50 and p99"
+        if _usable(other) and other is not None:
+            o50, o99 = float(other["online"]["p50_ms"]), float(other["online"]["p99_ms"])
+            measured = f"{p50:.2f} / {p99:.2f} against {o50:.2f} / {o99:.2f} ms"
+            targets.append(_target(key, text, measured, p50 < o50 and p99 < o99))
+        else:
+            why = "not measured" if other is None else "not judged: its phase failed"
+            targets.append(_target(key, text, why, None))
+
+    verdicts = [t["met"] for t in targets]
+    overall = False if False in verdicts else (None if None in verdicts else True)
+    requests = int(online.get("requests") or 0)
+    return {
+        "lever": name,
+        "how": how,
+        "requests": requests,
+        "p99_indicative": requests < P99_REQUESTS,
+        "met": overall,
+        "targets": targets,
+        "evidence": evidence,
+    }
+
+
+def _why_missed(
+    key: str,
+    bound: float,
+    base: float,
+    name: str,
+    phases: Sequence[dict[str, Any]],
+    phase: dict[str, Any],
+    solo: dict[str, Any],
+) -> list[str]:
+    """Why the lever's ``key`` percentile missed ``bound`` x solo's ``base``: whether any other
+    lever of the run met it, and what the GPU's log says the switch took."""
+    ratios = sorted(
+        (float(p["online"][f"{key}_ms"]) / base, p["lever"])
+        for p in phases
+        if p["kind"] in LEVER_KINDS and _usable(p) and not refused(p)
+    )
+    met_by = [f"{lever} ({ratio:.2f} x)" for ratio, lever in ratios if ratio <= bound]
+    if met_by:
+        lines = [
+            f"the {key} target: met here by {', '.join(met_by)}, which the doctor did not "
+            "recommend (the recommendation says why)"
+        ]
+    elif ratios:
+        ratio, lever = ratios[0]
+        lines = [
+            f"the {key} target: no lever RM accepted met it here (the nearest: {lever}, "
+            f"{ratio:.2f} x solo's {base:.2f} ms)"
+        ]
+    else:
+        lines = [f"the {key} target: no other lever was measured"]
+    switch = _switch(phase, solo, (bound - 1) * base)
+    if switch and key == "p50":
+        lines.append(f"the p50 target, on the GPU's log of its switches ({name}): {switch}")
+    return lines
+
+
+def _switch(phase: dict[str, Any], solo: dict[str, Any], allowance_ms: float) -> str | None:
+    """What the switch each request waited for took, from the phase's FECS trace, against the
+    ``allowance_ms`` the target leaves over solo's p50; None where the log was not read."""
+    fecs = phase.get("fecs") or {}
+    requests = fecs.get("requests") or {}
+    restore = fecs.get("restore_us")
+    if not restore:
+        return None
+    text = f"the online context's restore after the trainer's save took {restore['p50']:.0f} µs"
+    placed, asked = requests.get("placed"), requests.get("requests")
+    to_save_end = requests.get("to_save_end_us")
+    if placed and to_save_end:
+        call = requests.get("launch_call_us")
+        of_it = f" (the launch call took {call['p50']:.0f} µs of it)" if call else ""
+        text = (
+            f"{placed} of {asked} requests waited for a switch: the trainer's save ended "
+            f"{to_save_end['p50']:.0f} µs after the launch{of_it}, and the online context's "
+            f"restore took {restore['p50']:.0f} µs more"
+        )
+    text += f" (p50), where the target leaves {allowance_ms * 1000:.0f} µs over solo's p50"
+    done = requests.get("launch_to_done_us")
+    solo_done = ((solo.get("fecs") or {}).get("requests") or {}).get("launch_to_done_us")
+    if done and solo_done:
+        text += f"; launch to done {done['p50']:.0f} µs against solo's {solo_done['p50']:.0f}"
+    return text
+
+
+def _verdict(met: bool | None) -> str:
+    return {True: "met", False: "MISSED", None: "not judged"}[met]
+
+
+def lines(result: dict[str, Any] | None) -> list[str]:
+    """The promise as the doctor prints it under its table."""
+    if not result:
+        return []
+    if not result.get("targets"):
+        return ["", f"what qpolicy can promise online work here: not known ({result['why']})"]
+    indicative = (
+        f"; a p99 of {result['requests']} requests is indicative"
+        if result.get("p99_indicative")
+        else ""
+    )
+    out = [
+        "",
+        f"what qpolicy can promise online work here, from this run ({result['lever']}, "
+        f"{result['how']}; {result['requests']} requests a phase{indicative}):",
+    ]
+    for target in result["targets"]:
+        measured = target["measured"]
+        verdict = "" if measured.startswith("not ") else f": {_verdict(target['met'])}"
+        out.append(f"- {target['text']}: {measured}{verdict}")
+    out += [f"- {line}" for line in result.get("evidence", [])]
+    return out
