@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from qpolicy.cli.output import JsonOption, print_json
 from qpolicy.doctor import promise
 from qpolicy.doctor.levers import LEVERS
-from qpolicy.doctor.report import table
+from qpolicy.doctor.report import read_cache, table
 from qpolicy.doctor.run import DoctorConfig
-from qpolicy.errors import ValidationError
+from qpolicy.errors import QPolicyError, ValidationError
 from qpolicy.state import default_state_dir
 from qpolicy.telemetry.gpus import parse_gpu
 
@@ -77,6 +77,14 @@ def doctor(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Do not keep the result for the daemon.")
     ] = False,
+    show: Annotated[
+        bool,
+        typer.Option(
+            "--show",
+            help="Print the GPU's last kept result, as the daemon reads it, and what qpolicy "
+            "can promise there; measures nothing.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Measure, on this node's GPU and driver, which preemption levers act.
@@ -86,10 +94,17 @@ def doctor(
     per-request PREEMPT and channel disabling) and prints, per lever: RM's answers, the cost per
     call, the online p50 / p90 / p99, the trainer's throughput and context switches. Restores
     everything it set. Last, for comparison, it runs both workloads under an MPS server of its
-    own (not a lever qpolicy sets; --no-mps leaves it out). The result is kept in
+    own (not a lever qpolicy sets; --no-mps leaves it out). Under the table: what qpolicy can
+    promise online work on this GPU, the lever the daemon will run held against each online
+    target (against solo, the trainer's throughput, native and MPS), and why a missed one is
+    missed. The result is kept in
     $QPOLICY_STATE_DIR/doctor-gpuN.json, where the daemon chooses its online lever from it. Needs
     root, the eBPF probe and PyTorch; takes under two minutes (the MPS comparison included).
+    --show prints the kept result again without measuring.
     """
+    if show:
+        _print(_kept(parse_gpu(gpu)), as_json)
+        return
     known = {lever.name for lever in LEVERS}
     chosen = tuple(known) if levers is None else tuple(x.strip() for x in levers.split(","))
     unknown = sorted(set(chosen) - known)
@@ -114,6 +129,31 @@ def doctor(
     from qpolicy.doctor.checkup import checkup  # the probe and torch checks only when run
 
     report = checkup(config, None if no_cache else default_state_dir())
+    _print(report, as_json)
+
+
+def _kept(gpu: int) -> dict[str, Any]:
+    """The GPU's cached result; a result of before the promise gets it from its own phases and
+    the recommendation the daemon reads."""
+    state_dir = default_state_dir()
+    report = read_cache(state_dir, gpu)
+    if report is None:
+        raise QPolicyError(
+            f"no doctor result kept for GPU {gpu} in {state_dir}: run `qpolicy doctor --gpu {gpu}`"
+        )
+    try:
+        if "promise" not in report:
+            report["promise"] = promise.promise(report["phases"], report["recommendation"])
+        table(report)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise QPolicyError(
+            f"the doctor result kept for GPU {gpu} in {state_dir} is not readable "
+            f"({type(error).__name__}: {error}): run `qpolicy doctor --gpu {gpu}` again"
+        ) from None
+    return report
+
+
+def _print(report: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print_json(report)
     else:

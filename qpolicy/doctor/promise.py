@@ -1,8 +1,9 @@
 """What qpolicy can promise online work on this GPU, from a doctor run.
 
-The daemon runs the lever the doctor recommends, or the engine's own pair where it recommends
-none (qpolicy/enforcers/strategy.py). That lever's phase is held against the online targets
-(issue 14), as `make bench-gpu` holds its online rows:
+The daemon runs the lever the doctor recommends where its enforcers carry it out, or the
+engine's own pair (qpolicy/enforcers/strategy.py, ``from_doctor``). The phase of the lever that
+sets what it runs is held against the online targets (issue 14), as `make bench-gpu` holds its
+online rows:
 
 * online p99 within 1.5 x solo's, and p50 within 1.2 x solo's, where solo is stable (a solo p99
   over UNSTABLE_SOLO x its p50 is not divided by);
@@ -32,6 +33,7 @@ from qpolicy.doctor.report import (
     TRAINER_FLOOR,
     refused,
 )
+from qpolicy.enforcers.strategy import PREEMPTION_LEVERS, TIMESLICE_LEVERS, from_doctor
 
 # A solo baseline whose p99 is more than this times its p50 is too noisy to divide by (as
 # `make bench-gpu` judges its rows: tools/bench/gpu.py).
@@ -39,6 +41,41 @@ UNSTABLE_SOLO = 2.0
 # Fewer requests than this make a p99 of a handful of samples: the result says it is indicative.
 P99_REQUESTS = 1000
 LEVER_KINDS = ("setting", "per-request")
+
+
+def daemon_lever(
+    levers: dict[str, dict[str, Any]], recommendation: dict[str, Any]
+) -> tuple[str | None, str]:
+    """The measured lever that sets what the daemon will run after this result
+    (strategy.from_doctor: the recommended lever where the enforcers carry it out, its
+    timeslices alone where its CTA was not checked next to long kernels, the engine's pair
+    otherwise), and how it came to be that one."""
+    strategy = from_doctor({"recommendation": recommendation})
+    recommended = recommendation.get("lever")
+    pair = (strategy.offline_timeslice_us, strategy.online_timeslice_us)
+
+    def sets(name: str) -> bool:
+        return (
+            TIMESLICE_LEVERS.get(name) == pair
+            and PREEMPTION_LEVERS.get(name) == strategy.offline_preemption
+        )
+
+    if recommended is not None and sets(recommended):
+        return recommended, "the recommended lever"
+    # Several levers set the same timeslices; the engine's own first.
+    name = min(
+        (n for n in levers if sets(n)), key=lambda n: (n not in DEFAULT_LEVERS, n), default=None
+    )
+    if recommended is None:
+        how = "the engine's pair, which the daemon runs where the doctor recommends no lever"
+    elif recommended in TIMESLICE_LEVERS:
+        how = (
+            f"the timeslices of the recommended {recommended} alone, which the daemon runs: its "
+            "preemption mode was not checked next to long kernels"
+        )
+    else:
+        how = f"the engine's pair, which the daemon runs: it does not carry out {recommended}"
+    return name, how
 
 
 def _usable(phase: dict[str, Any] | None) -> bool:
@@ -59,13 +96,7 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
     (``recommendation`` is report.recommend's), each met (True), missed (False) or not judged
     (None), with the evidence for a target against solo that was missed."""
     levers = {p["lever"]: p for p in phases if p["kind"] in LEVER_KINDS}
-    recommended = recommendation.get("lever")
-    if recommended is not None:
-        name: str | None = recommended
-        how = "the recommended lever"
-    else:
-        name = next((n for n in sorted(DEFAULT_LEVERS) if n in levers), None)
-        how = "the engine's pair, which the daemon runs where the doctor recommends no lever"
+    name, how = daemon_lever(levers, recommendation)
     phase = levers.get(name) if name is not None else None
     if phase is None or not _usable(phase):
         return {
@@ -73,7 +104,7 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
             "met": None,
             "targets": [],
             "evidence": [],
-            "why": "the daemon's lever (the engine's pair) was not measured in this run"
+            "why": f"no lever of this run sets what the daemon runs ({how})"
             if name is None
             else f"{name}, {how}, measured no requests in this run",
         }

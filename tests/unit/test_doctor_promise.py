@@ -4,6 +4,9 @@ held against the online targets, with the evidence where one against solo is mis
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +81,37 @@ def test_without_a_recommendation_the_engines_pair_is_what_the_daemon_runs() -> 
     # Where the run did not measure it, nothing is promised, and the output says why.
     result = promise([SOLO, NATIVE, other], {"lever": None})
     assert result["met"] is None and result["targets"] == []
-    assert lines(result)[-1].endswith(
-        "(the daemon's lever (the engine's pair) was not measured in this run)"
+    assert lines(result)[-1] == (
+        "what qpolicy can promise online work here: not known (no lever of this run sets what "
+        "the daemon runs (the engine's pair, which the daemon runs where the doctor recommends "
+        "no lever))"
     )
     failed = {**lever, "error": "RmError: boom"}
     result = promise([SOLO, NATIVE, failed], {"lever": None})
     assert result["met"] is None and "measured no requests" in result["why"]
+
+
+def test_the_promise_is_for_what_the_daemon_runs_of_the_recommendation() -> None:
+    """strategy.from_doctor: per-request controls are never sent, and a CTA recommendation not
+    checked next to long kernels (a doctor of before 2026-12-03) gets its timeslices alone."""
+    pair = phase(PAIR, "setting", 0.70, 1.00)
+    cta = phase("cta+timeslice-1us-8ms", "setting", 0.55, 0.90)
+    per_request = phase("preempt-per-request", "per-request", 0.52, 0.85)
+    phases = [SOLO, NATIVE, pair, cta, per_request]
+    result = promise(phases, {"lever": "preempt-per-request", "kind": "per-request"})
+    assert result["lever"] == PAIR
+    assert result["how"] == (
+        "the engine's pair, which the daemon runs: it does not carry out preempt-per-request"
+    )
+    result = promise(phases, {"lever": "cta+timeslice-1us-8ms", "kind": "setting"})
+    assert result["lever"] == PAIR and result["how"].startswith(
+        "the timeslices of the recommended cta+timeslice-1us-8ms alone, which the daemon runs"
+    )
+    checked = {"lever": "cta+timeslice-1us-8ms", "kind": "setting", "long_kernels_checked": True}
+    assert promise(phases, checked)["lever"] == "cta+timeslice-1us-8ms"
+    # Another pair of timeslices the enforcers set: that lever.
+    other = phase("timeslice-1us", "setting", 0.60, 0.90)
+    assert promise([*phases, other], {"lever": "timeslice-1us"})["lever"] == "timeslice-1us"
 
 
 def test_what_cannot_be_judged_is_said_not_counted() -> None:
@@ -244,3 +272,46 @@ def test_the_command_prints_the_promise_under_its_table(
         "- online p99 <= 1.5 x solo's: 0.99 ms, 1.15 x solo's 0.86: met\n"
         "- online p50 <= 1.2 x solo's: 0.79 ms, 1.43 x solo's 0.55: MISSED\n"
     ) in out
+
+
+def run_show(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("qpolicy")
+    env = {**os.environ, "QPOLICY_STATE_DIR": str(state_dir)}
+    return subprocess.run(
+        [str(script), "doctor", "--show", *args], env=env, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+
+
+def test_show_prints_the_kept_result_with_its_promise_and_measures_nothing(tmp_path: Path) -> None:
+    # Nothing kept: one line that says what to run, and no GPU touched (this machine has none).
+    missing = run_show(tmp_path, "--gpu", "1")
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr == (
+        f"qpolicy: error: no doctor result kept for GPU 1 in {tmp_path}: run `qpolicy doctor "
+        "--gpu 1`\n"
+    )
+    # A result kept before the promise existed (call 30D's): the daemon's recommendation, and
+    # the promise worked out from its phases.
+    report = json.loads(
+        (RESULTS / "2026-12-03-doctor-fecs-requests-8192-h200-call30D.json").read_text()
+    )
+    assert "promise" not in report
+    (tmp_path / "doctor-gpu1.json").write_text(json.dumps(report))
+    shown = run_show(tmp_path, "--gpu", "1")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("GPU 0: NVIDIA H200, driver 580.159.04; ")
+    assert "recommended online lever: timeslice-1us-8ms" in shown.stdout
+    assert "- online p50 <= 1.2 x solo's: 0.79 ms, 1.43 x solo's 0.55: MISSED\n" in shown.stdout
+    as_json = json.loads(run_show(tmp_path, "--gpu", "1", "--json").stdout)
+    assert as_json["promise"] == promise(report["phases"], report["recommendation"])
+    assert json.loads((tmp_path / "doctor-gpu1.json").read_text()) == report  # left as it was
+    # A kept result that is not a doctor's: named, with what to do; nothing printed.
+    (tmp_path / "doctor-gpu1.json").write_text(json.dumps({"schema": 1, "phases": [{}]}))
+    broken = run_show(tmp_path, "--gpu", "1")
+    assert broken.returncode == 1 and broken.stdout == ""
+    assert broken.stderr.startswith(
+        f"qpolicy: error: the doctor result kept for GPU 1 in {tmp_path} is not readable ("
+    )
+    assert broken.stderr.endswith("run `qpolicy doctor --gpu 1` again\n")
+    assert broken.stderr.count("\n") == 1
