@@ -222,26 +222,40 @@ def _why_missed(
 
 def _switch(phase: dict[str, Any], solo: dict[str, Any], allowance_ms: float) -> str | None:
     """What the switch each request waited for took, from the phase's FECS trace, against the
-    ``allowance_ms`` the target leaves over solo's p50; None where the log was not read."""
+    ``allowance_ms`` the target leaves over solo's p50; None where the log was not read. Where
+    the workload said when its launch call returned (its work and doorbell written), the switch
+    is counted from there: the call costs solo as much."""
     fecs = phase.get("fecs") or {}
     requests = fecs.get("requests") or {}
+    solo_requests = (solo.get("fecs") or {}).get("requests") or {}
     restore = fecs.get("restore_us")
     if not restore:
         return None
-    text = f"the online context's restore after the trainer's save took {restore['p50']:.0f} µs"
+    allowance = f"where the target leaves {allowance_ms * 1000:.0f} µs over solo's p50"
+    text = (
+        f"the online context's restore after the trainer's save took {restore['p50']:.0f} µs "
+        f"(p50), {allowance}"
+    )
     placed, asked = requests.get("placed"), requests.get("requests")
     to_save_end = requests.get("to_save_end_us")
-    if placed and to_save_end:
-        call = requests.get("launch_call_us")
-        of_it = f" (the launch call took {call['p50']:.0f} µs of it)" if call else ""
+    after_call = requests.get("returned_to_save_end_us")
+    call, solo_call = requests.get("launch_call_us"), solo_requests.get("launch_call_us")
+    if placed and after_call and call:
+        alone = f"; alone {solo_call['p50']:.0f}" if solo_call else ""
         text = (
             f"{placed} of {asked} requests waited for a switch: the trainer's save ended "
-            f"{to_save_end['p50']:.0f} µs after the launch{of_it}, and the online context's "
-            f"restore took {restore['p50']:.0f} µs more"
+            f"{after_call['p50']:.0f} µs after the launch call returned ({call['p50']:.0f} µs "
+            f"after the launch{alone}), and the online context's restore took "
+            f"{restore['p50']:.0f} µs more (p50): about "
+            f"{after_call['p50'] + restore['p50']:.0f} µs of switching, {allowance}"
         )
-    text += f" (p50), where the target leaves {allowance_ms * 1000:.0f} µs over solo's p50"
-    done = requests.get("launch_to_done_us")
-    solo_done = ((solo.get("fecs") or {}).get("requests") or {}).get("launch_to_done_us")
+    elif placed and to_save_end:
+        text = (
+            f"{placed} of {asked} requests waited for a switch: the trainer's save ended "
+            f"{to_save_end['p50']:.0f} µs after the launch, and the online context's restore "
+            f"took {restore['p50']:.0f} µs more (p50), {allowance}"
+        )
+    done, solo_done = requests.get("launch_to_done_us"), solo_requests.get("launch_to_done_us")
     if done and solo_done:
         text += f"; launch to done {done['p50']:.0f} µs against solo's {solo_done['p50']:.0f}"
     return text

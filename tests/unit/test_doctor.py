@@ -638,6 +638,10 @@ def test_a_short_kernel_run_checks_its_preemption_lever_next_to_the_long_trainer
         ("2026-12-03-doctor-fecs-requests-2048-h200-call30D", None),
         # Again with 20 s phases (call 30E): the pair kept the trainer at 96 %.
         ("2026-12-03-doctor-fecs-requests-2048-20s-h200-call30E", None),
+        # The FECS opening of 9cbc486-9805259 on a real driver, with the MPS comparison and each
+        # request's launch call timed (call 31A).
+        ("2026-12-03-doctor-promise-8192-h200-call31A", "timeslice-1us-8ms"),
+        ("2026-12-03-doctor-promise-2048-h200-call31A", "timeslice-1us-8ms"),
     ],
 )
 def test_the_recorded_doctor_runs_recommend_what_was_nearest_solo(

@@ -178,12 +178,17 @@ def test_a_missed_p50_shows_the_switch_each_request_waited_for() -> None:
         "online context's restore took 97 µs more (p50), where the target leaves 100 µs over "
         "solo's p50; launch to done 550 µs against solo's 311"
     )
-    # Where the workload said when its launch call returned, how much of the way was the call.
-    fecs["requests"]["launch_call_us"] = {"p50": 31.0}
+    # Where the workload said when its launch call returned, the switch counts from there (the
+    # call costs solo as much).
+    fecs["requests"]["launch_call_us"] = {"p50": 132.0}
+    fecs["requests"]["returned_to_save_end_us"] = {"p50": 71.0}
+    solo["fecs"]["requests"]["launch_call_us"] = {"p50": 126.0}
     result = promise([solo, NATIVE, lever], {"lever": PAIR})
-    assert (
-        "save ended 220 µs after the launch (the launch call took 31 µs of it), and"
-        in (result["evidence"][-1])
+    assert result["evidence"][-1].endswith(
+        "1425 of 1425 requests waited for a switch: the trainer's save ended 71 µs after the "
+        "launch call returned (132 µs after the launch; alone 126), and the online context's "
+        "restore took 97 µs more (p50): about 168 µs of switching, where the target leaves 100 "
+        "µs over solo's p50; launch to done 550 µs against solo's 311"
     )
     # The switches without the requests placed on them: the restore alone.
     lever = phase(PAIR, "setting", 0.79, 0.99, fecs={"restore_us": {"p50": 97.0}})
@@ -215,6 +220,22 @@ def test_a_short_phase_marks_its_p99_as_indicative() -> None:
             "the trainer's save ended 220 µs after the launch, and the online context's restore "
             "took 97 µs more (p50), where the target leaves 111 µs over solo's p50; launch to "
             "done 550 µs against solo's 311",
+        ),
+        # Another H200 (call 31A), each request's launch call timed: 132 µs of the 205 to the
+        # trainer's save end were the call, which solo's requests took too (126 µs).
+        (
+            "2026-12-03-doctor-promise-8192-h200-call31A",
+            {"p99": True, "p50": False, "trainer": True, "native": True, "mps": True},
+            "the trainer's save ended 71 µs after the launch call returned (132 µs after the "
+            "launch; alone 126), and the online context's restore took 98 µs more (p50): about "
+            "169 µs of switching, where the target leaves 107 µs over solo's p50; launch to done "
+            "546 µs against solo's 301",
+        ),
+        # Next to the 2048 trainer on it: solo unstable (p99 2.24 ms), MPS ahead at p50 and p99.
+        (
+            "2026-12-03-doctor-promise-2048-h200-call31A",
+            {"p99": None, "p50": None, "trainer": True, "native": True, "mps": False},
+            None,
         ),
         # H200 with the MPS comparison (call 13B): the lever beats both at p50 and p99.
         (
