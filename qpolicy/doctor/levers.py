@@ -186,18 +186,21 @@ def _timeslice_and_rebuild(lab: Lab, objects: Objects) -> list[Call]:
     ]
 
 
-def _compute_preemption(lab: Lab, objects: Objects, mode: int | None) -> list[Call]:
-    """The trainer's compute preemption mode (0 WFI, 1 CTA, 2 CILP); None restores each
-    channel's own."""
+def _compute_preemption(
+    lab: Lab, objects: Objects, mode: int | None, which: str = "trainer"
+) -> list[Call]:
+    """The compute preemption mode (0 WFI, 1 CTA, 2 CILP) of the trainer's compute channels, or
+    of the online stream's (``which``); None restores each channel's own."""
     calls = []
-    for client, channel, _ in objects.trainer_compute:
+    channels = objects.trainer_compute if which == "trainer" else objects.online_compute
+    for client, channel, _ in channels:
         group = objects.group_of(client)
         assert group.subdevice is not None
         value = objects.cilp.get((client, channel), 0) if mode is None else mode
         calls.append(
             lab.control(
                 group,
-                f"trainer channel {channel:#x} -> "
+                f"{which} channel {channel:#x} -> "
                 f"{abi.PREEMPTION_MODE_COMPUTE.get(value, str(value))}",
                 group.subdevice,
                 abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE,
@@ -349,6 +352,23 @@ LEVERS: tuple[Lever, ...] = (
             *set_timeslices(lab, o, TINY_US, ONLINE_US),
         ],
         lambda lab, o: [*_compute_preemption(lab, o, None), *restore_timeslices(lab, o)],
+    ),
+    Lever(
+        # FECS shows an online request next to a trainer waiting ~0.1 ms for its own context's
+        # restore, under every lever (docs/levers.md, thirtieth session): the larger half of the
+        # switch. The online context is saved idle, but libcuda makes it CILP-preemptible.
+        # Whether a context that may only be preempted at idle restores faster is FECS's and
+        # GSP's business (closed), so it is measured: WFI on the online stream's compute
+        # channels, with the engine's pair.
+        "online-wfi+timeslice-1us-8ms",
+        "setting",
+        f"GR_SET_CTXSW_PREEMPTION_MODE WFI on the online stream's compute channels, and trainer "
+        f"{TINY_US} µs / online {ONLINE_US} µs",
+        lambda lab, o: [
+            *_compute_preemption(lab, o, abi.PREEMPTION_MODE_WFI, "online"),
+            *set_timeslices(lab, o, TINY_US, ONLINE_US),
+        ],
+        lambda lab, o: [*_compute_preemption(lab, o, None, "online"), *restore_timeslices(lab, o)],
     ),
     Lever(
         "interleaved",

@@ -92,6 +92,7 @@ class FakeRm:
         self.calls: list[tuple[int, int, dict[str, int]]] = []
         self.timeslice: dict[tuple[int, int], int] = {}
         self.cilp: dict[tuple[int, int], int] = {}
+        self.modes_set: list[tuple[int, int, int]] = []  # (client, channel, mode)
         self.refuse = refuse or set()
         self.lock = threading.Lock()
         self.disabled: set[int] = set()  # channels FIFO_DISABLE_CHANNELS left disabled
@@ -118,6 +119,7 @@ class FakeRm:
                 answer["cilpPreemptMode"] = self.cilp.get((client, fields["hChannel"]), 2)
             elif cmd == abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE:
                 self.cilp[(client, fields["hChannel"])] = fields["cilpPreemptMode"]
+                self.modes_set.append((client, fields["hChannel"], fields["cilpPreemptMode"]))
             elif cmd == abi.NVA06F_CTRL_CMD_GET_INTERLEAVE_LEVEL:
                 answer["channelInterleaveLevel"] = 1
             elif cmd == abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS:
@@ -240,6 +242,11 @@ def test_a_run_measures_every_lever_undoes_each_and_stops_its_workloads(
         if c == abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE
     ]  # fmt: skip
     assert 1 in modes_sent and 2 in modes_sent  # cta+timeslice-1us-8ms, cilp+timeslice
+    # WFI went to the online stream's compute channels (online-wfi+timeslice-1us-8ms), CTA to
+    # the trainer's: two other clients.
+    wfi = {client for client, _, mode in rm.modes_set if mode == 0}
+    cta = {client for client, _, mode in rm.modes_set if mode == 1}
+    assert wfi and cta and not wfi & cta
     # Per-request levers sent their control at (nearly) every request of their phase.
     by_lever = {phase["lever"]: phase for phase in report["phases"]}
     restarts = by_lever["realtime+restart"]["calls"]["NVA06F_CTRL_CMD_RESTART_RUNLIST"]
