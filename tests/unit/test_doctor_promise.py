@@ -244,6 +244,12 @@ def test_a_short_phase_marks_its_p99_as_indicative() -> None:
             "no lever RM accepted met it here (the nearest: timeslice-1us-8ms, 1.35 x solo's "
             "0.55 ms)",
         ),
+        # An H100 with every lever (call 28B, 4 s phases): the p50 target missed by all of them.
+        (
+            "2026-12-02-doctor-h100-call28B",
+            {"p99": True, "p50": False, "trainer": True, "native": True, "mps": True},
+            "no lever RM accepted met it here (the nearest: timeslice-1us, 1.28 x solo's 0.80 ms)",
+        ),
         # H100 (call 13A): solo's p99 2.89 ms against a p50 of 0.62, not divided by.
         (
             "2026-11-27-doctor-mps-8192-h100-call13A",
