@@ -8,7 +8,9 @@ layouts are NVIDIA's (qpolicy/nvrm/abi.py cites where); what GSP does with them 
 measures.
 
 A *setting* is made once and left for the GPU to enforce; a *per-request* lever sends a control
-before (and after) each online request, which costs a GSP round trip every time.
+before (and after) each online request, which costs a GSP round trip every time. An *experiment*
+is measured and shown like a setting but never recommended: it asks a question of the GPU that
+the enforcers do not act on.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ Apply = Callable[[Lab, Objects], list[Call]]
 @dataclass(frozen=True, slots=True)
 class Lever:
     name: str
-    kind: str  # baseline, setting, per-request
+    kind: str  # baseline, setting, per-request, experiment
     description: str
     apply: Apply = lambda lab, objects: []
     undo: Apply = lambda lab, objects: []
@@ -359,9 +361,10 @@ LEVERS: tuple[Lever, ...] = (
         # switch. The online context is saved idle, but libcuda makes it CILP-preemptible.
         # Whether a context that may only be preempted at idle restores faster is FECS's and
         # GSP's business (closed), so it is measured: WFI on the online stream's compute
-        # channels, with the engine's pair.
+        # channels, with the engine's pair. On an H200 it changed nothing (restore 96 against
+        # 97 µs, call 31B: docs/levers.md), and the enforcers do not set it: an experiment.
         "online-wfi+timeslice-1us-8ms",
-        "setting",
+        "experiment",
         f"GR_SET_CTXSW_PREEMPTION_MODE WFI on the online stream's compute channels, and trainer "
         f"{TINY_US} µs / online {ONLINE_US} µs",
         lambda lab, o: [

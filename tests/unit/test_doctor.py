@@ -355,6 +355,11 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
     rows = {x.split(" | ")[0]: x for x in table(run) if x.startswith("| ")}
     assert rows["| timeslice-1us-8ms"].endswith("| 1509 (97 / 100), 289, 220 |")
     assert rows["| native"].endswith("| 1508 (97 / 105), 289, 1158 |")
+    # Call 31B: WFI on the online stream's channels left its restore where it was.
+    run = json.loads((results / "2026-12-03-doctor-online-wfi-8192-h200-call31B.json").read_text())
+    rows = {x.split(" | ")[0]: x for x in table(run) if x.startswith("| ")}
+    assert rows["| timeslice-1us-8ms"].endswith("| 1510 (97 / 99), 288, 206 |")
+    assert rows["| online-wfi+timeslice-1us-8ms"].endswith("| 1518 (96 / 99), 285, 196 |")
 
     # A read whose ioctl fails leaves the phase without its FECS part; the run goes on.
     class Broken(FakeTrace):
@@ -649,6 +654,11 @@ def test_a_short_kernel_run_checks_its_preemption_lever_next_to_the_long_trainer
         # request's launch call timed (call 31A).
         ("2026-12-03-doctor-promise-8192-h200-call31A", "timeslice-1us-8ms"),
         ("2026-12-03-doctor-promise-2048-h200-call31A", "timeslice-1us-8ms"),
+        # WFI on the online stream's channels (call 31B): its restore unchanged (96 against 97
+        # µs), within 5 % of the pair next to the 8192 trainer; next to the 2048 one nothing
+        # beat native's p99 by 10 %.
+        ("2026-12-03-doctor-online-wfi-8192-h200-call31B", "timeslice-1us-8ms"),
+        ("2026-12-03-doctor-online-wfi-2048-h200-call31B", None),
     ],
 )
 def test_the_recorded_doctor_runs_recommend_what_was_nearest_solo(
@@ -780,6 +790,16 @@ def test_the_comparison_is_never_recommended() -> None:
     lever = timed("timeslice-1us-8ms", p50=0.73, p99=0.85)
     assert recommend([native, mps, lever])["lever"] == "timeslice-1us-8ms"
     assert recommend([native, mps])["lever"] is None
+
+
+def test_an_experiment_is_measured_and_never_recommended() -> None:
+    native = {**phase("native", "baseline", 2.8, 100.0), "online": {"p50_ms": 1.7, "p99_ms": 2.8}}
+    experiment = next(lever for lever in LEVERS if lever.kind == "experiment")
+    assert experiment.name == "online-wfi+timeslice-1us-8ms"
+    faster = timed(experiment.name, p50=0.40, p99=0.50, kind="experiment")
+    lever = timed("timeslice-1us-8ms", p50=0.73, p99=0.85)
+    assert recommend([native, faster, lever])["lever"] == "timeslice-1us-8ms"
+    assert recommend([native, faster])["lever"] is None
 
 
 def test_server_pids_are_the_mps_processes_of_one_pipe_directory(tmp_path: Path) -> None:

@@ -158,8 +158,11 @@ def test_every_timeslice_lever_of_the_doctor_has_its_pair_here() -> None:
 
     # cta+timeslice-1us-8ms also sets a preemption mode, which the strategy carries too;
     # cilp+timeslice sets the one the channels already have (CILP on both GPUs), so its pair is
-    # all it changes.
-    timeslices = {lever.name for lever in LEVERS if "timeslice" in lever.name}
+    # all it changes. An experiment (online-wfi+timeslice-1us-8ms) is never recommended.
+    timeslices = {
+        lever.name for lever in LEVERS if "timeslice" in lever.name and lever.kind != "experiment"
+    }
+    assert "online-wfi+timeslice-1us-8ms" not in timeslices
     assert set(PREEMPTION_LEVERS) == {"cta+timeslice-1us-8ms"} <= timeslices
     assert timeslices == set(TIMESLICE_LEVERS)
 
