@@ -93,6 +93,7 @@ def render(doc: dict[str, Any]) -> None:
                 f"GPU {escape(str(gpu))}: pod {escape(str(pod))} has "
                 f"{escape(str(contexts))} CUDA contexts here"
             )
+        print_promise(gpu, view)
         modes = view.get("preemption_modes") if isinstance(view, dict) else None
         if isinstance(modes, dict) and modes:
             # The doctor's CTA strategy (enforcers/rm/preemption.py): it changes how offline
@@ -106,6 +107,24 @@ def render(doc: dict[str, Any]) -> None:
     lost = doc.get("probe_lost_events")
     if lost:
         console.print(f"[yellow]the probe lost {lost} events[/yellow]", soft_wrap=True)
+
+
+def print_promise(gpu: object, view: object) -> None:
+    """What the doctor's result for the GPU says qpolicy can promise online work there, target
+    by target (enforcers/strategy.py carries it from the cache)."""
+    strategy = view.get("online_strategy") if isinstance(view, dict) else None
+    if not isinstance(strategy, dict):
+        return
+    promise = strategy.get("promise")
+    if not isinstance(promise, list) or not promise:
+        return
+    console.print(
+        f"GPU {escape(str(gpu))}: what qpolicy can promise online work here "
+        f"({escape(str(strategy.get('source')))}):",
+        soft_wrap=True,
+    )
+    for line in promise:
+        console.print(f"  {escape(str(line))}", soft_wrap=True)
 
 
 def print_unseen(backend: dict[str, Any]) -> None:

@@ -33,7 +33,12 @@ from qpolicy.doctor.report import (
     TRAINER_FLOOR,
     refused,
 )
-from qpolicy.enforcers.strategy import PREEMPTION_LEVERS, TIMESLICE_LEVERS, from_doctor
+from qpolicy.enforcers.strategy import (
+    PREEMPTION_LEVERS,
+    TIMESLICE_LEVERS,
+    from_doctor,
+    promise_lines,
+)
 
 # A solo baseline whose p99 is more than this times its p50 is too noisy to divide by (as
 # `make bench-gpu` judges its rows: tools/bench/gpu.py).
@@ -261,10 +266,6 @@ def _switch(phase: dict[str, Any], solo: dict[str, Any], allowance_ms: float) ->
     return text
 
 
-def _verdict(met: bool | None) -> str:
-    return {True: "met", False: "MISSED", None: "not judged"}[met]
-
-
 def lines(result: dict[str, Any] | None) -> list[str]:
     """The promise as the doctor prints it under its table."""
     if not result:
@@ -281,9 +282,6 @@ def lines(result: dict[str, Any] | None) -> list[str]:
         f"what qpolicy can promise online work here, from this run ({result['lever']}, "
         f"{result['how']}; {result['requests']} requests a phase{indicative}):",
     ]
-    for target in result["targets"]:
-        measured = target["measured"]
-        verdict = "" if measured.startswith("not ") else f": {_verdict(target['met'])}"
-        out.append(f"- {target['text']}: {measured}{verdict}")
+    out += [f"- {line}" for line in promise_lines({"promise": result})]
     out += [f"- {line}" for line in result.get("evidence", [])]
     return out

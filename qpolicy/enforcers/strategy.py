@@ -81,6 +81,9 @@ class OnlineStrategy:
     #: The compute preemption mode offline pods' contexts are given (CTA), or None to leave the
     #: one they have (CILP, as libcuda sets it).
     offline_preemption: int | None = None
+    #: What the doctor's result says qpolicy can promise online work on the GPU, one line per
+    #: online target (qpolicy.doctor.promise), for ``qpolicy status``; () without one.
+    promise: tuple[str, ...] = ()
 
     @property
     def is_default(self) -> bool:
@@ -117,6 +120,7 @@ class OnlineStrategy:
                 else PREEMPTION_MODES[self.offline_preemption]
             ),
             "source": self.source,
+            "promise": list(self.promise),
         }
 
 
@@ -125,11 +129,39 @@ DEFAULT = OnlineStrategy()
 
 def from_doctor(report: Any) -> OnlineStrategy:
     """The strategy a doctor result recommends; the default where it recommends nothing usable.
+    It carries the result's promise (``promise_lines``).
 
     Never raises: the cache is read at run time, and a damaged one must not stop the daemon.
     """
     if not isinstance(report, dict):
         return DEFAULT
+    return dataclasses.replace(_recommended(report), promise=promise_lines(report))
+
+
+_VERDICTS = {True: "met", False: "MISSED", None: "not judged"}
+
+
+def promise_lines(report: dict[str, Any]) -> tuple[str, ...]:
+    """The doctor's promise in ``report`` as one line per online target ("online p99 <= 1.5 x
+    solo's: 1.00 ms, 1.17 x solo's 0.86: met"); () where there is none or it is damaged (the
+    doctor writes it: qpolicy.doctor.promise)."""
+    promise = report.get("promise")
+    targets = promise.get("targets") if isinstance(promise, dict) else None
+    if not isinstance(targets, list):
+        return ()
+    lines = []
+    for target in targets:
+        if not isinstance(target, dict):
+            continue
+        text, measured, met = target.get("text"), target.get("measured"), target.get("met")
+        if not isinstance(text, str) or not isinstance(measured, str) or met not in _VERDICTS:
+            continue
+        verdict = "" if measured.startswith("not ") else f": {_VERDICTS[met]}"
+        lines.append(f"{text}: {measured}{verdict}")
+    return tuple(lines)
+
+
+def _recommended(report: dict[str, Any]) -> OnlineStrategy:
     recommendation = report.get("recommendation")
     lever = recommendation.get("lever") if isinstance(recommendation, dict) else None
     date = report.get("date", "an unknown date")

@@ -783,6 +783,39 @@ def test_status_says_which_pods_the_cta_strategy_set(capsys: pytest.CaptureFixtu
     assert "GPU 1" not in out
 
 
+def test_status_says_what_the_doctor_promises_online_work_on_each_gpu(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The daemon's strategy carries the doctor's promise from its cache; the text status says
+    it per GPU, and nothing where no doctor result has one."""
+    from qpolicy.cli import daemonstatus
+    from qpolicy.doctor.promise import promise
+    from qpolicy.enforcers.strategy import DEFAULT, strategy_for
+
+    results = Path(__file__).parents[2] / "tools" / "gpu" / "results"
+    report = json.loads((results / "2026-12-03-doctor-promise-8192-h200-call31A.json").read_text())
+    report["promise"] = promise(report["phases"], report["recommendation"])
+    (tmp_path / "doctor-gpu0.json").write_text(json.dumps(report))
+    gpus = {
+        "0": {"online_strategy": strategy_for(tmp_path, 0).describe()},
+        "1": {"online_strategy": DEFAULT.describe()},
+    }
+    daemonstatus.render({"pid": 7, "enforcer": "rm", "sources": {}, "backend": {"gpus": gpus}})
+    out = capsys.readouterr().out
+    assert (
+        "GPU 0: what qpolicy can promise online work here (qpolicy doctor of 2026-12-03 06:48 "
+        "UTC: timeslice-1us-8ms):\n"
+        "  online p99 <= 1.5 x solo's: 1.00 ms, 1.17 x solo's 0.86: met\n"
+        "  online p50 <= 1.2 x solo's: 0.78 ms, 1.47 x solo's 0.53: MISSED\n"
+    ) in out
+    assert "better than MPS at p50 and p99: 0.78 / 1.00 against 1.35 / 2.29 ms: met" in out
+    assert "GPU 1" not in out
+    # A damaged promise in the cache is no promise, and no exception.
+    report["promise"] = {"targets": [{"text": 3}, "x"]}
+    (tmp_path / "doctor-gpu0.json").write_text(json.dumps(report))
+    assert strategy_for(tmp_path, 0).promise == ()
+
+
 def test_status_says_what_the_daemon_took_over_from_the_one_before_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
