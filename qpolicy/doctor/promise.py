@@ -159,7 +159,8 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
         keeps = trainer / base_trainer
         targets.append(_target("trainer", text, f"{keeps:.0%}", keeps >= TRAINER_FLOOR))
     else:
-        targets.append(_target("trainer", text, "not judged: a trainer reported nothing", None))
+        why = "a trainer reported nothing" if native is not None else "no native baseline"
+        targets.append(_target("trainer", text, f"not judged: {why}", None))
 
     # Better than the alternatives at both percentiles.
     for key, what, other in (

@@ -137,6 +137,12 @@ def test_what_cannot_be_judged_is_said_not_counted() -> None:
     )
     assert set(targets(result).values()) == {None, True}
     assert targets(result)["mps"] is None and targets(result)["trainer"] is None
+    measured = {t["target"]: t["measured"] for t in result["targets"]}
+    assert measured["trainer"] == "not judged: a trainer reported nothing"
+    result = promise([SOLO, phase(PAIR, "setting", 0.58, 1.1)], {"lever": PAIR})
+    assert {t["target"]: t["measured"] for t in result["targets"]}["trainer"] == (
+        "not judged: no native baseline"
+    )
     # A miss outweighs what was not judged.
     result = promise([noisy, NATIVE, phase(PAIR, "setting", 2.0, 3.0)], {"lever": PAIR})
     assert result["met"] is False
