@@ -103,7 +103,7 @@ def doctor(
     --show prints the kept result again without measuring.
     """
     if show:
-        _print(_kept(parse_gpu(gpu)), as_json)
+        _show(parse_gpu(gpu), as_json)
         return
     known = {lever.name for lever in LEVERS}
     chosen = tuple(known) if levers is None else tuple(x.strip() for x in levers.split(","))
@@ -132,9 +132,10 @@ def doctor(
     _print(report, as_json)
 
 
-def _kept(gpu: int) -> dict[str, Any]:
+def _show(gpu: int, as_json: bool) -> None:
     """The GPU's cached result; a result of before the promise gets it from its own phases and
-    the recommendation the daemon reads."""
+    the recommendation the daemon reads. Rendered before anything is printed, so that a damaged
+    result is one error line."""
     state_dir = default_state_dir()
     report = read_cache(state_dir, gpu)
     if report is None:
@@ -144,18 +145,21 @@ def _kept(gpu: int) -> dict[str, Any]:
     try:
         if "promise" not in report:
             report["promise"] = promise.promise(report["phases"], report["recommendation"])
-        table(report)
+        text = _text(report)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise QPolicyError(
             f"the doctor result kept for GPU {gpu} in {state_dir} is not readable "
             f"({type(error).__name__}: {error}): run `qpolicy doctor --gpu {gpu}` again"
         ) from None
-    return report
+    _print(report, as_json, text)
 
 
-def _print(report: dict[str, Any], as_json: bool) -> None:
+def _text(report: dict[str, Any]) -> str:
+    return "\n".join(table(report) + promise.lines(report.get("promise"))) + "\n"
+
+
+def _print(report: dict[str, Any], as_json: bool, text: str | None = None) -> None:
     if as_json:
         print_json(report)
     else:
-        lines = table(report) + promise.lines(report.get("promise"))
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write(_text(report) if text is None else text)

@@ -24,10 +24,11 @@ the result says; `make bench-gpu` measures 3 000 and more.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from qpolicy.doctor.report import (
     DEFAULT_LEVERS,
+    LEVER_KINDS,
     P50_BOUND,
     P99_BOUND,
     TRAINER_FLOOR,
@@ -45,7 +46,6 @@ from qpolicy.enforcers.strategy import (
 UNSTABLE_SOLO = 2.0
 # Fewer requests than this make a p99 of a handful of samples: the result says it is indicative.
 P99_REQUESTS = 1000
-LEVER_KINDS = ("setting", "per-request")
 
 
 def daemon_lever(
@@ -83,7 +83,8 @@ def daemon_lever(
     return name, how
 
 
-def _usable(phase: dict[str, Any] | None) -> bool:
+def _usable(phase: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
+    """Whether ``phase`` is there, did not fail and measured both percentiles."""
     return (
         phase is not None
         and not phase.get("error")
@@ -103,7 +104,7 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
     levers = {p["lever"]: p for p in phases if p["kind"] in LEVER_KINDS}
     name, how = daemon_lever(levers, recommendation)
     phase = levers.get(name) if name is not None else None
-    if phase is None or not _usable(phase):
+    if not _usable(phase):
         return {
             "lever": name,
             "met": None,
@@ -121,8 +122,7 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
     evidence: list[str] = []
 
     # Against solo.
-    solo_ok = _usable(solo)
-    if solo_ok and solo is not None:
+    if _usable(solo):
         s50, s99 = float(solo["online"]["p50_ms"]), float(solo["online"]["p99_ms"])
         if s99 > UNSTABLE_SOLO * s50:
             why = f"not judged: solo unstable (p99 {s99:.2f} > {UNSTABLE_SOLO:g} x p50 {s50:.2f})"
@@ -168,7 +168,7 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
         ("mps", "MPS", by_name.get("mps")),
     ):
         text = f"better than {what} at p50 and p99"
-        if _usable(other) and other is not None:
+        if _usable(other):
             o50, o99 = float(other["online"]["p50_ms"]), float(other["online"]["p99_ms"])
             measured = f"{p50:.2f} / {p99:.2f} against {o50:.2f} / {o99:.2f} ms"
             targets.append(_target(key, text, measured, p50 < o50 and p99 < o99))
@@ -220,8 +220,9 @@ def _why_missed(
         ]
     else:
         lines = [f"the {key} target: no other lever was measured"]
-    switch = _switch(phase, solo, (bound - 1) * base)
-    if switch and key == "p50":
+    # The switch is what the p50 waits for; the p99 has the trainer's tail besides.
+    switch = _switch(phase, solo, (bound - 1) * base) if key == "p50" else None
+    if switch:
         lines.append(f"the p50 target, on the GPU's log of its switches ({name}): {switch}")
     return lines
 

@@ -68,6 +68,9 @@ LONG_TRAINER_N = 8192
 # The phases a short-kernel run adds for a compute preemption lever: the same lever, and the
 # engine's pair, next to the long-kernel trainer. Never candidates themselves.
 CHECK = "check"
+# The kinds of phase a recommendation is chosen from (levers.py): not the baselines, the MPS
+# comparison, experiments or the long-kernel checks.
+LEVER_KINDS = ("setting", "per-request")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -152,7 +155,7 @@ def recommend(phases: Sequence[dict[str, Any]], trainer_n: int = LONG_TRAINER_N)
     candidates = []
     held_back: list[str] = []
     for phase in phases:
-        if phase["kind"] not in ("setting", "per-request") or phase.get("error"):
+        if phase["kind"] not in LEVER_KINDS or phase.get("error"):
             continue
         if phase["lever"] in PREEMPTION_LEVERS and trainer_n < LONG_TRAINER_N:
             # Said whether or not it would have qualified: the operator learns what it does.
