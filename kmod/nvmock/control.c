@@ -221,20 +221,39 @@ static u32 channel_stop(const struct nvmock_caller *caller, struct nvmock_object
 }
 
 /*
+ * The context a GR preemption control names: hChannel, a channel or a TSG of the caller's client
+ * on the subdevice's GPU; a channel's is its TSG's (a GR context is a TSG's).
+ */
+static struct nvmock_tsg *gr_context(struct nvmock_object *subdevice, u32 hchannel)
+{
+	struct nvmock_object *target = nvmock_object_get(subdevice->client, hchannel);
+
+	if (!target || target->gpu != subdevice->gpu)
+		return NULL;
+	if (target->kind == NVMOCK_TSG)
+		return target->tsg;
+	if (target->kind == NVMOCK_CHANNEL)
+		return target->channel->tsg;
+	return NULL;
+}
+
+/*
  * GR_SET_CTXSW_PREEMPTION_MODE: ROUTE_TO_PHYSICAL, no access right. What is known of GSP's
  * answer: CUDA sends it once while it sets up a context, CILP for compute on its TSG's handle,
- * and the H200 answered NV_OK (qpolicy/nvrm/data/h200-pytorch-matmul.jsonl.gz). nvmock takes a
- * channel or TSG of the client on this GPU and modes in the ranges of ctrl2080gr.h; the rest of
- * GSP's checks are unknown. Preemption is not simulated: the engine runs a slice to its end.
+ * and the H200 answered NV_OK (qpolicy/nvrm/data/h200-pytorch-matmul.jsonl.gz); the doctor's
+ * CTA on each compute channel of a trainer answered NV_OK and turned the trainer's saves from
+ * CILP to CTA (1 190 of 1 224, docs/levers.md). nvmock takes a channel or TSG of the client on
+ * this GPU and modes in the ranges of ctrl2080gr.h, and keeps the compute mode for
+ * GR_GET_CTXSW_MODES; the rest of GSP's checks are unknown. Preemption is not simulated: the
+ * engine runs a slice to its end, whatever the mode.
  */
 static u32 subdevice_set_ctxsw_preemption(const struct nvmock_caller *caller,
 					  struct nvmock_object *obj, void *params)
 {
 	const struct nv2080_ctxsw_preemption_mode_params *p = params;
-	struct nvmock_object *target = nvmock_object_get(obj->client, p->hChannel);
+	struct nvmock_tsg *tsg = gr_context(obj, p->hChannel);
 
-	if (!target || (target->kind != NVMOCK_CHANNEL && target->kind != NVMOCK_TSG) ||
-	    target->gpu != obj->gpu)
+	if (!tsg)
 		return NV_ERR_INVALID_OBJECT_HANDLE;
 	if ((p->flags & NV2080_CTXSW_PREEMPTION_FLAG_CILP) &&
 	    p->cilpPreemptMode > NV2080_CTXSW_PREEMPTION_COMPUTE_CILP)
@@ -242,6 +261,34 @@ static u32 subdevice_set_ctxsw_preemption(const struct nvmock_caller *caller,
 	if ((p->flags & NV2080_CTXSW_PREEMPTION_FLAG_GFXP) &&
 	    p->gfxpPreemptMode > NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL)
 		return NV_ERR_INVALID_ARGUMENT;
+	if (p->flags & NV2080_CTXSW_PREEMPTION_FLAG_CILP)
+		WRITE_ONCE(tsg->compute_preemption, p->cilpPreemptMode);
+	return NV_OK;
+}
+
+/*
+ * GR_GET_CTXSW_MODES (ctrl2080gr.h; g_subdevice_nvoc.c: flags 0x48, NON_PRIVILEGED |
+ * ROUTE_TO_PHYSICAL, no access right: GSP answers, its code closed). The header: hChannel names
+ * the channel whose modes are read. Measured on an H100 and an H200 (the doctor's reads of the
+ * trainer's and the online stream's compute channels, before any lever; docs/levers.md): NV_OK
+ * and CILP on every channel. A read before CUDA's own set, or after another mode was set, is not
+ * measured. nvmock answers the compute mode last set on the context (CILP until then) and 0 for
+ * the zcull, PM, SMPC and graphics modes, which it does not model; like the set it takes a TSG's
+ * handle too, which is not measured for the read.
+ */
+static u32 subdevice_get_ctxsw_modes(const struct nvmock_caller *caller,
+				     struct nvmock_object *obj, void *params)
+{
+	struct nv2080_ctxsw_modes_params *p = params;
+	struct nvmock_tsg *tsg = gr_context(obj, p->hChannel);
+
+	if (!tsg)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	p->zcullMode = 0;
+	p->pmMode = 0;
+	p->smpcMode = 0;
+	p->cilpPreemptMode = READ_ONCE(tsg->compute_preemption);
+	p->gfxpPreemptMode = 0;
 	return NV_OK;
 }
 
@@ -567,6 +614,8 @@ static const struct control_desc control_table[] = {
 	  sizeof(struct nv2080_ctxsw_preemption_mode_params), subdevice_set_ctxsw_preemption },
 	{ NV2080_CTRL_CMD_GR_GET_CTXSW_STATS, NVMOCK_SUBDEVICE,
 	  sizeof(struct nv2080_ctxsw_stats_params), subdevice_get_ctxsw_stats },
+	{ NV2080_CTRL_CMD_GR_GET_CTXSW_MODES, NVMOCK_SUBDEVICE,
+	  sizeof(struct nv2080_ctxsw_modes_params), subdevice_get_ctxsw_modes },
 	{ NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO, NVMOCK_CLIENT,
 	  sizeof(struct nv0000_handle_info_params), client_get_handle_info },
 	{ NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES, NVMOCK_CLIENT,

@@ -130,9 +130,9 @@ static int tsgs_show(struct seq_file *m, void *unused)
 
 		list_for_each_entry(ch, &tsg->channels, tsg_node)
 			channels++;
-		seq_printf(m, "%u pid %d timeslice_us %llu interleave %u gpu_ns %llu channels %d\n",
+		seq_printf(m, "%u pid %d timeslice_us %llu interleave %u gpu_ns %llu channels %d compute_preemption %u\n",
 			   tsg->id, tsg->tgid, tsg->timeslice_us, tsg->interleave, tsg->gpu_ns,
-			   channels);
+			   channels, tsg->compute_preemption);
 	}
 	spin_unlock(&engine->lock);
 	return 0;

@@ -77,6 +77,7 @@ struct nvmock_tsg {
 	pid_t tgid;
 	u64 timeslice_us;
 	u32 interleave;
+	u32 compute_preemption;	/* its context's: NV2080_CTXSW_PREEMPTION_COMPUTE_* (control.c) */
 	bool gone;
 	u64 gpu_ns;
 	s64 overrun_ns;		/* how far its last slice ran past the timeslice */

@@ -193,6 +193,8 @@ static struct nvmock_tsg *tsg_create(struct nvmock_gpu *gpu, pid_t tgid)
 	tsg->id = id;
 	tsg->tgid = tgid;
 	tsg->timeslice_us = NVRM_DEFAULT_TIMESLICE_US;
+	/* What the GPUs answered for every context read (subdevice_get_ctxsw_modes()). */
+	tsg->compute_preemption = NV2080_CTXSW_PREEMPTION_COMPUTE_CILP;
 	INIT_LIST_HEAD(&tsg->channels);
 	nvmock_engine_add_tsg(tsg);
 	return tsg;

@@ -133,6 +133,7 @@
 #define NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY	0x20801115u
 #define NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE	0x20801210u
 #define NV2080_CTRL_CMD_GR_GET_CTXSW_STATS	0x20801215u
+#define NV2080_CTRL_CMD_GR_GET_CTXSW_MODES	0x20801235u
 
 #define NVA06C_INTERLEAVE_LEVEL_HIGH		2
 #define NV2080_DISABLE_CHANNELS_MAX		64
@@ -453,6 +454,8 @@ struct nv2080_ctxsw_preemption_mode_params {
 /* Its flags say which of the two modes the call sets; compute modes WFI, CTA, CILP. */
 #define NV2080_CTXSW_PREEMPTION_FLAG_CILP	0x1
 #define NV2080_CTXSW_PREEMPTION_FLAG_GFXP	0x2
+#define NV2080_CTXSW_PREEMPTION_COMPUTE_WFI	0
+#define NV2080_CTXSW_PREEMPTION_COMPUTE_CTA	1
 #define NV2080_CTXSW_PREEMPTION_COMPUTE_CILP	2
 #define NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL	2
 
@@ -472,6 +475,19 @@ struct nv2080_ctxsw_stats_params {
 };
 
 #define NV2080_CTXSW_STATS_FLAG_RESET	0x1
+
+/*
+ * NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS: the context switch modes of hChannel's context, its
+ * compute preemption mode among them (the NV2080_CTXSW_PREEMPTION_COMPUTE_* values).
+ */
+struct nv2080_ctxsw_modes_params {
+	__u32 hChannel;
+	__u32 zcullMode;
+	__u32 pmMode;
+	__u32 smpcMode;
+	__u32 cilpPreemptMode;
+	__u32 gfxpPreemptMode;
+};
 
 struct nvc36f_work_submit_token_params {
 	__u32 workSubmitToken;

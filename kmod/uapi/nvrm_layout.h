@@ -1164,6 +1164,32 @@ _Static_assert(offsetof(struct nv2080_ctxsw_stats_params, gfxpSaveCnt) == 28,
 	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS, gfxpSaveCnt)");
 _Static_assert(sizeof_field(struct nv2080_ctxsw_stats_params, gfxpSaveCnt) == 4,
 	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_STATS_PARAMS *)0)->gfxpSaveCnt)");
+_Static_assert(sizeof(struct nv2080_ctxsw_modes_params) == 24,
+	       "sizeof(NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS)");
+_Static_assert(offsetof(struct nv2080_ctxsw_modes_params, hChannel) == 0,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS, hChannel)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_modes_params, hChannel) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS *)0)->hChannel)");
+_Static_assert(offsetof(struct nv2080_ctxsw_modes_params, zcullMode) == 4,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS, zcullMode)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_modes_params, zcullMode) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS *)0)->zcullMode)");
+_Static_assert(offsetof(struct nv2080_ctxsw_modes_params, pmMode) == 8,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS, pmMode)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_modes_params, pmMode) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS *)0)->pmMode)");
+_Static_assert(offsetof(struct nv2080_ctxsw_modes_params, smpcMode) == 12,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS, smpcMode)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_modes_params, smpcMode) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS *)0)->smpcMode)");
+_Static_assert(offsetof(struct nv2080_ctxsw_modes_params, cilpPreemptMode) == 16,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS, cilpPreemptMode)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_modes_params, cilpPreemptMode) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS *)0)->cilpPreemptMode)");
+_Static_assert(offsetof(struct nv2080_ctxsw_modes_params, gfxpPreemptMode) == 20,
+	       "offsetof(NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS, gfxpPreemptMode)");
+_Static_assert(sizeof_field(struct nv2080_ctxsw_modes_params, gfxpPreemptMode) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTXSW_MODES_PARAMS *)0)->gfxpPreemptMode)");
 _Static_assert(sizeof(struct nvc36f_work_submit_token_params) == 4,
 	       "sizeof(NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS)");
 _Static_assert(offsetof(struct nvc36f_work_submit_token_params, workSubmitToken) == 0,
@@ -1309,6 +1335,8 @@ _Static_assert(NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE == 545264144,
 	       "NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE");
 _Static_assert(NV2080_CTRL_CMD_GR_GET_CTXSW_STATS == 545264149,
 	       "NV2080_CTRL_CMD_GR_GET_CTXSW_STATS");
+_Static_assert(NV2080_CTRL_CMD_GR_GET_CTXSW_MODES == 545264181,
+	       "NV2080_CTRL_CMD_GR_GET_CTXSW_MODES");
 _Static_assert(NVA06C_INTERLEAVE_LEVEL_HIGH == 2, "NVA06C_CTRL_INTERLEAVE_LEVEL_HIGH");
 _Static_assert(NV2080_DISABLE_CHANNELS_MAX == 64, "NV2080_CTRL_FIFO_DISABLE_CHANNELS_MAX_ENTRIES");
 _Static_assert(NVA06C_PREEMPT_MAX_TIMEOUT_US == 1000000,
@@ -1334,6 +1362,10 @@ _Static_assert(NV2080_CTXSW_PREEMPTION_FLAG_CILP == 1,
 	       "(1u << (0 ? NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_FLAGS_CILP))");
 _Static_assert(NV2080_CTXSW_PREEMPTION_FLAG_GFXP == 2,
 	       "(1u << (0 ? NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_FLAGS_GFXP))");
+_Static_assert(NV2080_CTXSW_PREEMPTION_COMPUTE_WFI == 0,
+	       "NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_COMPUTE_WFI");
+_Static_assert(NV2080_CTXSW_PREEMPTION_COMPUTE_CTA == 1,
+	       "NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_COMPUTE_CTA");
 _Static_assert(NV2080_CTXSW_PREEMPTION_COMPUTE_CILP == 2,
 	       "NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_COMPUTE_CILP");
 _Static_assert(NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL == 2,

@@ -77,6 +77,7 @@ STRUCTS: dict[str, abi.Layout] = {
         abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE
     ].params,
     "nv2080_ctxsw_stats_params": abi.CONTROLS[abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS].params,
+    "nv2080_ctxsw_modes_params": abi.CONTROLS[abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES].params,
 }
 
 # The TSG alloc params: the header spells out the trailing byte and its padding (24 bytes as
