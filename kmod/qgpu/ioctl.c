@@ -868,26 +868,33 @@ static bool memory_limited(u64 id)
  * CUDA also sends one GR_SET_CTXSW_PREEMPTION_MODE then: CILP for compute, on its TSG (the H200
  * trace, qpolicy/nvrm/data/h200-pytorch-matmul.jsonl.gz). CILP is the finest preemption there
  * is, so that request passes; any other mode (WFI or CTA, or a graphics mode) would let the
- * context run on longer once qgpu's slice is over, and is refused. Everything else in
+ * context run on longer once qgpu's slice is over, and is refused. A compute mode RM carried
+ * out becomes the context's own, which qgpu restores where it set CTA (timeslice.c), gated or
+ * not, and qgpu sets its CTA again after it. Everything else in
  * qgpu_scheduling_control() is refused: interleave levels, realtime TSGs, runlist restarts and
  * policies, stopping channels, preempting and disabling.
  */
 enum verdict { PASS, SWALLOW, REFUSE };
 
-static enum verdict preemption_verdict(const struct nvos54_params *p)
+/* A preemption request's parameters, read once; false where they cannot be. */
+static bool read_mode(const struct nvos54_params *p,
+		      struct nv2080_ctxsw_preemption_mode_params *mode)
 {
-	struct nv2080_ctxsw_preemption_mode_params mode;
+	return p->cmd == NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE &&
+	       p->paramsSize == sizeof(*mode) &&
+	       !copy_from_user(mode, u64_to_user_ptr(p->params), sizeof(*mode));
+}
 
-	if (p->paramsSize != sizeof(mode) ||
-	    copy_from_user(&mode, u64_to_user_ptr(p->params), sizeof(mode)))
-		return REFUSE;
-	if (mode.flags == NV2080_CTXSW_PREEMPTION_FLAG_CILP &&
-	    mode.cilpPreemptMode == NV2080_CTXSW_PREEMPTION_COMPUTE_CILP)
+static enum verdict preemption_verdict(const struct nv2080_ctxsw_preemption_mode_params *mode)
+{
+	if (mode && mode->flags == NV2080_CTXSW_PREEMPTION_FLAG_CILP &&
+	    mode->cilpPreemptMode == NV2080_CTXSW_PREEMPTION_COMPUTE_CILP)
 		return PASS;
 	return REFUSE;
 }
 
-static enum verdict tenant_verdict(const struct nvos54_params *p)
+static enum verdict tenant_verdict(const struct nvos54_params *p,
+				   const struct nv2080_ctxsw_preemption_mode_params *mode)
 {
 	u8 enable;
 
@@ -900,7 +907,7 @@ static enum verdict tenant_verdict(const struct nvos54_params *p)
 	case NVA06C_CTRL_CMD_SET_TIMESLICE:
 		return SWALLOW;
 	case NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE:
-		return preemption_verdict(p);
+		return preemption_verdict(mode);
 	default:
 		return REFUSE;
 	}
@@ -910,24 +917,50 @@ static enum verdict tenant_verdict(const struct nvos54_params *p)
  * A tenant's SET_TIMESLICE that RM carried out: the TSG's own from now on, and whatever qgpu had
  * set there is gone (a request sent just before its cgroup was configured can land after qgpu's).
  */
-static void timeslice_carried_out(struct file *file, void __user *uarg,
-				  const struct nvos54_params *p, u64 us, enum qgpu_reply reply,
-				  const struct nvos54_params *answered)
+static bool carried_out(void __user *uarg, enum qgpu_reply reply,
+			const struct nvos54_params *answered)
 {
 	u32 __user *ustatus = (u32 __user *)((u8 __user *)uarg +
 					     offsetof(struct nvos54_params, status));
-	bool tracked;
 	u32 status;
 
 	/* RM's status where the driver's copy was kept; else the caller's memory says. */
 	if (reply == QGPU_REPLY_RM)
 		status = answered->status;
 	else if (reply == QGPU_REPLY_NONE || get_user(status, ustatus))
-		return;
-	if (status != NV_OK)
+		return false;
+	return status == NV_OK;
+}
+
+static void timeslice_carried_out(struct file *file, void __user *uarg,
+				  const struct nvos54_params *p, u64 us, enum qgpu_reply reply,
+				  const struct nvos54_params *answered)
+{
+	bool tracked;
+
+	if (!carried_out(uarg, reply, answered))
 		return;
 	mutex_lock(&qgpu_lock);
 	tracked = qgpu_timeslice_tenant(file, p->hClient, p->hObject, us, true);
+	mutex_unlock(&qgpu_lock);
+	if (tracked)
+		qgpu_timeslice_kick();
+}
+
+/* A tenant's compute preemption mode that RM carried out: the context's own from now on. */
+static void mode_carried_out(struct file *file, void __user *uarg,
+			     const struct nvos54_params *p,
+			     const struct nv2080_ctxsw_preemption_mode_params *mode,
+			     enum qgpu_reply reply, const struct nvos54_params *answered)
+{
+	bool tracked;
+
+	if (!(mode->flags & NV2080_CTXSW_PREEMPTION_FLAG_CILP) ||
+	    !carried_out(uarg, reply, answered))
+		return;
+	mutex_lock(&qgpu_lock);
+	tracked = qgpu_timeslice_tenant_mode(file, p->hClient, mode->hChannel,
+					     mode->cilpPreemptMode);
 	mutex_unlock(&qgpu_lock);
 	if (tracked)
 		qgpu_timeslice_kick();
@@ -997,10 +1030,11 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 		       struct file *file, unsigned int cmd, unsigned long arg, void __user *uarg,
 		       u32 size)
 {
+	struct nv2080_ctxsw_preemption_mode_params mode;
 	struct nvos54_params p, answered;
 	enum qgpu_reply reply;
 	enum verdict verdict;
-	bool gated, checked, timeslice;
+	bool gated, checked, timeslice, preemption;
 	struct qgpu_cg *cg;
 	u64 id, us = 0;
 	long ret;
@@ -1029,11 +1063,15 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 	timeslice = p.cmd == NVA06C_CTRL_CMD_SET_TIMESLICE &&
 		    p.paramsSize == sizeof(struct nva06c_timeslice_params) &&
 		    !copy_from_user(&us, u64_to_user_ptr(p.params), sizeof(us));
-	verdict = gated ? tenant_verdict(&p) : PASS;
+	/* A compute preemption request's, likewise: its context's own once carried out. */
+	preemption = read_mode(&p, &mode);
+	verdict = gated ? tenant_verdict(&p, preemption ? &mode : NULL) : PASS;
 	if (verdict == PASS) {
 		ret = passed_as_read(orig, file, cmd, arg, &p, checked, &answered, &reply);
 		if (timeslice && !ret)
 			timeslice_carried_out(file, uarg, &p, us, reply, &answered);
+		if (preemption && !ret)
+			mode_carried_out(file, uarg, &p, &mode, reply, &answered);
 		return ret;
 	}
 	mutex_lock(&qgpu_lock);

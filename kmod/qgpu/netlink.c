@@ -57,6 +57,8 @@ static const struct nla_policy qgpu_policy[QGPU_A_MAX + 1] = {
 	[QGPU_A_MEM_USED ... QGPU_A_SWITCHES] = { .type = NLA_REJECT },
 	[QGPU_A_OFFLINE_TIMESLICE_US] = NLA_POLICY_FULL_RANGE(NLA_U32, &timeslice_range),
 	[QGPU_A_ONLINE_TIMESLICE_US] = NLA_POLICY_FULL_RANGE(NLA_U32, &timeslice_range),
+	[QGPU_A_OWN_TIMESLICES ... QGPU_A_TIMESLICE_PREEMPTED] = { .type = NLA_REJECT },
+	[QGPU_A_OFFLINE_PREEMPTION] = NLA_POLICY_MAX(NLA_U8, QGPU_PREEMPTION_CTA),
 };
 
 #define REAP_MS 100
@@ -87,6 +89,7 @@ static int gpu_set(struct sk_buff *skb, struct genl_info *info)
 	struct nlattr **a = info->attrs;
 	int policy = -1, period = -1;
 	s64 offline_us = -1, online_us = -1;
+	int preemption = -1;
 	u32 gpu;
 	int err;
 
@@ -94,9 +97,9 @@ static int gpu_set(struct sk_buff *skb, struct genl_info *info)
 	if (err)
 		return err;
 	if (!a[QGPU_A_POLICY] && !a[QGPU_A_PERIOD_US] && !a[QGPU_A_OFFLINE_TIMESLICE_US] &&
-	    !a[QGPU_A_ONLINE_TIMESLICE_US]) {
+	    !a[QGPU_A_ONLINE_TIMESLICE_US] && !a[QGPU_A_OFFLINE_PREEMPTION]) {
 		NL_SET_ERR_MSG_MOD(info->extack,
-				   "nothing to set: give a policy, a period or timeslices");
+				   "nothing to set: give a policy, a period, timeslices or a preemption");
 		return -EINVAL;
 	}
 	if (!qgpu_rmapi_available()) {
@@ -112,12 +115,17 @@ static int gpu_set(struct sk_buff *skb, struct genl_info *info)
 		offline_us = nla_get_u32(a[QGPU_A_OFFLINE_TIMESLICE_US]);
 	if (a[QGPU_A_ONLINE_TIMESLICE_US])
 		online_us = nla_get_u32(a[QGPU_A_ONLINE_TIMESLICE_US]);
+	if (a[QGPU_A_OFFLINE_PREEMPTION])
+		preemption = nla_get_u8(a[QGPU_A_OFFLINE_PREEMPTION]);
 	mutex_lock(&qgpu_lock);
 	/* The policy alone can be refused here; the timeslices were checked by the policy. */
 	if (policy >= 0 || period >= 0)
 		err = qgpu_sched_set_gpu(gpu, policy, period);
 	if (!err)
 		err = qgpu_timeslice_set(gpu, offline_us, online_us);
+	/* In range (the policy checked it): cannot fail once the rest is set. */
+	if (!err && preemption >= 0)
+		err = qgpu_timeslice_set_preemption(gpu, preemption);
 	mutex_unlock(&qgpu_lock);
 	if (err) {
 		NL_SET_ERR_MSG_MOD(info->extack,
@@ -125,7 +133,7 @@ static int gpu_set(struct sk_buff *skb, struct genl_info *info)
 		return err;
 	}
 	qgpu_sched_kick(gpu);
-	if (offline_us >= 0 || online_us >= 0)
+	if (offline_us >= 0 || online_us >= 0 || preemption >= 0)
 		qgpu_timeslice_kick();
 	return 0;
 }
@@ -390,7 +398,8 @@ static int gpu_dump(struct sk_buff *skb, struct netlink_callback *cb)
 		    nla_put_u32(skb, QGPU_A_OFFLINE_TIMESLICE_US,
 				view.timeslice_us[QGPU_CLASS_OFFLINE]) ||
 		    nla_put_u32(skb, QGPU_A_ONLINE_TIMESLICE_US,
-				view.timeslice_us[QGPU_CLASS_ONLINE])) {
+				view.timeslice_us[QGPU_CLASS_ONLINE]) ||
+		    nla_put_u8(skb, QGPU_A_OFFLINE_PREEMPTION, view.offline_preemption)) {
 			genlmsg_cancel(skb, hdr);
 			break;
 		}

@@ -132,8 +132,11 @@ struct qgpu_obj {
 	u64 ts_set;			/* what qgpu set and has not restored; 0: none */
 	bool ts_owed;			/* ts_own was asked for while gated, not carried out */
 	u32 ts_gen;			/* bumped when a tenant's request changed RM's value */
-	u8 ts_failures;			/* RM errors in a row */
+	u8 ts_failures;			/* RM errors in a row, of either setting */
 	unsigned long ts_retry;		/* jiffies: not before, after an error */
+	/* TSG: its context's compute preemption mode (timeslice.c), NV2080_..._COMPUTE_* + 1 */
+	u8 pm_own;			/* to restore; 0: not known yet */
+	u8 pm_set;			/* what qgpu set and has not restored; 0: none */
 };
 
 struct qgpu_client {
@@ -219,6 +222,8 @@ void qgpu_cg_config_changed(void);
 u64 qgpu_current_cgroup_id(void);
 struct qgpu_client *qgpu_client_find(u32 handle);
 struct qgpu_obj *qgpu_obj_find(struct qgpu_client *client, u32 handle);
+u32 qgpu_client_subdevice(const struct qgpu_client *client, int gpu);
+u32 qgpu_tsg_compute_channel(struct qgpu_client *client, const struct qgpu_obj *tsg);
 struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hclient,
 				  u32 hparent, u32 hnew, u32 hclass, u32 device_index);
 void qgpu_track_free(u32 hclient, u32 hobject);
@@ -261,6 +266,8 @@ u32 qgpu_rmapi_free(u32 hclient, u32 hobject);
 u32 qgpu_rmapi_get_timeslice(u32 hclient, u32 htsg, u64 *us);
 u32 qgpu_rmapi_preemption_saves(u32 hclient, u32 hsubdevice, u32 htsg, u32 *saves);
 u32 qgpu_rmapi_set_timeslice(u32 hclient, u32 htsg, u64 us);
+u32 qgpu_rmapi_get_compute_preemption(u32 hclient, u32 hsubdevice, u32 hchannel, u32 *mode);
+u32 qgpu_rmapi_set_compute_preemption(u32 hclient, u32 hsubdevice, u32 hchannel, u32 mode);
 u32 qgpu_rmapi_handle_info(u32 hclient, u32 hobject, u32 index, u32 *result);
 u32 qgpu_rmapi_mem_size(u32 hclient, u32 hmemory, u64 *bytes);
 u32 qgpu_rmapi_objects_are_duplicates(u32 hclient, u32 hobject1, u32 hobject2, bool *dup);
@@ -287,6 +294,7 @@ struct qgpu_gpu_view {
 	bool online_busy;
 	bool running;
 	u32 timeslice_us[2];		/* by enum qgpu_class */
+	u8 offline_preemption;		/* enum qgpu_preemption */
 };
 
 int qgpu_sched_init(void);
@@ -305,8 +313,11 @@ void qgpu_timeslice_tsg_dropped(void);
 void qgpu_timeslice_unsure(struct qgpu_cg *cg);
 u32 qgpu_timeslice_get(u32 gpu, u8 class);
 int qgpu_timeslice_set(u32 gpu, s64 offline_us, s64 online_us);
+u8 qgpu_timeslice_preemption(u32 gpu);
+int qgpu_timeslice_set_preemption(u32 gpu, u8 preemption);
 bool qgpu_timeslice_tenant(struct file *file, u32 hclient, u32 hobject, u64 us,
 			   bool carried_out);
+bool qgpu_timeslice_tenant_mode(struct file *file, u32 hclient, u32 hchannel, u32 mode);
 
 /* netlink.c */
 int qgpu_genl_init(void);

@@ -412,6 +412,61 @@ u32 qgpu_rmapi_preemption_saves(u32 hclient, u32 hsubdevice, u32 htsg, u32 *save
 }
 
 /**
+ * qgpu_rmapi_get_compute_preemption() - read a context's compute preemption mode
+ * @hclient: the client the channel belongs to (a tenant's)
+ * @hsubdevice: that client's subdevice on the channel's GPU (RM finds @hchannel in its client)
+ * @hchannel: a channel of the context
+ * @mode: set to NV2080_CTXSW_PREEMPTION_COMPUTE_* when RM answers NV_OK
+ *
+ * GR_GET_CTXSW_MODES, sent to GSP (ROUTE_TO_PHYSICAL); the doctor's reads of compute channels
+ * answered NV_OK and CILP on an H100 and an H200 (docs/levers.md).
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ * Return: RM's status; NV_ERR_NOT_SUPPORTED without the RM entry.
+ */
+u32 qgpu_rmapi_get_compute_preemption(u32 hclient, u32 hsubdevice, u32 hchannel, u32 *mode)
+{
+	struct nv2080_ctxsw_modes_params p = { .hChannel = hchannel };
+	u32 status;
+
+	if (!bound)
+		return NV_ERR_NOT_SUPPORTED;
+	status = rm_control(hclient, hsubdevice, NV2080_CTRL_CMD_GR_GET_CTXSW_MODES, &p,
+			    sizeof(p));
+	if (status == NV_OK)
+		*mode = p.cilpPreemptMode;
+	return status;
+}
+
+/**
+ * qgpu_rmapi_set_compute_preemption() - set a context's compute preemption mode
+ * @hclient: the client the channel belongs to (a tenant's)
+ * @hsubdevice: that client's subdevice on the channel's GPU
+ * @hchannel: a channel of the context, or its TSG (CUDA names the TSG)
+ * @mode: NV2080_CTXSW_PREEMPTION_COMPUTE_*
+ *
+ * GR_SET_CTXSW_PREEMPTION_MODE with the CILP flag alone, so that only the compute mode is
+ * read: CUDA's own call in the shipped H200 trace, and the doctor's CTA lever on each compute
+ * channel (docs/levers.md). Sent to GSP.
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ * Return: RM's status; NV_ERR_NOT_SUPPORTED without the RM entry.
+ */
+u32 qgpu_rmapi_set_compute_preemption(u32 hclient, u32 hsubdevice, u32 hchannel, u32 mode)
+{
+	struct nv2080_ctxsw_preemption_mode_params p = {
+		.flags = NV2080_CTXSW_PREEMPTION_FLAG_CILP,
+		.hChannel = hchannel,
+		.cilpPreemptMode = mode,
+	};
+
+	if (!bound)
+		return NV_ERR_NOT_SUPPORTED;
+	return rm_control(hclient, hsubdevice, NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE, &p,
+			  sizeof(p));
+}
+
+/**
  * qgpu_rmapi_set_timeslice() - set a TSG's timeslice (NVA06C_CTRL_CMD_SET_TIMESLICE)
  * @hclient: the client the TSG belongs to (a tenant's)
  * @htsg: the TSG (class KEPLER_CHANNEL_GROUP_A)

@@ -564,15 +564,11 @@ static void probe_close(struct qgpu_sched *s, const struct qgpu_cg *cg)
 
 	lockdep_assert_held(&qgpu_lock);
 	list_for_each_entry(client, &qgpu_clients, node) {
-		u32 subdevice = 0;
+		u32 subdevice;
 
 		if (client->cg != cg)
 			continue;
-		list_for_each_entry(obj, &client->objects, node)
-			if (obj->kind == QGPU_OBJ_SUBDEVICE && obj->gpu == (int)s->gpu) {
-				subdevice = obj->handle;
-				break;
-			}
+		subdevice = qgpu_client_subdevice(client, s->gpu);
 		if (!subdevice)
 			continue;
 		list_for_each_entry(obj, &client->objects, node) {
@@ -1112,4 +1108,5 @@ void qgpu_sched_view(u32 gpu, struct qgpu_gpu_view *view)
 	view->running = !!s->thread;
 	view->timeslice_us[QGPU_CLASS_OFFLINE] = qgpu_timeslice_get(gpu, QGPU_CLASS_OFFLINE);
 	view->timeslice_us[QGPU_CLASS_ONLINE] = qgpu_timeslice_get(gpu, QGPU_CLASS_ONLINE);
+	view->offline_preemption = qgpu_timeslice_preemption(gpu);
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * qgpu: /sys/kernel/qgpu, one value per file (see uapi/qgpu.h). A GPU's policy, period and
- * timeslices may be written by root as well; anything else in a write is refused with -EINVAL.
+ * qgpu: /sys/kernel/qgpu, one value per file (see uapi/qgpu.h). A GPU's policy, period,
+ * timeslices and offline preemption may be written by root as well; anything else in a write is
+ * refused with -EINVAL.
  */
 #include <linux/capability.h>
 #include <linux/kobject.h>
@@ -295,12 +296,53 @@ static ssize_t online_timeslice_us_store(struct kobject *kobj, struct kobj_attri
 	return timeslice_store(kobj, buf, count, QGPU_CLASS_ONLINE);
 }
 
+/* By enum qgpu_preemption. */
+static const char * const preemption_names[] = { "own", "cta" };
+
+static ssize_t offline_preemption_show(struct kobject *kobj, struct kobj_attribute *attr,
+				       char *buf)
+{
+	struct qgpu_gpu_view view;
+	int err = view_of(kobj, &view);
+
+	if (err)
+		return err;
+	if (view.offline_preemption >= ARRAY_SIZE(preemption_names))
+		return -EINVAL;
+	return sysfs_emit(buf, "%s\n", preemption_names[view.offline_preemption]);
+}
+
+static ssize_t offline_preemption_store(struct kobject *kobj, struct kobj_attribute *attr,
+					const char *buf, size_t count)
+{
+	int gpu = gpu_of(kobj);
+	int mode, err;
+
+	mode = sysfs_match_string(preemption_names, buf);
+	if (mode < 0)
+		return -EINVAL;
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	if (gpu < 0)
+		return -ENODEV;
+	if (!qgpu_rmapi_available())
+		return -EOPNOTSUPP;
+	mutex_lock(&qgpu_lock);
+	err = qgpu_timeslice_set_preemption(gpu, mode);
+	mutex_unlock(&qgpu_lock);
+	if (err)
+		return err;
+	qgpu_timeslice_kick();
+	return count;
+}
+
 static struct kobj_attribute policy_attr = __ATTR_RW(policy);
 static struct kobj_attribute period_us_attr = __ATTR_RW(period_us);
 static struct kobj_attribute nr_periods_attr = __ATTR_RO(nr_periods);
 static struct kobj_attribute online_busy_attr = __ATTR_RO(online_busy);
 static struct kobj_attribute offline_timeslice_us_attr = __ATTR_RW(offline_timeslice_us);
 static struct kobj_attribute online_timeslice_us_attr = __ATTR_RW(online_timeslice_us);
+static struct kobj_attribute offline_preemption_attr = __ATTR_RW(offline_preemption);
 
 static struct attribute *gpu_attrs[] = {
 	&policy_attr.attr,
@@ -309,6 +351,7 @@ static struct attribute *gpu_attrs[] = {
 	&online_busy_attr.attr,
 	&offline_timeslice_us_attr.attr,
 	&online_timeslice_us_attr.attr,
+	&offline_preemption_attr.attr,
 	NULL,
 };
 

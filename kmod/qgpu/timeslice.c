@@ -28,6 +28,18 @@
  *
  * Unloading restores every TSG qgpu set (and carries out what tenants asked for meanwhile),
  * after the hooks and the schedulers are gone, before the RM entry is put back.
+ *
+ * The same pass sets a second lever of the same class decision, where the GPU's offline
+ * preemption is CTA (the daemon's cta+timeslice strategy, chosen from the doctor's findings):
+ * an offline TSG that gets its class's timeslice and holds a compute object also gets CTA compute
+ * preemption (wanted_mode()), which waits for the running thread blocks instead of saving them
+ * mid-kernel as CUDA's CILP does. Measured by the doctor: next to a trainer of 24 us kernels the
+ * online p50 0.00-0.05 ms lower than the timeslices alone; next to one of 1.4 ms kernels twice as
+ * high (README.md; docs/levers.md), so it is never the default. The mode is read with
+ * GR_GET_CTXSW_MODES before the first set and given back as the timeslice is. The controls name
+ * the context by its compute channel, as the doctor's lever did, and go to the tenant's own
+ * subdevice. CUDA's own CILP request for a gated context passes the tenant guard (ioctl.c); once
+ * RM has carried it out it is the context's own, and the next pass sets qgpu's mode again.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -47,6 +59,8 @@
 
 /* [gpu][class]: us, 0 for the TSG's own; under qgpu_lock. */
 static u32 values[QGPU_MAX_GPUS][2];
+/* [gpu]: enum qgpu_preemption, for offline TSGs holding their class's value; under qgpu_lock. */
+static u8 preemption[QGPU_MAX_GPUS];
 /* Under qgpu_lock: unloading, every TSG gets its own back. */
 static bool releasing;
 /* Under qgpu_lock: stamps of planned changes and of tenants' requests, never 0. */
@@ -56,12 +70,24 @@ struct change {
 	u32 client;
 	u32 tsg;
 	u32 gen;
+	/* the timeslice, where ts is set */
+	bool ts;
 	u64 value;		/* to set */
 	bool restore;		/* value is the TSG's own */
 	bool read_own;		/* GET_TIMESLICE first: its own is not known yet */
 	bool own_read;
 	u64 own;
 	u32 status;
+	/* the compute preemption mode, where pm is set */
+	bool pm;
+	u32 subdevice;		/* the client's, on the TSG's GPU */
+	u32 channel;		/* the TSG's compute channel, or the TSG to restore one with none */
+	u32 mode;		/* NV2080_CTXSW_PREEMPTION_COMPUTE_*, to set */
+	bool pm_restore;	/* mode is the context's own */
+	bool pm_read_own;	/* GR_GET_CTXSW_MODES first */
+	bool pm_own_read;
+	u32 pm_own;
+	u32 pm_status;
 };
 
 /* Used by one pass at a time: the work item does not run concurrently with itself. */
@@ -223,6 +249,47 @@ static u64 wanted(const struct qgpu_cg *cg, const struct qgpu_obj *tsg, const bo
 	return values[tsg->gpu][cg->class];
 }
 
+/*
+ * The compute preemption mode qgpu wants on @tsg, NV2080_CTXSW_PREEMPTION_COMPUTE_* + 1; 0: the
+ * context's own. Only an offline TSG that gets its class's timeslice and computes, on a GPU
+ * whose offline preemption is CTA: the lever the doctor measured (the timeslices with CTA on
+ * the trainer's compute channels).
+ */
+static u8 wanted_mode(const struct qgpu_cg *cg, const struct qgpu_obj *tsg, const bool *online)
+{
+	if (cg->class != QGPU_CLASS_OFFLINE || !tsg->computes || !wanted(cg, tsg, online) ||
+	    preemption[tsg->gpu] != QGPU_PREEMPTION_CTA)
+		return 0;
+	return NV2080_CTXSW_PREEMPTION_COMPUTE_CTA + 1;
+}
+
+/*
+ * Whether @tsg's compute preemption mode is to change, and where the controls go (*subdevice,
+ * *channel). Setting it waits for a compute channel and a subdevice (making either kicks a pass,
+ * track.c); a mode to give back with neither left is dropped, as there is no context left to
+ * give it to that RM would name.
+ */
+static bool mode_due(struct qgpu_client *client, struct qgpu_obj *tsg, u8 want, u32 *subdevice,
+		     u32 *channel)
+{
+	lockdep_assert_held(&qgpu_lock);
+	if (want ? want == tsg->pm_set : !tsg->pm_set)
+		return false;
+	if (!want && !tsg->pm_own) {
+		tsg->pm_set = 0;	/* nothing known to restore (cannot happen: read first) */
+		return false;
+	}
+	*subdevice = qgpu_client_subdevice(client, tsg->gpu);
+	*channel = qgpu_tsg_compute_channel(client, tsg);
+	if (!*channel && !want)
+		*channel = tsg->handle;	/* CUDA's own set names the TSG (NV_OK on the H200) */
+	if (*subdevice && *channel)
+		return true;
+	if (!want)
+		tsg->pm_set = 0;
+	return false;
+}
+
 static void note_retry(unsigned long at, bool *retry, unsigned long *retry_at)
 {
 	if (!*retry || time_before(at, *retry_at))
@@ -246,21 +313,27 @@ static unsigned int plan(bool now, bool *full, bool *retry, unsigned long *retry
 	count_contexts();
 	list_for_each_entry(client, &qgpu_clients, node) {
 		list_for_each_entry(obj, &client->objects, node) {
+			u32 subdevice = 0, channel = 0;
+			bool ts_due, pm_due;
 			struct change *c;
 			u64 want;
+			u8 mode;
 
 			if (obj->kind != QGPU_OBJ_TSG)
 				continue;
 			want = wanted(client->cg, obj, online);
-			if (want ? want == obj->ts_set :
-			    !obj->ts_set && !(obj->ts_owed && !gated(client->cg))) {
-				obj->ts_failures = 0;	/* nothing to do: no backing off */
-				continue;
-			}
-			if (!want && !obj->ts_own) {
+			ts_due = want ? want != obj->ts_set :
+				 obj->ts_set || (obj->ts_owed && !gated(client->cg));
+			if (ts_due && !want && !obj->ts_own) {
 				/* Nothing known to restore (cannot happen: read before a set). */
 				obj->ts_set = 0;
 				obj->ts_owed = false;
+				ts_due = false;
+			}
+			mode = wanted_mode(client->cg, obj, online);
+			pm_due = mode_due(client, obj, mode, &subdevice, &channel);
+			if (!ts_due && !pm_due) {
+				obj->ts_failures = 0;	/* nothing to do: no backing off */
 				continue;
 			}
 			if (!now && obj->ts_failures && time_before(jiffies, obj->ts_retry)) {
@@ -276,36 +349,103 @@ static unsigned int plan(bool now, bool *full, bool *retry, unsigned long *retry
 			c->tsg = obj->handle;
 			c->gen = next_gen();
 			obj->ts_gen = c->gen;
+			c->ts = ts_due;
 			c->value = want ? want : obj->ts_own;
 			c->restore = !want;
 			c->read_own = want && !obj->ts_own;
 			c->own_read = false;
 			c->status = NV_ERR_GENERIC;
+			c->pm = pm_due;
+			c->subdevice = subdevice;
+			c->channel = channel;
+			c->mode = !pm_due ? 0 : mode ? mode - 1 : obj->pm_own - 1;
+			c->pm_restore = !mode;
+			c->pm_read_own = mode && !obj->pm_own;
+			c->pm_own_read = false;
+			c->pm_status = NV_ERR_GENERIC;
 		}
 	}
 	return n;
 }
 
-/* Without qgpu_lock: RM sleeps. */
+static void apply_timeslice(struct change *c)
+{
+	if (c->read_own) {
+		c->status = qgpu_rmapi_get_timeslice(c->client, c->tsg, &c->own);
+		if (c->status != NV_OK)
+			return;
+		c->own_read = c->own != 0;
+		if (!c->own_read) {
+			c->status = NV_ERR_INVALID_STATE;
+			return;
+		}
+	}
+	c->status = qgpu_rmapi_set_timeslice(c->client, c->tsg, c->value);
+}
+
+static void apply_mode(struct change *c)
+{
+	if (c->pm_read_own) {
+		c->pm_status = qgpu_rmapi_get_compute_preemption(c->client, c->subdevice,
+								 c->channel, &c->pm_own);
+		if (c->pm_status != NV_OK)
+			return;
+		c->pm_own_read = c->pm_own <= NV2080_CTXSW_PREEMPTION_COMPUTE_CILP;
+		if (!c->pm_own_read) {
+			c->pm_status = NV_ERR_INVALID_STATE;
+			return;
+		}
+	}
+	c->pm_status = qgpu_rmapi_set_compute_preemption(c->client, c->subdevice, c->channel,
+							 c->mode);
+}
+
+/* Without qgpu_lock: RM sleeps. The mode first, as CUDA sets up a context. */
 static void apply(unsigned int n)
 {
 	unsigned int i;
 
 	for (i = 0; i < n; i++) {
-		struct change *c = &batch[i];
-
-		if (c->read_own) {
-			c->status = qgpu_rmapi_get_timeslice(c->client, c->tsg, &c->own);
-			if (c->status != NV_OK)
-				continue;
-			c->own_read = c->own != 0;
-			if (!c->own_read) {
-				c->status = NV_ERR_INVALID_STATE;
-				continue;
-			}
-		}
-		c->status = qgpu_rmapi_set_timeslice(c->client, c->tsg, c->value);
+		if (batch[i].pm)
+			apply_mode(&batch[i]);
+		if (batch[i].ts)
+			apply_timeslice(&batch[i]);
 	}
+}
+
+/* The timeslice's part of a change RM answered; false: an error, to back off from. */
+static bool record_timeslice(struct qgpu_obj *obj, const struct change *c)
+{
+	if (c->own_read && !obj->ts_own)
+		obj->ts_own = c->own;
+	if (c->status != NV_OK) {
+		pr_warn_ratelimited("TSG 0x%x of client 0x%x: %s timeslice %llu us: RM status 0x%x, retried\n",
+				    c->tsg, c->client, c->restore ? "restoring" : "setting",
+				    c->value, c->status);
+		return false;
+	}
+	if (c->restore) {
+		obj->ts_set = 0;
+		obj->ts_owed = false;
+	} else {
+		obj->ts_set = c->value;
+	}
+	return true;
+}
+
+/* The mode's part, likewise. */
+static bool record_mode(struct qgpu_obj *obj, const struct change *c)
+{
+	if (c->pm_own_read && !obj->pm_own)
+		obj->pm_own = c->pm_own + 1;
+	if (c->pm_status != NV_OK) {
+		pr_warn_ratelimited("TSG 0x%x of client 0x%x: %s compute preemption %u: RM status 0x%x, retried\n",
+				    c->tsg, c->client, c->pm_restore ? "restoring" : "setting",
+				    c->mode, c->pm_status);
+		return false;
+	}
+	obj->pm_set = c->pm_restore ? 0 : c->mode + 1;
+	return true;
 }
 
 /* What RM answered, kept for TSGs still tracked and untouched by their tenant meanwhile. */
@@ -319,33 +459,28 @@ static void record(unsigned int n, bool *raced, bool *retry, unsigned long *retr
 		struct qgpu_client *client = qgpu_client_find(c->client);
 		struct qgpu_obj *obj = client ? qgpu_obj_find(client, c->tsg) : NULL;
 		unsigned int shift;
+		bool ok;
 
 		if (!obj || obj->kind != QGPU_OBJ_TSG)
 			continue;		/* freed meanwhile */
 		if (obj->ts_gen != c->gen) {
-			*raced = true;		/* its tenant asked for a timeslice meanwhile */
+			*raced = true;		/* its tenant asked for a setting meanwhile */
 			continue;
 		}
-		if (c->own_read && !obj->ts_own)
-			obj->ts_own = c->own;
-		if (c->status != NV_OK) {
-			if (obj->ts_failures < U8_MAX)
-				obj->ts_failures++;
-			shift = min_t(unsigned int, obj->ts_failures - 1, RETRY_MAX_SHIFT);
-			obj->ts_retry = jiffies + msecs_to_jiffies(RETRY_MS << shift);
-			note_retry(obj->ts_retry, retry, retry_at);
-			pr_warn_ratelimited("TSG 0x%x of client 0x%x: %s timeslice %llu us: RM status 0x%x, retried\n",
-					    c->tsg, c->client, c->restore ? "restoring" : "setting",
-					    c->value, c->status);
+		ok = true;
+		if (c->ts)
+			ok = record_timeslice(obj, c);
+		if (c->pm)
+			ok = record_mode(obj, c) && ok;
+		if (ok) {
+			obj->ts_failures = 0;
 			continue;
 		}
-		obj->ts_failures = 0;
-		if (c->restore) {
-			obj->ts_set = 0;
-			obj->ts_owed = false;
-		} else {
-			obj->ts_set = c->value;
-		}
+		if (obj->ts_failures < U8_MAX)
+			obj->ts_failures++;
+		shift = min_t(unsigned int, obj->ts_failures - 1, RETRY_MAX_SHIFT);
+		obj->ts_retry = jiffies + msecs_to_jiffies(RETRY_MS << shift);
+		note_retry(obj->ts_retry, retry, retry_at);
 	}
 }
 
@@ -484,6 +619,70 @@ int qgpu_timeslice_set(u32 gpu, s64 offline_us, s64 online_us)
 }
 
 /**
+ * qgpu_timeslice_preemption() - a GPU's offline compute preemption
+ * @gpu: the GPU, < QGPU_MAX_GPUS
+ *
+ * Context: qgpu_lock held.
+ * Return: enum qgpu_preemption.
+ */
+u8 qgpu_timeslice_preemption(u32 gpu)
+{
+	lockdep_assert_held(&qgpu_lock);
+	return gpu < QGPU_MAX_GPUS ? preemption[gpu] : QGPU_PREEMPTION_OWN;
+}
+
+/**
+ * qgpu_timeslice_set_preemption() - set a GPU's offline compute preemption
+ * @gpu: the GPU
+ * @mode: enum qgpu_preemption
+ *
+ * The caller kicks the pass once its lock is dropped (qgpu_timeslice_kick()).
+ *
+ * Context: qgpu_lock held.
+ * Return: 0, or -EINVAL for a GPU or mode out of range.
+ */
+int qgpu_timeslice_set_preemption(u32 gpu, u8 mode)
+{
+	lockdep_assert_held(&qgpu_lock);
+	if (gpu >= QGPU_MAX_GPUS || mode > QGPU_PREEMPTION_CTA)
+		return -EINVAL;
+	preemption[gpu] = mode;
+	return 0;
+}
+
+/**
+ * qgpu_timeslice_tenant_mode() - RM carried out a tenant's compute preemption mode
+ * @file: the file the control came through
+ * @hclient: the client the control was sent to
+ * @hchannel: the channel or TSG it named
+ * @mode: the compute mode it set (NV2080_CTXSW_PREEMPTION_COMPUTE_*)
+ *
+ * The mode becomes the context's own, the one qgpu restores, and replaced whatever qgpu had set:
+ * qgpu sets its own again where it still wants one. A pass that is out for this TSG plans it
+ * again. Only a client of @file counts, as for a timeslice.
+ *
+ * Context: qgpu_lock held.
+ * Return: whether the context is a tracked TSG's (the caller then kicks the pass).
+ */
+bool qgpu_timeslice_tenant_mode(struct file *file, u32 hclient, u32 hchannel, u32 mode)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+
+	lockdep_assert_held(&qgpu_lock);
+	client = qgpu_client_find(hclient);
+	obj = client && client->file == file ? qgpu_obj_find(client, hchannel) : NULL;
+	if (obj && obj->kind == QGPU_OBJ_CHANNEL)
+		obj = qgpu_obj_find(client, obj->parent);
+	if (!obj || obj->kind != QGPU_OBJ_TSG || mode > NV2080_CTXSW_PREEMPTION_COMPUTE_CILP)
+		return false;
+	obj->pm_own = mode + 1;
+	obj->pm_set = 0;
+	obj->ts_gen = next_gen();
+	return true;
+}
+
+/**
  * qgpu_timeslice_tenant() - a tenant asked RM for a TSG's timeslice
  * @file: the file the control came through
  * @hclient: the client the control was sent to
@@ -534,6 +733,7 @@ void qgpu_timeslice_init(void)
 	for (gpu = 0; gpu < QGPU_MAX_GPUS; gpu++) {
 		values[gpu][QGPU_CLASS_OFFLINE] = QGPU_OFFLINE_TIMESLICE_DEFAULT_US;
 		values[gpu][QGPU_CLASS_ONLINE] = QGPU_ONLINE_TIMESLICE_DEFAULT_US;
+		preemption[gpu] = QGPU_OFFLINE_PREEMPTION_DEFAULT;
 	}
 	mutex_unlock(&qgpu_lock);
 }
@@ -561,7 +761,7 @@ void qgpu_timeslice_exit(void)
 		case PASS_RETRY:
 			if (++retries <= EXIT_RETRIES)
 				continue;
-			pr_warn("unloading: some TSGs keep qgpu's timeslice (RM refused to restore theirs)\n");
+			pr_warn("unloading: some TSGs keep qgpu's timeslice or preemption mode (RM refused to restore theirs)\n");
 			return;
 		case PASS_DONE:
 			return;

@@ -290,6 +290,54 @@ struct qgpu_obj *qgpu_obj_find(struct qgpu_client *client, u32 handle)
 	return NULL;
 }
 
+/**
+ * qgpu_client_subdevice() - a client's subdevice on a GPU
+ * @client: the client
+ * @gpu: the GPU
+ *
+ * GR controls on the client's channels and TSGs go to it: RM finds the channel or TSG they name
+ * in the subdevice's client.
+ *
+ * Context: qgpu_lock held.
+ * Return: its handle; 0 if the client has none tracked on @gpu.
+ */
+u32 qgpu_client_subdevice(const struct qgpu_client *client, int gpu)
+{
+	const struct qgpu_obj *obj;
+
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry(obj, &client->objects, node)
+		if (obj->kind == QGPU_OBJ_SUBDEVICE && obj->gpu == gpu)
+			return obj->handle;
+	return 0;
+}
+
+/**
+ * qgpu_tsg_compute_channel() - the channel of a TSG that holds a compute object
+ * @client: the TSG's client
+ * @tsg: the TSG
+ *
+ * The channel a GR control names the TSG's context by, as the doctor's measured levers did
+ * (CUDA's context has one such channel).
+ *
+ * Context: qgpu_lock held.
+ * Return: its handle; 0 if none is tracked.
+ */
+u32 qgpu_tsg_compute_channel(struct qgpu_client *client, const struct qgpu_obj *tsg)
+{
+	const struct qgpu_obj *obj, *channel;
+
+	lockdep_assert_held(&qgpu_lock);
+	list_for_each_entry(obj, &client->objects, node) {
+		if (obj->kind != QGPU_OBJ_COMPUTE)
+			continue;
+		channel = qgpu_obj_find(client, obj->parent);
+		if (channel && channel->kind == QGPU_OBJ_CHANNEL && channel->parent == tsg->handle)
+			return channel->handle;
+	}
+	return 0;
+}
+
 static bool is_client_class(u32 hclass)
 {
 	return hclass == NV01_ROOT || hclass == NV01_ROOT_NON_PRIV || hclass == NV01_ROOT_CLIENT;

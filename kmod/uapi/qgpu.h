@@ -19,6 +19,9 @@
  *   /sys/kernel/qgpu/gpuN/period_us   scheduling period (root may write)
  *   /sys/kernel/qgpu/gpuN/offline_timeslice_us, online_timeslice_us
  *                                     each class's TSG timeslice (root may write; see below)
+ *   /sys/kernel/qgpu/gpuN/offline_preemption
+ *                                     own | cta: offline contexts' compute preemption mode
+ *                                     (root may write; see below)
  *   /sys/kernel/qgpu/gpuN/nr_periods  periods run
  *   /sys/kernel/qgpu/gpuN/online_busy 1 while an online cgroup on the GPU has work
  *   /sys/kernel/qgpu/rm_version       the driver version whose in-kernel RM entry qgpu uses
@@ -40,6 +43,12 @@
  * its own). A TSG gets its own timeslice back (the one RM held before qgpu's first, or the last
  * its tenant asked for) once qgpu no longer sets one: its cgroup unconfigured or moved, the last
  * online cgroup of the GPU gone, the value set to 0, qgpu unloaded.
+ *
+ * Offline preemption: with OFFLINE_PREEMPTION CTA, every offline TSG given its class's timeslice
+ * whose context computes also gets CTA compute preemption (GR_SET_CTXSW_PREEMPTION_MODE on its
+ * compute channel), and its own mode back (read with GR_GET_CTXSW_MODES before the first set, or
+ * the last its tenant set) under the same conditions as its timeslice. CTA waits for the running
+ * thread blocks instead of saving them: it can only help next to short kernels.
  */
 #ifndef _UAPI_QPOLICY_QGPU_H
 #define _UAPI_QPOLICY_QGPU_H
@@ -56,11 +65,12 @@
 #define QGPU_SHARE_MAX		100
 #define QGPU_TIMESLICE_MAX_US	1000000
 #define QGPU_OFFLINE_TIMESLICE_DEFAULT_US	1
+#define QGPU_OFFLINE_PREEMPTION_DEFAULT	QGPU_PREEMPTION_OWN
 #define QGPU_ONLINE_TIMESLICE_DEFAULT_US	8192
 
 enum qgpu_cmd {
 	QGPU_CMD_UNSPEC = 0,
-	QGPU_CMD_GPU_SET = 1,		/* GPU; POLICY, PERIOD_US, *_TIMESLICE_US: any */
+	QGPU_CMD_GPU_SET = 1,		/* GPU; any of POLICY .. OFFLINE_PREEMPTION */
 	QGPU_CMD_GPU_GET = 2,		/* dump: one message per GPU */
 	QGPU_CMD_CGROUP_SET = 3,	/* CGROUP_ID, GPU, CLASS, SHARE; MEM_LIMIT optional */
 	QGPU_CMD_CGROUP_DEL = 4,	/* CGROUP_ID */
@@ -113,6 +123,7 @@ enum qgpu_attr {
 	 * switches to online work (qgpu's online_gate 1 leaves it open for that work)
 	 */
 	QGPU_A_TIMESLICE_PREEMPTED = 26,	/* u8 */
+	QGPU_A_OFFLINE_PREEMPTION = 27,	/* u8, GPU_SET and GPU_GET: enum qgpu_preemption */
 	__QGPU_A_MAX,
 };
 
@@ -127,6 +138,12 @@ enum qgpu_policy {
 enum qgpu_class {
 	QGPU_CLASS_OFFLINE = 0,
 	QGPU_CLASS_ONLINE = 1,
+};
+
+/* The compute preemption mode qgpu gives offline contexts holding their class's timeslice. */
+enum qgpu_preemption {
+	QGPU_PREEMPTION_OWN = 0,	/* their own (CUDA's CILP) */
+	QGPU_PREEMPTION_CTA = 1,	/* CTA: the running thread blocks end, none is saved */
 };
 
 enum qgpu_event {

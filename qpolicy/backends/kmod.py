@@ -74,6 +74,11 @@ class KmodBackend:
                     "online_busy": gpu.online_busy,
                     "offline_timeslice_us": gpu.offline_timeslice_us,
                     "online_timeslice_us": gpu.online_timeslice_us,
+                    "offline_preemption": (
+                        None
+                        if gpu.offline_preemption is None
+                        else gpu.offline_preemption.name.lower()
+                    ),
                 }
                 | ({"online_strategy": strategies[index].describe()} if index in strategies else {})
                 for index, gpu in sorted(self.enforcer.gpu_stats.items())

@@ -91,6 +91,7 @@ def report() -> dict[str, Any] | None:
                 "online_busy": gpu.online_busy,
                 "offline_timeslice_us": gpu.offline_timeslice_us,
                 "online_timeslice_us": gpu.online_timeslice_us,
+                "offline_preemption": gpu.offline_preemption,
             }
             for gpu in info.gpus
         ],
@@ -164,6 +165,8 @@ def _render_gpu(
         if offline is not None and online is not None:
             # Set on the TSGs while the GPU has an online cgroup; 0: the TSG keeps its own.
             slices = f"timeslices {offline or 'own'} / {online or 'own'} µs (offline / online)"
+            if gpu.get("offline_preemption") == "cta":
+                slices += ", CTA preemption offline"
     if not cgroups:
         if slices is not None:
             title += f" · {slices}"

@@ -11,7 +11,8 @@ state; the enforcers take their strategy from that cache, not from a constant:
   1 s; ``timeslice-1us-8ms``: 1 / 8192 µs, the engine's own pair) replaces the plan's class
   timeslices;
 * ``cta+timeslice-1us-8ms`` is the engine's pair, and offline pods' contexts set to CTA compute
-  preemption (the rm enforcer: :mod:`~qpolicy.enforcers.rm.preemption`). A CTA save writes no
+  preemption (the rm enforcer: :mod:`~qpolicy.enforcers.rm.preemption`; qgpu.ko through its kernel
+  RM client, kmod/qgpu/timeslice.c). A CTA save writes no
   registers but waits for the running thread blocks: next to a trainer of short kernels (24 µs)
   it gave the online stream a lower p50 than native and than CILP in each of four doctor runs
   (H100 and H200, docs/levers.md; by 0.00-0.02 ms in ``make bench-gpu``), and next to long ones

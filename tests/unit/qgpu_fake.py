@@ -17,6 +17,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from qpolicy.enforcers.kmod.uapi import (
     MAX_CGROUPS,
     MAX_GPUS,
+    OFFLINE_PREEMPTION_DEFAULT,
     OFFLINE_TIMESLICE_DEFAULT_US,
     ONLINE_TIMESLICE_DEFAULT_US,
     PERIOD_DEFAULT_US,
@@ -28,6 +29,7 @@ from qpolicy.enforcers.kmod.uapi import (
     CgroupClass,
     Cmd,
     Policy,
+    Preemption,
     QgpuMsg,
 )
 
@@ -37,6 +39,7 @@ GPU_SETTINGS = (
     Attr.PERIOD_US,
     Attr.OFFLINE_TIMESLICE_US,
     Attr.ONLINE_TIMESLICE_US,
+    Attr.OFFLINE_PREEMPTION,
 )
 TIMESLICES = (Attr.OFFLINE_TIMESLICE_US, Attr.ONLINE_TIMESLICE_US)
 COUNTERS = (
@@ -95,6 +98,7 @@ class FakeQgpu:
                 Attr.PERIOD_US: PERIOD_DEFAULT_US,
                 Attr.OFFLINE_TIMESLICE_US: OFFLINE_TIMESLICE_DEFAULT_US,
                 Attr.ONLINE_TIMESLICE_US: ONLINE_TIMESLICE_DEFAULT_US,
+                Attr.OFFLINE_PREEMPTION: OFFLINE_PREEMPTION_DEFAULT,
             }
             for g in range(2)
         }
@@ -189,6 +193,8 @@ class FakeQgpu:
             raise NetlinkError(errno.EINVAL)
         if values.get(Attr.POLICY, 0) not in set(Policy):
             raise NetlinkError(errno.EINVAL)
+        if values.get(Attr.OFFLINE_PREEMPTION, 0) not in set(Preemption):
+            raise NetlinkError(errno.ERANGE)  # NLA_POLICY_MAX
         if not PERIOD_MIN_US <= values.get(Attr.PERIOD_US, PERIOD_MIN_US) <= PERIOD_MAX_US:
             raise NetlinkError(errno.ERANGE)
         if any(values.get(attr, 0) > TIMESLICE_MAX_US for attr in TIMESLICES):

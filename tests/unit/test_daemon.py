@@ -443,6 +443,7 @@ def test_kmod_daemon_configures_the_module_and_unconfigures_it_when_stopped(
         Attr.PERIOD_US: 20_000,
         Attr.OFFLINE_TIMESLICE_US: 1,
         Attr.ONLINE_TIMESLICE_US: 1_000_000,
+        Attr.OFFLINE_PREEMPTION: 0,  # the contexts' own: timeslice-1us sets no mode
     }
     assert {
         c: (v[Attr.GPU], v[Attr.SHARE], v[Attr.MEM_LIMIT]) for c, v in fake.cgroups.items()

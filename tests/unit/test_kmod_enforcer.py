@@ -26,6 +26,7 @@ from qpolicy.enforcers.kmod.uapi import (
     Cmd,
     Event,
     Policy,
+    Preemption,
     QgpuMsg,
 )
 from qpolicy.enforcers.strategy import DEFAULT, OnlineStrategy, doctor_cache_path
@@ -74,7 +75,12 @@ def summary(sent: list[Sent]) -> list[tuple[Cmd, dict[Attr, int]]]:
 
 
 # The engine's timeslices (the default strategy), as every GPU_SET of the enforcer carries them.
-SLICES = {Attr.OFFLINE_TIMESLICE_US: OFFLINE_TIMESLICE_US, Attr.ONLINE_TIMESLICE_US: 8192}
+# What every GPU_SET of the default strategy carries besides the policy and period.
+SLICES = {
+    Attr.OFFLINE_TIMESLICE_US: OFFLINE_TIMESLICE_US,
+    Attr.ONLINE_TIMESLICE_US: 8192,
+    Attr.OFFLINE_PREEMPTION: Preemption.OWN,
+}
 
 
 # -- the messages -------------------------------------------------------------------------------
@@ -128,7 +134,7 @@ def test_set_gpu_and_set_cgroup_take_qpolicys_spellings_too(
         CgroupClass.ONLINE,
         CgroupClass.OFFLINE,
     ]
-    with pytest.raises(ValueError, match="policy, a period or a timeslice"):
+    with pytest.raises(ValueError, match="policy, a period, a timeslice or a preemption"):
         client.set_gpu(0)
 
 
@@ -174,6 +180,18 @@ def test_timeslices_are_sent_as_u32s_and_read_back(client: QgpuClient, fake: Fak
         client.set_gpu(0, offline_timeslice_us=TIMESLICE_MAX_US + 1)
     with pytest.raises(KmodError, match=r"online_timeslice_us 4294967296 is not a u32"):
         client.set_gpu(0, online_timeslice_us=2**32)
+
+
+def test_the_offline_preemption_is_sent_as_a_u8_and_read_back(
+    client: QgpuClient, fake: FakeQgpu
+) -> None:
+    client.set_gpu(1, offline_preemption=Preemption.CTA)
+    (sent,) = fake.sent
+    assert sent.raw == [(1, U32), (27, U8)]
+    gpu0, gpu1 = client.gpus()
+    assert (gpu0.offline_preemption, gpu1.offline_preemption) == (Preemption.OWN, Preemption.CTA)
+    with pytest.raises(KmodError, match=r"offline_preemption=2: .*\(ERANGE\)"):
+        client.set_gpu(0, offline_preemption=2)  # type: ignore[arg-type]
 
 
 def test_the_modules_defaults_are_the_engines() -> None:
@@ -438,20 +456,49 @@ def test_each_gpu_gets_its_own_strategys_timeslices(
     assert enforcer.strategies[1].source == "a test"
 
 
-def test_the_cta_strategy_sends_its_timeslices_and_says_qgpu_does_not_set_cta(
-    client: QgpuClient, fake: FakeQgpu, root: Path, caplog: pytest.LogCaptureFixture
+def test_the_cta_strategy_sends_its_timeslices_and_cta_for_offline_contexts(
+    client: QgpuClient, fake: FakeQgpu, root: Path
 ) -> None:
+    """qgpu.ko carries out both halves of ``cta+timeslice-1us-8ms`` (kmod/qgpu/timeslice.c):
+    the pair and CTA on offline contexts, sent with the GPU's policy and period, once."""
     cta = OnlineStrategy(1, 8192, "qpolicy doctor of a day: cta+timeslice-1us-8ms", 1)
     enforcer = KmodEnforcer(client, cgroup_root=root, strategy=lambda gpu: cta)
-    with caplog.at_level(logging.WARNING, "qpolicy.enforcers.kmod"):
-        enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 50)))
-        enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 60)))
+    enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 50)))
+    enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 60)))
+    gpu_sets = [s.values for s in fake.changes() if s.cmd is Cmd.GPU_SET]
+    assert len(gpu_sets) == 1
+    assert gpu_sets[0][Attr.OFFLINE_PREEMPTION] == Preemption.CTA
+    assert fake.gpus[0][Attr.OFFLINE_PREEMPTION] == Preemption.CTA
     assert (fake.gpus[0][Attr.OFFLINE_TIMESLICE_US], fake.gpus[0][Attr.ONLINE_TIMESLICE_US]) == (
         1,
         8192,
     )
+    enforcer.read()
+    assert enforcer.gpu_stats[0].offline_preemption is Preemption.CTA
+
+
+def test_a_strategy_without_cta_gives_offline_contexts_their_own_mode(
+    client: QgpuClient, fake: FakeQgpu, root: Path
+) -> None:
+    """A module left at CTA by a daemon before (the module keeps its settings) is told OWN."""
+    fake.gpus[0][Attr.OFFLINE_PREEMPTION] = Preemption.CTA
+    enforcer = KmodEnforcer(client, cgroup_root=root, strategy=lambda gpu: DEFAULT)
+    enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 50)))
+    assert fake.gpus[0][Attr.OFFLINE_PREEMPTION] == Preemption.OWN
+
+
+def test_a_mode_qgpu_does_not_set_is_logged_once_and_the_timeslices_sent(
+    client: QgpuClient, fake: FakeQgpu, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    wfi = OnlineStrategy(1, 8192, "a cache of another qpolicy", 0)
+    enforcer = KmodEnforcer(client, cgroup_root=root, strategy=lambda gpu: wfi)
+    with caplog.at_level(logging.WARNING, "qpolicy.enforcers.kmod"):
+        enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 50)))
+        enforcer.sync(fixed(PodSpec("/a", 0, PodClass.ONLINE, 60)))
     said = [m for m in caplog.messages if "which qgpu.ko does not set" in m]
-    assert len(said) == 1 and said[0].startswith("GPU 0: qpolicy doctor of a day")
+    assert len(said) == 1 and said[0].startswith("GPU 0: a cache of another qpolicy")
+    assert fake.gpus[0][Attr.OFFLINE_PREEMPTION] == Preemption.OWN
+    assert fake.gpus[0][Attr.OFFLINE_TIMESLICE_US] == 1
 
 
 def test_a_refused_timeslice_is_pushed_again(
@@ -516,6 +563,7 @@ def test_the_kmod_backend_reads_the_doctors_result_for_each_gpu(tmp_path: Path) 
             1,
             1_000_000,
         )
+        assert gpus["1"]["offline_preemption"] == "own"  # timeslice-1us sets no mode
         assert (
             gpus["1"]["online_strategy"]["source"] == "qpolicy doctor of 2026-11-24: timeslice-1us"
         )

@@ -25,6 +25,7 @@ ENUMS: dict[str, tuple[type[IntEnum], str]] = {
     "qgpu_policy": (uapi.Policy, "QGPU_POLICY_"),
     "qgpu_class": (uapi.CgroupClass, "QGPU_CLASS_"),
     "qgpu_event": (uapi.Event, "QGPU_EVENT_"),
+    "qgpu_preemption": (uapi.Preemption, "QGPU_PREEMPTION_"),
 }
 
 NLA_TYPES = {"u8": "uint8", "u32": "uint32", "u64": "uint64"}
@@ -110,7 +111,7 @@ def test_the_header_is_read() -> None:
     assert defines["QGPU_GENL_NAME"] == "qgpu"
     assert defines["QGPU_CMD_MAX"] == 6
     assert defines["QGPU_ONLINE_TIMESLICE_DEFAULT_US"] == 8192
-    assert len(attribute_types()) == 25  # every attribute but UNSPEC and PAD has a type
+    assert len(attribute_types()) == 26  # every attribute but UNSPEC and PAD has a type
 
 
 def test_every_define_has_the_same_value_both_ways() -> None:

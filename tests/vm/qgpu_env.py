@@ -198,6 +198,16 @@ class HeldTenant(LineTenant):
         named = "" if target is None else f" {target.client} {target.tsg}"
         return int(self.ask(f"set {us}{named}")["status"])
 
+    def compute(self) -> int:
+        """A channel with a compute object in its TSG, as CUDA makes its context's: the
+        channel's handle."""
+        return int(self.ask("compute")["channel"])
+
+    def set_mode(self, mode: int) -> int:
+        """The tenant's own GR_SET_CTXSW_PREEMPTION_MODE on its TSG, compute mode ``mode``:
+        RM's status as the tenant sees it."""
+        return int(self.ask(f"mode {mode}")["status"])
+
     def timeslice(self) -> int:
         """GET_TIMESLICE on its TSG, as the tenant sees it."""
         answer = self.ask("get")

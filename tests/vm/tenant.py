@@ -12,7 +12,9 @@ their statuses as one JSON object.
                                                     ``set US CLIENT TSG`` names another's TSG;
                                                     ``compute`` puts a channel with a compute
                                                     object in its TSG, ``context`` a new TSG
-                                                    with one (a second CUDA context)
+                                                    with one (a second CUDA context); ``mode M``
+                                                    sets its TSG's compute preemption mode as
+                                                    libcuda does (on the TSG's handle)
     python -m tests.vm.tenant hold --comm NAME      the same, named NAME (/proc/PID/comm) before
                                                     its first RM call: an MPS server's is
                                                     ``nvidia-cuda-mps``
@@ -107,8 +109,9 @@ def computing(rm: Rm, client: int, tsg: int, gpfifo_va: int) -> int:
     return channel
 
 
-def hold(rm: Rm, client: int, device: int) -> None:
-    """A TSG that lives until told otherwise, and its tenant's own timeslice controls."""
+def hold(rm: Rm, client: int, device: int, subdevice: int) -> None:
+    """A TSG that lives until told otherwise, and its tenant's own timeslice and preemption
+    controls."""
     tsg = rm.new(client, device, 0xA06C, tsg_params())
     print(json.dumps({"pid": os.getpid(), "client": client, "tsg": tsg}), flush=True)
     gpfifo_va = 0x100000000
@@ -126,6 +129,11 @@ def hold(rm: Rm, client: int, device: int) -> None:
             params = struct.pack("<Q", int(words[1]))
             target = (int(words[2]), int(words[3])) if len(words) == 4 else (client, tsg)
             status = rm.control(*target, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, params)[0]
+            print(json.dumps({"status": status}), flush=True)
+        elif words[0] == "mode":
+            preemption = abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE
+            params = preemption_mode(tsg, int(words[1]))
+            status = rm.control(client, subdevice, preemption, params)[0]
             print(json.dumps({"status": status}), flush=True)
         elif words == ["get"]:
             status, raw = rm.control(client, tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, bytes(8))
@@ -178,7 +186,7 @@ def main(argv: list[str]) -> int:
     elif argv[0] == "levers":
         out = levers(rm, client, device, subdevice)
     elif argv[0] == "hold":
-        hold(rm, client, device)
+        hold(rm, client, device, subdevice)
     rm.free(client, client, client)
     rm.close()
     print(json.dumps(out))

@@ -28,11 +28,12 @@ from qpolicy.enforcers.kmod.uapi import (
     Cmd,
     Event,
     Policy,
+    Preemption,
     QgpuMsg,
 )
 from qpolicy.model import GpuPolicy, PodClass
 
-_E = TypeVar("_E", Policy, CgroupClass, Event)
+_E = TypeVar("_E", Policy, CgroupClass, Event, Preemption)
 
 POLICIES = {
     GpuPolicy.BEST_EFFORT: Policy.BEST_EFFORT,
@@ -53,6 +54,7 @@ _BITS = {
     Attr.MEM_LIMIT: 64,
     Attr.OFFLINE_TIMESLICE_US: 32,
     Attr.ONLINE_TIMESLICE_US: 32,
+    Attr.OFFLINE_PREEMPTION: 8,
 }
 
 
@@ -163,7 +165,8 @@ class GpuStats:
     """One GPU as the module reports it (GPU_GET).
 
     The timeslices are what the module sets on each class's TSGs while the GPU has an online
-    cgroup (0: the TSGs keep their own); None from a module that does not report them.
+    cgroup (0: the TSGs keep their own), and the offline preemption the mode it sets on offline
+    contexts holding their class's timeslice; None from a module that does not report them.
     """
 
     gpu: int
@@ -174,6 +177,7 @@ class GpuStats:
     online_busy: bool
     offline_timeslice_us: int | None = None
     online_timeslice_us: int | None = None
+    offline_preemption: Preemption | None = None
 
     @classmethod
     def from_message(cls, message: QgpuMsg) -> GpuStats:
@@ -188,6 +192,11 @@ class GpuStats:
             online_busy=bool(v.get(Attr.ONLINE_BUSY, 0)),
             offline_timeslice_us=v.get(Attr.OFFLINE_TIMESLICE_US),
             online_timeslice_us=v.get(Attr.ONLINE_TIMESLICE_US),
+            offline_preemption=(
+                None
+                if Attr.OFFLINE_PREEMPTION not in v
+                else _enum(Preemption, v[Attr.OFFLINE_PREEMPTION], cmd)
+            ),
         )
 
 
@@ -297,9 +306,11 @@ class QgpuClient:
         *,
         offline_timeslice_us: int | None = None,
         online_timeslice_us: int | None = None,
+        offline_preemption: Preemption | None = None,
     ) -> None:
-        """Set any of a GPU's policy, period and class timeslices (µs, 0: the TSGs' own; the
-        module sets them while the GPU has an online cgroup)."""
+        """Set any of a GPU's policy, period, class timeslices (µs, 0: the TSGs' own; the
+        module sets them while the GPU has an online cgroup) and offline contexts' compute
+        preemption (set with the offline timeslice)."""
         attrs = [(Attr.GPU, gpu)]
         if policy is not None:
             attrs.append((Attr.POLICY, to_policy(policy)))
@@ -309,8 +320,10 @@ class QgpuClient:
             attrs.append((Attr.OFFLINE_TIMESLICE_US, offline_timeslice_us))
         if online_timeslice_us is not None:
             attrs.append((Attr.ONLINE_TIMESLICE_US, online_timeslice_us))
+        if offline_preemption is not None:
+            attrs.append((Attr.OFFLINE_PREEMPTION, offline_preemption))
         if len(attrs) == 1:
-            raise ValueError("set_gpu needs a policy, a period or a timeslice")
+            raise ValueError("set_gpu needs a policy, a period, a timeslice or a preemption")
         self._request(Cmd.GPU_SET, attrs)
 
     def set_cgroup(

@@ -15,11 +15,15 @@ count against the new ones under fixed-share.
 Each GPU's TSG timeslices come with its policy and period: the GPU's online strategy
 (qpolicy/enforcers/strategy.py, from ``qpolicy doctor``'s result for that GPU, read once when the
 GPU is first pushed). The module sets them on the TSGs of the GPU's pods while the GPU has an online
-pod, as the engine plans them, and gives each TSG its own back otherwise.
+pod, as the engine plans them, and gives each TSG its own back otherwise. A strategy that also asks
+CTA compute preemption for offline contexts (``cta+timeslice-1us-8ms``) has the module set that mode
+on each offline TSG it gives the offline timeslice, through the same kernel RM client, and give the
+context its own mode back with its timeslice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 from collections.abc import Callable, Mapping
@@ -34,9 +38,10 @@ from qpolicy.enforcers.kmod.client import (
     QgpuClient,
 )
 from qpolicy.enforcers.kmod.error import KmodError
-from qpolicy.enforcers.kmod.uapi import SHARE_MAX, CgroupClass, Policy
+from qpolicy.enforcers.kmod.uapi import SHARE_MAX, CgroupClass, Policy, Preemption
 from qpolicy.enforcers.strategy import DEFAULT, OnlineStrategy
 from qpolicy.model import GpuConfig, PodIdKind, PodSpec, pod_id_kind
+from qpolicy.nvrm import abi
 from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import CGROUP_ROOT, CgroupError, cgroup_id
 
@@ -51,6 +56,16 @@ class GpuSettings:
     period_us: int
     offline_timeslice_us: int
     online_timeslice_us: int
+    offline_preemption: Preemption = Preemption.OWN
+
+
+def module_preemption(mode: int | None) -> Preemption | None:
+    """The module's offline preemption for a strategy's (an NV2080 compute mode, or None: the
+    contexts' own). CTA is the one mode a strategy asks for and the one the module sets; None
+    for any other."""
+    if mode is None:
+        return Preemption.OWN
+    return Preemption.CTA if mode == abi.PREEMPTION_MODE_CTA else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +258,20 @@ class KmodEnforcer:
             gpu.period_us,
             strategy.offline_timeslice_us,
             strategy.online_timeslice_us,
+            Preemption.OWN,
         )
+        preemption = module_preemption(strategy.offline_preemption)
+        if preemption is None:
+            if gpu.index not in self._gpus_pushed:
+                log.warning(
+                    "GPU %d: %s asks compute preemption mode %s for offline contexts, which "
+                    "qgpu.ko does not set; they keep their own",
+                    gpu.index,
+                    strategy.source,
+                    strategy.offline_preemption,
+                )
+        else:
+            wanted = dataclasses.replace(wanted, offline_preemption=preemption)
         if self._gpus_pushed.get(gpu.index) == wanted:
             return
         key = f"GPU {gpu.index}"
@@ -254,20 +282,12 @@ class KmodEnforcer:
                 wanted.period_us,
                 offline_timeslice_us=wanted.offline_timeslice_us,
                 online_timeslice_us=wanted.online_timeslice_us,
+                offline_preemption=wanted.offline_preemption,
             )
         except KmodError as error:
             self._failed(key, f"{key}: {error}")
             return
         self.up = True
-        if strategy.offline_preemption is not None and gpu.index not in self._gpus_pushed:
-            # qgpu.ko sets timeslices through its kernel RM client, not preemption modes: the
-            # CTA half of the strategy is the rm enforcer's alone (qpolicy.enforcers.rm.preemption).
-            log.warning(
-                "GPU %d: %s also asks CTA preemption for offline contexts, which qgpu.ko does "
-                "not set; its timeslices are sent",
-                gpu.index,
-                strategy.source,
-            )
         self._gpus_pushed[gpu.index] = wanted
         self._settled(key)
 

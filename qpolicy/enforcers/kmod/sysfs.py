@@ -19,6 +19,9 @@ class SysfsGpu:
     online_busy: bool | None
     offline_timeslice_us: int | None = None
     online_timeslice_us: int | None = None
+    # The compute preemption mode set on offline contexts given their class's timeslice:
+    # "own" or "cta" (kmod/uapi/qgpu.h)
+    offline_preemption: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,7 @@ def read_sysfs(root: Path = SYSFS_ROOT, params: Path = PARAMS_ROOT) -> SysfsInfo
                 online_busy=_read_bool(directory / "online_busy"),
                 offline_timeslice_us=_read_int(directory / "offline_timeslice_us"),
                 online_timeslice_us=_read_int(directory / "online_timeslice_us"),
+                offline_preemption=_read(directory / "offline_preemption"),
             )
         )
     return SysfsInfo(

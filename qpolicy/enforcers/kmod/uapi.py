@@ -25,6 +25,7 @@ PERIOD_DEFAULT_US = 50000
 SHARE_MAX = 100
 TIMESLICE_MAX_US = 1000000
 OFFLINE_TIMESLICE_DEFAULT_US = 1
+OFFLINE_PREEMPTION_DEFAULT = 0  # Preemption.OWN
 ONLINE_TIMESLICE_DEFAULT_US = 8192
 EVENT_RATE_PER_SEC = 100
 
@@ -70,9 +71,10 @@ class Attr(IntEnum):
     ONLINE_TIMESLICE_US = 24
     OWN_TIMESLICES = 25
     TIMESLICE_PREEMPTED = 26
+    OFFLINE_PREEMPTION = 27
 
 
-A_MAX = 26
+A_MAX = 27
 
 
 class Policy(IntEnum):
@@ -86,6 +88,13 @@ class CgroupClass(IntEnum):
 
     OFFLINE = 0
     ONLINE = 1
+
+
+class Preemption(IntEnum):
+    """``enum qgpu_preemption``: the compute preemption mode of offline contexts."""
+
+    OWN = 0
+    CTA = 1
 
 
 class Event(IntEnum):
@@ -131,4 +140,5 @@ class QgpuMsg(genlmsg):  # type: ignore[misc]  # pyroute2 has no type informatio
         (Attr.ONLINE_TIMESLICE_US.value, "QGPU_A_ONLINE_TIMESLICE_US", "uint32"),
         (Attr.OWN_TIMESLICES.value, "QGPU_A_OWN_TIMESLICES", "uint8"),
         (Attr.TIMESLICE_PREEMPTED.value, "QGPU_A_TIMESLICE_PREEMPTED", "uint8"),
+        (Attr.OFFLINE_PREEMPTION.value, "QGPU_A_OFFLINE_PREEMPTION", "uint8"),
     )
