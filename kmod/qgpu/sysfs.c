@@ -247,20 +247,33 @@ static ssize_t timeslice_show(struct kobject *kobj, char *buf, u8 class)
 	return err ? err : sysfs_emit(buf, "%u\n", view.timeslice_us[class]);
 }
 
-static ssize_t timeslice_store(struct kobject *kobj, const char *buf, size_t count, u8 class)
+/*
+ * The GPU a write of what qgpu sets through RM (timeslices, preemption) goes to, once its value
+ * parsed: root only, and only where qgpu has the driver's RM entry.
+ */
+static int rm_setting_gpu(struct kobject *kobj)
 {
 	int gpu = gpu_of(kobj);
-	unsigned int us;
-	int err;
 
-	if (kstrtouint(buf, 10, &us) || us > QGPU_TIMESLICE_MAX_US)
-		return -EINVAL;
 	if (!capable(CAP_SYS_ADMIN))
 		return -EPERM;
 	if (gpu < 0)
 		return -ENODEV;
 	if (!qgpu_rmapi_available())
 		return -EOPNOTSUPP;
+	return gpu;
+}
+
+static ssize_t timeslice_store(struct kobject *kobj, const char *buf, size_t count, u8 class)
+{
+	unsigned int us;
+	int gpu, err;
+
+	if (kstrtouint(buf, 10, &us) || us > QGPU_TIMESLICE_MAX_US)
+		return -EINVAL;
+	gpu = rm_setting_gpu(kobj);
+	if (gpu < 0)
+		return gpu;
 	mutex_lock(&qgpu_lock);
 	/* s64: an unsigned us would turn the -1 (unchanged) into 2^32 - 1. */
 	err = qgpu_timeslice_set(gpu, class == QGPU_CLASS_OFFLINE ? (s64)us : -1,
@@ -315,18 +328,14 @@ static ssize_t offline_preemption_show(struct kobject *kobj, struct kobj_attribu
 static ssize_t offline_preemption_store(struct kobject *kobj, struct kobj_attribute *attr,
 					const char *buf, size_t count)
 {
-	int gpu = gpu_of(kobj);
-	int mode, err;
+	int gpu, mode, err;
 
 	mode = sysfs_match_string(preemption_names, buf);
 	if (mode < 0)
 		return -EINVAL;
-	if (!capable(CAP_SYS_ADMIN))
-		return -EPERM;
+	gpu = rm_setting_gpu(kobj);
 	if (gpu < 0)
-		return -ENODEV;
-	if (!qgpu_rmapi_available())
-		return -EOPNOTSUPP;
+		return gpu;
 	mutex_lock(&qgpu_lock);
 	err = qgpu_timeslice_set_preemption(gpu, mode);
 	mutex_unlock(&qgpu_lock);
