@@ -242,10 +242,12 @@ static struct nvmock_tsg *gr_context(struct nvmock_object *subdevice, u32 hchann
  * answer: CUDA sends it once while it sets up a context, CILP for compute on its TSG's handle,
  * and the H200 answered NV_OK (qpolicy/nvrm/data/h200-pytorch-matmul.jsonl.gz); the doctor's
  * CTA on each compute channel of a trainer answered NV_OK and turned the trainer's saves from
- * CILP to CTA (1 190 of 1 224, docs/levers.md). nvmock takes a channel or TSG of the client on
- * this GPU and modes in the ranges of ctrl2080gr.h, and keeps the compute mode for
- * GR_GET_CTXSW_MODES; the rest of GSP's checks are unknown. Preemption is not simulated: the
- * engine runs a slice to its end, whatever the mode.
+ * CILP to CTA (1 190 of 1 224, docs/levers.md); on an H200, CTA set through one of its eight
+ * compute channels, or through its TSG's handle, did the same and was read back on all eight
+ * (tools/gpu/preemption_modes.py, call 32A): one mode per context. nvmock takes a channel or
+ * TSG of the client on this GPU and modes in the ranges of ctrl2080gr.h, and keeps the compute
+ * mode for GR_GET_CTXSW_MODES; the rest of GSP's checks are unknown. Preemption is not
+ * simulated: the engine runs a slice to its end, whatever the mode.
  */
 static u32 subdevice_set_ctxsw_preemption(const struct nvmock_caller *caller,
 					  struct nvmock_object *obj, void *params)
@@ -271,19 +273,24 @@ static u32 subdevice_set_ctxsw_preemption(const struct nvmock_caller *caller,
  * ROUTE_TO_PHYSICAL, no access right: GSP answers, its code closed). The header: hChannel names
  * the channel whose modes are read. Measured on an H100 and an H200 (the doctor's reads of the
  * trainer's and the online stream's compute channels, before any lever; docs/levers.md): NV_OK
- * and CILP on every channel. A read before CUDA's own set, or after another mode was set, is not
- * measured. nvmock answers the compute mode last set on the context (CILP until then) and 0 for
- * the zcull, PM, SMPC and graphics modes, which it does not model; like the set it takes a TSG's
- * handle too, which is not measured for the read.
+ * and CILP on every channel. Measured on an H200 (tools/gpu/preemption_modes.py, call 32A,
+ * BENCHMARKS.md): a mode set through one compute channel of a TSG, or through the TSG's handle,
+ * is read back on each of its eight compute channels (and the trainer's saves turned CTA); a
+ * TSG's handle, computing or not, is answered NV_ERR_INVALID_CHANNEL. nvmock answers the compute
+ * mode last set on the channel's context (CILP until then) and 0 for the zcull, PM, SMPC and
+ * graphics modes, which it does not model. A read before CUDA's own set is not measured.
  */
 static u32 subdevice_get_ctxsw_modes(const struct nvmock_caller *caller,
 				     struct nvmock_object *obj, void *params)
 {
 	struct nv2080_ctxsw_modes_params *p = params;
+	struct nvmock_object *target = nvmock_object_get(obj->client, p->hChannel);
 	struct nvmock_tsg *tsg = gr_context(obj, p->hChannel);
 
 	if (!tsg)
 		return NV_ERR_INVALID_OBJECT_HANDLE;
+	if (target->kind != NVMOCK_CHANNEL)
+		return NV_ERR_INVALID_CHANNEL;
 	p->zcullMode = 0;
 	p->pmMode = 0;
 	p->smpcMode = 0;

@@ -419,7 +419,8 @@ u32 qgpu_rmapi_preemption_saves(u32 hclient, u32 hsubdevice, u32 htsg, u32 *save
  * @mode: set to NV2080_CTXSW_PREEMPTION_COMPUTE_* when RM answers NV_OK
  *
  * GR_GET_CTXSW_MODES, sent to GSP (ROUTE_TO_PHYSICAL); the doctor's reads of compute channels
- * answered NV_OK and CILP on an H100 and an H200 (docs/levers.md).
+ * answered NV_OK and CILP on an H100 and an H200 (docs/levers.md). A TSG's handle is answered
+ * NV_ERR_INVALID_CHANNEL (an H200, tools/gpu/preemption_modes.py): name a channel.
  *
  * Context: process context, qgpu_lock not held (RM sleeps).
  * Return: RM's status; NV_ERR_NOT_SUPPORTED without the RM entry.

@@ -37,8 +37,10 @@
  * online p50 0.00-0.05 ms lower than the timeslices alone; next to one of 1.4 ms kernels twice as
  * high (README.md; docs/levers.md), so it is never the default. The mode is read with
  * GR_GET_CTXSW_MODES before the first set and given back as the timeslice is. The controls name
- * the context by its compute channel, as the doctor's lever did, and go to the tenant's own
- * subdevice. CUDA's own CILP request for a gated context passes the tenant guard (ioctl.c); once
+ * the context by one compute channel, and go to the tenant's own subdevice: on an H200, CTA set
+ * through one of a trainer's eight compute channels was read back on all eight and turned its
+ * saves to CTA, as the doctor's set of every channel had (tools/gpu/preemption_modes.py, call
+ * 32A). CUDA's own CILP request for a gated context passes the tenant guard (ioctl.c); once
  * RM has carried it out it is the context's own, and the next pass sets qgpu's mode again.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -282,7 +284,7 @@ static bool mode_due(struct qgpu_client *client, struct qgpu_obj *tsg, u8 want, 
 	*subdevice = qgpu_client_subdevice(client, tsg->gpu);
 	*channel = qgpu_tsg_compute_channel(client, tsg);
 	if (!*channel && !want)
-		*channel = tsg->handle;	/* CUDA's own set names the TSG (NV_OK on the H200) */
+		*channel = tsg->handle;	/* as CUDA's own set: it acts too (call 32A) */
 	if (*subdevice && *channel)
 		return true;
 	if (!want)

@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from qpolicy.nvrm import abi
 from qpolicy.nvrm.abi import Escape, NvStatus
 from tests.vm.rmclient import (
     CARD,
@@ -16,6 +17,7 @@ from tests.vm.rmclient import (
     SYSMEM_ATTR,
     VERSION,
     Rm,
+    channel_params,
     ioctl,
     memory_params,
     offset_of,
@@ -284,3 +286,45 @@ def test_a_client_is_named_by_hroot(rm: Rm) -> None:
     assert picked.status == NvStatus.NV_OK and picked.handle >> 20 == 0xC1D
     for handle in (first.handle, picked.handle):
         assert rm.free(handle, handle, handle) == NvStatus.NV_OK
+
+
+def test_a_contexts_compute_preemption_mode_is_one_whichever_handle_sets_it(rm: Rm) -> None:
+    """Measured on an H200 (tools/gpu/preemption_modes.py, call 32A): CTA set through one compute
+    channel of a TSG, or through the TSG's handle, is read back on each of its compute channels;
+    GR_GET_CTXSW_MODES answers a TSG's handle NV_ERR_INVALID_CHANNEL. CILP before any set."""
+    client = rm.new(0, 0, 0x41)
+    device = rm.new(client, client, 0x80, bytes(56))
+    subdevice = rm.new(client, device, 0x2080, struct.pack("<I", 0))
+    tsg = rm.new(client, device, 0xA06C, tsg_params())
+    channels = [
+        rm.new(client, tsg, 0xC86F, channel_params(0x100000000 + 0x10000 * i)) for i in (0, 1)
+    ]
+    for channel in channels:
+        rm.new(client, channel, 0xCBC0)
+
+    def set_mode(handle: int, mode: int) -> int:
+        params = struct.pack("<IIIIIIQ", abi.PREEMPTION_MODE_FLAG_CILP, handle, 0, mode, 0, 0, 0)
+        return rm.control(
+            client, subdevice, abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE, params
+        )[0]
+
+    def modes() -> list[int]:
+        out = []
+        for channel in channels:
+            params = struct.pack("<I", channel).ljust(24, b"\0")
+            status, raw = rm.control(
+                client, subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES, params
+            )
+            assert status == NvStatus.NV_OK
+            out.append(struct.unpack_from("<I", raw, 16)[0])
+        return out
+
+    cta, cilp = abi.PREEMPTION_MODE_CTA, abi.PREEMPTION_MODE_CILP
+    assert modes() == [cilp, cilp]
+    assert set_mode(channels[0], cta) == NvStatus.NV_OK
+    assert modes() == [cta, cta]
+    assert set_mode(tsg, cilp) == NvStatus.NV_OK
+    assert modes() == [cilp, cilp]
+    params = struct.pack("<I", tsg).ljust(24, b"\0")
+    status = rm.control(client, subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES, params)[0]
+    assert status == NvStatus.NV_ERR_INVALID_CHANNEL
