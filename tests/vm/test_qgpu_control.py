@@ -42,6 +42,7 @@ from qpolicy.enforcers.kmod.uapi import (
     Attr,
     Cmd,
     Policy,
+    Preemption,
 )
 from tests.vm.conftest import BAD_KERNEL_LOG, kernel_log
 from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, module_loaded
@@ -89,6 +90,7 @@ WIDTH = {
     Attr.MEM_LIMIT: 8,
     Attr.OFFLINE_TIMESLICE_US: 4,
     Attr.ONLINE_TIMESLICE_US: 4,
+    Attr.OFFLINE_PREEMPTION: 1,
 }
 RANGE = {
     Attr.GPU: (0, MAX_GPUS - 1),
@@ -100,8 +102,15 @@ RANGE = {
     Attr.MEM_LIMIT: (0, (1 << 64) - 1),
     Attr.OFFLINE_TIMESLICE_US: (0, TIMESLICE_MAX_US),
     Attr.ONLINE_TIMESLICE_US: (0, TIMESLICE_MAX_US),
+    Attr.OFFLINE_PREEMPTION: (0, Preemption.CTA),
 }
-GPU_SETTINGS = (Attr.POLICY, Attr.PERIOD_US, Attr.OFFLINE_TIMESLICE_US, Attr.ONLINE_TIMESLICE_US)
+GPU_SETTINGS = (
+    Attr.POLICY,
+    Attr.PERIOD_US,
+    Attr.OFFLINE_TIMESLICE_US,
+    Attr.ONLINE_TIMESLICE_US,
+    Attr.OFFLINE_PREEMPTION,
+)
 DEFAULT_SLICES = (OFFLINE_TIMESLICE_DEFAULT_US, ONLINE_TIMESLICE_DEFAULT_US)
 FORMAT = {1: "=B", 2: "=H", 4: "=I", 8: "=Q"}
 
@@ -304,7 +313,7 @@ class State:
         return out
 
     def gpu_settings(self) -> list[tuple[int, ...]]:
-        """(policy, period_us, offline and online timeslice) of each GPU."""
+        """(policy, period_us, offline and online timeslice, offline preemption) of each GPU."""
         return [tuple(dict(row)[a] for a in GPU_SETTINGS) for row in self.gpus]
 
 
@@ -315,7 +324,13 @@ def state(genl: Genl) -> State:
         for m in genl.dump(Cmd.GPU_GET)
     ]
     assert [dict(g)[Attr.GPU] for g in gpus] == list(range(MAX_GPUS))
-    names = ("policy", "period_us", "offline_timeslice_us", "online_timeslice_us")
+    names = (
+        "policy",
+        "period_us",
+        "offline_timeslice_us",
+        "online_timeslice_us",
+        "offline_preemption",
+    )
     files = [SYSFS / "cgroups"] + [
         SYSFS / f"gpu{i}" / name for i in range(MAX_GPUS) for name in names
     ]
@@ -352,6 +367,7 @@ def gpu_set(
     policy: int | None = None,
     period: int | None = None,
     slices: tuple[int, int] | None = None,
+    preemption: int | None = None,
 ) -> Reply:
     attrs = put(Attr.GPU, gpu)
     if policy is not None:
@@ -361,6 +377,8 @@ def gpu_set(
     if slices is not None:
         attrs += put(Attr.OFFLINE_TIMESLICE_US, slices[0])
         attrs += put(Attr.ONLINE_TIMESLICE_US, slices[1])
+    if preemption is not None:
+        attrs += put(Attr.OFFLINE_PREEMPTION, preemption)
     return genl.request(Cmd.GPU_SET, attrs)
 
 
@@ -370,11 +388,11 @@ def cgroup_del(genl: Genl, cg: int) -> Reply:
 
 def configure(genl: Genl, cgs: dict[str, Cgroup]) -> None:
     """GPU 0 fixed-share with 40 + 30 given; GPU 1 burst-share with 70 + 50 (more than 100 is
-    allowed there, so switching it to fixed-share must be refused) and timeslices of its own;
-    ``spare`` unconfigured."""
+    allowed there, so switching it to fixed-share must be refused), timeslices of its own and
+    CTA for offline contexts; ``spare`` unconfigured."""
     for reply in [
         gpu_set(genl, 0, Policy.FIXED_SHARE, 20_000),
-        gpu_set(genl, 1, Policy.BURST_SHARE, 100_000, (64, 0)),
+        gpu_set(genl, 1, Policy.BURST_SHARE, 100_000, (64, 0), Preemption.CTA),
         cgroup_set(genl, cgs["a"].id, 0, 0, 40, 1 << 30),
         cgroup_set(genl, cgs["b"].id, 0, 1, 30),
         cgroup_set(genl, cgs["c"].id, 1, 0, 70),
@@ -387,7 +405,10 @@ def unconfigure(genl: Genl) -> None:
     for row in genl.dump(Cmd.CGROUP_GET):
         assert cgroup_del(genl, row[Attr.CGROUP_ID]).error == 0
     for gpu in range(MAX_GPUS):
-        assert gpu_set(genl, gpu, Policy.BEST_EFFORT, PERIOD_DEFAULT_US, DEFAULT_SLICES).error == 0
+        reply = gpu_set(
+            genl, gpu, Policy.BEST_EFFORT, PERIOD_DEFAULT_US, DEFAULT_SLICES, Preemption.OWN
+        )
+        assert reply.error == 0
 
 
 @pytest.fixture(scope="module")
@@ -526,7 +547,12 @@ def test_commands_need_cap_net_admin_in_the_initial_user_namespace(
     configs = state(genl).configs()
     assert configs[ids["spare"]] == (0, 0, 10, 0) and configs[ids["a"]] == (0, 0, 20, 0)
     assert ids["b"] not in configs
-    assert state(genl).gpu_settings()[0] == (Policy.BURST_SHARE, 30_000, *DEFAULT_SLICES)
+    assert state(genl).gpu_settings()[0] == (
+        Policy.BURST_SHARE,
+        30_000,
+        *DEFAULT_SLICES,
+        Preemption.OWN,
+    )
 
 
 # -- malformed and refused messages ------------------------------------------------------------
@@ -878,7 +904,13 @@ def test_a_refused_message_leaves_the_configuration_usable(setup: Setup) -> None
     assert cgroup_del(genl, setup.id("spare")).error == errno.ENOENT
     assert gpu_set(genl, 1, period=PERIOD_MIN_US).error == 0
     assert gpu_set(genl, 1, period=PERIOD_MAX_US).error == 0
-    assert state(genl).gpu_settings()[1] == (Policy.BURST_SHARE, PERIOD_MAX_US, 64, 0)
+    assert state(genl).gpu_settings()[1] == (
+        Policy.BURST_SHARE,
+        PERIOD_MAX_US,
+        64,
+        0,
+        Preemption.CTA,
+    )
 
 
 def test_framing_errors(setup: Setup) -> None:
@@ -945,6 +977,7 @@ BAD_PERIODS = [
     b"9" * 4000,
 ]
 BAD_TIMESLICES = [b"abc", b"-1", b"1000001", b"4294967296", b"0x80", b" 128", b"\n", b"9" * 4000]
+BAD_PREEMPTIONS = [b"wfi", b"cilp", b"CTA", b"1", b" cta", b"cta ", b"ctaa", b"\n", b"own\n\n"]
 READ_ONLY_FILES = [
     SYSFS / "version",
     SYSFS / "target",
@@ -986,6 +1019,8 @@ def test_sysfs_refuses_garbage_and_keeps_the_value(setup: Setup) -> None:
     for name in ("offline_timeslice_us", "online_timeslice_us"):
         for data in BAD_TIMESLICES:
             assert write(GPU0 / name, data) == errno.EINVAL, (name, data)
+    for data in BAD_PREEMPTIONS:
+        assert write(GPU0 / "offline_preemption", data) == errno.EINVAL, data
     # A good word that the shares do not allow: GPU 1's shares sum to 120.
     assert write(GPU1 / "policy", b"fixed-share\n") == errno.EINVAL
     assert write(GPU1 / "policy", b"fs") == errno.EINVAL
@@ -995,13 +1030,23 @@ def test_sysfs_refuses_garbage_and_keeps_the_value(setup: Setup) -> None:
     # What is allowed is taken, at the edges too, and shows in netlink.
     assert write(GPU0 / "policy", b"bs\n") == 0
     assert write(GPU0 / "period_us", b"1000") == 0
-    assert state(genl).gpu_settings()[0] == (Policy.BURST_SHARE, 1000, *DEFAULT_SLICES)
+    assert state(genl).gpu_settings()[0] == (
+        Policy.BURST_SHARE,
+        1000,
+        *DEFAULT_SLICES,
+        Preemption.OWN,
+    )
     assert write(GPU0 / "period_us", b"1000000\n") == 0
     assert (GPU0 / "period_us").read_text() == "1000000\n"
     assert write(GPU0 / "offline_timeslice_us", b"0") == 0
     assert write(GPU0 / "online_timeslice_us", b"1000000\n") == 0
-    assert state(genl).gpu_settings()[0][2:] == (0, TIMESLICE_MAX_US)
+    assert state(genl).gpu_settings()[0][2:4] == (0, TIMESLICE_MAX_US)
     assert (GPU0 / "online_timeslice_us").read_text() == "1000000\n"
+    assert write(GPU0 / "offline_preemption", b"cta\n") == 0
+    assert state(genl).gpu_settings()[0][4] == Preemption.CTA
+    assert (GPU0 / "offline_preemption").read_text() == "cta\n"
+    assert write(GPU0 / "offline_preemption", b"own") == 0
+    assert state(genl).gpu_settings()[0][4] == Preemption.OWN
 
 
 def test_online_gate_takes_0_1_and_2_and_refuses_the_rest(setup: Setup) -> None:
@@ -1285,6 +1330,8 @@ class Fuzzer:
                 for slice_attr in (Attr.OFFLINE_TIMESLICE_US, Attr.ONLINE_TIMESLICE_US):
                     if rng.random() < 0.3:
                         attrs += put(slice_attr, rng.randint(0, TIMESLICE_MAX_US))
+                if rng.random() < 0.3:
+                    attrs += put(Attr.OFFLINE_PREEMPTION, rng.randrange(2))
             elif cmd == Cmd.CGROUP_SET:
                 attrs = (
                     put(Attr.CGROUP_ID, rng.choice(cgroup_ids))
