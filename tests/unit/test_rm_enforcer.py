@@ -91,7 +91,8 @@ class FakeDriver:
     preempted: dict[int, int] = field(default_factory=dict)
     preemption_reads: list[tuple[float, int]] = field(default_factory=list)
     preemptions_status: int = NvStatus.NV_OK
-    # Per compute channel: its compute preemption mode (CILP unless set), and the sets, in order.
+    # Per context (TSG): its compute preemption mode (CILP unless set), whichever of its channels
+    # names it (an H200, call 32A); and the sets by channel, in order.
     mode: dict[int, int] = field(default_factory=dict)
     mode_log: list[tuple[int, int]] = field(default_factory=list)
 
@@ -131,12 +132,12 @@ class FakeDriver:
         def get_compute_preemption(
             fd: int, client: int, subdevice: int, channel: int
         ) -> tuple[rmctl.ControlResult, int]:
-            return rmctl.ControlResult(NvStatus.NV_OK, 1), self.mode.get(channel, 2)
+            return rmctl.ControlResult(NvStatus.NV_OK, 1), self.mode.get(context_of(channel), 2)
 
         def set_compute_preemption(
             fd: int, client: int, subdevice: int, channel: int, mode: int
         ) -> rmctl.ControlResult:
-            self.mode[channel] = mode
+            self.mode[context_of(channel)] = mode
             self.mode_log.append((channel, mode))
             return rmctl.ControlResult(NvStatus.NV_OK, 1)
 
@@ -178,6 +179,11 @@ class FakeFiles:
 
     def __len__(self) -> int:
         return len(self._fds)
+
+
+def context_of(channel: int) -> int:
+    """The TSG of a channel of :func:`group`: channel 0x100 * i + c is in TSG 0x10 * i."""
+    return channel // 0x100 * 0x10
 
 
 def group(pid: int, client: int, pod_index: int) -> ClientChannels:
@@ -1472,23 +1478,23 @@ def test_the_cta_strategy_sets_offline_contexts_to_cta_and_online_ones_are_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     r = cta_rig(tmp_path, monkeypatch)
-    # The trainer's compute channels (pod 2: 0x202, 0x203) CTA; the online pod's untouched.
-    assert r.driver.mode == {0x202: 1, 0x203: 1}
+    # The trainer's context (pod 2: TSG 0x20, compute channels 0x202 and 0x203) CTA, through
+    # its first compute channel alone; the online pod's untouched.
+    assert r.driver.mode == {0x20: 1}
     assert r.enforcer.control.preemption.wanted() == {"/train": "CTA"}
     # Written down before it was changed, with the mode to give back.
     record = json.loads((tmp_path / RECORD_NAME).read_text())
     assert {e["channel"]: e["original_mode"] for e in record["preemptions"].values()} == {
         0x202: 2,
-        0x203: 2,
     }
     # Set once: later periods send nothing while the tenant sets nothing of its own.
     sets = len(r.driver.mode_log)
     r.loop.run_until(1e6)
-    assert len(r.driver.mode_log) == sets == 2
+    assert r.driver.mode_log == [(0x202, 1)] and sets == 1
     # Letting go gives each channel its own mode back, and the record is empty.
     r.enforcer.release()
     r.shared.close()
-    assert r.driver.mode == {0x202: 2, 0x203: 2}
+    assert r.driver.mode == {0x20: 2}
     assert not (tmp_path / RECORD_NAME).exists()
 
 
@@ -1507,10 +1513,10 @@ def test_cta_follows_the_class_timeslice_off_when_no_online_pod_is_left(
     """Without online work the engine leaves the tenants' own timeslices: nothing is switched for
     online work, and the contexts get their own mode back too."""
     r = cta_rig(tmp_path, monkeypatch)
-    assert r.driver.mode == {0x202: 1, 0x203: 1}
+    assert r.driver.mode == {0x20: 1}
     r.control.pods = CTA_PODS[1:]  # the online pod leaves the desired state
     r.loop.run_until(0.6e6)
-    assert r.driver.mode == {0x202: 2, 0x203: 2}
+    assert r.driver.mode == {0x20: 2}
     assert r.enforcer.control.preemption.wanted() == {}
 
 
@@ -1521,14 +1527,14 @@ def test_a_mode_the_tenant_sets_over_ours_is_set_again(
     (the shipped H200 trace): the probe counts the latter, and the mode is sent again."""
     r = cta_rig(tmp_path, monkeypatch)
     (train,) = r.resolver._groups["/train"]
-    r.driver.mode.update({0x202: 2, 0x203: 2})  # libcuda's CILP
+    r.driver.mode[0x20] = 2  # libcuda's CILP
     r.resolver._groups["/train"] = [dataclasses.replace(train, timeslice_sets=(1,))]
     r.loop.run_until(0.3e6 + 50_000 + 6 * LATENCY)
-    assert r.driver.mode == {0x202: 1, 0x203: 1}
+    assert r.driver.mode == {0x20: 1}
     # The value given back is still CILP, read before the first change.
     r.enforcer.release()
     r.shared.close()
-    assert r.driver.mode == {0x202: 2, 0x203: 2}
+    assert r.driver.mode == {0x20: 2}
 
 
 def test_a_killed_daemons_cta_is_undone_by_the_record(
@@ -1552,8 +1558,8 @@ def test_a_killed_daemons_cta_is_undone_by_the_record(
 
     monkeypatch.setattr(rmctl, "set_compute_preemption", set_compute_preemption)
     recovery = recover(tmp_path, lambda pid, fd: os.open("/dev/null", os.O_RDONLY))
-    assert (recovery.modes, recovery.problems) == (2, ())
-    assert sorted(restored) == [(0xC1D00001, 0x5C000003, c, 2) for c in (0x202, 0x203)]
+    assert (recovery.modes, recovery.problems) == (1, ())
+    assert restored == [(0xC1D00001, 0x5C000003, 0x202, 2)]
     assert not (tmp_path / RECORD_NAME).exists()
 
 
@@ -1576,12 +1582,12 @@ def test_a_mode_set_after_its_pod_left_is_given_back_at_the_next_period(
     modes = r.enforcer.control.preemption
     modes.set_mode("/train", None)
     r.loop.run_until(0.3e6 + 3 * LATENCY)
-    assert r.driver.mode == {0x202: 2, 0x203: 2}
+    assert r.driver.mode == {0x20: 2}
     # A pod's set queued, then the pod left before the worker ran it.
     modes.set_mode("/train", 1)
     modes.set_mode("/train", None)
     r.control.pods = CTA_PODS[:1]
     r.loop.run_until(0.3e6 + 6 * LATENCY)
-    assert r.driver.mode == {0x202: 1, 0x203: 1} and modes.pods() == {"/train"}
+    assert r.driver.mode == {0x20: 1} and modes.pods() == {"/train"}
     r.loop.run_until(0.6e6)
-    assert r.driver.mode == {0x202: 2, 0x203: 2} and modes.pods() == set()
+    assert r.driver.mode == {0x20: 2} and modes.pods() == set()

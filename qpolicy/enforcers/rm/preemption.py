@@ -13,9 +13,12 @@ Next to a trainer of 1.4 ms kernels it doubled the p50. So it is a strategy
 (:mod:`~qpolicy.enforcers.strategy`) for a GPU whose offline work runs short kernels, never a
 default.
 
-The mode is set on every compute channel of an offline pod, as the doctor's lever did: that is
-the lever measured (its saves turned from CILP to CTA, 1 190 of 1 224). libcuda sends its one set
-to the TSG's handle instead (RM answered 0x0); the GR context is the TSG's either way. The mode
+The mode is the context's: on an H200, CTA set through one of a trainer's eight compute channels
+was read back on all eight and turned every save of it to CTA, as the doctor's lever (a set on
+every compute channel) had (tools/gpu/preemption_modes.py, call 32A; BENCHMARKS.md). So it is set
+once per context, through the first compute channel of each TSG, as qgpu.ko does (until
+2026-12-03 on every compute channel: eight controls of ~0.7 ms under GSP where one does). libcuda
+sends its own set to the TSG's handle, which acts the same (call 32A). The mode
 is set after the original is read and written to the record, and given back when the pod is
 no longer offline or the enforcer lets go. libcuda's own set, which would overwrite ours, comes
 just before its ``SET_TIMESLICE`` of the same context, which the probe counts per TSG: a channel
@@ -114,7 +117,12 @@ class PreemptionModes:
             for group in self.resolver.groups(pod):
                 if not group.pid or group.fd is None or group.subdevice is None:
                     continue
+                contexts: set[int] = set()
                 for channel, tsg in group.compute_channels:
+                    if tsg is not None:  # one control per context (its first compute channel)
+                        if tsg in contexts:
+                            continue
+                        contexts.add(tsg)
                     key = (group.pid, group.client, channel)
                     tenant_sets = group.tenant_sets(tsg) if tsg is not None else 0
                     sent = self._sent.get(key)
