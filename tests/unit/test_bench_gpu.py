@@ -429,7 +429,9 @@ def test_a_pod_of_two_trainers_is_one_pod_with_both_processes_in_its_cgroup(
     assert gpu.summarise(ONE_POD_TWO_TRAINERS, run, {}, 20.0)["trainer_it_per_s"] == 41.0
 
 
-@pytest.mark.parametrize("strategy", [None, "default", "timeslice-1us", "timeslice"])
+@pytest.mark.parametrize(
+    "strategy", [None, "default", "timeslice-1us", "timeslice", "cta+timeslice-1us-8ms"]
+)
 def test_the_daemon_reads_the_strategy_the_bench_was_asked_for(
     strategy: str | None, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -453,6 +455,8 @@ def test_the_daemon_reads_the_strategy_the_bench_was_asked_for(
     else:
         expected = chosen.TIMESLICE_LEVERS[strategy]
         assert (got.offline_timeslice_us, got.online_timeslice_us) == expected
+        # CTA is carried out whole when asked for, not its timeslices alone.
+        assert got.offline_preemption == chosen.PREEMPTION_LEVERS.get(strategy)
         assert f"make bench-gpu --strategy: {strategy}" in got.source
     assert "timeslice-1us" in gpu.STRATEGIES and "default" in gpu.STRATEGIES
 

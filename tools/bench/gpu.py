@@ -55,6 +55,7 @@ from qpolicy.doctor.promise import UNSTABLE_SOLO  # noqa: E402
 from qpolicy.doctor.report import percentile  # noqa: E402
 from qpolicy.enforcers.strategy import (  # noqa: E402
     DOCTOR_SCHEMA,
+    PREEMPTION_LEVERS,
     TIMESLICE_LEVERS,
     doctor_cache_path,
 )
@@ -316,11 +317,19 @@ STRATEGY: list[str] = []
 
 def doctor_cache(lever: str) -> dict[str, Any]:
     """A doctor result that recommends ``lever`` and says it was forced by the bench: to compare
-    timeslice pairs side by side on one host, whatever the node's doctor would pick."""
+    timeslice pairs side by side on one host, whatever the node's doctor would pick. A lever that
+    also sets offline contexts' preemption mode (CTA) is marked as checked next to long kernels:
+    forced, it is meant to be measured whole, and without the mark the enforcers would take its
+    timeslices only (qpolicy.enforcers.strategy.from_doctor), as a run of 2026-12-03 did."""
+    checked = {"long_kernels_checked": True} if lever in PREEMPTION_LEVERS else {}
     return {
         "schema": DOCTOR_SCHEMA,
         "date": "make bench-gpu --strategy",
-        "recommendation": {"lever": lever, "why": "forced by make bench-gpu --strategy"},
+        "recommendation": {
+            "lever": lever,
+            "why": "forced by make bench-gpu --strategy",
+            **checked,
+        },
     }
 
 
