@@ -137,6 +137,7 @@ struct qgpu_obj {
 	/* TSG: its context's compute preemption mode (timeslice.c), NV2080_..._COMPUTE_* + 1 */
 	u8 pm_own;			/* to restore; 0: not known yet */
 	u8 pm_set;			/* what qgpu set and has not restored; 0: none */
+	u32 pm_gen;			/* as ts_gen, for the tenant's own mode */
 };
 
 struct qgpu_client {

@@ -351,6 +351,7 @@ static unsigned int plan(bool now, bool *full, bool *retry, unsigned long *retry
 			c->tsg = obj->handle;
 			c->gen = next_gen();
 			obj->ts_gen = c->gen;
+			obj->pm_gen = c->gen;
 			c->ts = ts_due;
 			c->value = want ? want : obj->ts_own;
 			c->restore = !want;
@@ -465,14 +466,18 @@ static void record(unsigned int n, bool *raced, bool *retry, unsigned long *retr
 
 		if (!obj || obj->kind != QGPU_OBJ_TSG)
 			continue;		/* freed meanwhile */
-		if (obj->ts_gen != c->gen) {
-			*raced = true;		/* its tenant asked for a setting meanwhile */
-			continue;
-		}
+		/*
+		 * A setting its tenant asked for meanwhile is planned again; the other is recorded
+		 * (a tenant's mode says nothing of the TSG's timeslice, and the reverse).
+		 */
 		ok = true;
-		if (c->ts)
+		if (c->ts && obj->ts_gen != c->gen)
+			*raced = true;
+		else if (c->ts)
 			ok = record_timeslice(obj, c);
-		if (c->pm)
+		if (c->pm && obj->pm_gen != c->gen)
+			*raced = true;
+		else if (c->pm)
 			ok = record_mode(obj, c) && ok;
 		if (ok) {
 			obj->ts_failures = 0;
@@ -680,7 +685,7 @@ bool qgpu_timeslice_tenant_mode(struct file *file, u32 hclient, u32 hchannel, u3
 		return false;
 	obj->pm_own = mode + 1;
 	obj->pm_set = 0;
-	obj->ts_gen = next_gen();
+	obj->pm_gen = next_gen();
 	return true;
 }
 
