@@ -253,13 +253,14 @@ static u64 wanted(const struct qgpu_cg *cg, const struct qgpu_obj *tsg, const bo
 
 /*
  * The compute preemption mode qgpu wants on @tsg, NV2080_CTXSW_PREEMPTION_COMPUTE_* + 1; 0: the
- * context's own. Only an offline TSG that gets its class's timeslice and computes, on a GPU
- * whose offline preemption is CTA: the lever the doctor measured (the timeslices with CTA on
- * the trainer's compute channels).
+ * context's own. Only an offline TSG that gets its class's timeslice (@want_us, from wanted())
+ * and computes, on a GPU whose offline preemption is CTA: the lever the doctor measured (the
+ * timeslices with CTA on the trainer's compute channels).
  */
-static u8 wanted_mode(const struct qgpu_cg *cg, const struct qgpu_obj *tsg, const bool *online)
+static u8 wanted_mode(const struct qgpu_cg *cg, const struct qgpu_obj *tsg, u64 want_us)
 {
-	if (cg->class != QGPU_CLASS_OFFLINE || !tsg->computes || !wanted(cg, tsg, online) ||
+	/* want_us set: tsg->gpu is in range (wanted()). */
+	if (cg->class != QGPU_CLASS_OFFLINE || !tsg->computes || !want_us ||
 	    preemption[tsg->gpu] != QGPU_PREEMPTION_CTA)
 		return 0;
 	return NV2080_CTXSW_PREEMPTION_COMPUTE_CTA + 1;
@@ -332,7 +333,7 @@ static unsigned int plan(bool now, bool *full, bool *retry, unsigned long *retry
 				obj->ts_owed = false;
 				ts_due = false;
 			}
-			mode = wanted_mode(client->cg, obj, online);
+			mode = wanted_mode(client->cg, obj, want);
 			pm_due = mode_due(client, obj, mode, &subdevice, &channel);
 			if (!ts_due && !pm_due) {
 				obj->ts_failures = 0;	/* nothing to do: no backing off */

@@ -317,8 +317,8 @@ u32 qgpu_client_subdevice(const struct qgpu_client *client, int gpu)
  * @client: the TSG's client
  * @tsg: the TSG
  *
- * The channel a GR control names the TSG's context by, as the doctor's measured levers did
- * (CUDA's context has one such channel).
+ * The channel a GR control names the TSG's context by. CUDA's context has eight; the mode set
+ * through any one of them is the context's (an H200: tools/gpu/preemption_modes.py, call 32A).
  *
  * Context: qgpu_lock held.
  * Return: its handle; 0 if none is tracked.

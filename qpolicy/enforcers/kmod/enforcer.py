@@ -23,7 +23,6 @@ context its own mode back with its timeslice.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 from collections.abc import Callable, Mapping
@@ -253,25 +252,22 @@ class KmodEnforcer:
 
     def _push_gpu(self, gpu: GpuConfig) -> None:
         strategy = self.strategy(gpu.index)
+        preemption = module_preemption(strategy.offline_preemption)
+        if preemption is None and gpu.index not in self._gpus_pushed:
+            log.warning(
+                "GPU %d: %s asks compute preemption mode %s for offline contexts, which "
+                "qgpu.ko does not set; they keep their own",
+                gpu.index,
+                strategy.source,
+                strategy.offline_preemption,
+            )
         wanted = GpuSettings(
             POLICIES[gpu.policy],
             gpu.period_us,
             strategy.offline_timeslice_us,
             strategy.online_timeslice_us,
-            Preemption.OWN,
+            Preemption.OWN if preemption is None else preemption,
         )
-        preemption = module_preemption(strategy.offline_preemption)
-        if preemption is None:
-            if gpu.index not in self._gpus_pushed:
-                log.warning(
-                    "GPU %d: %s asks compute preemption mode %s for offline contexts, which "
-                    "qgpu.ko does not set; they keep their own",
-                    gpu.index,
-                    strategy.source,
-                    strategy.offline_preemption,
-                )
-        else:
-            wanted = dataclasses.replace(wanted, offline_preemption=preemption)
         if self._gpus_pushed.get(gpu.index) == wanted:
             return
         key = f"GPU {gpu.index}"
