@@ -26,13 +26,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeGuard
 
-from qpolicy.doctor.report import (
-    DEFAULT_LEVERS,
-    LEVER_KINDS,
+from qpolicy.doctor.report import DEFAULT_LEVERS, LEVER_KINDS, refused
+from qpolicy.doctor.targets import (
     P50_BOUND,
     P99_BOUND,
     TRAINER_FLOOR,
-    refused,
+    UNSTABLE_SOLO,
+    against_solo,
+    better_than,
+    trainer_kept,
 )
 from qpolicy.enforcers.strategy import (
     PREEMPTION_LEVERS,
@@ -41,9 +43,6 @@ from qpolicy.enforcers.strategy import (
     promise_lines,
 )
 
-# A solo baseline whose p99 is more than this times its p50 is too noisy to divide by (as
-# `make bench-gpu` judges its rows: tools/bench/gpu.py).
-UNSTABLE_SOLO = 2.0
 # Fewer requests than this make a p99 of a handful of samples: the result says it is indicative.
 P99_REQUESTS = 1000
 
@@ -124,21 +123,21 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
     # Against solo.
     if _usable(solo):
         s50, s99 = float(solo["online"]["p50_ms"]), float(solo["online"]["p99_ms"])
-        if s99 > UNSTABLE_SOLO * s50:
+        judged = against_solo(p50, p99, s50, s99)
+        if judged is None:
             why = f"not judged: solo unstable (p99 {s99:.2f} > {UNSTABLE_SOLO:g} x p50 {s50:.2f})"
             targets.append(_target("p99", f"online p99 <= {P99_BOUND:g} x solo's", why, None))
             targets.append(_target("p50", f"online p50 <= {P50_BOUND:g} x solo's", why, None))
         else:
-            for key, value, base, bound in (
-                ("p99", p99, s99, P99_BOUND),
-                ("p50", p50, s50, P50_BOUND),
+            for key, value, base, bound, ratio, met in (
+                ("p99", p99, s99, P99_BOUND, judged.p99_ratio, judged.p99_met),
+                ("p50", p50, s50, P50_BOUND, judged.p50_ratio, judged.p50_met),
             ):
-                met = value <= bound * base
                 targets.append(
                     _target(
                         key,
                         f"online {key} <= {bound:g} x solo's",
-                        f"{value:.2f} ms, {value / base:.2f} x solo's {base:.2f}",
+                        f"{value:.2f} ms, {ratio:.2f} x solo's {base:.2f}",
                         met,
                     )
                 )
@@ -156,8 +155,8 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
     base_trainer = (native or {}).get("trainer_it_per_s")
     text = f"trainer >= {TRAINER_FLOOR:.0%} of its throughput beside native time-slicing"
     if trainer and base_trainer:
-        keeps = trainer / base_trainer
-        targets.append(_target("trainer", text, f"{keeps:.0%}", keeps >= TRAINER_FLOOR))
+        keeps, kept = trainer_kept(trainer, base_trainer)
+        targets.append(_target("trainer", text, f"{keeps:.0%}", kept))
     else:
         why = "a trainer reported nothing" if native is not None else "no native baseline"
         targets.append(_target("trainer", text, f"not judged: {why}", None))
@@ -171,7 +170,7 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
         if _usable(other):
             o50, o99 = float(other["online"]["p50_ms"]), float(other["online"]["p99_ms"])
             measured = f"{p50:.2f} / {p99:.2f} against {o50:.2f} / {o99:.2f} ms"
-            targets.append(_target(key, text, measured, p50 < o50 and p99 < o99))
+            targets.append(_target(key, text, measured, better_than(p50, p99, o50, o99)))
         else:
             why = "not measured" if other is None else "not judged: its phase failed"
             targets.append(_target(key, text, why, None))

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from qpolicy.doctor.targets import P50_BOUND, P99_BOUND, TRAINER_FLOOR
 from qpolicy.enforcers.strategy import (
     DOCTOR_CACHE_NAME,
     DOCTOR_SCHEMA,
@@ -45,12 +46,10 @@ from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US
 
 CACHE_NAME = DOCTOR_CACHE_NAME
 SCHEMA = DOCTOR_SCHEMA
-# A lever must keep this much of the trainer's co-located native throughput...
-TRAINER_FLOOR = 0.95
-# ...and beat native's online p99 by this much to be worth recommending.
+# A lever must keep TRAINER_FLOOR of the trainer's co-located native throughput (targets.py)
+# and beat native's online p99 by this much to be worth recommending; of those, the recommended
+# lever is the nearest to the targets against solo (P50_BOUND, P99_BOUND).
 MIN_GAIN = 0.10
-# The online targets against solo (issue 14): the recommended lever is the nearest to both.
-P99_BOUND, P50_BOUND = 1.5, 1.2
 # The lever that sets the engine's own pair: what a node runs without a doctor result, chosen on
 # runs of 3 001 requests on several hosts (qpolicy/engine.py). A phase of a few hundred requests
 # overrides it only by more than NOISE of its distance from solo: levers that set the same thing

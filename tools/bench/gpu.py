@@ -51,8 +51,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from qpolicy.doctor.promise import UNSTABLE_SOLO  # noqa: E402
 from qpolicy.doctor.report import percentile  # noqa: E402
+from qpolicy.doctor.targets import (  # noqa: E402
+    P50_BOUND,
+    P99_BOUND,
+    TRAINER_FLOOR,
+    UNSTABLE_SOLO,
+    against_solo,
+    better_than,
+    trainer_kept,
+)
 from qpolicy.enforcers.strategy import (  # noqa: E402
     DOCTOR_SCHEMA,
     PREEMPTION_LEVERS,
@@ -1004,10 +1012,11 @@ def _verdict(scenario: Scenario, summary: dict[str, Any], report: dict[str, Any]
 
 
 def _online_verdict(scenario: Scenario, summary: dict[str, Any], report: dict[str, Any]) -> str:
-    """The online targets: against solo (p99 <= 1.5x, p50 <= 1.2x, where solo is stable), the
-    trainer against its co-located native throughput (>= 95 %, the 8192 trainer), and strictly
-    better than native and MPS at p50 and p99. "meets" only where every target was checked: a
-    row with an unstable solo, or without its native or MPS run, says which it could not judge."""
+    """The online targets, judged as the doctor's promise judges them (qpolicy/doctor/targets.py):
+    against solo (p99 <= 1.5x, p50 <= 1.2x, where solo is stable), the trainer against its
+    co-located native throughput (>= 95 %, the 8192 trainer), and strictly better than native
+    and MPS at p50 and p99. "meets" only where every target was checked: a row with an unstable
+    solo, or without its native or MPS run, says which it could not judge."""
     # A row of several online pods, or of requests of another shape, is held against those pods
     # alone (main()).
     own = scenario.name in report.get("online_solo_of", {})
@@ -1021,16 +1030,19 @@ def _online_verdict(scenario: Scenario, summary: dict[str, Any], report: dict[st
         parts.append(f"solo: the {len(online_pods(scenario))} online pods alone together")
     elif own:
         parts.append("solo: the same requests alone")
-    if solo["p99_ms"] > UNSTABLE_SOLO * solo["p50_ms"]:
+    judged = against_solo(p50, p99, solo["p50_ms"], solo["p99_ms"])
+    if judged is None:
         parts.append(
             f"solo unstable (p99 {solo['p99_ms']:.2f} > {UNSTABLE_SOLO:g}x p50 "
             f"{solo['p50_ms']:.2f}): not divided by"
         )
         unjudged.append("against solo")
     else:
-        r99, r50 = p99 / solo["p99_ms"], p50 / solo["p50_ms"]
-        parts.append(f"p99 {r99:.2f}x solo (<=1.5), p50 {r50:.2f}x (<=1.2)")
-        ok &= r99 <= 1.5 and r50 <= 1.2
+        parts.append(
+            f"p99 {judged.p99_ratio:.2f}x solo (<={P99_BOUND:g}), "
+            f"p50 {judged.p50_ratio:.2f}x (<={P50_BOUND:g})"
+        )
+        ok &= judged.p99_met and judged.p50_met
     behind = summary.get("online_behind_s") or 0.0
     if behind > BEHIND_S:
         parts.append(f"online fell {behind:.1f} s behind its requests")
@@ -1057,15 +1069,15 @@ def _online_verdict(scenario: Scenario, summary: dict[str, Any], report: dict[st
             )
             unjudged.append("the trainer (native did not serve the requests)")
         elif native_trainer:
-            keeps = trainer / native_trainer
-            parts.append(f"trainer {keeps:.0%} of native (>=95%)")
-            ok &= keeps >= 0.95
+            keeps, kept = trainer_kept(trainer, native_trainer)
+            parts.append(f"trainer {keeps:.0%} of native (>={TRAINER_FLOOR:.0%})")
+            ok &= kept
         else:
             unjudged.append("the trainer (no native run)")
     for mode in ("native", "mps"):
         other = runs.get(mode)
         if other and other.get("online_p50_ms") and other.get("online_p99_ms"):
-            better = p50 < other["online_p50_ms"] and p99 < other["online_p99_ms"]
+            better = better_than(p50, p99, other["online_p50_ms"], other["online_p99_ms"])
             parts.append(f"{'better' if better else 'NOT better'} than {mode}")
             ok &= better
         else:
