@@ -43,6 +43,28 @@ static unsigned int disable_us = 600;
 module_param(disable_us, uint, 0644);
 MODULE_PARM_DESC(disable_us, "How long FIFO_DISABLE_CHANNELS takes before it acts, us");
 
+/*
+ * How long a control that RM sends to GSP takes before it acts, us, for those whose time is
+ * measured: SET_TIMESLICE (kchangrpapiCtrlCmdSetTimeslice sends it to GSP before it keeps the
+ * value; 324 us a call, the doctor on an H200, BENCHMARKS.md call 29A) and
+ * GR_SET_CTXSW_PREEMPTION_MODE (ROUTE_TO_PHYSICAL; 0.5-0.7 ms a call, the doctor, docs/levers.md).
+ * The default, 300 us, is the low end of those, as for disable_us. The wait is taken holding
+ * nvmock_lock, as RM holds its API and GPU locks across a GSP RPC, so the controls of all
+ * callers queue behind it. GR_GET_CTXSW_MODES is ROUTE_TO_PHYSICAL too, but its time is not
+ * measured: it answers at once. 0: every control answers at once.
+ */
+static unsigned int gsp_us = 300;
+module_param(gsp_us, uint, 0644);
+MODULE_PARM_DESC(gsp_us, "How long SET_TIMESLICE and GR_SET_CTXSW_PREEMPTION_MODE take before they act, us");
+
+static void gsp_rpc(void)
+{
+	unsigned int us = READ_ONCE(gsp_us);
+
+	if (us)
+		fsleep(us);
+}
+
 struct control_desc {
 	u32 cmd;
 	enum nvmock_kind kind;
@@ -116,6 +138,7 @@ static u32 tsg_set_timeslice(const struct nvmock_caller *caller, struct nvmock_o
 	struct nvmock_engine *engine = &obj->gpu->engine;
 	struct nvmock_channel *ch;
 
+	gsp_rpc();
 	spin_lock(&engine->lock);
 	obj->tsg->timeslice_us = p->timesliceUs;
 	/* It woke a channel a sched-only close had stalled (subdevice_disable_channels()). */
@@ -263,6 +286,7 @@ static u32 subdevice_set_ctxsw_preemption(const struct nvmock_caller *caller,
 	if ((p->flags & NV2080_CTXSW_PREEMPTION_FLAG_GFXP) &&
 	    p->gfxpPreemptMode > NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL)
 		return NV_ERR_INVALID_ARGUMENT;
+	gsp_rpc();
 	if (p->flags & NV2080_CTXSW_PREEMPTION_FLAG_CILP)
 		WRITE_ONCE(tsg->compute_preemption, p->cilpPreemptMode);
 	return NV_OK;

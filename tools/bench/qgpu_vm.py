@@ -229,6 +229,7 @@ def main() -> int:
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
     result: dict[str, object] = {} if ONLY == "online" else {"hook": hook_overhead()}
     result["nvmock_disable_us"] = read_nvmock_param("disable_us")
+    result["nvmock_gsp_us"] = read_nvmock_param("gsp_us")
     if ONLY == "hook":
         subprocess.run(["rmmod", "nvmock"], check=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
