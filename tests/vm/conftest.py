@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,18 @@ def processes(gpu: int = 0) -> dict[int, int]:
 def read_nvmock_param(name: str) -> int:
     """The loaded nvmock's module parameter ``name``."""
     return int((NVMOCK_PARAMS / name).read_text())
+
+
+@contextmanager
+def nvmock_param(name: str, value: int) -> Iterator[None]:
+    """nvmock's module parameter ``name`` set to ``value`` for the block."""
+    param = NVMOCK_PARAMS / name
+    before = param.read_text().strip()
+    param.write_text(str(value))
+    try:
+        yield
+    finally:
+        param.write_text(before)
 
 
 def read_counts(path: Path) -> dict[str, int]:

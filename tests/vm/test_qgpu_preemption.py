@@ -23,7 +23,7 @@ from qpolicy.enforcers.kmod.error import KmodError
 from qpolicy.enforcers.kmod.uapi import Preemption
 from qpolicy.nvrm import abi
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import DEBUGFS
+from tests.vm.conftest import DEBUGFS, nvmock_param
 from tests.vm.qgpu_env import (
     SYSFS,
     HeldTenant,
@@ -146,6 +146,42 @@ def test_an_offline_cgroup_of_several_contexts_keeps_its_own_mode() -> None:
                 second.compute()
                 assert settles(lambda: modes(first, second) == [CILP, CILP])
             assert settles(lambda: modes(first) == [CTA])
+
+
+# nvmock's GSP controls (gsp_us) slowed to 100 ms, so that a pass with five offline contexts to
+# set (two controls each) is out for over a second.
+SLOW_GSP_US = 100_000
+
+
+def test_a_tenants_mode_carried_out_while_a_pass_is_out_leaves_the_pass_timeslices() -> None:
+    """libcuda's CILP carried out by RM while a pass of qgpu's is out (between its plan and its
+    record) makes the pass plan that context's mode again, and only its mode: the timeslice the
+    pass set, and the TSG's own it read first, are recorded. Until 44a4aec the tenant's mode
+    dropped the pass's timeslice record too: the next pass read qgpu's own 1 us back as the
+    TSG's own and gave it back for ever once ungated. The first context is set first (tenants
+    are planned in the order their clients were made); its tenant's request is carried out
+    while the last context's timeslice is still not set, so before the pass records."""
+    with qgpu_loaded() as client, cgroups(6) as (online, *offline):
+        client.set_gpu(0, offline_preemption=Preemption.CTA)
+        for cg in offline:
+            client.set_cgroup(cg.id, 0, "offline", 20)
+        with held_tenants(online, *offline) as (serving, *training):
+            computing(serving, *training)
+            first, last = training[0], training[-1]
+            own = of(*training)
+            # No online cgroup yet: nothing is set.
+            assert modes(*training) == [CILP] * 5
+            with nvmock_param("gsp_us", SLOW_GSP_US):
+                client.set_cgroup(online.id, 0, "online", 50)
+                assert settles(lambda: modes(first) == [CTA])
+                assert first.set_mode(CILP) == NvStatus.NV_OK
+                # The pass is still out: its last control (the last TSG's timeslice) is to come.
+                assert of(last) == own[-1:], "the pass ended before the tenant's request"
+            assert settles(lambda: modes(*training) == [CTA] * 5), modes(*training)
+            assert of(serving, *training) == [ONLINE_US] + [OFFLINE_US] * 5
+            client.del_cgroup(online.id)
+            assert settles(lambda: of(*training) == own), (of(*training), own)
+            assert modes(*training) == [CILP] * 5
 
 
 def test_a_refused_mode_is_tried_again_and_a_bad_setting_changes_nothing() -> None:

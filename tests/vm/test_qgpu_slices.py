@@ -9,12 +9,10 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
-from tests.vm.conftest import HOST_TIMED, NVMOCK_PARAMS, reset
+from tests.vm.conftest import HOST_TIMED, nvmock_param, reset
 from tests.vm.gpuload import Gpuload, start_together
 from tests.vm.qgpu_env import (
     burst_hand_back,
@@ -46,18 +44,6 @@ def test_fixed_share_50_30_20_within_two_points() -> None:
             assert got == pytest.approx(want, abs=2)
         throttled = {s.cgroup_id: s.nr_throttled for s in client.cgroups()}
         assert all(throttled[cg.id] > 0 for cg in cgs)
-
-
-@contextmanager
-def nvmock_param(name: str, value: int) -> Iterator[None]:
-    """nvmock's module parameter ``name`` set to ``value`` for the block."""
-    param = NVMOCK_PARAMS / name
-    before = param.read_text().strip()
-    param.write_text(str(value))
-    try:
-        yield
-    finally:
-        param.write_text(before)
 
 
 @functools.cache
@@ -109,18 +95,26 @@ def test_no_pod_gets_more_than_its_share_when_switches_overfill_the_period(
 
 
 def test_a_lone_fixed_share_pod_stays_within_its_share() -> None:
+    """The share is a ceiling on the engine's own count. The floor says the gate opens for the
+    pod's slice: it is taken against what the same load keeps busy alone in the same run, since
+    a pod whose CPU side is slowed (two cores shared by the guest's vCPUs and QEMU) leaves part
+    of its own slice unused. A fixed floor of 22.5 % failed on busy hosts (CI at b220651: 19.8 %
+    twice), where a quiet one reads 26.0-26.2 % of wall time and 0.97-0.98 alone (so 0.89-0.91
+    of 30 % of what it can use)."""
+    load_args = [*SATURATE, "--seconds", "5"]
+    reset()
+    alone = engine_use_alone(load_args)
     with qgpu_loaded() as client, cgroups(1) as (cg,):
         client.set_gpu(0, "fixed-share", PERIOD_US)
         client.set_cgroup(cg.id, 0, "offline", 30)
         reset()
-        load = in_cgroup(cg, [*SATURATE, "--seconds", "5"]).ready()
+        load = in_cgroup(cg, load_args).ready()
         result = load.result()
         fraction = gpu_seconds(load.pid) / result["elapsed_s"] * 100
-        print(f"lone fixed-share 30 -> {fraction:.2f}")
-        # The target is the ceiling. The floor only says the gate opens for the pod's slice:
-        # it sits well below the share because a pod whose CPU side is slowed (two cores
-        # shared by the guest's vCPUs and QEMU) leaves part of its own slice unused.
-        assert 0.75 * 30 <= fraction <= 30 + 1
+        print(f"lone fixed-share 30 -> {fraction:.2f} (alone {alone:.3f} of the engine: "
+              f"{fraction / (30 * alone):.3f} of its share of that)")  # fmt: skip
+        assert fraction <= 30 + 1
+        assert fraction >= 0.75 * 30 * alone
 
 
 # A loop that waits for each result: a request per kernel, issued as soon as the last is done.
