@@ -17,6 +17,9 @@
 # soc,usb,sunrpc,surface_aggregator,bcma,fsl,mmc,greybus,ssb,irqchip,dma,firmware} (2026-12-02,
 # on this machine's 6.1 tree, and on an H200 host). make-carry.sh now keeps only the header files
 # the probe's compile opens (152; loaded so on three H100 hosts, calls 28A-C, 2026-12-02).
+# Since 2026-12-03 that archive (40.2 MB) and the tracked tree no longer fit in one call's 64 MiB:
+# tools/gpu/carry-parts.sh carries it in two calls to one warm machine (the probe loaded so on an
+# H200 that day).
 # shellcheck shell=bash
 qpolicy_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONPATH="$qpolicy_root${PYTHONPATH:+:$PYTHONPATH}"
