@@ -44,18 +44,25 @@ module_param(disable_us, uint, 0644);
 MODULE_PARM_DESC(disable_us, "How long FIFO_DISABLE_CHANNELS takes before it acts, us");
 
 /*
- * How long a control that RM sends to GSP takes before it acts, us, for those whose time is
- * measured: SET_TIMESLICE (kchangrpapiCtrlCmdSetTimeslice sends it to GSP before it keeps the
- * value; 324 us a call, the doctor on an H200, BENCHMARKS.md call 29A) and
- * GR_SET_CTXSW_PREEMPTION_MODE (ROUTE_TO_PHYSICAL; 0.5-0.7 ms a call, the doctor, docs/levers.md).
- * The default, 300 us, is the low end of those, as for disable_us. The wait is taken holding
- * nvmock_lock, as RM holds its API and GPU locks across a GSP RPC, so the controls of all
- * callers queue behind it. GR_GET_CTXSW_MODES is ROUTE_TO_PHYSICAL too, but its time is not
- * measured: it answers at once. 0: every control answers at once.
+ * How long a control that RM sends to GSP takes before it acts, us. Measured on an H200
+ * (580.159.04; tools/gpu/control_times.py, call 33A, two runs of 1 000 calls each, p50 idle /
+ * beside an 8192 trainer): SET_TIMESLICE 299-302 / 449-453 us (kchangrpapiCtrlCmdSetTimeslice
+ * sends it to GSP before it keeps the value), GR_GET_CTXSW_MODES 247-267 / 374-396 us and
+ * GR_SET_CTXSW_PREEMPTION_MODE 361-368 / 652-661 us (both ROUTE_TO_PHYSICAL), where
+ * GET_TIMESLICE, which the host answers from what it keeps, took 6-11 us and RM's NULL control
+ * 2-7 us. nvmock makes those three take gsp_us, 300 us by default, about each one's idle time.
+ * The wait is taken holding nvmock_lock, so the controls of all callers queue behind it: RM
+ * sends the RPC holding the GPU's lock (rpcRmApiControl_GSP, src/nvidia/src/kernel/vgpu/rpc.c,
+ * takes it where the caller did not), and SET_TIMESLICE also holds the API lock for writing
+ * (its flags lack API_LOCK_READONLY, which GR_SET_CTXSW_PREEMPTION_MODE's have); nvmock's one
+ * lock serialises controls to different GPUs too, where RM may not. Other controls that route
+ * to GSP (GR_GET_CTXSW_STATS, FIFO_DISABLE_CHANNELS: disable_us) are not timed here. 0: every
+ * control answers at once.
  */
 static unsigned int gsp_us = 300;
 module_param(gsp_us, uint, 0644);
-MODULE_PARM_DESC(gsp_us, "How long SET_TIMESLICE and GR_SET_CTXSW_PREEMPTION_MODE take before they act, us");
+MODULE_PARM_DESC(gsp_us,
+		 "How long SET_TIMESLICE, GR_GET_CTXSW_MODES and GR_SET_CTXSW_PREEMPTION_MODE take, us");
 
 static void gsp_rpc(void)
 {
@@ -315,6 +322,7 @@ static u32 subdevice_get_ctxsw_modes(const struct nvmock_caller *caller,
 		return NV_ERR_INVALID_OBJECT_HANDLE;
 	if (target->kind != NVMOCK_CHANNEL)
 		return NV_ERR_INVALID_CHANNEL;
+	gsp_rpc();
 	p->zcullMode = 0;
 	p->pmMode = 0;
 	p->smpcMode = 0;

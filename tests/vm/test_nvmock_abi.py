@@ -6,11 +6,14 @@ import ctypes
 import errno
 import os
 import struct
+import threading
+import time
 
 import pytest
 
 from qpolicy.nvrm import abi
 from qpolicy.nvrm.abi import Escape, NvStatus
+from tests.vm.conftest import nvmock_param
 from tests.vm.rmclient import (
     CARD,
     NVOS54,
@@ -328,3 +331,75 @@ def test_a_contexts_compute_preemption_mode_is_one_whichever_handle_sets_it(rm: 
     params = struct.pack("<I", tsg).ljust(24, b"\0")
     status = rm.control(client, subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES, params)[0]
     assert status == NvStatus.NV_ERR_INVALID_CHANNEL
+
+
+def context_of(rm: Rm) -> tuple[int, int, int, int]:
+    """A client, its subdevice, a TSG and a compute channel in it."""
+    client = rm.new(0, 0, 0x41)
+    device = rm.new(client, client, 0x80, bytes(56))
+    subdevice = rm.new(client, device, 0x2080, struct.pack("<I", 0))
+    tsg = rm.new(client, device, 0xA06C, tsg_params())
+    channel = rm.new(client, tsg, 0xC86F, channel_params(0x100000000))
+    rm.new(client, channel, 0xCBC0)
+    return client, subdevice, tsg, channel
+
+
+def test_the_controls_gsp_answers_take_gsp_us_and_queue_the_others(rm: Rm) -> None:
+    """On an H200 (tools/gpu/control_times.py, call 33A) SET_TIMESLICE, GR_GET_CTXSW_MODES and
+    GR_SET_CTXSW_PREEMPTION_MODE took 250-370 us idle, GSP's RPCs, where GET_TIMESLICE, which
+    the host answers from what it keeps, took 6-11 us. RM holds its locks across the RPC: another
+    client's control waits for it. nvmock's gsp_us set to 100 ms here, to be seen through the
+    VM's noise."""
+    client, subdevice, tsg, channel = context_of(rm)
+    other = Rm()
+    try:
+        other_client, _, other_tsg, _ = context_of(other)
+        controls = {
+            "SET_TIMESLICE": (tsg, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, struct.pack("<Q", 2048)),
+            "GET_TIMESLICE": (tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, bytes(8)),
+            "GR_GET_CTXSW_MODES": (
+                subdevice,
+                abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES,
+                struct.pack("<I", channel).ljust(24, b"\0"),
+            ),
+            "GR_SET_CTXSW_PREEMPTION_MODE": (
+                subdevice,
+                abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE,
+                struct.pack(
+                    "<IIIIIIQ", abi.PREEMPTION_MODE_FLAG_CILP, channel, 0,
+                    abi.PREEMPTION_MODE_CILP, 0, 0, 0,
+                ),
+            ),
+        }  # fmt: skip
+        took = {}
+        with nvmock_param("gsp_us", 100_000):
+            for name, (obj, cmd, params) in controls.items():
+                start = time.monotonic()
+                assert rm.control(client, obj, cmd, params)[0] == NvStatus.NV_OK, name
+                took[name] = time.monotonic() - start
+            # Another client's GET_TIMESLICE sent 20 ms into a SET_TIMESLICE waits for it.
+            waited: list[float] = []
+
+            def get_beside() -> None:
+                time.sleep(0.02)
+                start = time.monotonic()
+                params = bytes(8)
+                status = other.control(
+                    other_client, other_tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, params
+                )[0]
+                assert status == NvStatus.NV_OK
+                waited.append(time.monotonic() - start)
+
+            beside = threading.Thread(target=get_beside)
+            beside.start()
+            set_timeslice = controls["SET_TIMESLICE"]
+            assert rm.control(client, *set_timeslice)[0] == NvStatus.NV_OK
+            beside.join()
+        print("took", {name: round(s, 3) for name, s in took.items()}, "waited", waited)
+        assert took["SET_TIMESLICE"] >= 0.1
+        assert took["GR_GET_CTXSW_MODES"] >= 0.1
+        assert took["GR_SET_CTXSW_PREEMPTION_MODE"] >= 0.1
+        assert took["GET_TIMESLICE"] < 0.05
+        assert waited[0] >= 0.05
+    finally:
+        other.close()
