@@ -14,7 +14,7 @@ import pytest
 
 from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import reset
+from tests.vm.conftest import kernel_log, reset
 from tests.vm.gpuload import start_together
 from tests.vm.qgpu_env import (
     Cgroup,
@@ -81,6 +81,20 @@ def _side_by_side(online: Cgroup, offline: Cgroup) -> tuple[dict[str, Any], floa
     )
 
 
+def log_lines() -> int:
+    return len(kernel_log().splitlines())
+
+
+def qgpu_said(since: int) -> str:
+    """qgpu's and nvmock's kernel log lines after the first ``since``: shown with a failed
+    assertion. CI failed two of these tests once each in a mode the runs here never showed (the
+    offline pod at 0.665-0.667 of the GPU against 0.76-0.78 natively, the online p50 5.75 ms
+    where it is 3.3-3.6), at b220651 and 2d92f4e; twelve runs at 2d92f4e passed."""
+    lines = kernel_log().splitlines()[since:]
+    lines = [line for line in lines if "qgpu" in line or "nvmock" in line]
+    return " | ".join(lines)[-3000:] or "nothing logged"
+
+
 def _native_then_online(
     client: QgpuClient, online: Cgroup, offline: Cgroup
 ) -> tuple[dict[str, Any], float, dict[str, Any], float]:
@@ -104,6 +118,7 @@ def test_an_online_cuda_shaped_process_preempts_an_offline_one(gate: int) -> Non
     The online p50 is what is checked: in the VM a p99 of 300 requests is its vCPUs' stalls
     (solo's p99 is 3-4 x its p50 there), and `make bench-vm` measures p99 over repeated runs.
     Native p50 7.5-8.3 ms, qgpu's 3.6-4.6 ms in eight runs of either value (solo 3.1-3.5 ms)."""
+    since = log_lines()
     with qgpu_loaded(online_gate=gate) as client, cgroups(2) as (online, offline):
         native, native_offline, gated, gated_offline = _native_then_online(client, online, offline)
         print(
@@ -111,12 +126,13 @@ def test_an_online_cuda_shaped_process_preempts_an_offline_one(gate: int) -> Non
             f"{native['p99_ms']:.2f} ms, qgpu {gated['p50_ms']:.2f}/{gated['p99_ms']:.2f} ms;"
             f" offline share {native_offline:.3f} -> {gated_offline:.3f}"
         )
-        assert gated["requests"] > 0 and gated_offline > 0
-        assert gated["p50_ms"] < 0.75 * native["p50_ms"]
         stats = {s.cgroup_id: s for s in client.cgroups()}
-        assert stats[offline.id].throttled_ns < 60_000_000, stats[offline.id]
-        assert stats[online.id].nr_throttled == 0
-        assert gated_offline >= 0.95 * native_offline
+        why = f"offline {stats[offline.id]}; online {stats[online.id]}; log: {qgpu_said(since)}"
+        assert gated["requests"] > 0 and gated_offline > 0, why
+        assert gated["p50_ms"] < 0.75 * native["p50_ms"], why
+        assert stats[offline.id].throttled_ns < 60_000_000, why
+        assert stats[online.id].nr_throttled == 0, why
+        assert gated_offline >= 0.95 * native_offline, why
 
 
 def _requests_beside_two_trainers(
@@ -172,20 +188,24 @@ def test_offline_keeps_what_an_online_cuda_shaped_process_leaves() -> None:
     the VM (its vCPUs stall). Native and qgpu runs alternate, twice each, and their sums are
     compared: the same target, measured with half the variance of one pair."""
     native_offline = gated_offline = 0.0
+    since = log_lines()
+    seen: list[str] = []
     with qgpu_loaded() as client, cgroups(2) as (online, offline):
         client.set_gpu(0, "best-effort", PERIOD_US)
         for _ in range(2):
             native_offline += _side_by_side(online, offline)[1]
             client.set_cgroup(online.id, 0, "online", 50)
             client.set_cgroup(offline.id, 0, "offline", 50)
-            gated_offline += _side_by_side(online, offline)[1]
+            share = _side_by_side(online, offline)[1]
+            gated_offline += share
+            seen.append(f"{share:.3f}: {stats_of(client, offline)}")
             client.del_cgroup(online.id)
             client.del_cgroup(offline.id)
         print(
             f"cuda-shaped offline share, two runs each: native {native_offline / 2:.3f},"
             f" qgpu {gated_offline / 2:.3f}"
         )
-        assert gated_offline >= 0.95 * native_offline
+        assert gated_offline >= 0.95 * native_offline, f"{seen}; log: {qgpu_said(since)}"
 
 
 def test_the_memory_limit_counts_cudas_userd_memory_and_holds() -> None:
