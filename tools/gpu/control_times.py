@@ -1,9 +1,9 @@
 """How long each RM control that qgpu.ko and the rm enforcer send takes, on a GPU idle and busy.
 
-nvmock makes SET_TIMESLICE and GR_SET_CTXSW_PREEMPTION_MODE take ``gsp_us`` and answers
-GET_TIMESLICE and GR_GET_CTXSW_MODES at once (kmod/nvmock/control.c). The times came from the
-doctor's cost per lever (a mean over its calls, on a busy GPU), and GR_GET_CTXSW_MODES's was not
-measured. This measures each control alone, many times, on the compute context of
+nvmock makes the GSP controls among them take ``gsp_us`` (kmod/nvmock/control.c). Before this
+tool their times came from the doctor's cost per lever (a mean over its calls, on a busy GPU),
+and GR_GET_CTXSW_MODES's was not measured. This measures each control alone, many times, on the
+compute context of
 
 - ``idle``: a process whose CUDA context is made and warm and then waits (nothing on the GPU);
 - ``busy``: an 8192 bf16 matmul trainer running alone.
@@ -32,7 +32,7 @@ from qpolicy.doctor.lab import Lab, Workload, workload_argv
 from qpolicy.doctor.report import percentile
 from qpolicy.nvrm import abi, discover, rmctl
 from qpolicy.nvrm.tracker import ClientChannels, Tracker
-from tools.gpu.discover_check import nvidia_fds
+from tools.gpu.discover_check import search
 
 
 class FoundHandles:
@@ -46,17 +46,8 @@ class FoundHandles:
     def find(self, pid: int) -> None:
         made = rmctl.newest_client_handle()
         newest = None if made is None else discover.client_before(made)
-        search = discover.Search(
-            pid,
-            nvidia_fds(pid),
-            newest,
-            discover.borrowed_asker,
-            oldest=self.mark,
-            refusals=discover.Refusals(1024),
-        )
-        while not search.done:
-            search.step(0.05)
-        self.tracker.adopt(discover.process_state(pid, None, search.fds, search.found))
+        found, _, _ = search(pid, newest, self.mark)
+        self.tracker.adopt(discover.process_state(pid, None, found.fds, found.found))
 
     def refresh(self) -> None:
         """Nothing to read: find() adds what it found."""
