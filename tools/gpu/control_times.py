@@ -1,6 +1,7 @@
-"""How long each RM control that qgpu.ko and the rm enforcer send takes, on a GPU idle and busy.
+"""How long each RM control that qgpu.ko and the rm enforcer send takes, on a GPU idle and busy,
+and whether one client's control waits for another's.
 
-nvmock makes the GSP controls among them take ``gsp_us`` (kmod/nvmock/control.c). Before this
+nvmock makes the GSP controls among them take their time (kmod/nvmock/control.c). Before this
 tool their times came from the doctor's cost per lever (a mean over its calls, on a busy GPU),
 and GR_GET_CTXSW_MODES's was not measured. This measures each control alone, many times, on the
 compute context of
@@ -9,9 +10,15 @@ compute context of
 - ``busy``: an 8192 bf16 matmul trainer running alone.
 
 Each control leaves the context as it found it: SET_TIMESLICE sends the value GET_TIMESLICE
-read, GR_SET_CTXSW_PREEMPTION_MODE the mode GR_GET_CTXSW_MODES read. RM's NULL control (0x0,
-answered by the host before any lookup, _rmapiRmControl in 580.142) gives the cost of the ioctl
-itself. Times are the ioctl's wall time in this process (qpolicy.nvrm.rmctl), in µs.
+read, GR_SET_CTXSW_PREEMPTION_MODE the mode GR_GET_CTXSW_MODES read, FIFO_DISABLE_CHANNELS's
+disable is followed by its enable. RM's NULL control (0x0, answered by the host before any
+lookup, _rmapiRmControl in 580.142) gives the cost of the ioctl itself. Times are the ioctl's
+wall time in this process (qpolicy.nvrm.rmctl), in µs.
+
+``queue``: two idle processes, A and B. For each pair, B's control is timed alone and then while
+a thread sends A's controls back to back, on A's own client. RM sends a GSP control holding the
+GPU's lock (rpcRmApiControl_GSP, src/nvidia/src/kernel/vgpu/rpc.c), and SET_TIMESLICE holds the
+API lock for writing besides: read from the source, B should wait behind A. This measures it.
 
 The workloads' objects are found by asking RM handle by handle (qpolicy.nvrm.discover, as the rm
 enforcer finds a process its probe never saw), so the tool needs no bcc. As root on a GPU machine
@@ -25,10 +32,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from qpolicy.doctor.lab import Lab, Workload, workload_argv
+from qpolicy.doctor.lab import Call, Workload, workload_argv
 from qpolicy.doctor.report import percentile
 from qpolicy.nvrm import abi, discover, rmctl
 from qpolicy.nvrm.tracker import ClientChannels, Tracker
@@ -53,25 +63,44 @@ class FoundHandles:
         """Nothing to read: find() adds what it found."""
 
 
-def summary(times: list[float]) -> dict[str, float]:
+class Sends(Protocol):
+    """What of the doctor's Lab this tool uses: a control on a group's object, and RM's NULL."""
+
+    def control(
+        self, group: ClientChannels, target: str, obj: int, cmd: int, **fields: int
+    ) -> Call: ...
+
+    def null(self, group: ClientChannels) -> tuple[int, float]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """One control to time: ``cmd`` (0: RM's NULL) on ``obj`` with ``fields``."""
+
+    name: str
+    obj: int
+    cmd: int
+    fields: dict[str, int] = field(default_factory=dict)
+
+    def send(self, lab: Sends, group: ClientChannels) -> tuple[int, float]:
+        if self.cmd == 0:
+            return lab.null(group)
+        call = lab.control(group, self.name, self.obj, self.cmd, **self.fields)
+        return call.status, call.us
+
+
+def summary(times: Sequence[float]) -> dict[str, float]:
     out: dict[str, float] = {"n": len(times), "max": round(max(times), 1)}
     for q in (50, 90, 99):
-        value = percentile(times, q / 100)
+        value = percentile(list(times), q / 100)
         assert value is not None
         out[f"p{q}"] = round(value, 1)
     return out
 
 
-def null_control(lab: Lab, group: ClientChannels) -> tuple[int, float]:
-    """RM's NULL control on the client: status and µs."""
-    assert group.pid is not None and group.fd is not None
-    fd = lab.files.get(group.pid, group.fd)
-    result = rmctl.rm_control(fd, group.client, group.client, 0, bytearray())
-    return result.status, result.duration_ns / 1000
-
-
-def measure(lab: Lab, group: ClientChannels, n: int) -> dict[str, Any]:
-    """Each control ``n`` times on ``group``'s compute context."""
+def controls_of(lab: Sends, group: ClientChannels) -> dict[str, Control] | str:
+    """The controls timed on ``group``'s compute context, each sending back what it read there;
+    a line saying why where RM refused the reads."""
     assert group.subdevice is not None and group.compute_tsgs and group.compute_channels
     tsg, channel = group.compute_tsgs[0], group.compute_channels[0][0]
     get_ts = lab.control(group, "tsg", tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE)
@@ -79,51 +108,184 @@ def measure(lab: Lab, group: ClientChannels, n: int) -> dict[str, Any]:
         group, "channel", group.subdevice, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES, hChannel=channel
     )
     if get_ts.status or get_mode.status:
-        return {"error": f"reads answered {get_ts.status:#x}, {get_mode.status:#x}"}
-    own_ts, own_mode = get_ts.answer["timesliceUs"], get_mode.answer["cilpPreemptMode"]
-    controls: list[tuple[str, int, int, dict[str, int]]] = [
-        ("NULL", group.client, 0, {}),
-        ("GET_TIMESLICE", tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, {}),
-        ("SET_TIMESLICE", tsg, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, {"timesliceUs": own_ts}),
-        (
-            "GR_GET_CTXSW_MODES",
-            group.subdevice,
-            abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES,
-            {"hChannel": channel},
-        ),
-        (
-            "GR_SET_CTXSW_PREEMPTION_MODE",
-            group.subdevice,
-            abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE,
-            {
-                "flags": abi.PREEMPTION_MODE_FLAG_CILP,
-                "hChannel": channel,
-                "cilpPreemptMode": own_mode,
-            },
-        ),
-    ]
-    out: dict[str, Any] = {
-        "timeslice_us": own_ts,
-        "mode": abi.PREEMPTION_MODE_COMPUTE.get(own_mode, str(own_mode)),
+        return f"reads answered {get_ts.status:#x}, {get_mode.status:#x}"
+    channels: dict[str, int] = {"numChannels": len(group.channels)}
+    for index, handle in enumerate(group.channels[: abi.FIFO_DISABLE_CHANNELS_MAX]):
+        channels[f"hClientList{index}"] = group.client
+        channels[f"hChannelList{index}"] = handle
+    sub = group.subdevice
+    return {
+        c.name: c
+        for c in (
+            Control("NULL", group.client, 0),
+            Control("GET_TIMESLICE", tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE),
+            Control(
+                "SET_TIMESLICE",
+                tsg,
+                abi.NVA06C_CTRL_CMD_SET_TIMESLICE,
+                {"timesliceUs": get_ts.answer["timesliceUs"]},
+            ),
+            Control(
+                "GR_GET_CTXSW_MODES",
+                sub,
+                abi.NV2080_CTRL_CMD_GR_GET_CTXSW_MODES,
+                {"hChannel": channel},
+            ),
+            Control(
+                "GR_SET_CTXSW_PREEMPTION_MODE",
+                sub,
+                abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE,
+                {
+                    "flags": abi.PREEMPTION_MODE_FLAG_CILP,
+                    "hChannel": channel,
+                    "cilpPreemptMode": get_mode.answer["cilpPreemptMode"],
+                },
+            ),
+            # As Lab.saves reads a TSG's saves, and qgpu_rmapi_ctxsw_stats() in qgpu.ko.
+            Control(
+                "GR_GET_CTXSW_STATS", sub, abi.NV2080_CTRL_CMD_GR_GET_CTXSW_STATS, {"hChannel": tsg}
+            ),
+            # The enable right after its disable: the context is stopped between the two only.
+            Control(
+                "FIFO_DISABLE_CHANNELS",
+                sub,
+                abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+                {"bDisable": 1, **channels},
+            ),
+            Control(
+                "FIFO_ENABLE_CHANNELS",
+                sub,
+                abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
+                {"bDisable": 0, **channels},
+            ),
+        )
     }
+
+
+def measure(lab: Sends, group: ClientChannels, n: int) -> dict[str, Any]:
+    """Each control ``n`` times on ``group``'s compute context."""
+    controls = controls_of(lab, group)
+    if isinstance(controls, str):
+        return {"error": controls}
     # Interleaved, so that a slow stretch of the GPU or the host falls on every control alike.
-    times: dict[str, list[float]] = {name: [] for name, *_ in controls}
-    statuses: dict[str, set[int]] = {name: set() for name, *_ in controls}
+    times: dict[str, list[float]] = {name: [] for name in controls}
+    statuses: dict[str, set[int]] = {name: set() for name in controls}
     for _ in range(n):
-        for name, obj, cmd, fields in controls:
-            if name == "NULL":
-                status, us = null_control(lab, group)
-            else:
-                call = lab.control(group, name, obj, cmd, **fields)
-                status, us = call.status, call.us
+        for name, control in controls.items():
+            status, us = control.send(lab, group)
             times[name].append(us)
             statuses[name].add(status)
-    for name, *_ in controls:
-        out[name] = {
-            "statuses": sorted(f"{s:#x}" for s in statuses[name]),
-            "us": summary(times[name]),
+    return {
+        "timeslice_us": controls["SET_TIMESLICE"].fields["timesliceUs"],
+        "mode": abi.PREEMPTION_MODE_COMPUTE.get(
+            controls["GR_SET_CTXSW_PREEMPTION_MODE"].fields["cilpPreemptMode"], "?"
+        ),
+        **{
+            name: {"statuses": sorted(f"{s:#x}" for s in statuses[name]), "us": summary(t)}
+            for name, t in times.items()
+        },
+    }
+
+
+# (A's controls, sent back to back in a thread; B's control, timed). FIFO_DISABLE_CHANNELS is sent
+# with its enable, so that A's context is stopped only between the two.
+QUEUE_PAIRS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("SET_TIMESLICE",), "GET_TIMESLICE"),
+    (("SET_TIMESLICE",), "SET_TIMESLICE"),
+    (("SET_TIMESLICE",), "NULL"),
+    (("GR_GET_CTXSW_MODES",), "GET_TIMESLICE"),
+    (("GR_GET_CTXSW_MODES",), "GR_GET_CTXSW_MODES"),
+    (("GR_SET_CTXSW_PREEMPTION_MODE",), "GET_TIMESLICE"),
+    (("GR_GET_CTXSW_STATS",), "GET_TIMESLICE"),
+    (("FIFO_DISABLE_CHANNELS", "FIFO_ENABLE_CHANNELS"), "GET_TIMESLICE"),
+)
+
+
+def _timed(
+    lab: Sends, group: ClientChannels, control: Control, n: int
+) -> tuple[list[float], set[int]]:
+    times: list[float] = []
+    statuses: set[int] = set()
+    for _ in range(n):
+        status, us = control.send(lab, group)
+        times.append(us)
+        statuses.add(status)
+    return times, statuses
+
+
+def _back_to_back(
+    lab: Sends,
+    group: ClientChannels,
+    controls: Sequence[Control],
+    started: threading.Event,
+    stop: threading.Event,
+    times: list[float],
+    statuses: set[int],
+) -> None:
+    while not stop.is_set():
+        for control in controls:
+            status, us = control.send(lab, group)
+            times.append(us)
+            statuses.add(status)
+        started.set()
+
+
+def queue(
+    lab: Sends,
+    a: ClientChannels,
+    b: ClientChannels,
+    n: int,
+    pairs: Sequence[tuple[Sequence[str], str]] = QUEUE_PAIRS,
+) -> dict[str, Any]:
+    """For each pair, B's control ``n`` times alone, then ``n`` times while a thread sends A's
+    controls back to back on A's client; A's times beside B too."""
+    a_controls, b_controls = controls_of(lab, a), controls_of(lab, b)
+    if isinstance(a_controls, str) or isinstance(b_controls, str):
+        return {"error": f"A: {a_controls}" if isinstance(a_controls, str) else f"B: {b_controls}"}
+    out: dict[str, Any] = {}
+    for a_names, b_name in pairs:
+        b_control = b_controls[b_name]
+        alone, alone_statuses = _timed(lab, b, b_control, n)
+        started, stop = threading.Event(), threading.Event()
+        a_times: list[float] = []
+        a_statuses: set[int] = set()
+
+        thread = threading.Thread(
+            target=_back_to_back,
+            args=(
+                lab,
+                a,
+                [a_controls[name] for name in a_names],
+                started,
+                stop,
+                a_times,
+                a_statuses,
+            ),
+            daemon=True,
+        )
+        thread.start()
+        try:
+            # B starts once A has sent its controls once: a thread takes a while to start, and
+            # B's host-answered controls would be done before A sent any.
+            started.wait(10)
+            beside, beside_statuses = _timed(lab, b, b_control, n)
+        finally:
+            stop.set()
+            thread.join()
+        statuses = alone_statuses | beside_statuses | a_statuses
+        out[f"{'+'.join(a_names)} | {b_name}"] = {
+            "statuses": sorted(f"{s:#x}" for s in statuses),
+            "b_alone_us": summary(alone),
+            "b_beside_us": summary(beside),
+            "a_us": summary(a_times) if a_times else None,
         }
     return out
+
+
+def _found(lab: Any, handles: FoundHandles, workload: Workload) -> ClientChannels:
+    workload.wait_ready(120)
+    handles.find(workload.pid)
+    return next(g for g in lab.groups(workload) if g.compute_tsgs)
 
 
 def main() -> int:
@@ -134,25 +296,36 @@ def main() -> int:
     args = parser.parse_args()
 
     from qpolicy.doctor.checkup import driver_version
+    from qpolicy.doctor.lab import Lab
     from qpolicy.enforcers.rm.files import BorrowedFiles
+
+    class ToolLab(Lab):
+        def null(self, group: ClientChannels) -> tuple[int, float]:
+            """RM's NULL control on the client: status and µs."""
+            assert group.pid is not None and group.fd is not None
+            fd = self.files.get(group.pid, group.fd)
+            result = rmctl.rm_control(fd, group.client, group.client, 0, bytearray())
+            return result.status, result.duration_ns / 1000
 
     handles = FoundHandles()
     files = BorrowedFiles()
-    lab = Lab(args.gpu, handles, files)
+    lab = ToolLab(args.gpu, handles, files)
     result: dict[str, Any] = {"driver": driver_version(), "n": args.n}
+    idle = workload_argv("trainer", "--n", "8192", "--wait")
     try:
-        for state, argv in (
-            ("idle", workload_argv("trainer", "--n", "8192", "--wait")),
-            ("busy", workload_argv("trainer", "--n", "8192")),
-        ):
+        for state, argv in (("idle", idle), ("busy", workload_argv("trainer", "--n", "8192"))):
             workload = Workload(argv, lab.env)
             try:
-                workload.wait_ready(120)
-                handles.find(workload.pid)
-                group = next(g for g in lab.groups(workload) if g.compute_tsgs)
-                result[state] = measure(lab, group, args.n)
+                result[state] = measure(lab, _found(lab, handles, workload), args.n)
             finally:
                 workload.stop()
+        first, second = Workload(idle, lab.env), Workload(idle, lab.env)
+        try:
+            a, b = _found(lab, handles, first), _found(lab, handles, second)
+            result["queue"] = queue(lab, a, b, args.n)
+        finally:
+            first.stop()
+            second.stop()
     finally:
         files.close_all()
     args.out.write_text(json.dumps(result, indent=1) + "\n")
@@ -160,6 +333,18 @@ def main() -> int:
         for name, value in result.get(state, {}).items():
             if isinstance(value, dict) and "us" in value:
                 print(state, name, value["statuses"], value["us"])
+    for pair, value in result.get("queue", {}).items():
+        if isinstance(value, dict):
+            print(
+                "queue",
+                pair,
+                value["statuses"],
+                "B alone p50",
+                value["b_alone_us"]["p50"],
+                "beside p50/p90",
+                value["b_beside_us"]["p50"],
+                value["b_beside_us"]["p90"],
+            )
     return 0
 
 
