@@ -3,6 +3,7 @@ and the queue study sees a wait where the fake RM holds one lock across its GSP 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -44,9 +45,9 @@ class FakeRm:
     """GSP's controls take ``gsp_s`` holding one lock; GET_TIMESLICE takes the lock, not the
     time (it waits for a GSP control, as RM's API lock would make it); NULL takes neither."""
 
-    def __init__(self, gsp_s: float) -> None:
+    def __init__(self, gsp_s: float, serial: bool = True) -> None:
         self.gsp_s = gsp_s
-        self.lock = TicketLock()
+        self.lock: Any = TicketLock() if serial else contextlib.nullcontext()
         self.timeslice = {0x11: 1024, 0x21: 1024}
         self.mode = 2
         self.disabled: set[int] = set()
@@ -131,3 +132,17 @@ def test_the_queue_study_sees_b_wait_behind_a_where_rm_holds_one_lock() -> None:
     # NULL takes no lock: no wait.
     assert result["SET_TIMESLICE | NULL"]["b_beside_us"]["p50"] < 500
     assert rm.timeslice == {0x11: 1024, 0x21: 1024}
+
+
+def test_the_queue_study_tells_controls_run_one_at_a_time_from_controls_run_side_by_side() -> None:
+    pairs = ((("SET_TIMESLICE",), "SET_TIMESLICE"),)
+    a, b = group(0xC1, 0x11), group(0xD1, 0x21)
+    serial = queue(FakeRm(0.002), a, b, 30, pairs)["SET_TIMESLICE | SET_TIMESLICE"]
+    side = queue(FakeRm(0.002, serial=False), a, b, 30, pairs, raw=True)
+    both = side["SET_TIMESLICE | SET_TIMESLICE"]
+    # One at a time: at most 500 a second together, and never two answers 1 ms apart or closer
+    # at the median; side by side: both rates add up.
+    assert serial["calls_per_s"] <= 520 and serial["answer_gap_us"]["p50"] > 1500
+    assert both["calls_per_s"] > 800 and both["answer_gap_us"]["p10"] < 1000
+    assert serial["b_beside_us"]["p50"] > 3000 and both["b_beside_us"]["p50"] < 3000
+    assert len(both["raw"]["b"]) == 30 and both["raw"]["b"][0][0] == 0

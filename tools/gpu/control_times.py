@@ -30,9 +30,11 @@ with PyTorch:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,29 +190,40 @@ def measure(lab: Sends, group: ClientChannels, n: int) -> dict[str, Any]:
 
 
 # (A's controls, sent back to back in a thread; B's control, timed). FIFO_DISABLE_CHANNELS is sent
-# with its enable, so that A's context is stopped only between the two.
+# with its enable, so that A's context is stopped only between the two; B sends the enable alone,
+# to channels that are enabled already.
 QUEUE_PAIRS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("SET_TIMESLICE",), "GET_TIMESLICE"),
     (("SET_TIMESLICE",), "SET_TIMESLICE"),
     (("SET_TIMESLICE",), "NULL"),
+    (("SET_TIMESLICE",), "GR_GET_CTXSW_MODES"),
     (("GR_GET_CTXSW_MODES",), "GET_TIMESLICE"),
     (("GR_GET_CTXSW_MODES",), "GR_GET_CTXSW_MODES"),
     (("GR_SET_CTXSW_PREEMPTION_MODE",), "GET_TIMESLICE"),
+    (("GR_SET_CTXSW_PREEMPTION_MODE",), "GR_SET_CTXSW_PREEMPTION_MODE"),
     (("GR_GET_CTXSW_STATS",), "GET_TIMESLICE"),
+    (("GR_GET_CTXSW_STATS",), "GR_GET_CTXSW_STATS"),
     (("FIFO_DISABLE_CHANNELS", "FIFO_ENABLE_CHANNELS"), "GET_TIMESLICE"),
+    (("FIFO_DISABLE_CHANNELS", "FIFO_ENABLE_CHANNELS"), "FIFO_ENABLE_CHANNELS"),
 )
 
 
-def _timed(
-    lab: Sends, group: ClientChannels, control: Control, n: int
-) -> tuple[list[float], set[int]]:
-    times: list[float] = []
-    statuses: set[int] = set()
+# One call: when it was sent and answered (CLOCK_MONOTONIC, ns, around the whole send), its
+# status and the ioctl's own µs.
+Span = tuple[int, int, int, float]
+
+
+def _send_timed(lab: Sends, group: ClientChannels, control: Control, spans: list[Span]) -> None:
+    start = time.monotonic_ns()
+    status, us = control.send(lab, group)
+    spans.append((start, time.monotonic_ns(), status, us))
+
+
+def _timed(lab: Sends, group: ClientChannels, control: Control, n: int) -> list[Span]:
+    spans: list[Span] = []
     for _ in range(n):
-        status, us = control.send(lab, group)
-        times.append(us)
-        statuses.add(status)
-    return times, statuses
+        _send_timed(lab, group, control, spans)
+    return spans
 
 
 def _back_to_back(
@@ -219,15 +232,31 @@ def _back_to_back(
     controls: Sequence[Control],
     started: threading.Event,
     stop: threading.Event,
-    times: list[float],
-    statuses: set[int],
+    spans: list[Span],
 ) -> None:
     while not stop.is_set():
         for control in controls:
-            status, us = control.send(lab, group)
-            times.append(us)
-            statuses.add(status)
+            _send_timed(lab, group, control, spans)
         started.set()
+
+
+def side_by_side(a: Sequence[Span], b: Sequence[Span]) -> dict[str, Any]:
+    """How A's and B's calls fell in B's window: calls answered per second, both together, and
+    the gaps between consecutive answers. Where RM runs one control at a time, two controls that
+    each take T are answered at most 1/T a second together, and no two answers come closer than
+    the later one's own work; where it runs them side by side, both rates add up and answers
+    come close."""
+    begin, end = b[0][0], b[-1][1]
+    answers = sorted([s[1] for s in a if begin <= s[1] <= end] + [s[1] for s in b])
+    gaps = [(later - earlier) / 1000 for earlier, later in itertools.pairwise(answers)]
+    out: dict[str, Any] = {"calls_per_s": round(len(answers) / ((end - begin) / 1e9), 1)}
+    if gaps:
+        out["answer_gap_us"] = {
+            f"p{q}": round(value, 1)
+            for q in (10, 50)
+            if (value := percentile(gaps, q / 100)) is not None
+        }
+    return out
 
 
 def queue(
@@ -236,6 +265,7 @@ def queue(
     b: ClientChannels,
     n: int,
     pairs: Sequence[tuple[Sequence[str], str]] = QUEUE_PAIRS,
+    raw: bool = False,
 ) -> dict[str, Any]:
     """For each pair, B's control ``n`` times alone, then ``n`` times while a thread sends A's
     controls back to back on A's client; A's times beside B too."""
@@ -245,22 +275,12 @@ def queue(
     out: dict[str, Any] = {}
     for a_names, b_name in pairs:
         b_control = b_controls[b_name]
-        alone, alone_statuses = _timed(lab, b, b_control, n)
+        alone = _timed(lab, b, b_control, n)
         started, stop = threading.Event(), threading.Event()
-        a_times: list[float] = []
-        a_statuses: set[int] = set()
-
+        a_spans: list[Span] = []
         thread = threading.Thread(
             target=_back_to_back,
-            args=(
-                lab,
-                a,
-                [a_controls[name] for name in a_names],
-                started,
-                stop,
-                a_times,
-                a_statuses,
-            ),
+            args=(lab, a, [a_controls[name] for name in a_names], started, stop, a_spans),
             daemon=True,
         )
         thread.start()
@@ -268,17 +288,25 @@ def queue(
             # B starts once A has sent its controls once: a thread takes a while to start, and
             # B's host-answered controls would be done before A sent any.
             started.wait(10)
-            beside, beside_statuses = _timed(lab, b, b_control, n)
+            beside = _timed(lab, b, b_control, n)
         finally:
             stop.set()
             thread.join()
-        statuses = alone_statuses | beside_statuses | a_statuses
-        out[f"{'+'.join(a_names)} | {b_name}"] = {
+        statuses = {s[2] for s in alone + beside + a_spans}
+        result: dict[str, Any] = {
             "statuses": sorted(f"{s:#x}" for s in statuses),
-            "b_alone_us": summary(alone),
-            "b_beside_us": summary(beside),
-            "a_us": summary(a_times) if a_times else None,
+            "b_alone_us": summary([s[3] for s in alone]),
+            "b_beside_us": summary([s[3] for s in beside]),
+            "a_us": summary([s[3] for s in a_spans]) if a_spans else None,
+            **side_by_side(a_spans, beside),
         }
+        if raw:
+            zero = beside[0][0]
+            result["raw"] = {
+                name: [[(s[0] - zero) // 1000, (s[1] - zero) // 1000] for s in spans]
+                for name, spans in (("a", a_spans), ("b", beside))
+            }
+        out[f"{'+'.join(a_names)} | {b_name}"] = result
     return out
 
 
@@ -293,7 +321,16 @@ def main() -> int:
     parser.add_argument("--gpu", type=int, default=0)
     parser.add_argument("--n", type=int, default=300, help="calls of each control per state")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--parts",
+        default="idle,busy,queue",
+        help="which to run, comma-separated: idle, busy (each control alone), queue",
+    )
+    parser.add_argument("--raw", action="store_true", help="keep the queue study's every call")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if not parts or parts - {"idle", "busy", "queue"}:
+        parser.error(f"--parts: {args.parts!r} is not a list of idle, busy, queue")
 
     from qpolicy.doctor.checkup import driver_version
     from qpolicy.doctor.lab import Lab
@@ -314,18 +351,21 @@ def main() -> int:
     idle = workload_argv("trainer", "--n", "8192", "--wait")
     try:
         for state, argv in (("idle", idle), ("busy", workload_argv("trainer", "--n", "8192"))):
+            if state not in parts:
+                continue
             workload = Workload(argv, lab.env)
             try:
                 result[state] = measure(lab, _found(lab, handles, workload), args.n)
             finally:
                 workload.stop()
-        first, second = Workload(idle, lab.env), Workload(idle, lab.env)
-        try:
-            a, b = _found(lab, handles, first), _found(lab, handles, second)
-            result["queue"] = queue(lab, a, b, args.n)
-        finally:
-            first.stop()
-            second.stop()
+        if "queue" in parts:
+            first, second = Workload(idle, lab.env), Workload(idle, lab.env)
+            try:
+                a, b = _found(lab, handles, first), _found(lab, handles, second)
+                result["queue"] = queue(lab, a, b, args.n, raw=args.raw)
+            finally:
+                first.stop()
+                second.stop()
     finally:
         files.close_all()
     args.out.write_text(json.dumps(result, indent=1) + "\n")
@@ -344,6 +384,10 @@ def main() -> int:
                 "beside p50/p90",
                 value["b_beside_us"]["p50"],
                 value["b_beside_us"]["p90"],
+                "calls/s",
+                value["calls_per_s"],
+                "answer gaps",
+                value.get("answer_gap_us"),
             )
     return 0
 
