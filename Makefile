@@ -56,7 +56,7 @@ bench: venv
 # The hook cost is reported against qgpu.ko as it was at BASELINE, built beside it, and also at
 # BEFORE if given (a change's before and after in the same run). BENCH_ONLY=hook: the cost alone;
 # BENCH_ONLY=online: the online-offline scenario alone, REPEAT times; ONLINE_HOLD_US and
-# BUSY_HOLD_US and ONLINE_GATE set qgpu's parameters of those names for the run, DISABLE_US
+# BUSY_HOLD_US and ONLINE_GATE set qgpu's parameters of those names for the run, GSP_PCT
 # nvmock's.
 # The baselines are built against the VM's kernel headers, so the VM setup comes first (on a new
 # machine nothing else has installed them yet).
@@ -73,7 +73,7 @@ bench-vm: venv
 		$(if $(ONLINE_HOLD_US),ONLINE_HOLD_US=$(ONLINE_HOLD_US)) \
 		$(if $(BUSY_HOLD_US),BUSY_HOLD_US=$(BUSY_HOLD_US)) \
 		$(if $(ONLINE_GATE),ONLINE_GATE=$(ONLINE_GATE)) \
-		$(if $(DISABLE_US),DISABLE_US=$(DISABLE_US)) $(BIN)/python tools/bench/qgpu_vm.py
+		$(if $(GSP_PCT),GSP_PCT=$(GSP_PCT)) $(BIN)/python tools/bench/qgpu_vm.py
 
 # On a GPU machine, as root, with the system Python that has PyTorch (no venv there): native
 # time-slicing vs MPS vs the rm enforcer. ARGS go to tools/bench/gpu.py.

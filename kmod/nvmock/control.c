@@ -22,6 +22,8 @@
  */
 #include <linux/capability.h>
 #include <linux/delay.h>
+#include <linux/ktime.h>
+#include <linux/math64.h>
 #include <linux/moduleparam.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
@@ -30,46 +32,80 @@
 #include "nvmock.h"
 
 /*
- * How long FIFO_DISABLE_CHANNELS takes, us. On a GSP GPU it is an RPC to GSP: measured from
- * userspace on an H100 and an H200 (580.159.04), a switch of two such controls took p50
- * 1.1-1.3 ms (../shared/docs/h200-findings.md section 2) and one control 0.84 ms under cProfile
- * (BENCHMARKS.md, 2026-11-26). When within the call GSP stops or starts the channels is not
- * published; nvmock changes them at the end, the latest a caller can count on, so work the
- * GPU fetches while the control is on its way still runs. The default, 600 us, is the low end
- * of those measurements (a sleep in the VM overshoots by about 0.5 ms, which keeps it within
- * them); 0 answers at once.
- */
-static unsigned int disable_us = 600;
-module_param(disable_us, uint, 0644);
-MODULE_PARM_DESC(disable_us, "How long FIFO_DISABLE_CHANNELS takes before it acts, us");
-
-/*
- * How long a control that RM sends to GSP takes before it acts, us. Measured on an H200
- * (580.159.04; tools/gpu/control_times.py, call 33A, two runs of 1 000 calls each, p50 idle /
- * beside an 8192 trainer): SET_TIMESLICE 299-302 / 449-453 us (kchangrpapiCtrlCmdSetTimeslice
- * sends it to GSP before it keeps the value), GR_GET_CTXSW_MODES 247-267 / 374-396 us and
- * GR_SET_CTXSW_PREEMPTION_MODE 361-368 / 652-661 us (both ROUTE_TO_PHYSICAL), where
- * GET_TIMESLICE, which the host answers from what it keeps, took 6-11 us and RM's NULL control
- * 2-7 us. nvmock makes those three take gsp_us, 300 us by default, about each one's idle time.
- * The wait is taken holding nvmock_lock, so the controls of all callers queue behind it: RM
+ * How long a control that RM sends to GSP takes before it acts, us: the p50 of 1 000 calls of
+ * each, measured on an H200 (580.159.04; tools/gpu/control_times.py, calls 33A and 34A, two runs
+ * each) on a CUDA context that waits (idle) and on an 8192 bf16 matmul trainer running alone
+ * (busy); the ranges are the runs':
+ *
+ *   SET_TIMESLICE                 idle 260-302, busy 447-456 (sent to GSP before RM keeps it)
+ *   GR_GET_CTXSW_MODES            idle 231-267, busy 281-396 (ROUTE_TO_PHYSICAL)
+ *   GR_SET_CTXSW_PREEMPTION_MODE  idle 361-377, busy 560-661 (ROUTE_TO_PHYSICAL)
+ *   GR_GET_CTXSW_STATS            idle 290,     busy 234-413 (ROUTE_TO_PHYSICAL; calls 34A)
+ *   FIFO_DISABLE_CHANNELS close   idle 476-477, busy 837-853 (NV_RM_RPC_CONTROL)
+ *   FIFO_DISABLE_CHANNELS open    idle 368-375, busy 446-451
+ *
+ * where GET_TIMESLICE, which the host answers from what it keeps, took 6-14 us and RM's NULL
+ * control 2-8 us. nvmock takes the median of the runs' p50s, the busy one where a TSG is on its
+ * engine. A close's busy time includes taking the running context off, which nvmock's engine
+ * does after the wait (subdevice_disable_channels()), so a close waits its idle time in both.
+ *
+ * The wait spins, as RM does: _kgspRpcRecvPoll (src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c,
+ * 580.142) polls GSP's queue for the answer with osSpinLoop(), an empty function, on the
+ * caller's CPU. A sleep would not keep the time in the VM either: in QEMU's TCG a 300 us sleep
+ * from userspace took 636 us (p50), and a control that slept fsleep(300) here over 1 ms
+ * (2026-12-03). The wait holds nvmock_lock, so the controls of all callers queue behind it: RM
  * sends the RPC holding the GPU's lock (rpcRmApiControl_GSP, src/nvidia/src/kernel/vgpu/rpc.c,
- * takes it where the caller did not), and SET_TIMESLICE also holds the API lock for writing
- * (its flags lack API_LOCK_READONLY, which GR_SET_CTXSW_PREEMPTION_MODE's have); nvmock's one
- * lock serialises controls to different GPUs too, where RM may not. Other controls that route
- * to GSP (GR_GET_CTXSW_STATS, FIFO_DISABLE_CHANNELS: disable_us) are not timed here. 0: every
- * control answers at once.
+ * takes it where the caller did not). Measured on that H200 (control_times.py's queue study,
+ * calls 34A and 34B): another client's GET_TIMESLICE waited out each of them, and two clients'
+ * controls ran one at a time, except two SET_TIMESLICEs, which overlapped (5 720-6 070 answered
+ * a second together, each p50 280-292 us, where one at a time allows 3 400), and two
+ * GR_GET_CTXSW_MODES, partly (4 950-5 700 a second against 4 100): nvmock runs those one at a
+ * time too.
+ *
+ * gsp_pct scales every time: 100 is the H200's, 0 answers at once, and a test that wants a
+ * control in flight for long asks for more; waits over GSP_SPIN_MAX_US sleep.
  */
-static unsigned int gsp_us = 300;
-module_param(gsp_us, uint, 0644);
-MODULE_PARM_DESC(gsp_us,
-		 "How long SET_TIMESLICE, GR_GET_CTXSW_MODES and GR_SET_CTXSW_PREEMPTION_MODE take, us");
+enum gsp_control {
+	GSP_SET_TIMESLICE,
+	GSP_GET_CTXSW_MODES,
+	GSP_SET_PREEMPTION_MODE,
+	GSP_GET_CTXSW_STATS,
+	GSP_DISABLE_CHANNELS,
+	GSP_ENABLE_CHANNELS,
+};
 
-static void gsp_rpc(void)
+static const struct {
+	unsigned int idle_us;
+	unsigned int busy_us;
+} gsp_times[] = {
+	[GSP_SET_TIMESLICE] = { 280, 450 },
+	[GSP_GET_CTXSW_MODES] = { 240, 380 },
+	[GSP_SET_PREEMPTION_MODE] = { 370, 655 },
+	[GSP_GET_CTXSW_STATS] = { 290, 324 },
+	[GSP_DISABLE_CHANNELS] = { 477, 477 },
+	[GSP_ENABLE_CHANNELS] = { 370, 450 },
+};
+
+#define GSP_SPIN_MAX_US	10000
+
+static unsigned int gsp_pct = 100;
+module_param(gsp_pct, uint, 0644);
+MODULE_PARM_DESC(gsp_pct, "GSP controls take this percent of their time on an H200; 0: none");
+
+static void gsp_rpc(struct nvmock_gpu *gpu, enum gsp_control which)
 {
-	unsigned int us = READ_ONCE(gsp_us);
+	bool busy = READ_ONCE(gpu->engine.pinned);
+	u64 us = busy ? gsp_times[which].busy_us : gsp_times[which].idle_us;
+	ktime_t end;
 
-	if (us)
-		fsleep(us);
+	us = div_u64(us * READ_ONCE(gsp_pct), 100);
+	if (us > GSP_SPIN_MAX_US) {
+		msleep(DIV_ROUND_UP_ULL(us, 1000));
+		return;
+	}
+	end = ktime_add_us(ktime_get(), us);
+	while (ktime_before(ktime_get(), end))
+		cpu_relax();
 }
 
 struct control_desc {
@@ -145,7 +181,7 @@ static u32 tsg_set_timeslice(const struct nvmock_caller *caller, struct nvmock_o
 	struct nvmock_engine *engine = &obj->gpu->engine;
 	struct nvmock_channel *ch;
 
-	gsp_rpc();
+	gsp_rpc(obj->gpu, GSP_SET_TIMESLICE);
 	spin_lock(&engine->lock);
 	obj->tsg->timeslice_us = p->timesliceUs;
 	/* It woke a channel a sched-only close had stalled (subdevice_disable_channels()). */
@@ -293,7 +329,7 @@ static u32 subdevice_set_ctxsw_preemption(const struct nvmock_caller *caller,
 	if ((p->flags & NV2080_CTXSW_PREEMPTION_FLAG_GFXP) &&
 	    p->gfxpPreemptMode > NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL)
 		return NV_ERR_INVALID_ARGUMENT;
-	gsp_rpc();
+	gsp_rpc(obj->gpu, GSP_SET_PREEMPTION_MODE);
 	if (p->flags & NV2080_CTXSW_PREEMPTION_FLAG_CILP)
 		WRITE_ONCE(tsg->compute_preemption, p->cilpPreemptMode);
 	return NV_OK;
@@ -322,7 +358,7 @@ static u32 subdevice_get_ctxsw_modes(const struct nvmock_caller *caller,
 		return NV_ERR_INVALID_OBJECT_HANDLE;
 	if (target->kind != NVMOCK_CHANNEL)
 		return NV_ERR_INVALID_CHANNEL;
-	gsp_rpc();
+	gsp_rpc(obj->gpu, GSP_GET_CTXSW_MODES);
 	p->zcullMode = 0;
 	p->pmMode = 0;
 	p->smpcMode = 0;
@@ -358,6 +394,7 @@ static u32 subdevice_get_ctxsw_stats(const struct nvmock_caller *caller,
 		tsg = target->channel->tsg;
 	else
 		return NV_ERR_INVALID_OBJECT_HANDLE;
+	gsp_rpc(obj->gpu, GSP_GET_CTXSW_STATS);
 	spin_lock(&engine->lock);
 	p->saveCnt = tsg->saves;
 	p->restoreCnt = tsg->restores;
@@ -471,8 +508,7 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 	 * ran on after the open (calls 21B-D).
 	 * Whether a new GPFIFO entry would wake it is unknown: nvmock's does not.
 	 */
-	if (disable_us)
-		fsleep(disable_us);
+	gsp_rpc(obj->gpu, p->bDisable ? GSP_DISABLE_CHANNELS : GSP_ENABLE_CHANNELS);
 	spin_lock(&engine->lock);
 	for (i = 0; i < p->numChannels; i++) {
 		struct nvmock_channel *ch = channels[i];

@@ -148,9 +148,10 @@ def test_an_offline_cgroup_of_several_contexts_keeps_its_own_mode() -> None:
             assert settles(lambda: modes(first) == [CTA])
 
 
-# nvmock's GSP controls (gsp_us) slowed to 100 ms, so that a pass with five offline contexts to
-# set (two controls each) is out for over a second.
-SLOW_GSP_US = 100_000
+# nvmock's GSP controls slowed 400-fold (gsp_pct; GR_SET_CTXSW_PREEMPTION_MODE 148 ms idle,
+# SET_TIMESLICE 112 ms), so that a pass with five offline contexts to set (two controls each) is
+# out for over a second.
+SLOW_GSP_PCT = 40_000
 
 
 def test_a_tenants_mode_carried_out_while_a_pass_is_out_leaves_the_pass_timeslices() -> None:
@@ -171,7 +172,7 @@ def test_a_tenants_mode_carried_out_while_a_pass_is_out_leaves_the_pass_timeslic
             own = of(*training)
             # No online cgroup yet: nothing is set.
             assert modes(*training) == [CILP] * 5
-            with nvmock_param("gsp_us", SLOW_GSP_US):
+            with nvmock_param("gsp_pct", SLOW_GSP_PCT):
                 client.set_cgroup(online.id, 0, "online", 50)
                 assert settles(lambda: modes(first) == [CTA])
                 assert first.set_mode(CILP) == NvStatus.NV_OK

@@ -122,10 +122,10 @@ SYNCED = ["--shape", "requests", "--rate-hz", "5000", "--kernel-us", "1000", "--
 
 
 def beside_a_trainer(
-    args: list[str], disable_us: int, policy: str = "fixed-share", online: bool = False
+    args: list[str], gsp_pct: int, policy: str = "fixed-share", online: bool = False
 ) -> tuple[float, float, float, bool]:
     """A gpuload run of ``args`` alone, then beside a saturating pod, each in a cgroup of its own
-    under ``policy`` 50/50, with nvmock's FIFO_DISABLE_CHANNELS taking ``disable_us`` (and, if
+    under ``policy`` 50/50, with nvmock's GSP controls taking ``gsp_pct`` % of an H200's (and, if
     ``online``, an online cgroup configured on the GPU, with nothing in it: the offline pods'
     TSGs then hold qgpu's short offline timeslice). The part of the engine it kept busy alone,
     the parts it and the saturating pod used side by side, and whether qgpu took its pod to be
@@ -133,7 +133,7 @@ def beside_a_trainer(
     reset()
     alone = engine_use_alone([*args, "--seconds", "4"])
     with (
-        nvmock_param("disable_us", disable_us),
+        nvmock_param("gsp_pct", gsp_pct),
         qgpu_loaded() as client,
         cgroups(3 if online else 2) as cgs,
     ):
@@ -155,18 +155,19 @@ def beside_a_trainer(
         return alone, gpu_seconds(loop.pid) / wall, gpu_seconds(train.pid) / wall, preempted
 
 
-# FIFO_DISABLE_CHANNELS as long as on a real GPU (0.55-0.84 ms, nvmock's control.c): work the GPU
-# fetches between qgpu's look and the close still runs, then is taken off the engine.
-@pytest.mark.parametrize("disable_us", [0, 600])
-def test_a_pod_that_waits_for_each_result_keeps_its_fixed_share(disable_us: int) -> None:
+# GSP's controls answered at once, and as long as on an H200 (FIFO_DISABLE_CHANNELS 0.48 ms a
+# close, nvmock's control.c): work the GPU fetches between qgpu's look and the close still runs,
+# then is taken off the engine.
+@pytest.mark.parametrize("gsp_pct", [0, 100])
+def test_a_pod_that_waits_for_each_result_keeps_its_fixed_share(gsp_pct: int) -> None:
     """Such a loop shows GP_PUT != GP_GET only between a launch and its fetch (on an H100, 0.3 %
     of the time with 1.6 ms matmuls: tools/gpu/userd_fetch.py), so qgpu sees its work from its
     GP_GET moving (sense() in sched.c): counted idle, its turns ended early and went to the
     saturating pod beside it. Fixed-share 50/50: it uses about its half of the wall time, at the
     efficiency it reaches alone (its CPU time between kernels is its own loss)."""
-    alone, used, _, _ = beside_a_trainer(SYNCED, disable_us)
+    alone, used, _, _ = beside_a_trainer(SYNCED, gsp_pct)
     kept = used / (0.5 * alone)
-    print(f"synced loop, disable {disable_us} us: alone {alone:.3f} of the engine, "
+    print(f"synced loop, GSP at {gsp_pct} %: alone {alone:.3f} of the engine, "
           f"in its half {used:.3f}: kept {kept:.2f}")  # fmt: skip
     assert kept > 0.8
 
@@ -179,7 +180,7 @@ def test_a_pod_whose_kernels_outlast_its_turns_keeps_its_fixed_share() -> None:
     other pod cannot use (owed_idle() in sched.c); before that it hung once its kernel had had
     the owed time."""
     long_kernels = ["--shape", "requests", "--rate-hz", "1000", "--kernel-us", "40000"]
-    alone, used, trained, _ = beside_a_trainer([*long_kernels, "--poll-us", "20"], 600)
+    alone, used, trained, _ = beside_a_trainer([*long_kernels, "--poll-us", "20"], 100)
     kept = used / (0.5 * alone)
     print(f"40 ms kernels: alone {alone:.3f}, in its half {used:.3f} (kept {kept:.2f}), "
           f"the other pod {trained:.3f}")  # fmt: skip
@@ -211,7 +212,7 @@ def test_kernels_that_outlast_owed_ms_are_not_starved_beside_work_that_never_pau
     of each kind."""
     long_kernels = ["--shape", "requests", "--rate-hz", "1000", "--kernel-us", "40000"]
     args = [*long_kernels, "--poll-us", "20"]
-    alone, used, trained, preempted = beside_a_trainer(args, 600, policy, online)
+    alone, used, trained, preempted = beside_a_trainer(args, 100, policy, online)
     print(f"{policy}{' with an online cgroup' if online else ''}, 40 ms kernels: alone "
           f"{alone:.3f}, beside the trainer {used:.3f}, the trainer {trained:.3f}")  # fmt: skip
     assert preempted == online
@@ -236,7 +237,7 @@ def test_a_quiet_pod_costs_a_saturating_one_little_under_burst_share(online: boo
     with an online cgroup; in CI once 0.745, with the host starving the VM (HOST_TIMED)."""
     quiet = ["--shape", "requests", "--rate-hz", "2", "--kernel-us", "1000", "--poll-us", "20"]
     trainer_alone = engine_use_alone([*SATURATE, "--seconds", "4"])
-    _, used, trained, _ = beside_a_trainer(quiet, 600, "burst-share", online)
+    _, used, trained, _ = beside_a_trainer(quiet, 100, "burst-share", online)
     with_online = " with an online cgroup" if online else ""
     print(f"quiet pod beside a saturating one, burst-share{with_online}: {used:.4f} of the "
           f"engine; the other {trained:.3f} (alone {trainer_alone:.3f})")  # fmt: skip

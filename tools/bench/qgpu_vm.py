@@ -67,9 +67,9 @@ QGPU_PARAMS = {
     if name.upper() in os.environ
 }
 REPEAT = int(os.environ.get("REPEAT", "1"))
-# nvmock's FIFO_DISABLE_CHANNELS duration for the run, if not its default (600 us; GSP's is
-# 0.6-1.3 ms: kmod/nvmock/CONFORMANCE.md).
-DISABLE_US = os.environ.get("DISABLE_US")
+# nvmock's GSP controls' durations for the run, in percent of an H200's, if not its default
+# (100; kmod/nvmock/control.c); 0 answers them at once.
+GSP_PCT = os.environ.get("GSP_PCT")
 
 
 def run_bench(in_cgroup: bool) -> dict[str, float]:
@@ -218,8 +218,8 @@ def print_online(oo: dict[str, float]) -> None:
 
 
 def main() -> int:
-    disable = [] if DISABLE_US is None else [f"disable_us={int(DISABLE_US)}"]
-    subprocess.run(["insmod", str(NVMOCK), "num_gpus=1", *disable], check=True)
+    gsp = [] if GSP_PCT is None else [f"gsp_pct={int(GSP_PCT)}"]
+    subprocess.run(["insmod", str(NVMOCK), "num_gpus=1", *gsp], check=True)
     for name, minor in (("nvidiactl", 255), ("nvidia0", 0)):
         if not Path(f"/dev/{name}").exists():
             os.mknod(f"/dev/{name}", 0o666 | 0o020000, os.makedev(195, minor))
@@ -228,8 +228,7 @@ def main() -> int:
     if not Path("/sys/kernel/debug/nvmock").exists():
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
     result: dict[str, object] = {} if ONLY == "online" else {"hook": hook_overhead()}
-    result["nvmock_disable_us"] = read_nvmock_param("disable_us")
-    result["nvmock_gsp_us"] = read_nvmock_param("gsp_us")
+    result["nvmock_gsp_pct"] = read_nvmock_param("gsp_pct")
     if ONLY == "hook":
         subprocess.run(["rmmod", "nvmock"], check=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
