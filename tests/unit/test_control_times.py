@@ -52,6 +52,7 @@ class FakeRm:
         self.mode = 2
         self.disabled: set[int] = set()
         self.sent: list[tuple[int, dict[str, int]]] = []
+        self.objects: set[tuple[int, int]] = set()  # (command, the object it went to)
 
     def control(
         self, group: ClientChannels, target: str, obj: int, cmd: int, **fields: int
@@ -60,6 +61,7 @@ class FakeRm:
         answer: dict[str, Any] = {}
         with self.lock:
             self.sent.append((cmd, fields))
+            self.objects.add((cmd, obj))
             if cmd in GSP:
                 time.sleep(self.gsp_s)
             if cmd == abi.NVA06C_CTRL_CMD_GET_TIMESLICE:
@@ -146,3 +148,16 @@ def test_the_queue_study_tells_controls_run_one_at_a_time_from_controls_run_side
     assert both["calls_per_s"] > 800 and both["answer_gap_us"]["p10"] < 1000
     assert serial["b_beside_us"]["p50"] > 3000 and both["b_beside_us"]["p50"] < 3000
     assert len(both["raw"]["b"]) == 30 and both["raw"]["b"][0][0] == 0
+
+
+def test_the_extra_controls_go_to_the_objects_that_export_them() -> None:
+    rm = FakeRm(0.0)
+    result = measure(rm, group(0xC1, 0x11), 2, extra=True)
+    assert {"PREEMPT", "GPFIFO_SCHEDULE", "SET_INTERLEAVE_LEVEL", "MAKE_REALTIME"} <= set(result)
+    sent = {(cmd, tuple(sorted(f.items()))) for cmd, f in rm.sent}
+    assert (abi.NVA06F_CTRL_CMD_RESTART_RUNLIST, (("bBypassWait", 0), ("bForceRestart", 0))) in sent
+    assert (abi.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, (("tsgInterleaveLevel", 1),)) in sent
+    # The channel's control to the compute channel, the TSG's to the TSG.
+    assert (abi.NVA06F_CTRL_CMD_RESTART_RUNLIST, 0x12) in rm.objects
+    assert (abi.NVA06C_CTRL_CMD_PREEMPT, 0x11) in rm.objects
+    assert "PREEMPT" not in measure(FakeRm(0.0), group(0xC1, 0x11), 1)

@@ -100,9 +100,10 @@ def summary(times: Sequence[float]) -> dict[str, float]:
     return out
 
 
-def controls_of(lab: Sends, group: ClientChannels) -> dict[str, Control] | str:
+def controls_of(lab: Sends, group: ClientChannels, extra: bool = False) -> dict[str, Control] | str:
     """The controls timed on ``group``'s compute context, each sending back what it read there;
-    a line saying why where RM refused the reads."""
+    a line saying why where RM refused the reads. ``extra``: also the controls qgpu.ko only sees
+    tenants send (and the doctor's levers), each sent as it leaves the context as it was."""
     assert group.subdevice is not None and group.compute_tsgs and group.compute_channels
     tsg, channel = group.compute_tsgs[0], group.compute_channels[0][0]
     get_ts = lab.control(group, "tsg", tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE)
@@ -116,6 +117,26 @@ def controls_of(lab: Sends, group: ClientChannels) -> dict[str, Control] | str:
         channels[f"hClientList{index}"] = group.client
         channels[f"hChannelList{index}"] = handle
     sub = group.subdevice
+    others = (
+        # A preemption of an idle context finds nothing to take off; of the trainer, its kernel.
+        Control("PREEMPT", tsg, abi.NVA06C_CTRL_CMD_PREEMPT, {"bWait": 1}),
+        # Scheduled already, as CUDA leaves a context once it is made.
+        Control("GPFIFO_SCHEDULE", tsg, abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, {"bEnable": 1}),
+        # MEDIUM: RM's default for a new TSG (kchangrpapiConstruct, kernel_channel_group_api.c).
+        Control(
+            "SET_INTERLEAVE_LEVEL",
+            tsg,
+            abi.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL,
+            {"tsgInterleaveLevel": 1},
+        ),
+        Control("MAKE_REALTIME", tsg, abi.NVA06C_CTRL_CMD_MAKE_REALTIME, {"bRealtime": 0}),
+        Control(
+            "RESTART_RUNLIST",
+            channel,
+            abi.NVA06F_CTRL_CMD_RESTART_RUNLIST,
+            {"bForceRestart": 0, "bBypassWait": 0},
+        ),
+    )
     return {
         c.name: c
         for c in (
@@ -160,13 +181,14 @@ def controls_of(lab: Sends, group: ClientChannels) -> dict[str, Control] | str:
                 abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
                 {"bDisable": 0, **channels},
             ),
+            *(others if extra else ()),
         )
     }
 
 
-def measure(lab: Sends, group: ClientChannels, n: int) -> dict[str, Any]:
+def measure(lab: Sends, group: ClientChannels, n: int, extra: bool = False) -> dict[str, Any]:
     """Each control ``n`` times on ``group``'s compute context."""
-    controls = controls_of(lab, group)
+    controls = controls_of(lab, group, extra)
     if isinstance(controls, str):
         return {"error": controls}
     # Interleaved, so that a slow stretch of the GPU or the host falls on every control alike.
@@ -327,6 +349,12 @@ def main() -> int:
         help="which to run, comma-separated: idle, busy (each control alone), queue",
     )
     parser.add_argument("--raw", action="store_true", help="keep the queue study's every call")
+    parser.add_argument(
+        "--extra",
+        action="store_true",
+        help="idle, busy: also PREEMPT, GPFIFO_SCHEDULE, SET_INTERLEAVE_LEVEL, MAKE_REALTIME, "
+        "RESTART_RUNLIST",
+    )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     if not parts or parts - {"idle", "busy", "queue"}:
@@ -355,7 +383,7 @@ def main() -> int:
                 continue
             workload = Workload(argv, lab.env)
             try:
-                result[state] = measure(lab, _found(lab, handles, workload), args.n)
+                result[state] = measure(lab, _found(lab, handles, workload), args.n, args.extra)
             finally:
                 workload.stop()
         if "queue" in parts:
