@@ -44,6 +44,16 @@
  *   FIFO_DISABLE_CHANNELS close   idle 476-477, busy 837-853 (NV_RM_RPC_CONTROL)
  *   FIFO_DISABLE_CHANNELS open    idle 368-375, busy 446-451
  *
+ * and, timed the same way (call 34C, two runs, --extra), the controls qgpu.ko sees tenants send:
+ *
+ *   PREEMPT (bWait)               idle 277-304, busy 535-549
+ *   GPFIFO_SCHEDULE (a TSG's)     idle 237-242, busy 254-309
+ *   SET_INTERLEAVE_LEVEL (TSG)    idle 213-219, busy 209-301
+ *   MAKE_REALTIME                 idle 211-216, busy 292-304
+ *   RESTART_RUNLIST               idle 285-290, busy 294-303
+ *   FIFO_RUNLIST_SET_SCHED_POLICY 368-406 beside a trainer (the doctor's median of two calls,
+ *                                 tools/gpu/results/2026-11-26-doctor-h200.json); idle not timed
+ *
  * where GET_TIMESLICE, which the host answers from what it keeps, took 6-14 us and RM's NULL
  * control 2-8 us. nvmock takes the median of the runs' p50s, the busy one where a TSG is on its
  * engine. A close's busy time includes taking the running context off, which nvmock's engine
@@ -72,6 +82,12 @@ enum gsp_control {
 	GSP_GET_CTXSW_STATS,
 	GSP_DISABLE_CHANNELS,
 	GSP_ENABLE_CHANNELS,
+	GSP_PREEMPT,
+	GSP_SCHEDULE,
+	GSP_INTERLEAVE,
+	GSP_MAKE_REALTIME,
+	GSP_RESTART_RUNLIST,
+	GSP_SCHED_POLICY,
 };
 
 static const struct {
@@ -84,6 +100,12 @@ static const struct {
 	[GSP_GET_CTXSW_STATS] = { 290, 324 },
 	[GSP_DISABLE_CHANNELS] = { 477, 477 },
 	[GSP_ENABLE_CHANNELS] = { 370, 450 },
+	[GSP_PREEMPT] = { 290, 542 },
+	[GSP_SCHEDULE] = { 240, 282 },
+	[GSP_INTERLEAVE] = { 216, 255 },
+	[GSP_MAKE_REALTIME] = { 214, 298 },
+	[GSP_RESTART_RUNLIST] = { 288, 298 },
+	[GSP_SCHED_POLICY] = { 387, 387 },
 };
 
 #define GSP_SPIN_MAX_US	10000
@@ -140,8 +162,11 @@ static u32 tsg_gpfifo_schedule(const struct nvmock_caller *caller, struct nvmock
 	struct nvmock_object *child;
 	u32 status = check_schedule(p);
 
-	if (status != NV_OK || !p->bEnable)
-		return status;	/* disabling is accepted and ignored, as on the H200 */
+	if (status != NV_OK)
+		return status;
+	gsp_rpc(obj->gpu, GSP_SCHEDULE);
+	if (!p->bEnable)
+		return NV_OK;	/* disabling is accepted and ignored, as on the H200 */
 	list_for_each_entry(child, &obj->children, sibling)
 		if (child->kind == NVMOCK_CHANNEL)
 			schedule_channel(child->channel);
@@ -154,6 +179,7 @@ static u32 channel_gpfifo_schedule(const struct nvmock_caller *caller,
 	const struct nva06c_gpfifo_schedule_params *p = params;
 	u32 status = check_schedule(p);
 
+	/* The TSG's takes GSP's time; a channel's was not timed, and answers at once. */
 	if (status == NV_OK && p->bEnable)
 		schedule_channel(obj->channel);
 	return status;
@@ -207,6 +233,7 @@ static u32 tsg_preempt(const struct nvmock_caller *caller, struct nvmock_object 
 
 	if (p->bManualTimeout && p->timeoutUs > NVA06C_PREEMPT_MAX_TIMEOUT_US)
 		return NV_ERR_INVALID_ARGUMENT;
+	gsp_rpc(obj->gpu, GSP_PREEMPT);
 	return NV_OK;
 }
 
@@ -229,6 +256,8 @@ static u32 set_interleave(const struct nvmock_caller *caller, struct nvmock_tsg 
 {
 	if (!nice_allowed(caller))
 		return NV_ERR_INSUFFICIENT_PERMISSIONS;
+	/* Timed on a TSG; a channel's takes the same, an assumption: it was not timed. */
+	gsp_rpc(tsg->gpu, GSP_INTERLEAVE);
 	if (level > NVA06C_INTERLEAVE_LEVEL_HIGH)
 		return NV_ERR_NOT_SUPPORTED;
 	WRITE_ONCE(tsg->interleave, level);
@@ -254,15 +283,40 @@ static u32 channel_set_interleave(const struct nvmock_caller *caller,
 
 /*
  * MAKE_REALTIME (TSG), RESTART_RUNLIST (channel) and FIFO_RUNLIST_SET_SCHED_POLICY (subdevice):
- * ROUTE_TO_PHYSICAL with RS_ACCESS_NICE. Past the host's checks they are GSP's, which nvmock
- * cannot model: NV_ERR_NOT_SUPPORTED.
+ * ROUTE_TO_PHYSICAL with RS_ACCESS_NICE. Past the host's checks they are GSP's, whose code is
+ * closed. Measured: GSP answered NV_OK to each, from root, on an H100 (the doctor, call 28B:
+ * MAKE_REALTIME on and off, RESTART_RUNLIST with bForceRestart, CHANNEL_INTERLEAVED) and an
+ * H200 (the doctor, 2026-11-26, the same; control_times.py --extra, call 34C: MAKE_REALTIME off
+ * and RESTART_RUNLIST without bForceRestart, 1 000 calls each). What they change on the GPU is
+ * GSP's: the doctor's levers built on them gave no better online latency than native
+ * (docs/levers.md), and nvmock's engine ignores them. Until 2026-12-03 nvmock answered
+ * NV_ERR_NOT_SUPPORTED, which no GPU did.
  */
 static u32 nice_then_gsp(const struct nvmock_caller *caller, struct nvmock_object *obj,
-			 void *params)
+			 void *params, enum gsp_control which)
 {
 	if (!nice_allowed(caller))
 		return NV_ERR_INSUFFICIENT_PERMISSIONS;
-	return NV_ERR_NOT_SUPPORTED;
+	gsp_rpc(obj->gpu, which);
+	return NV_OK;
+}
+
+static u32 tsg_make_realtime(const struct nvmock_caller *caller, struct nvmock_object *obj,
+			     void *params)
+{
+	return nice_then_gsp(caller, obj, params, GSP_MAKE_REALTIME);
+}
+
+static u32 channel_restart_runlist(const struct nvmock_caller *caller,
+				   struct nvmock_object *obj, void *params)
+{
+	return nice_then_gsp(caller, obj, params, GSP_RESTART_RUNLIST);
+}
+
+static u32 subdevice_sched_policy(const struct nvmock_caller *caller,
+				  struct nvmock_object *obj, void *params)
+{
+	return nice_then_gsp(caller, obj, params, GSP_SCHED_POLICY);
 }
 
 /*
@@ -676,15 +730,15 @@ static const struct control_desc control_table[] = {
 	{ NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, NVMOCK_SUBDEVICE,
 	  sizeof(struct nv2080_fifo_disable_channels_params), subdevice_disable_channels },
 	{ NVA06C_CTRL_CMD_MAKE_REALTIME, NVMOCK_TSG,
-	  sizeof(struct nva06c_make_realtime_params), nice_then_gsp },
+	  sizeof(struct nva06c_make_realtime_params), tsg_make_realtime },
 	{ NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL, NVMOCK_CHANNEL,
 	  sizeof(struct nva06f_interleave_level_params), channel_set_interleave },
 	{ NVA06F_CTRL_CMD_RESTART_RUNLIST, NVMOCK_CHANNEL,
-	  sizeof(struct nva06f_restart_runlist_params), nice_then_gsp },
+	  sizeof(struct nva06f_restart_runlist_params), channel_restart_runlist },
 	{ NVA06F_CTRL_CMD_STOP_CHANNEL, NVMOCK_CHANNEL,
 	  sizeof(struct nva06f_stop_channel_params), channel_stop },
 	{ NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY, NVMOCK_SUBDEVICE,
-	  sizeof(struct nv2080_runlist_sched_policy_params), nice_then_gsp },
+	  sizeof(struct nv2080_runlist_sched_policy_params), subdevice_sched_policy },
 	{ NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE, NVMOCK_SUBDEVICE,
 	  sizeof(struct nv2080_ctxsw_preemption_mode_params), subdevice_set_ctxsw_preemption },
 	{ NV2080_CTRL_CMD_GR_GET_CTXSW_STATS, NVMOCK_SUBDEVICE,

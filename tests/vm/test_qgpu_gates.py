@@ -93,15 +93,14 @@ def test_a_gated_tenants_other_preemption_levers_are_refused() -> None:
         assert out["preempt_cilp"] == NvStatus.NV_OK
         assert out["channel_after_stop"] == [1, 1]  # still enabled and scheduled
         assert {s.cgroup_id: s.denied for s in client.cgroups()}[gated.id] == len(refused)
-        # Ungated, each reaches nvmock, which answers as the driver's host side would: the
-        # controls only GSP carries out are not supported (GSP is not modelled).
+        # Ungated, each reaches nvmock, which answers as GSP did on an H100 and an H200
+        # (NV_OK to a root tenant; nvmock's control.c).
         out = tenant(free, "levers")
-        unsupported = NvStatus.NV_ERR_NOT_SUPPORTED
         assert out == {
             "channel_interleave": NvStatus.NV_OK,
-            "make_realtime": unsupported,
-            "restart_runlist": unsupported,
-            "sched_policy": unsupported,
+            "make_realtime": NvStatus.NV_OK,
+            "restart_runlist": NvStatus.NV_OK,
+            "sched_policy": NvStatus.NV_OK,
             "preempt_cilp": NvStatus.NV_OK,
             "preempt_cta": NvStatus.NV_OK,
             "stop_channel": NvStatus.NV_OK,
