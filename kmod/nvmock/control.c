@@ -293,7 +293,7 @@ static u32 channel_set_interleave(const struct nvmock_caller *caller,
  * NV_ERR_NOT_SUPPORTED, which no GPU did.
  */
 static u32 nice_then_gsp(const struct nvmock_caller *caller, struct nvmock_object *obj,
-			 void *params, enum gsp_control which)
+			 enum gsp_control which)
 {
 	if (!nice_allowed(caller))
 		return NV_ERR_INSUFFICIENT_PERMISSIONS;
@@ -304,19 +304,19 @@ static u32 nice_then_gsp(const struct nvmock_caller *caller, struct nvmock_objec
 static u32 tsg_make_realtime(const struct nvmock_caller *caller, struct nvmock_object *obj,
 			     void *params)
 {
-	return nice_then_gsp(caller, obj, params, GSP_MAKE_REALTIME);
+	return nice_then_gsp(caller, obj, GSP_MAKE_REALTIME);
 }
 
 static u32 channel_restart_runlist(const struct nvmock_caller *caller,
 				   struct nvmock_object *obj, void *params)
 {
-	return nice_then_gsp(caller, obj, params, GSP_RESTART_RUNLIST);
+	return nice_then_gsp(caller, obj, GSP_RESTART_RUNLIST);
 }
 
 static u32 subdevice_sched_policy(const struct nvmock_caller *caller,
 				  struct nvmock_object *obj, void *params)
 {
-	return nice_then_gsp(caller, obj, params, GSP_SCHED_POLICY);
+	return nice_then_gsp(caller, obj, GSP_SCHED_POLICY);
 }
 
 /*

@@ -316,6 +316,17 @@ def _disable_channels_packed(
 ) -> bytes:
     # The rm enforcer closes and opens the same pods' channels at every turn: packing the 130
     # fields field by field was a quarter of its Python time (py-spy, tools/bench/daemon.py).
+    fields = disable_channels_fields(
+        client, channels, disable=disable, only_scheduling=only_scheduling
+    )
+    return abi.NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS.pack(**fields)
+
+
+def disable_channels_fields(
+    client: int, channels: Sequence[int], *, disable: bool, only_scheduling: bool = False
+) -> dict[str, int]:
+    """NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS' fields for ``channels`` (64 at most) of one
+    client, for a caller that sends fields rather than packed bytes (the doctor's Lab)."""
     fields: dict[str, int] = {
         "bDisable": int(disable),
         "numChannels": len(channels),
@@ -324,7 +335,7 @@ def _disable_channels_packed(
     for index, channel in enumerate(channels):
         fields[f"hClientList{index}"] = client
         fields[f"hChannelList{index}"] = channel
-    return abi.NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS.pack(**fields)
+    return fields
 
 
 def disable_channels(

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from qpolicy.nvrm import abi
+from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.abi import Escape, NvStatus
 from tests.vm.conftest import nvmock_param
 from tests.vm.gpuload import Gpuload
@@ -28,6 +28,7 @@ from tests.vm.rmclient import (
     sysmem_params,
     tsg_params,
 )
+from tests.vm.tenant import preemption_mode
 
 # A load that keeps nvmock's engine running (test_nvmock_engine.py's).
 ENGINE_BUSY = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "4", "--queue", "2"]
@@ -363,7 +364,6 @@ GSP_IDLE_US = {
 def gsp_controls(client: int, subdevice: int, tsg: int, channel: int) -> dict[str, tuple]:
     """Each control nvmock times as GSP's, with GET_TIMESLICE (the host's) beside them; each
     leaves the context as it was (the close is followed by its open)."""
-    disable = abi.NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS
     return {
         "GET_TIMESLICE": (tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, bytes(8)),
         "SET_TIMESLICE": (tsg, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, struct.pack("<Q", 1024)),
@@ -375,10 +375,7 @@ def gsp_controls(client: int, subdevice: int, tsg: int, channel: int) -> dict[st
         "GR_SET_CTXSW_PREEMPTION_MODE": (
             subdevice,
             abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE,
-            struct.pack(
-                "<IIIIIIQ", abi.PREEMPTION_MODE_FLAG_CILP, channel, 0,
-                abi.PREEMPTION_MODE_CILP, 0, 0, 0,
-            ),
+            preemption_mode(channel, abi.PREEMPTION_MODE_CILP),
         ),
         "GR_GET_CTXSW_STATS": (
             subdevice,
@@ -388,12 +385,12 @@ def gsp_controls(client: int, subdevice: int, tsg: int, channel: int) -> dict[st
         "FIFO_DISABLE_CHANNELS close": (
             subdevice,
             abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
-            disable.pack(bDisable=1, numChannels=1, hClientList0=client, hChannelList0=channel),
+            bytes(rmctl.disable_channels_params(client, [channel], disable=True)),
         ),
         "FIFO_DISABLE_CHANNELS open": (
             subdevice,
             abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
-            disable.pack(bDisable=0, numChannels=1, hClientList0=client, hChannelList0=channel),
+            bytes(rmctl.disable_channels_params(client, [channel], disable=False)),
         ),
     }  # fmt: skip
 

@@ -112,10 +112,7 @@ def controls_of(lab: Sends, group: ClientChannels, extra: bool = False) -> dict[
     )
     if get_ts.status or get_mode.status:
         return f"reads answered {get_ts.status:#x}, {get_mode.status:#x}"
-    channels: dict[str, int] = {"numChannels": len(group.channels)}
-    for index, handle in enumerate(group.channels[: abi.FIFO_DISABLE_CHANNELS_MAX]):
-        channels[f"hClientList{index}"] = group.client
-        channels[f"hChannelList{index}"] = handle
+    channels = group.channels[: abi.FIFO_DISABLE_CHANNELS_MAX]
     sub = group.subdevice
     others = (
         # A preemption of an idle context finds nothing to take off; of the trainer, its kernel.
@@ -173,13 +170,13 @@ def controls_of(lab: Sends, group: ClientChannels, extra: bool = False) -> dict[
                 "FIFO_DISABLE_CHANNELS",
                 sub,
                 abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
-                {"bDisable": 1, **channels},
+                rmctl.disable_channels_fields(group.client, channels, disable=True),
             ),
             Control(
                 "FIFO_ENABLE_CHANNELS",
                 sub,
                 abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS,
-                {"bDisable": 0, **channels},
+                rmctl.disable_channels_fields(group.client, channels, disable=False),
             ),
             *(others if extra else ()),
         )
