@@ -60,7 +60,10 @@ def node_view(
     gpus: list[GpuView] = []
     for index in state.gpu_indices():
         gpu = state.gpu(index)
-        gpus.append(GpuView(str(index), gpu.policy.value, gpu.period_ms / 1000, None))
+        # The period in force: the enforcer's where it stretched the configured one.
+        running = backend.period_us(index)
+        period_s = gpu.period_ms / 1000 if running is None else running / 1e6
+        gpus.append(GpuView(str(index), gpu.policy.value, period_s, None))
         for pod in state.pods_on(index):
             pods.append(
                 PodView(

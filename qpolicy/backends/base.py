@@ -49,6 +49,12 @@ class Backend(Protocol):
         """What the enforcer measured for ``pod`` on ``gpu``."""
         ...
 
+    def period_us(self, gpu: int) -> float | None:
+        """The period the enforcer runs ``gpu`` at now, where it is not the configured one (the rm
+        enforcer stretches a steady plan's period so that each turn is its minimum turn); None
+        where the configured period is the one in force, or nothing runs yet."""
+        ...
+
     def view(self) -> NodeView | None:
         """The whole node view, where the backend makes the node up (the simulator); else None."""
         ...

@@ -55,6 +55,9 @@ class KmodBackend:
         # The module reports open and throttled time, not whether the cgroup is closed now.
         return Enforcement(gpu_time_s=stats.open_ns / 1e9, throttled_s=stats.throttled_ns / 1e9)
 
+    def period_us(self, gpu: int) -> float | None:
+        return None  # the module runs each GPU at the configured period
+
     def view(self) -> NodeView | None:
         return None
 

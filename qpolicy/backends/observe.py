@@ -31,6 +31,9 @@ class ObserveBackend:
     def enforcement(self, gpu: int, pod: str) -> Enforcement:
         return Enforcement()
 
+    def period_us(self, gpu: int) -> float | None:
+        return None
+
     def view(self) -> NodeView | None:
         return None
 

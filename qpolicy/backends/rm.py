@@ -289,6 +289,11 @@ class RmBackend:
             unseen_processes=unseen,
         )
 
+    def period_us(self, gpu: int) -> float | None:
+        driven = self._gpus.get(gpu)
+        last = driven.periodic.control.last_plan if driven is not None else None
+        return None if last is None else float(last.period_us)
+
     def view(self) -> NodeView | None:
         return None
 
@@ -331,6 +336,11 @@ class RmBackend:
                     # stretched to the minimum turn (the rest ran at the configured period).
                     "turn_ends": dict(sorted(driven.enforcer.scheduler.stats.ends.items())),
                     "periods_stretched": driven.periodic.control.stretched,
+                    # The period in force (the plan's, stretched where it repeats): pods take
+                    # turns in an order that rotates with the pod holding the GPU at a period's
+                    # end, so their turns repeat every (offline pods) such periods.
+                    "period_us": self.period_us(index),
+                    "configured_period_us": self._state.gpu(index).period_ms * 1000,
                 }
                 for index, driven in sorted(self._gpus.items())
             },

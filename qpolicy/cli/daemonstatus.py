@@ -93,6 +93,7 @@ def render(doc: dict[str, Any]) -> None:
                 f"GPU {escape(str(gpu))}: pod {escape(str(pod))} has "
                 f"{escape(str(contexts))} CUDA contexts here"
             )
+        print_period(gpu, view)
         print_promise(gpu, view)
         modes = view.get("preemption_modes") if isinstance(view, dict) else None
         if isinstance(modes, dict) and modes:
@@ -107,6 +108,24 @@ def render(doc: dict[str, Any]) -> None:
     lost = doc.get("probe_lost_events")
     if lost:
         console.print(f"[yellow]the probe lost {lost} events[/yellow]", soft_wrap=True)
+
+
+def print_period(gpu: object, view: object) -> None:
+    """A period the rm enforcer stretched: fixed shares hold over its turns (and the rotation of
+    their order), not over the configured period, and a pod may wait most of it for its turn."""
+    if not isinstance(view, dict):
+        return
+    period, configured = view.get("period_us"), view.get("configured_period_us")
+    if not isinstance(period, int | float) or not isinstance(configured, int | float):
+        return
+    if period <= configured:
+        return
+    console.print(
+        f"GPU {escape(str(gpu))}: period stretched to {period / 1000:g} ms (configured "
+        f"{configured / 1000:g} ms) so that each offline pod's turn lasts the daemon's "
+        "--min-turn-ms",
+        soft_wrap=True,
+    )
 
 
 def print_promise(gpu: object, view: object) -> None:

@@ -38,6 +38,9 @@ class SimBackend:
     def enforcement(self, gpu: int, pod: str) -> Enforcement:
         return Enforcement()
 
+    def period_us(self, gpu: int) -> float | None:
+        return None  # view() makes the node up, periods included
+
     def view(self) -> NodeView | None:
         return self.node.view()
 

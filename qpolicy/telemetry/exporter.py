@@ -109,7 +109,10 @@ class NodeCollector(Collector):
             "qpolicy_gpu_info", "The policy of each GPU (always 1).", labels=["gpu", "policy"]
         )
         period = GaugeMetricFamily(
-            "qpolicy_gpu_period_seconds", "Scheduling period of each GPU.", labels=["gpu"]
+            "qpolicy_gpu_period_seconds",
+            "Scheduling period of each GPU in force: the configured one, or longer where the "
+            "enforcer stretched it so that each offline pod's turn is its minimum turn.",
+            labels=["gpu"],
         )
         busy = GaugeMetricFamily(
             "qpolicy_gpu_busy_ratio",

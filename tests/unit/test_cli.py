@@ -785,6 +785,27 @@ def test_status_says_which_pods_the_cta_strategy_set(capsys: pytest.CaptureFixtu
     assert "GPU 1" not in out
 
 
+def test_status_says_where_the_rm_enforcer_stretched_the_period(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Three offline pods at 400 ms turns run 1.2 s periods, not the 50 ms configured: fixed
+    shares hold over those, and status says so; a period as configured is not mentioned."""
+    from qpolicy.cli import daemonstatus
+
+    gpus = {
+        "0": {"period_us": 1_200_000, "configured_period_us": 50_000},
+        "1": {"period_us": 50_000, "configured_period_us": 50_000},
+        "2": {"period_us": None, "configured_period_us": 50_000},
+    }
+    daemonstatus.render({"pid": 7, "enforcer": "rm", "sources": {}, "backend": {"gpus": gpus}})
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "GPU 0: period stretched to 1200 ms (configured 50 ms) so that each offline pod's turn "
+        "lasts the daemon's --min-turn-ms" in out
+    )
+    assert "GPU 1" not in out and "GPU 2" not in out
+
+
 def test_status_says_what_the_doctor_promises_online_work_on_each_gpu(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -567,6 +567,10 @@ def test_rm_daemon_takes_turns_then_gives_everything_back(
         fds = {pod: files.get(pid, 5) for pod, pid in pids.items()}
         status = json.loads((state_dir / "daemon-status.json").read_text())
         assert status["enforcer"] == "rm" and set(status["backend"]["gpus"]) == {"0"}
+        # The stretched period is the one in force: what status says and Prometheus reads.
+        gpu0 = status["backend"]["gpus"]["0"]
+        assert (gpu0["period_us"], gpu0["configured_period_us"]) == (200_000, 50_000)
+        assert [g.period_s for g in agent._build_view(counters=False).gpus] == [0.2]
     finally:
         agent.stop()
         runner.join(timeout=10)
