@@ -713,3 +713,69 @@ def test_hand_overs_are_counted_from_the_pods_own_timelines() -> None:
     assert gpu.handovers_seen(late, 100.0, 103.5) == 9
     assert gpu.handovers_seen({"a": {"wall_start": 1.0}}, 0.0, 9.0) is None
     assert gpu.pod_runs([]) == []
+
+
+FIXED_50_30_20 = next(s for s in gpu.SCENARIOS if s.name == "fixed-share 50/30/20")
+
+
+def _rotating_run(b_turn: float = 0.36, period_us: list[float | None] | None = None) -> dict:
+    """Three pods under the rm enforcer's 1.2 s stretched periods, as call 35B's H200 ran them:
+    each period starts with the pod holding the GPU, so turns merge across boundaries and the
+    pattern (a 0.6, b 2 turns, c 1 turn, a 2 turns, b 1, c 2) repeats every 3.6 s. ``b_turn`` is
+    the GPU time b gets of each of its turns' 0.36 s (the rest idle)."""
+    batch = 8 / 4705.9  # 8 matmuls at solo's rate
+    runs: dict[str, list[tuple[float, float]]] = {"a": [], "b": [], "c": []}
+    for k in range(3):
+        t = 3.6 * k
+        for pod, length, used in (
+            ("a", 0.6, 0.6), ("b", 0.72, 2 * b_turn), ("c", 0.24, 0.24),
+            ("a", 1.2, 1.2), ("b", 0.36, b_turn), ("c", 0.48, 0.48),
+        ):  # fmt: skip
+            runs[pod].append((t, t + used - batch))
+            t += length
+    pods = {}
+    for name, spans in runs.items():
+        timeline = [x for x in _timeline(*spans, batch=batch) if x < 7.7]
+        pods[name] = {
+            "wall_start": 100.0,
+            "timeline": timeline,
+            "it_per_s": len(timeline) * 8 / 7.7,
+        }
+    daemon = {
+        "cpu_window_at": 101.0,
+        "cpu_window_s": 6.0,
+        "window_period_us": [1.2e6, 1.2e6] if period_us is None else period_us,
+    }
+    return {"mode": "qpolicy", "n": 4096, "pods": pods, "daemon": daemon}
+
+
+def test_fixed_shares_are_judged_over_whole_rotations_of_the_turns() -> None:
+    """A 7.7 s run cuts the 3.6 s rotation: b reads 0.28 over the run though every period gave
+    it its 30 %; over the window's whole rotation each pod has its share. A b that really gets
+    less misses over the whole rotation too."""
+    solos = {4096: 4705.9}
+    report = {"seconds": 7.7}
+    summary = gpu.summarise(FIXED_50_30_20, _rotating_run(), solos, 7.7)
+    assert summary["achieved_shares"]["b"] == pytest.approx(0.2805, abs=0.003)
+    rotations = summary["whole_rotations"]
+    assert (rotations["rotations"], rotations["rotation_s"]) == (1, pytest.approx(3.6))
+    for pod, share in (("a", 0.5), ("b", 0.3), ("c", 0.2)):
+        assert rotations["shares"][pod] == pytest.approx(share, abs=0.005)
+    verdict = gpu._verdict(FIXED_50_30_20, summary, report, 4096)
+    assert verdict.startswith("over 1 whole rotation(s) of 3.6 s: worst")
+    assert ": meets (the run's 7.7 s: worst -6." in verdict
+
+    short = gpu.summarise(FIXED_50_30_20, _rotating_run(b_turn=0.30), solos, 7.7)
+    assert short["whole_rotations"]["shares"]["b"] == pytest.approx(0.25, abs=0.005)
+    assert "MISSES (the run's" in gpu._verdict(FIXED_50_30_20, short, report, 4096)
+
+
+@pytest.mark.parametrize(
+    "period_us", [[None, None], [50_000.0, 1.2e6], [1.2e6, 50_000.0], [7.2e6, 7.2e6]]
+)
+def test_no_whole_rotation_leaves_the_run_to_be_judged(period_us: list[float | None]) -> None:
+    """A daemon that did not say its period, a period that changed in the window, or a rotation
+    longer than the window: the run's own shares are judged, as before."""
+    summary = gpu.summarise(FIXED_50_30_20, _rotating_run(period_us=period_us), {4096: 4705.9}, 7.7)
+    assert "whole_rotations" not in summary
+    assert gpu._verdict(FIXED_50_30_20, summary, {}, 4096).startswith("worst -6.")
