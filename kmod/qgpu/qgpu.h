@@ -79,6 +79,7 @@ struct qgpu_cg {
 	u8 owed_wait;			/* periods until the next owed_again() */
 	bool started;			/* its work was seen on the GPU since it was opened */
 	bool closing;			/* RM closed its channels at this pass (sched.c settle()) */
+	bool opening;			/* RM opened its channels at this pass (sched.c settle()) */
 	ktime_t opened;			/* when it was last opened */
 	bool busy_in_period;
 	u8 idle_looks;			/* looks in a row it held the GPU with nothing pending */

@@ -117,6 +117,33 @@ def test_a_lone_fixed_share_pod_stays_within_its_share() -> None:
         assert fraction >= 0.75 * 30 * alone
 
 
+def lone_share(gsp_pct: int) -> float:
+    """The % of wall time nvmock's engine gave a lone fixed-share 30 pod, its GSP controls
+    taking ``gsp_pct`` % of an H200's."""
+    with nvmock_param("gsp_pct", gsp_pct), qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_gpu(0, "fixed-share", PERIOD_US)
+        client.set_cgroup(cg.id, 0, "offline", 30)
+        reset()
+        load = in_cgroup(cg, [*SATURATE, "--seconds", "5"]).ready()
+        wall = load.result()["elapsed_s"]
+        return gpu_seconds(load.pid) / wall * 100
+
+
+def test_a_lone_fixed_share_pod_is_not_charged_for_the_gsps_waits() -> None:
+    """The slice runs while the pod can run: from when RM answered its open, not from when the
+    pass decided on it, and not through the GR reads after its close. At 10 x an H200's control
+    times (an open 3.7 ms, a GR read 2.9 ms), 30 % of a 50 ms period came out 14.3-16.4 % of
+    wall time before (28.5-28.8 % with controls answered at once, the same runs), 27.9-28.5 %
+    after (2026-12-04). Held against the same load at once in the same test, as a busy host
+    slows both."""
+    at_once = lone_share(0)
+    slow = lone_share(1000)
+    print(f"lone fixed-share 30: {at_once:.2f} % with controls at once, {slow:.2f} % at 10 x")
+    assert 20 <= at_once <= 30 + 1
+    assert slow <= 30 + 1
+    assert slow >= 0.9 * at_once
+
+
 # A loop that waits for each result: a request per kernel, issued as soon as the last is done.
 SYNCED = ["--shape", "requests", "--rate-hz", "5000", "--kernel-us", "1000", "--poll-us", "20"]
 
