@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from qpolicy.doctor.lab import Call, Lab
 from qpolicy.enforcers.strategy import EARLIER_OFFLINE_US, GPREEMPT_OFFLINE_US, GPREEMPT_ONLINE_US
 from qpolicy.engine import ONLINE_TIMESLICE_US
-from qpolicy.nvrm import abi
+from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.tracker import ClientChannels
 
 # qpolicy's classes as the study began (offline 128 µs, the engine's until 2026-11-26; online
@@ -117,10 +117,9 @@ def _disable(lab: Lab, objects: Objects, disable: bool) -> list[Call]:
     calls = []
     for group in objects.trainer:
         assert group.subdevice is not None
-        fields: dict[str, int] = {"bDisable": int(disable), "numChannels": len(group.channels)}
-        for index, channel in enumerate(group.channels[: abi.FIFO_DISABLE_CHANNELS_MAX]):
-            fields[f"hClientList{index}"] = group.client
-            fields[f"hChannelList{index}"] = channel
+        # RM takes 64 channels a call; a CUDA context has about 20.
+        channels = group.channels[: abi.FIFO_DISABLE_CHANNELS_MAX]
+        fields = rmctl.disable_channels_fields(group.client, channels, disable=disable)
         calls.append(
             lab.control(
                 group,
