@@ -50,9 +50,9 @@ class Backend(Protocol):
         ...
 
     def period_us(self, gpu: int) -> float | None:
-        """The period the enforcer runs ``gpu`` at now, where it is not the configured one (the rm
-        enforcer stretches a steady plan's period so that each turn is its minimum turn); None
-        where the configured period is the one in force, or nothing runs yet."""
+        """The period the enforcer runs ``gpu`` at now, where it plans periods of its own (the rm
+        enforcer's plans, whose steady ones it stretches so that each turn is its minimum turn);
+        None where the enforcer runs the configured period, or has planned nothing yet."""
         ...
 
     def view(self) -> NodeView | None:
