@@ -1053,14 +1053,14 @@ def _verdict(scenario: Scenario, summary: dict[str, Any], report: dict[str, Any]
         # Judged over whole rotations of the daemon's turns where the run has them; the whole
         # run's shares, cut anywhere in a rotation, are said beside (whole_rotations()).
         rotations = summary.get("whole_rotations")
-        over_run = _fixed_verdict(scenario, shares, summary["aggregate"])
+        run_text, run_ok = _fixed_target(scenario, shares, summary["aggregate"])
         if rotations is None:
-            return over_run
-        judged = _fixed_verdict(scenario, rotations["shares"], rotations["aggregate"])
+            return f"{run_text}: " + ("meets" if run_ok else "MISSES")
+        text, ok = _fixed_target(scenario, rotations["shares"], rotations["aggregate"])
         return (
             f"over {rotations['rotations']} whole rotation(s) of {rotations['rotation_s']:g} s: "
-            f"{judged} (the run's {report.get('seconds', 8.0):g} s: "
-            f"{over_run.split(': ')[0]})"
+            f"{text}: " + ("meets" if ok else "MISSES") + f" (the run's "
+            f"{report.get('seconds', 8.0):g} s: {run_text})"
         )
     if scenario.policy is GpuPolicy.BURST_SHARE:
         windows = summary.get("a_share_per_50ms_around_b_start") or []
@@ -1074,18 +1074,20 @@ def _verdict(scenario: Scenario, summary: dict[str, Any], report: dict[str, Any]
     return f"sum {summary['aggregate']:.3f} (>= 0.95): " + ("meets" if ok else "MISSES")
 
 
-def _fixed_verdict(scenario: Scenario, shares: dict[str, float], aggregate: float) -> str:
-    """Fixed-share's target on ``shares``: a lone pod at most 2 points over its share; pods
-    side by side each within 5 % of theirs, together at least 0.95 of the GPU."""
+def _fixed_target(
+    scenario: Scenario, shares: dict[str, float], aggregate: float
+) -> tuple[str, bool]:
+    """Fixed-share's target on ``shares``, said and judged: a lone pod at most 2 points over
+    its share; pods side by side each within 5 % of theirs, together at least 0.95 of the GPU."""
     if len(scenario.pods) == 1:
         pod = scenario.pods[0]
         assert pod.share is not None
         over = shares[pod.name] - pod.share / 100
-        return f"{over * 100:+.1f} points (<= +2): " + ("meets" if over <= 0.02 else "MISSES")
+        return f"{over * 100:+.1f} points (<= +2)", over <= 0.02
     errors = {p.name: shares[p.name] / ((p.share or 1) / 100) - 1 for p in scenario.pods}
     worst = max(errors.values(), key=abs)
     ok = abs(worst) <= 0.05 and aggregate >= 0.95
-    return f"worst {worst:+.1%} (+-5%), sum >= 0.95: " + ("meets" if ok else "MISSES")
+    return f"worst {worst:+.1%} (+-5%), sum >= 0.95", ok
 
 
 def _online_verdict(scenario: Scenario, summary: dict[str, Any], report: dict[str, Any]) -> str:
