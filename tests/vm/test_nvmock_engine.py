@@ -385,3 +385,21 @@ def test_gr_saves_a_context_taken_off_mid_kernel_by_cilp_and_never_an_idle_one()
     assert all(d in (nothing, cilp) for d in closes["loop"])
     assert closes["loop"].count(cilp) >= 4
     assert closes["idle"] == [nothing] * 5
+
+
+def test_a_request_streams_timeline_holds_each_requests_latency() -> None:
+    """gpuload --timeline: each request's latency beside its completion (where in a run the slow
+    ones fell, tools/bench/qgpu_vm.py's question of 2026-12-04), the same numbers its p50 and
+    p99 are taken from."""
+    reset()
+    args = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--timeline"]
+    result = Gpuload([*args, "--seconds", "1"]).ready().result()
+    latencies, done = result["latencies_ms"], result["timeline"]
+    assert result["requests"] == len(latencies) == len(done) >= 40
+    ordered = sorted(latencies)
+    # Nearest rank, as gpuload takes it.
+    assert ordered[-(-50 * len(ordered) // 100) - 1] == pytest.approx(result["p50_ms"], abs=1e-3)
+    assert ordered[-(-99 * len(ordered) // 100) - 1] == pytest.approx(result["p99_ms"], abs=1e-3)
+    assert max(latencies) == pytest.approx(result["max_ms"], abs=1e-3)
+    # Each ran its 2 ms kernel on the engine's real time, and they completed in order.
+    assert min(latencies) >= 2.0 and done == sorted(done)

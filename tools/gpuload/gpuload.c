@@ -1405,6 +1405,13 @@ static void print_report(const struct config *cfg, const struct gpu *g, const st
 		for (i = 0; i < r->n; i++)
 			printf("%s%.5f", i ? "," : "", r->done_s[i]);
 		putchar(']');
+		/* Each request's latency beside its completion: where in the run the slow ones fell. */
+		if (cfg->shape == SHAPE_REQUESTS) {
+			printf(",\"latencies_ms\":[");
+			for (i = 0; i < r->n; i++)
+				printf("%s%.4f", i ? "," : "", r->lat_ms[i]);
+			putchar(']');
+		}
 	}
 	printf("}\n");
 	if (fflush(stdout) || ferror(stdout))
@@ -1495,7 +1502,8 @@ static void print_help(void)
 	       "  --vidmem-mib-hold M    hold M MiB of device memory during the run; a refusal\n"
 	       "                         is reported as vidmem_status, not an error\n"
 	       "  --no-free              leave the client for the driver to free on close\n"
-	       "  --timeline             report the completion time of each batch\n"
+	       "  --timeline             report the completion time of each batch (and, for\n"
+	       "                         requests, each one's latency)\n"
 	       "  --timeout S            fail if the GPU makes no progress for S s (default 30)\n"
 	       "  --poll-us N            sleep between completion polls (default 20)\n"
 	       "  --seed N               seed for --poisson (default: from pid and time)\n"
