@@ -176,7 +176,8 @@ def _latency(report: dict[str, Any]) -> dict[str, float]:
 def solo_of(before: dict[str, float], after: dict[str, float]) -> tuple[dict[str, float], str]:
     """The solo the online pod is held against, and which it is: of the stable ones (p99 at most
     UNSTABLE_SOLO x p50, the GPU bench's rule, qpolicy/doctor/targets.py) the one with the lower
-    p99, the stricter; where neither is stable, the first, which is then not divided by.
+    p99, the stricter; where neither is stable, the first, whose p99 is then not divided by
+    (its p50 still is: such solos' p50s differed by up to 7 %, their p99s by up to half).
 
     Why two: in this VM (TCG on 2 cores) two solos of 1 001 requests in one run read p99 8.7
     and 13.0 ms, p50 2.55 and 2.72 (2026-12-04); before that the bench took one solo of 400."""
