@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeGuard
 
-from qpolicy.doctor.report import DEFAULT_LEVERS, LEVER_KINDS, refused
+from qpolicy.doctor.report import DEFAULT_LEVERS, LEVER_KINDS, refused, solo_phase
 from qpolicy.doctor.targets import (
     P50_BOUND,
     P99_BOUND,
@@ -116,7 +116,7 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
     by_name = {p["lever"]: p for p in phases}
     online = phase["online"]
     p50, p99 = float(online["p50_ms"]), float(online["p99_ms"])
-    solo = by_name.get("solo")
+    solo = solo_phase(phases)
     targets: list[dict[str, Any]] = []
     evidence: list[str] = []
 
@@ -124,6 +124,7 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
     if _usable(solo):
         s50, s99 = float(solo["online"]["p50_ms"]), float(solo["online"]["p99_ms"])
         judged = against_solo(p50, p99, s50, s99)
+        after = " (the solo after the levers)" if solo["lever"] == "solo-after" else ""
         if judged is None:
             why = f"not judged: solo unstable (p99 {s99:.2f} > {UNSTABLE_SOLO:g} x p50 {s50:.2f})"
             targets.append(_target("p99", f"online p99 <= {P99_BOUND:g} x solo's", why, None))
@@ -137,7 +138,7 @@ def promise(phases: Sequence[dict[str, Any]], recommendation: dict[str, Any]) ->
                     _target(
                         key,
                         f"online {key} <= {bound:g} x solo's",
-                        f"{value:.2f} ms, {ratio:.2f} x solo's {base:.2f}",
+                        f"{value:.2f} ms, {ratio:.2f} x solo's {base:.2f}{after}",
                         met,
                     )
                 )

@@ -38,6 +38,9 @@ from qpolicy.errors import QPolicyError
 from qpolicy.nvrm import abi
 from qpolicy.nvrm.fecs import FecsTrace, Record, request_waits, switches
 
+SOLO = Lever("solo", "baseline", "the online stream alone")
+SOLO_AFTER = Lever("solo-after", "baseline", "the online stream alone again, after the levers")
+
 
 @dataclass(frozen=True, slots=True)
 class DoctorConfig:
@@ -203,7 +206,7 @@ class Doctor:
                     else f"the FECS context-switch trace was not read ({report['fecs']['error']})"
                 )
             lab.start_online(config.online_n, config.hz)
-            phases.append(self._phase(Lever("solo", "baseline", "the online stream alone"), None))
+            phases.append(self._phase(SOLO, None))
             lab.start_trainer(config.trainer_n)
             objects = discover(lab)
             originals, modes = read_originals(lab, objects)
@@ -227,6 +230,12 @@ class Doctor:
                     "kernels they run"
                 )
                 phases += self._long_kernel_check(checked)
+            # The online stream alone again, the trainer stopped: where the host unsettled the
+            # first solo, the levers are held to this one (report.solo_phase()).
+            if lab.trainer is not None:
+                lab.trainer.stop()
+                lab.trainer = None
+            phases.append(self._phase(SOLO_AFTER, None))
             if config.mps:
                 phases.append(self._mps_phase())
         finally:

@@ -219,10 +219,15 @@ def test_a_run_measures_every_lever_undoes_each_and_stops_its_workloads(
     config = DoctorConfig(gpu=0, hz=200, phase_s=0.4, settle_s=0.1)
     report = Doctor(lab, config).run({"index": 0, "name": "fake", "driver": "580.142"})
     names = [phase["lever"] for phase in report["phases"]]
-    assert names == ["solo", *(lever.name for lever in LEVERS), "mps"]
+    assert names == ["solo", *(lever.name for lever in LEVERS), "solo-after", "mps"]
     for phase in report["phases"]:
         assert "error" not in phase, phase
         assert phase["online"]["requests"] >= 40, phase["lever"]
+    # The second solo ran with the trainer stopped, as the first ran before it started.
+    by_lever = {phase["lever"]: phase for phase in report["phases"]}
+    assert by_lever["solo"]["trainer_it_per_s"] is None
+    assert by_lever["solo-after"]["trainer_it_per_s"] is None
+    assert by_lever["native"]["trainer_it_per_s"]
     # The MPS comparison: both workloads were clients of the doctor's own server, which was
     # told to quit, is gone, and whose directories are removed; it sent no control.
     mps = report["phases"][-1]
@@ -368,7 +373,8 @@ def test_where_the_gpu_logs_its_switches_each_phase_says_what_they_cost(fake_tor
 
     lab, _ = lab_with(FakeRm())
     report = Doctor(lab, config, trace=lambda gpu, bus: Broken(lab)).run({"index": 0})
-    assert [p["lever"] for p in report["phases"]] == ["solo", "native", "timeslice-1us-8ms"]
+    levers = ["solo", "native", "timeslice-1us-8ms", "solo-after"]
+    assert [p["lever"] for p in report["phases"]] == levers
     assert all("fecs" not in p and "error" not in p for p in report["phases"])
     # Not asked for (--no-fecs): no trace is opened, and nothing said of it.
     quiet = DoctorConfig(
@@ -555,6 +561,14 @@ def test_a_short_kernel_run_checks_its_preemption_lever_next_to_the_long_trainer
     config = DoctorConfig(
         gpu=0, trainer_n=2048, hz=200, phase_s=0.3, settle_s=0.1, levers=levers, mps=False
     )
+    started: list[int] = []
+    start_trainer = lab.start_trainer
+
+    def starting(n: int, **kwargs: Any) -> Any:
+        started.append(n)
+        return start_trainer(n, **kwargs)
+
+    lab.start_trainer = starting  # type: ignore[method-assign]
     report = Doctor(lab, config).run({"index": 0})
     shape = [(p["lever"], p["kind"], p.get("trainer_n")) for p in report["phases"]]
     assert shape == [
@@ -564,11 +578,13 @@ def test_a_short_kernel_run_checks_its_preemption_lever_next_to_the_long_trainer
         ("cta+timeslice-1us-8ms", "setting", None),
         ("timeslice-1us-8ms", "check", 8192),
         ("cta+timeslice-1us-8ms", "check", 8192),
+        ("solo-after", "baseline", None),
     ]
-    for p in report["phases"][-2:]:
+    for p in report["phases"][-3:-1]:
         assert "error" not in p and p["online"]["requests"] >= 20 and p["trainer_it_per_s"]
-    # The check ran next to a trainer of 8192, which replaced the 2048 one.
-    assert lab.trainer is not None and lab.trainer.proc.args[-1] == "8192"
+    # The check ran next to a trainer of 8192, which replaced the 2048 one; the second solo
+    # ran with it stopped.
+    assert started == [2048, 8192] and lab.trainer is None
     assert set(rm.timeslice.values()) == {2048} and set(rm.cilp.values()) == {2}
     lines = table(report)
     assert any(
@@ -592,7 +608,7 @@ def test_a_short_kernel_run_checks_its_preemption_lever_next_to_the_long_trainer
     lab.start_trainer = no_long_trainer  # type: ignore[method-assign]
     report = Doctor(lab, config).run({"index": 0})
     checks = [p for p in report["phases"] if p["kind"] == "check"]
-    assert [p["lever"] for p in checks] == list(levers) and len(report["phases"]) == 6
+    assert [p["lever"] for p in checks] == list(levers) and len(report["phases"]) == 7
     assert all("QPolicyError: a doctor workload did not start" in p["error"] for p in checks)
     rec = report["recommendation"]
     assert rec["lever"] != "cta+timeslice-1us-8ms"
@@ -728,7 +744,8 @@ def test_a_run_of_chosen_levers_still_measures_the_baselines(fake_torch: None) -
         gpu=0, hz=200, phase_s=0.3, settle_s=0.1, levers=("timeslice-1us",), mps=False
     )
     report = Doctor(lab, config).run({"index": 0})
-    assert [p["lever"] for p in report["phases"]] == ["solo", "native", "timeslice-1us"]
+    names = [p["lever"] for p in report["phases"]]
+    assert names == ["solo", "native", "timeslice-1us", "solo-after"]
     assert report["recommendation"].get("why") != "no native baseline was measured"
 
 
@@ -763,7 +780,7 @@ def test_without_the_mps_tools_the_comparison_says_so_and_the_run_goes_on(
     config = DoctorConfig(gpu=0, hz=200, phase_s=0.3, settle_s=0.1, levers=("timeslice-1us",))
     report = Doctor(lab, config).run({"index": 0})
     *levers, mps = report["phases"]
-    assert [p["lever"] for p in levers] == ["solo", "native", "timeslice-1us"]
+    assert [p["lever"] for p in levers] == ["solo", "native", "timeslice-1us", "solo-after"]
     assert all("error" not in p for p in levers)
     assert mps["lever"] == "mps" and "nvidia-cuda-mps-control is not on PATH" in mps["error"]
     assert mps["online"]["requests"] == 0 and mps["trainer_it_per_s"] is None

@@ -348,3 +348,30 @@ def test_show_prints_the_kept_result_with_its_promise_and_measures_nothing(tmp_p
     )
     assert broken.stderr.endswith("run `qpolicy doctor --gpu 1` again\n")
     assert broken.stderr.count("\n") == 1
+
+
+def test_the_levers_are_held_to_the_stricter_stable_of_the_two_solos() -> None:
+    """The doctor measures the online stream alone before the trainer starts and again after
+    the levers: an unstable first solo (H200 calls 35C-36H) no longer leaves the targets
+    against solo unjudged where the second is stable."""
+    lever = phase(PAIR, "setting", 0.62, 0.78, trainer=97.0)
+    noisy = phase("solo", "baseline", 0.42, 1.03, trainer=None)
+    after = phase("solo-after", "baseline", 0.38, 0.74, trainer=None)
+    result = promise([noisy, NATIVE, lever, after, MPS], {"lever": PAIR})
+    assert targets(result)["p99"] is True and targets(result)["p50"] is False
+    measured = {t["target"]: t["measured"] for t in result["targets"]}
+    assert measured["p99"] == "0.78 ms, 1.05 x solo's 0.74 (the solo after the levers)"
+    assert recommend([noisy, NATIVE, lever, after])["why"].count("solo's 0.38 / 0.74") == 1
+    # Both stable: the lower p99, whichever came first; the first is not named.
+    calm = phase("solo", "baseline", 0.40, 0.60, trainer=None)
+    result = promise([calm, NATIVE, lever, after, MPS], {"lever": PAIR})
+    measured = {t["target"]: t["measured"] for t in result["targets"]}
+    assert measured["p99"] == "0.78 ms, 1.30 x solo's 0.60"
+    # Neither stable: the first, not divided by.
+    worse = phase("solo-after", "baseline", 0.40, 0.95, trainer=None)
+    result = promise([noisy, NATIVE, lever, worse, MPS], {"lever": PAIR})
+    assert targets(result)["p99"] is None
+    assert "solo unstable (p99 1.03 > 2 x p50 0.42)" in "\n".join(lines(result))
+    # A second solo that failed is no baseline.
+    broken = {**after, "error": "the online stream stopped"}
+    assert targets(promise([noisy, NATIVE, lever, broken], {"lever": PAIR}))["p99"] is None
