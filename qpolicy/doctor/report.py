@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from qpolicy.doctor.targets import P50_BOUND, P99_BOUND, TRAINER_FLOOR, solo_unstable
+from qpolicy.doctor.targets import P50_BOUND, P99_BOUND, TRAINER_FLOOR, stricter_solo
 from qpolicy.enforcers.strategy import (
     DOCTOR_CACHE_NAME,
     DOCTOR_SCHEMA,
@@ -146,12 +146,8 @@ SOLO_PHASES = ("solo", "solo-after")
 
 def solo_phase(phases: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The solo phase the levers are held against: of the solo phases that measured both
-    percentiles and are stable (p99 at most UNSTABLE_SOLO x p50), the one with the lower p99,
-    the stricter; where none is stable, the first that measured. None without one.
-
-    Why two, as in `make bench-gpu`: a host's online solo was unstable now and then, alone or
-    next to stable ones of the same host minutes apart, and a row held to it went unjudged
-    (H200 calls 35C, 35G, 36F, 36H, 2026-12-04: BENCHMARKS.md)."""
+    percentiles, the one targets.stricter_solo() picks, as `make bench-gpu` picks its rows';
+    where none is stable, the first that measured. None without one."""
     measured = [
         p
         for p in phases
@@ -160,11 +156,11 @@ def solo_phase(phases: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         and p["online"].get("p50_ms")
         and p["online"].get("p99_ms")
     ]
-    stable = [
-        p for p in measured if not solo_unstable(p["online"]["p50_ms"], p["online"]["p99_ms"])
-    ]
-    if stable:
-        return min(stable, key=lambda p: float(p["online"]["p99_ms"]))
+    chosen = stricter_solo(
+        [(float(p["online"]["p50_ms"]), float(p["online"]["p99_ms"])) for p in measured]
+    )
+    if chosen is not None:
+        return measured[chosen]
     return measured[0] if measured else None
 
 

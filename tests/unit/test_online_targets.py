@@ -115,3 +115,14 @@ def test_the_doctors_promise_and_the_benchs_verdict_judge_a_run_alike() -> None:
         assert doctor_says(run) == bench_says(run), run
         seen.add(doctor_says(run))
     assert seen == {True, False, None}
+
+
+def test_of_several_solos_the_run_is_held_to_the_stable_one_with_the_lowest_p99() -> None:
+    """The one rule the bench's rows, the VM bench and the doctor's promise pick their solo by."""
+    assert targets.stricter_solo([(0.40, 0.60), (0.38, 0.55)]) == 1
+    assert targets.stricter_solo([(0.40, 0.55), (0.38, 0.60)]) == 0
+    assert targets.stricter_solo([(0.40, 0.55), (0.38, 0.55)]) == 0  # the first of equals
+    assert targets.stricter_solo([(0.42, 1.03), (0.38, 0.74)]) == 1  # the first unstable
+    assert targets.stricter_solo([None, (0.38, 0.74)]) == 1  # the first measured nothing
+    assert targets.stricter_solo([(0.42, 1.03), (0.40, 0.95)]) is None
+    assert targets.stricter_solo([]) is None

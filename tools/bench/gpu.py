@@ -61,6 +61,7 @@ from qpolicy.doctor.targets import (  # noqa: E402
     against_solo,
     better_than,
     solo_unstable,
+    stricter_solo,
     trainer_kept,
 )
 from qpolicy.enforcers.strategy import (  # noqa: E402
@@ -1100,21 +1101,23 @@ def row_solo(scenario: Scenario, report: dict[str, Any]) -> tuple[dict[str, Any]
     them: two of four H200 calls' first solo on a fresh machine was unstable and left the row
     unjudged (35C, 35G) where the same host's later solos were stable. Of the stable ones the
     row is held to the one with the lower p99, the stricter; where only the later one is
-    stable, to it; where neither is, to the first, which the verdict reports as unstable."""
+    stable, to it; where neither is, to the first, which the verdict reports as unstable
+    (qpolicy/doctor/targets.py, stricter_solo(), the doctor's rule too)."""
     own = report.get("online_solo_of", {})
     if scenario.name in own:
         return own[scenario.name], ""
     before, after = report.get("online_solo", {}), report.get("online_solo_after")
-    if not after or not after.get("p50_ms") or not after.get("p99_ms"):
+
+    def measured(solo: dict[str, Any] | None) -> tuple[float, float] | None:
+        if not solo or not solo.get("p50_ms") or not solo.get("p99_ms"):
+            return None
+        return solo["p50_ms"], solo["p99_ms"]
+
+    if stricter_solo([measured(before), measured(after)]) != 1:
         return before, ""
-
-    def stable(solo: dict[str, Any]) -> bool:
-        return bool(solo.get("p50_ms")) and not solo_unstable(solo["p50_ms"], solo["p99_ms"])
-
-    if stable(after) and (not stable(before) or after["p99_ms"] < before["p99_ms"]):
-        why = "the one before was unstable" if not stable(before) else "the lower p99 of two"
-        return after, f"the one after the rows ({why})"
-    return before, ""
+    first_stable = stricter_solo([measured(before)]) == 0
+    why = "the lower p99 of two" if first_stable else "the one before was unstable"
+    return after, f"the one after the rows ({why})"
 
 
 def _online_verdict(scenario: Scenario, summary: dict[str, Any], report: dict[str, Any]) -> str:

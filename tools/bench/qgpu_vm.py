@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from qpolicy.doctor.targets import solo_unstable  # noqa: E402
+from qpolicy.doctor.targets import stricter_solo  # noqa: E402
 from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup_id  # noqa: E402
 from tests.vm.conftest import engine_account, read_nvmock_param, reset  # noqa: E402
@@ -174,21 +174,17 @@ def _latency(report: dict[str, Any]) -> dict[str, float]:
 
 
 def solo_of(before: dict[str, float], after: dict[str, float]) -> tuple[dict[str, float], str]:
-    """The solo the online pod is held against, and which it is: of the stable ones (p99 at most
-    UNSTABLE_SOLO x p50, the GPU bench's rule, qpolicy/doctor/targets.py) the one with the lower
-    p99, the stricter; where neither is stable, the first, whose p99 is then not divided by
+    """The solo the online pod is held against, and which it is: the one
+    qpolicy/doctor/targets.py's stricter_solo() picks (the GPU bench's rule: of the stable ones,
+    the lower p99); where neither is stable, the first, whose p99 is then not divided by
     (its p50 still is: such solos' p50s differed by up to 7 %, their p99s by up to half).
 
     Why two: in this VM (TCG on 2 cores) two solos of 1 001 requests in one run read p99 8.7
     and 13.0 ms, p50 2.55 and 2.72 (2026-12-04); before that the bench took one solo of 400."""
-    stable = [
-        (solo, which)
-        for solo, which in ((before, "before"), (after, "after"))
-        if not solo_unstable(solo["p50_ms"], solo["p99_ms"])
-    ]
-    if not stable:
+    chosen = stricter_solo([(s["p50_ms"], s["p99_ms"]) for s in (before, after)])
+    if chosen is None:
         return before, "neither stable"
-    return min(stable, key=lambda pair: pair[0]["p99_ms"])
+    return ((before, "before"), (after, "after"))[chosen]
 
 
 def online_offline(client: QgpuClient, tree: list[str]) -> dict[str, Any]:
