@@ -29,12 +29,19 @@ test: lint
 # patched it, and loops there (the kernel's own function tracer hangs the same way with no qgpu
 # loaded: tools/vm/ftrace_control.py).
 VM_ONE_THREAD = VM_QEMU_OPTS="-accel tcg,thread=single"
+# The tests whose numbers are the emulated GPU's shares and latencies go to a VM of one vCPU:
+# with two vCPUs on two host cores a lone stream of 2 ms requests had a p99 3.9-4.9 x its p50,
+# with one 1.09-1.26 x (BENCHMARKS.md, thirty-seventh session), so the online tests can hold
+# the kmod issue's p99 target instead of twice solo's. Races stay in the two-vCPU VM.
+VM_ONE_CPU = VM_CPUS=1
+VM_TIMED = tests/vm/test_qgpu_slices.py tests/vm/test_qgpu_cuda_shape.py
 VM_ENV = env QPOLICY_IN_VM=1 PYTHONDONTWRITEBYTECODE=1
 VM_PYTEST = $(BIN)/python -m pytest -p no:cacheprovider
 
 vm-test: venv
 	tools/vm/run $(VM_ENV) $(VM_PYTEST) tests/vm --ignore=tests/vm/test_qgpu_safety.py \
-		--ignore=tests/vm/test_qgpu_unload.py
+		--ignore=tests/vm/test_qgpu_unload.py $(addprefix --ignore=,$(VM_TIMED))
+	$(VM_ONE_CPU) tools/vm/run $(VM_ENV) $(VM_PYTEST) $(VM_TIMED)
 	$(VM_ONE_THREAD) tools/vm/run $(VM_ENV) $(VM_PYTEST) tests/vm/test_qgpu_safety.py \
 		tests/vm/test_qgpu_unload.py
 
@@ -52,7 +59,8 @@ lint: venv
 bench: venv
 	$(BIN)/python tools/bench/run.py
 
-# qgpu.ko in the VM against the unhooked mock driver: cost per ioctl, shares, online latency.
+# qgpu.ko in the VM against the unhooked mock driver: cost per ioctl, shares, online latency,
+# in a VM of one vCPU like the timed tests (VM_ONE_CPU: there a lone online stream is stable).
 # The hook cost is reported against qgpu.ko as it was at BASELINE, built beside it, and also at
 # BEFORE if given (a change's before and after in the same run). BENCH_ONLY=hook: the cost alone;
 # BENCH_ONLY=online: the online-offline scenario alone, REPEAT times; ONLINE_HOLD_US and
@@ -67,7 +75,7 @@ bench-vm: venv
 	$(MAKE) -s -C tools/bench/ioctlbench
 	baseline=$$(tools/bench/qgpu_baseline.sh $(BASELINE)) && \
 	before=$$($(if $(BEFORE),tools/bench/qgpu_baseline.sh $(BEFORE),true)) && \
-	tools/vm/run env PYTHONDONTWRITEBYTECODE=1 QGPU_BASELINE=$$baseline \
+	$(VM_ONE_CPU) tools/vm/run env PYTHONDONTWRITEBYTECODE=1 QGPU_BASELINE=$$baseline \
 		QGPU_BASELINE_REV=$(BASELINE) QGPU_BEFORE=$$before QGPU_BEFORE_REV=$(BEFORE) \
 		BENCH_ONLY=$(BENCH_ONLY) $(if $(REPEAT),REPEAT=$(REPEAT)) \
 		$(if $(ONLINE_HOLD_US),ONLINE_HOLD_US=$(ONLINE_HOLD_US)) \

@@ -115,9 +115,11 @@ def test_an_online_cuda_shaped_process_preempts_an_offline_one(gate: int) -> Non
     closing it for every request (online_gate=2) would come to seconds of the 6 s (50
     requests a second, each over 2 ms).
 
-    The online p50 is what is checked: in the VM a p99 of 300 requests is its vCPUs' stalls
-    (solo's p99 is 3-4 x its p50 there), and `make bench-vm` measures p99 over repeated runs.
-    Native p50 7.5-8.3 ms, qgpu's 3.6-4.6 ms in eight runs of either value (solo 3.1-3.5 ms)."""
+    Both percentiles are checked against native's in a VM of one vCPU (the Makefile's
+    VM_TIMED); `make bench-vm` holds the p99 to solo's over 1 001 requests. p50 / p99: native
+    5.63 / 6.96 and 5.55 / 7.79 ms, qgpu 2.63 / 3.19 and 2.67 / 3.11 at 0 and 1 (2026-12-04). In a
+    VM of two vCPUs, whose p99 of 300 requests was its stalls (solo's 3-4 x its p50), only the p50
+    was checked: native 7.5-8.3 ms, qgpu's 3.6-4.6 ms in eight runs (solo 3.1-3.5 ms)."""
     since = log_lines()
     with qgpu_loaded(online_gate=gate) as client, cgroups(2) as (online, offline):
         native, native_offline, gated, gated_offline = _native_then_online(client, online, offline)
@@ -130,6 +132,7 @@ def test_an_online_cuda_shaped_process_preempts_an_offline_one(gate: int) -> Non
         why = f"offline {stats[offline.id]}; online {stats[online.id]}; log: {qgpu_said(since)}"
         assert gated["requests"] > 0 and gated_offline > 0, why
         assert gated["p50_ms"] < 0.75 * native["p50_ms"], why
+        assert gated["p99_ms"] < native["p99_ms"], why
         assert stats[offline.id].throttled_ns < 60_000_000, why
         assert stats[online.id].nr_throttled == 0, why
         assert gated_offline >= 0.95 * native_offline, why
