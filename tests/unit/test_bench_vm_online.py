@@ -33,3 +33,24 @@ def test_the_online_pod_is_held_to_the_stricter_stable_solo(
 def test_the_runs_have_the_thousand_requests_a_p99_needs() -> None:
     rate = float(qgpu_vm.REQUEST[qgpu_vm.REQUEST.index("--rate-hz") + 1])
     assert rate * qgpu_vm.ONLINE_SECONDS >= 1000
+
+
+@pytest.mark.parametrize(
+    ("ratio", "kept", "said"),
+    [
+        # 2026-12-04, the VM of one vCPU: both met.
+        (1.22, 0.981, "p99 <= 1.5x solo: met (1.22x); offline kept >= 0.9: met (0.981)"),
+        (1.51, 0.95, "p99 <= 1.5x solo: MISSED (1.51x); offline kept >= 0.9: met (0.950)"),
+        (1.5, 0.899, "p99 <= 1.5x solo: met (1.50x); offline kept >= 0.9: MISSED (0.899)"),
+        # The two-vCPU VM's runs: no solo stable, so the p99 is not judged, whatever it is.
+        (
+            None,
+            0.92,
+            "p99 <= 1.5x solo: not judged (no stable solo); offline kept >= 0.9: met (0.920)",
+        ),
+    ],
+)
+def test_the_verdict_holds_qgpu_to_the_kmod_issues_targets(
+    ratio: float | None, kept: float, said: str
+) -> None:
+    assert qgpu_vm.kmod_verdict({"qgpu_p99_ratio": ratio, "qgpu_offline_kept": kept}) == said

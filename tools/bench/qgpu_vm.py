@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from qpolicy.doctor.targets import stricter_solo  # noqa: E402
+from qpolicy.doctor.targets import P99_BOUND, stricter_solo  # noqa: E402
 from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup_id  # noqa: E402
 from tests.vm.conftest import engine_account, read_nvmock_param, reset  # noqa: E402
@@ -179,8 +179,10 @@ def solo_of(before: dict[str, float], after: dict[str, float]) -> tuple[dict[str
     the lower p99); where neither is stable, the first, whose p99 is then not divided by
     (its p50 still is: such solos' p50s differed by up to 7 %, their p99s by up to half).
 
-    Why two: in this VM (TCG on 2 cores) two solos of 1 001 requests in one run read p99 8.7
-    and 13.0 ms, p50 2.55 and 2.72 (2026-12-04); before that the bench took one solo of 400."""
+    Why two: in a VM of two vCPUs (TCG on 2 cores) two solos of 1 001 requests in one run read
+    p99 8.7 and 13.0 ms, p50 2.55 and 2.72 (2026-12-04); before that the bench took one solo of
+    400. In the bench's VM of one vCPU (since 2026-12-04) its solos are stable (p99 1.09-1.26 x
+    p50), and both are still measured: a solo can be disturbed there too."""
     chosen = stricter_solo([(s["p50_ms"], s["p99_ms"]) for s in (before, after)])
     if chosen is None:
         return before, "neither stable"
@@ -245,6 +247,25 @@ def _ratio(value: float | None) -> str:
     return "not divided by" if value is None else f"{value:.2f}x"
 
 
+# The kmod issue's online targets: qgpu's online p99 within P99_BOUND x solo's (the GPU issue's
+# bound too), and the offline pod keeping this much of what online work leaves it.
+OFFLINE_KEPT_FLOOR = 0.90
+
+
+def kmod_verdict(oo: dict[str, Any]) -> str:
+    """qgpu's run held to the kmod issue's online targets, each met, missed, or not judged (no
+    stable solo)."""
+    ratio, kept = oo["qgpu_p99_ratio"], oo["qgpu_offline_kept"]
+    if ratio is None:
+        p99 = f"p99 <= {P99_BOUND}x solo: not judged (no stable solo)"
+    else:
+        p99 = (
+            f"p99 <= {P99_BOUND}x solo: {'met' if ratio <= P99_BOUND else 'MISSED'} ({ratio:.2f}x)"
+        )
+    floor = "met" if kept >= OFFLINE_KEPT_FLOOR else "MISSED"
+    return f"{p99}; offline kept >= {OFFLINE_KEPT_FLOOR}: {floor} ({kept:.3f})"
+
+
 def print_online(oo: dict[str, Any]) -> None:
     b, a = oo["solo_before"], oo["solo_after"]
     print(
@@ -258,6 +279,7 @@ def print_online(oo: dict[str, Any]) -> None:
             f" {_ratio(oo[f'{mode}_p99_ratio'])} solo, p50 {oo[f'{mode}_p50_ratio']:.2f}x"
         )
     print(f"  qgpu better than native at p50 and p99 -> {oo['qgpu_better_than_native']}")
+    print(f"  kmod issue's targets -> {kmod_verdict(oo)}")
     print(
         "  offline kept of what online leaves -> native {native_offline_kept:.3f},"
         " qgpu {qgpu_offline_kept:.3f}".format(**oo)
@@ -280,6 +302,10 @@ def main() -> int:
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
     result: dict[str, object] = {} if ONLY == "online" else {"hook": hook_overhead()}
     result["nvmock_gsp_pct"] = read_nvmock_param("gsp_pct")
+    # The VM's size is part of the result: a lone online stream's p99 was 3.9-4.9 x its p50
+    # with two vCPUs on this machine's two cores and 1.09-1.26 x with one (`make bench-vm`'s).
+    result["vcpus"] = os.cpu_count()
+    print(f"VM of {result['vcpus']} vCPU(s)")
     if ONLY == "hook":
         subprocess.run(["rmmod", "nvmock"], check=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
