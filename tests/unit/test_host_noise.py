@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tools.gpu import host_noise
 
 
@@ -21,3 +23,24 @@ def test_a_process_spinning_beside_is_named_with_its_share_of_a_core() -> None:
     assert len(seen) >= 3 and min(seen) > 0.5, result
     assert all(0.0 <= s["busy"] <= 1.0 for s in result["samples"])
     assert not any(p["pid"] == child.pid for s in ignored["samples"] for p in s["processes"])
+
+
+def test_time_the_hypervisor_took_is_reported_as_steal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guest whose CPUs were runnable for 100 ticks of which the hypervisor ran something else
+    for 30: steal 0.3 of the interval, counted in busy too (the CPU was not idle)."""
+    counters = iter(
+        [
+            {"user": 0, "system": 0, "idle": 0, "iowait": 0, "softirq": 0, "steal": 0},
+            {"user": 40, "system": 10, "idle": 20, "iowait": 0, "softirq": 0, "steal": 30},
+        ]
+    )
+
+    def host_times() -> dict[str, int]:
+        return next(counters)
+
+    monkeypatch.setattr(host_noise, "host_times", host_times)
+    monkeypatch.setattr(host_noise, "process_times", dict)
+    result = host_noise.sample(0.01, 0.01, 0.02, exclude=set())
+    (only,) = result["samples"]
+    assert only["steal"] == 0.3
+    assert only["busy"] == 0.8

@@ -2,12 +2,14 @@
 
     python3 tools/gpu/host_noise.py --seconds 120 --interval 0.25 --out noise.json [--exclude PID]
 
-Every interval it reads /proc/stat (the whole host's busy, iowait and softirq time) and each
+Every interval it reads /proc/stat (the whole host's busy, iowait, softirq and steal time) and each
 process's utime + stime from /proc/PID/stat, and records the processes that used more than
 --floor of one core in that interval (name, pid, share). Why: the online bench's solo stream
 was unstable (p99 > 2x p50) as the first online run on a freshly started H200 in two calls
 (35C, 35G), with its slow requests spread over seconds; this says whether the host was busy
-with something else meanwhile. It reads only /proc: nothing here touches the GPU.
+with something else meanwhile. Steal is the time the hypervisor ran something else while this
+guest's CPUs wanted to run (the GPU hosts are virtual machines): a stall no process here shows.
+It reads only /proc: nothing here touches the GPU.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def sample(seconds: float, interval: float, floor: float, exclude: set[int]) -> 
                 "busy": round(1 - (delta.get("idle", 0) + delta.get("iowait", 0)) / total, 4),
                 "iowait": round(delta.get("iowait", 0) / total, 4),
                 "softirq": round(delta.get("softirq", 0) / total, 4),
+                "steal": round(delta.get("steal", 0) / total, 4),
                 "processes": sorted(busy, key=lambda p: -p["cores"]),
             }
         )
