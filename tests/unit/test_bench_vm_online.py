@@ -54,3 +54,16 @@ def test_the_verdict_holds_qgpu_to_the_kmod_issues_targets(
     ratio: float | None, kept: float, said: str
 ) -> None:
     assert qgpu_vm.kmod_verdict({"qgpu_p99_ratio": ratio, "qgpu_offline_kept": kept}) == said
+
+
+def test_each_requests_latency_and_completion_are_kept_where_gpuload_gave_them() -> None:
+    report = {"p50_ms": 2.5, "p99_ms": 2.9, "requests": 3, "max_ms": 3.0}
+    assert qgpu_vm._latency(report) == {"p50_ms": 2.5, "p99_ms": 2.9, "requests": 3}
+    timed = {**report, "latencies_ms": [2.4, 2.5, 3.0], "timeline": [0.02, 0.04, 0.06]}
+    assert qgpu_vm._latency(timed) == {
+        "p50_ms": 2.5,
+        "p99_ms": 2.9,
+        "requests": 3,
+        "latencies_ms": [2.4, 2.5, 3.0],
+        "done_s": [0.02, 0.04, 0.06],
+    }

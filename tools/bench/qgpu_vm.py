@@ -59,6 +59,9 @@ KEYS = ("control_ns", "alloc_free_ns", "sysparams_ns")
 PERIOD_US = 50_000
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
 REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--poll-us", "20"]
+# Each request's latency and completion time are kept in the result (gpuload --timeline), as
+# `make bench-gpu` keeps its requests': where a tail comes from is read from them afterwards.
+TIMELINE = ["--timeline"]
 # 1 001 requests a run: a p99 needs 1 000 (until 2026-12-04 the runs were 8 s, 400 requests,
 # whose p99 was their fourth-worst).
 ONLINE_SECONDS = 20
@@ -168,12 +171,17 @@ def shares(
     return [s / sum(seconds) * 100 for s in seconds]
 
 
-def _latency(report: dict[str, Any]) -> dict[str, float]:
-    """A request stream's p50 and p99, ms, and how many requests they are of."""
-    return {"p50_ms": report["p50_ms"], "p99_ms": report["p99_ms"], "requests": report["requests"]}
+def _latency(report: dict[str, Any]) -> dict[str, Any]:
+    """A request stream's p50 and p99, ms, how many requests they are of, and each request's
+    latency (ms) and completion (s into the run) where gpuload reported them."""
+    out = {"p50_ms": report["p50_ms"], "p99_ms": report["p99_ms"], "requests": report["requests"]}
+    if "latencies_ms" in report:
+        out["latencies_ms"] = report["latencies_ms"]
+        out["done_s"] = report["timeline"]
+    return out
 
 
-def solo_of(before: dict[str, float], after: dict[str, float]) -> tuple[dict[str, float], str]:
+def solo_of(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The solo the online pod is held against, and which it is: the one
     qpolicy/doctor/targets.py's stricter_solo() picks (the GPU bench's rule: of the stable ones,
     the lower p99); where neither is stable, the first, whose p99 is then not divided by
@@ -193,7 +201,7 @@ def online_offline(client: QgpuClient, tree: list[str]) -> dict[str, Any]:
     """Online requests next to an offline trainer, native and gated, between two solos of the
     same requests."""
     out: dict[str, Any] = {}
-    request = [*tree, *REQUEST, "--seconds", str(ONLINE_SECONDS)]
+    request = [*tree, *REQUEST, *TIMELINE, "--seconds", str(ONLINE_SECONDS)]
     with cgroups(2) as (online, offline):
         before = _latency(in_cgroup(online, request).ready().result())
         reset()
