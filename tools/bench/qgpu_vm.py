@@ -189,7 +189,7 @@ def solo_of(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, An
 
     Why two: in a VM of two vCPUs (TCG on 2 cores) two solos of 1 001 requests in one run read
     p99 8.7 and 13.0 ms, p50 2.55 and 2.72 (2026-12-04); before that the bench took one solo of
-    400. In the bench's VM of one vCPU (since 2026-12-04) its solos are stable (p99 1.09-1.26 x
+    400. In the bench's VM of one vCPU (since 2026-12-04) its solos are stable (p99 1.09-1.37 x
     p50), and both are still measured: a solo can be disturbed there too."""
     chosen = stricter_solo([(s["p50_ms"], s["p99_ms"]) for s in (before, after)])
     if chosen is None:
@@ -311,7 +311,7 @@ def main() -> int:
     result: dict[str, object] = {} if ONLY == "online" else {"hook": hook_overhead()}
     result["nvmock_gsp_pct"] = read_nvmock_param("gsp_pct")
     # The VM's size is part of the result: a lone online stream's p99 was 3.9-4.9 x its p50
-    # with two vCPUs on this machine's two cores and 1.09-1.26 x with one (`make bench-vm`'s).
+    # with two vCPUs on this machine's two cores and 1.09-1.37 x with one (`make bench-vm`'s).
     result["vcpus"] = os.cpu_count()
     print(f"VM of {result['vcpus']} vCPU(s)")
     if ONLY == "hook":
