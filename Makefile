@@ -31,8 +31,9 @@ test: lint
 VM_ONE_THREAD = VM_QEMU_OPTS="-accel tcg,thread=single"
 # The tests whose numbers are the emulated GPU's shares and latencies go to a VM of one vCPU:
 # with two vCPUs on two host cores a lone stream of 2 ms requests had a p99 3.9-4.9 x its p50,
-# with one 1.09-1.37 x (BENCHMARKS.md, thirty-seventh session), so the online tests can hold
-# the kmod issue's p99 target instead of twice solo's. Races stay in the two-vCPU VM.
+# with one 1.09-1.37 x (BENCHMARKS.md, thirty-seventh session), so qgpu's online p99 can be
+# divided by solo's (make bench-vm holds it to the kmod issue's 1.5 x; the tests hold it below
+# native's). Races stay in the two-vCPU VM.
 VM_ONE_CPU = VM_CPUS=1
 VM_TIMED = tests/vm/test_qgpu_slices.py tests/vm/test_qgpu_cuda_shape.py
 VM_ENV = env QPOLICY_IN_VM=1 PYTHONDONTWRITEBYTECODE=1
