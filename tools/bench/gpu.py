@@ -1113,9 +1113,10 @@ def row_solo(scenario: Scenario, report: dict[str, Any]) -> tuple[dict[str, Any]
             return None
         return solo["p50_ms"], solo["p99_ms"]
 
-    if stricter_solo([measured(before), measured(after)]) != 1:
+    first = measured(before)
+    if stricter_solo([first, measured(after)]) != 1:
         return before, ""
-    first_stable = stricter_solo([measured(before)]) == 0
+    first_stable = first is not None and not solo_unstable(*first)
     why = "the lower p99 of two" if first_stable else "the one before was unstable"
     return after, f"the one after the rows ({why})"
 

@@ -58,10 +58,10 @@ ITERATIONS = os.environ.get("ITERATIONS", "20000")
 KEYS = ("control_ns", "alloc_free_ns", "sysparams_ns")
 PERIOD_US = 50_000
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
+# --timeline: each request's latency and completion time are kept in the result, as `make
+# bench-gpu` keeps its requests': where a tail comes from is read from them afterwards.
 REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--poll-us", "20"]
-# Each request's latency and completion time are kept in the result (gpuload --timeline), as
-# `make bench-gpu` keeps its requests': where a tail comes from is read from them afterwards.
-TIMELINE = ["--timeline"]
+REQUEST += ["--timeline"]
 # 1 001 requests a run: a p99 needs 1 000 (until 2026-12-04 the runs were 8 s, 400 requests,
 # whose p99 was their fourth-worst).
 ONLINE_SECONDS = 20
@@ -201,7 +201,7 @@ def online_offline(client: QgpuClient, tree: list[str]) -> dict[str, Any]:
     """Online requests next to an offline trainer, native and gated, between two solos of the
     same requests."""
     out: dict[str, Any] = {}
-    request = [*tree, *REQUEST, *TIMELINE, "--seconds", str(ONLINE_SECONDS)]
+    request = [*tree, *REQUEST, "--seconds", str(ONLINE_SECONDS)]
     with cgroups(2) as (online, offline):
         before = _latency(in_cgroup(online, request).ready().result())
         reset()
