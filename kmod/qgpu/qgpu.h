@@ -122,6 +122,8 @@ struct qgpu_obj {
 	struct qgpu_userd *userd;	/* how to read it; NULL: qgpu cannot */
 	u64 userd_blind;		/* ns: since when qgpu cannot */
 	u32 userd_get;			/* GP_GET at the last look */
+	u64 userd_seen;			/* ns: a look last showed work, or it became readable */
+	u64 userd_next;			/* ns: cold, not read before this; 0: warm */
 	/* channel: a scheduler's FIFO_DISABLE_CHANNELS for it is in flight (sched.c) */
 	bool in_change;
 	bool dead;			/* untracked while in_change: the scheduler frees it */
@@ -252,6 +254,7 @@ void qgpu_userd_obj_drop(u32 hclient, struct qgpu_obj *obj);
 void qgpu_userd_exit(void);
 #define QGPU_LOOK_PENDING	BIT(0)
 #define QGPU_LOOK_MOVED		BIT(1)
+#define QGPU_LOOK_READ		BIT(2)
 unsigned int qgpu_channel_look(const struct qgpu_cg *cg, struct qgpu_obj *ch, u64 now);
 bool qgpu_cg_busy(struct qgpu_cg *cg, bool pending, u64 dt);
 
@@ -293,6 +296,8 @@ struct qgpu_gpu_view {
 	u32 period_us;
 	u64 nr_periods;
 	u64 switches;
+	u64 passes;			/* scheduler passes that looked at channels */
+	u64 userd_reads;		/* USERD reads those passes made (userd.c: cold channels) */
 	bool online_busy;
 	bool running;
 	u32 timeslice_us[2];		/* by enum qgpu_class */

@@ -28,6 +28,10 @@
  *     pass (the rest at the next passes).
  * What busy means, and for a channel whose USERD qgpu cannot read: userd.c.
  *
+ * A pass reads one channel of each busy cgroup and every warm channel of the idle ones; a channel
+ * that has shown no work for a second is read only every cold_look_us (userd.c). passes and
+ * userd_reads in sysfs count both.
+ *
  * Each GPU walks only its own run queue, qgpu_gpu_channels[gpu], which the tracker keeps at
  * RM_ALLOC and RM_FREE time: the time a pass holds qgpu_lock (and so delays the hooks) grows
  * with that GPU's channels and configured cgroups, not with every object tracked.
@@ -167,6 +171,8 @@ struct qgpu_sched {
 	u64 ran;			/* offline cgroup that had it last; 0: online since */
 	u64 nr_periods;
 	u64 switches;
+	u64 passes;
+	u64 userd_reads;
 	u64 rm_errors;
 	u64 wake_in_ns;
 	bool deferred;			/* this period's refill waits for a late turn */
@@ -435,6 +441,7 @@ static void sense(struct qgpu_sched *s, ktime_t now, u64 dt)
 	struct qgpu_cg *cg;
 
 	lockdep_assert_held(&qgpu_lock);
+	s->passes++;
 	/* Every gated cgroup's busy is false here (step()): now "a channel showed work". */
 	list_for_each_entry(cg, &qgpu_cgroups, node)
 		cg->moved = false;
@@ -445,6 +452,7 @@ static void sense(struct qgpu_sched *s, ktime_t now, u64 dt)
 		if (!gated_here(s, cg) || cg->busy)
 			continue;
 		look = qgpu_channel_look(cg, obj, ktime_to_ns(now));
+		s->userd_reads += !!(look & QGPU_LOOK_READ);
 		cg->busy = look & QGPU_LOOK_PENDING;
 		cg->moved |= look & QGPU_LOOK_MOVED;
 	}
@@ -1128,6 +1136,8 @@ void qgpu_sched_view(u32 gpu, struct qgpu_gpu_view *view)
 	view->period_us = s->period_us;
 	view->nr_periods = s->nr_periods;
 	view->switches = s->switches;
+	view->passes = s->passes;
+	view->userd_reads = s->userd_reads;
 	view->online_busy = s->online_busy;
 	view->running = !!s->thread;
 	view->timeslice_us[QGPU_CLASS_OFFLINE] = qgpu_timeslice_get(gpu, QGPU_CLASS_OFFLINE);

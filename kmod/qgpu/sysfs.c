@@ -231,6 +231,22 @@ static ssize_t nr_periods_show(struct kobject *kobj, struct kobj_attribute *attr
 	return err ? err : sysfs_emit(buf, "%llu\n", view.nr_periods);
 }
 
+static ssize_t passes_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	struct qgpu_gpu_view view;
+	int err = view_of(kobj, &view);
+
+	return err ? err : sysfs_emit(buf, "%llu\n", view.passes);
+}
+
+static ssize_t userd_reads_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	struct qgpu_gpu_view view;
+	int err = view_of(kobj, &view);
+
+	return err ? err : sysfs_emit(buf, "%llu\n", view.userd_reads);
+}
+
 static ssize_t online_busy_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
 {
 	struct qgpu_gpu_view view;
@@ -348,6 +364,8 @@ static ssize_t offline_preemption_store(struct kobject *kobj, struct kobj_attrib
 static struct kobj_attribute policy_attr = __ATTR_RW(policy);
 static struct kobj_attribute period_us_attr = __ATTR_RW(period_us);
 static struct kobj_attribute nr_periods_attr = __ATTR_RO(nr_periods);
+static struct kobj_attribute passes_attr = __ATTR_RO(passes);
+static struct kobj_attribute userd_reads_attr = __ATTR_RO(userd_reads);
 static struct kobj_attribute online_busy_attr = __ATTR_RO(online_busy);
 static struct kobj_attribute offline_timeslice_us_attr = __ATTR_RW(offline_timeslice_us);
 static struct kobj_attribute online_timeslice_us_attr = __ATTR_RW(online_timeslice_us);
@@ -357,6 +375,8 @@ static struct attribute *gpu_attrs[] = {
 	&policy_attr.attr,
 	&period_us_attr.attr,
 	&nr_periods_attr.attr,
+	&passes_attr.attr,
+	&userd_reads_attr.attr,
 	&online_busy_attr.attr,
 	&offline_timeslice_us_attr.attr,
 	&online_timeslice_us_attr.attr,

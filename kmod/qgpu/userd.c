@@ -51,9 +51,22 @@
  * qgpu lost sight of it (or after it was made) and then as idle, so that online work qgpu cannot
  * see never keeps offline work closed for long.
  *
+ * Cold channels. Each read of USERD in BAR1 is an uncached load across PCIe: 1.0-1.2 us each
+ * from a CUDA process on an H100 and an H200 (tools/gpu/userd_fetch.py: its watcher's loads of
+ * its own 20 channels' USERD, reads over the run's span; BENCHMARKS.md, thirty-eighth session).
+ * CUDA makes 20 channels a context and feeds one or two, and a pass reads every channel of an
+ * idle cgroup, under qgpu_lock: at 250 us a pass, every idle CUDA process would cost a core
+ * about 8 % and hold qgpu_lock about 22 us of every pass. So a channel that has shown no work
+ * for COLD_AFTER_MS is read once every cold_look_us (spread over the passes by its handle), not
+ * at every pass; any work seen makes it warm again. What that costs: work first put on a cold
+ * channel is seen up to cold_look_us late (2 ms by default: within busy_hold_us and
+ * start_grace_us, and 4 % of the default period); a request stream's channel stays warm while
+ * its requests come more often than once a second. 0 reads every channel at every pass.
+ *
  * Everything here runs under qgpu_lock.
  */
 #include <linux/build_bug.h>
+#include <linux/hash.h>
 #include <linux/io.h>
 #include <linux/io-64-nonatomic-lo-hi.h>
 #include <linux/ktime.h>
@@ -73,6 +86,28 @@ static unsigned int blind_busy_ms = 1000;
 module_param(blind_busy_ms, uint, 0644);
 MODULE_PARM_DESC(blind_busy_ms,
 		 "An online channel whose USERD qgpu cannot read counts as busy this long, ms");
+
+static unsigned int cold_look_us = 2000;
+
+/* A bad value, out of range or not a number, is -EINVAL (kstrtouint says -ERANGE too). */
+static int cold_look_set(const char *val, const struct kernel_param *kp)
+{
+	int err = param_set_uint_minmax(val, kp, 0, USEC_PER_SEC);
+
+	return err ? -EINVAL : 0;
+}
+
+static const struct kernel_param_ops cold_look_ops = {
+	.set = cold_look_set,
+	.get = param_get_uint,
+};
+
+module_param_cb(cold_look_us, &cold_look_ops, &cold_look_us, 0644);
+MODULE_PARM_DESC(cold_look_us,
+		 "A channel with no work seen for a second is read this often, us (0: every pass; at most 1 s)");
+
+/* How long a channel shows no work before it is read only every cold_look_us (see the top). */
+#define COLD_AFTER_MS	1000
 
 /* Mappings bigger than this are not recorded (USERD objects are 2 MiB in the H200 trace). */
 #define MAP_MAX_PAGES	2048
@@ -177,8 +212,12 @@ static void channel_find(u32 hclient, struct qgpu_obj *ch)
 		if (m->client != hclient || m->object != ch->userd_mem)
 			continue;
 		ch->userd = reader_from(m, ch);
-		if (ch->userd)
+		if (ch->userd) {
+			/* Newly readable: warm, read at every pass for COLD_AFTER_MS at least. */
+			ch->userd_seen = ktime_get_ns();
+			ch->userd_next = 0;
 			return;
+		}
 	}
 }
 
@@ -405,6 +444,30 @@ static void read_gets(const struct qgpu_userd *r, u32 *get, u32 *put)
 	*put = upper_32_bits(both);
 }
 
+/*
+ * Whether to read the channel at this pass: always while it is warm; once cold, when its next
+ * look is due, each cold_look_us after the one before. A channel's first cold look falls at a
+ * point of that interval set by its handle, so that a process's cold channels, which went cold
+ * together, are read over many passes rather than all in one.
+ */
+static bool look_now(struct qgpu_obj *ch, u64 now)
+{
+	u64 every = (u64)READ_ONCE(cold_look_us) * NSEC_PER_USEC;
+
+	if (!every || now - ch->userd_seen < (u64)COLD_AFTER_MS * NSEC_PER_MSEC)
+		return true;
+	if (!ch->userd_next) {
+		/* Cold from this pass on. */
+		ch->userd_next = now + 1 + (every * hash_32(ch->handle, 16) >> 16);
+		return false;
+	}
+	if (now < ch->userd_next)
+		return false;
+	/* Due: the next look an interval on, in step unless this pass came an interval late. */
+	ch->userd_next = now - ch->userd_next < every ? ch->userd_next + every : now + every;
+	return true;
+}
+
 /**
  * qgpu_channel_look() - what a channel's USERD shows now (see the top)
  * @cg: the channel's cgroup
@@ -413,29 +476,37 @@ static void read_gets(const struct qgpu_userd *r, u32 *get, u32 *put)
  *
  * QGPU_LOOK_MOVED says GP_GET moved since the previous look at this channel: the GPU fetched
  * from it in between, so it has been on the engine. A channel qgpu cannot read shows no
- * movement, and counts as pending as the top says.
+ * movement, and counts as pending as the top says. A cold channel not due at this pass is not
+ * read and shows nothing (see the top).
  *
  * Context: qgpu_lock held.
- * Return: QGPU_LOOK_PENDING (GP_PUT != GP_GET, or blind and counted busy) and QGPU_LOOK_MOVED.
+ * Return: QGPU_LOOK_PENDING (GP_PUT != GP_GET, or blind and counted busy), QGPU_LOOK_MOVED,
+ * and QGPU_LOOK_READ where USERD was read.
  */
 unsigned int qgpu_channel_look(const struct qgpu_cg *cg, struct qgpu_obj *ch, u64 now)
 {
-	unsigned int look = 0;
+	unsigned int look = QGPU_LOOK_READ;
 	u32 get, put;
 
 	lockdep_assert_held(&qgpu_lock);
 	if (!ch->userd) {
 		if (cg->class != QGPU_CLASS_ONLINE ||
 		    now - ch->userd_blind < (u64)blind_busy_ms * NSEC_PER_MSEC)
-			look |= QGPU_LOOK_PENDING;
-		return look;
+			return QGPU_LOOK_PENDING;
+		return 0;
 	}
+	if (!look_now(ch, now))
+		return 0;
 	read_gets(ch->userd, &get, &put);
 	if (get != put)
 		look |= QGPU_LOOK_PENDING;
 	if (get != ch->userd_get)
 		look |= QGPU_LOOK_MOVED;
 	ch->userd_get = get;
+	if (look & (QGPU_LOOK_PENDING | QGPU_LOOK_MOVED)) {
+		ch->userd_seen = now;
+		ch->userd_next = 0;
+	}
 	return look;
 }
 

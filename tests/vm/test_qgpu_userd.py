@@ -8,9 +8,11 @@ counted as busy for ever and one online CUDA process kept every offline channel 
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +169,83 @@ def test_online_gpuload_with_client_userd_closes_offline_work_while_it_runs() ->
         print(f"offline GPU rate: next to online work {during:.3f}, after it {after:.3f}")
         assert during < 0.15
         assert after > 0.5
+
+
+COLD_LOOK = Path("/sys/module/qgpu/parameters/cold_look_us")
+COLD_AFTER_S = 1.0  # userd.c: COLD_AFTER_MS
+
+
+def reads_over(seconds: float) -> tuple[int, int, float]:
+    """The GPU's scheduler passes and USERD reads over ``seconds``, and the seconds measured."""
+    gpu = SYSFS / "gpu0"
+    passes, reads = int((gpu / "passes").read_text()), int((gpu / "userd_reads").read_text())
+    started = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    return (
+        int((gpu / "passes").read_text()) - passes,
+        int((gpu / "userd_reads").read_text()) - reads,
+        elapsed,
+    )
+
+
+def test_a_channel_idle_for_a_second_is_read_every_cold_look_us_and_its_work_still_seen() -> None:
+    """Each read of USERD in BAR1 is a PCIe round trip (about 1.1 us on an H100 and an H200): a
+    channel that showed no work for a second is read once every cold_look_us, not at every
+    250 us pass; work put on it is seen at its next look, and it is read at every pass again."""
+    with qgpu_loaded(cold_look_us=100_000) as client, cgroups(1) as (online,):
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        with userd_tenant(online) as tenant:
+            time.sleep(COLD_AFTER_S + 0.5)
+            passes, reads, elapsed = reads_over(1.0)
+            print(f"cold, 100 ms: {reads} reads in {passes} passes, {elapsed:.2f} s")
+            assert passes > 100  # the scheduler ran
+            assert elapsed / 0.1 - 2 <= reads <= elapsed / 0.1 + 2
+
+            tenant.ask("put 1")
+            busy = online_busy_samples(0.5)
+            # Seen at its next look, at most 100 ms on (the samples are 20 ms apart).
+            assert all(busy[8:]), busy
+            passes, reads, _ = reads_over(0.5)
+            print(f"warm, work pending: {reads} reads in {passes} passes")
+            assert reads >= passes - 2
+
+            tenant.ask("get 1")
+            time.sleep(COLD_AFTER_S + 0.5)
+            COLD_LOOK.write_text("0")  # every channel at every pass, as before cold looks
+            passes, reads, _ = reads_over(0.5)
+            print(f"cold_look_us=0: {reads} reads in {passes} passes")
+            assert passes > 50
+            assert reads >= passes - 2
+
+
+@pytest.mark.parametrize("value", ["1000001", "-1", "x", "1e3"])
+def test_cold_look_us_refuses_a_bad_value_and_keeps_its_own(value: str) -> None:
+    with qgpu_loaded(cold_look_us=3000):
+        with pytest.raises(OSError) as refused:
+            COLD_LOOK.write_text(value)
+        assert refused.value.errno == errno.EINVAL
+        assert COLD_LOOK.read_text().strip() == "3000"
+
+
+def test_an_idle_cuda_process_costs_a_pass_few_reads() -> None:
+    """CUDA's tree makes 20 channels a process (tools/gpuload/CUDA_SEQUENCE.md) and an idle
+    process's channels were all read at every pass: 20 PCIe reads each 250 us. Idle for a
+    second, they are read once every cold_look_us each."""
+    with qgpu_loaded(cold_look_us=20_000) as client, cgroups(1) as (online,):
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        # A request at the start and the next 5 s on: idle in between (a rate that puts the
+        # second past --seconds ends the process after the first).
+        idle = ["--tree", "cuda", "--shape", "requests", "--rate-hz", "0.2", "--seconds", "6"]
+        served = in_cgroup(online, idle).ready()
+        time.sleep(COLD_AFTER_S + 0.5)
+        passes, reads, elapsed = reads_over(2.0)
+        served.result()
+        print(f"idle CUDA process: {reads} reads in {passes} passes, {elapsed:.2f} s")
+        assert passes > 200
+        assert reads > 0  # still looked at
+        # 20 channels, one look each per 20 ms, spread over the passes.
+        assert reads <= 20 * (elapsed / 0.02 + 1)
+        assert reads < passes * 20 / 4
