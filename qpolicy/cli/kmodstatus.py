@@ -92,6 +92,8 @@ def report() -> dict[str, Any] | None:
                 "offline_timeslice_us": gpu.offline_timeslice_us,
                 "online_timeslice_us": gpu.online_timeslice_us,
                 "offline_preemption": gpu.offline_preemption,
+                "passes": gpu.passes,
+                "userd_reads": gpu.userd_reads,
             }
             for gpu in info.gpus
         ],
@@ -153,7 +155,7 @@ def _render_gpu(
     """One GPU's line, and the table of its cgroups (None: they could not be read). ``closes``:
     the module closes an offline cgroup of several CUDA contexts for online work."""
     title = f"qgpu.ko GPU {index}"
-    slices = None
+    notes = None
     if gpu is not None:
         period = "?" if gpu["period_us"] is None else f"{gpu['period_us'] / 1000:g} ms"
         title += f" · {escape(gpu['policy'] or '?')} · period {period}"
@@ -164,15 +166,19 @@ def _render_gpu(
         offline, online = gpu.get("offline_timeslice_us"), gpu.get("online_timeslice_us")
         if offline is not None and online is not None:
             # Set on the TSGs while the GPU has an online cgroup; 0: the TSG keeps its own.
-            slices = f"timeslices {offline or 'own'} / {online or 'own'} µs (offline / online)"
+            notes = f"timeslices {offline or 'own'} / {online or 'own'} µs (offline / online)"
             if gpu.get("offline_preemption") == "cta":
-                slices += ", CTA preemption offline"
+                notes += ", CTA preemption offline"
+        if gpu.get("passes") and gpu.get("userd_reads") is not None:
+            # Each a PCIe read on a GPU, under the module's lock: what watching the GPU costs.
+            reads = f"{gpu['userd_reads'] / gpu['passes']:.1f} USERD reads a pass"
+            notes = reads if notes is None else f"{notes} · {reads}"
     if not cgroups:
-        if slices is not None:
-            title += f" · {slices}"
+        if notes is not None:
+            title += f" · {notes}"
         console.print(title if cgroups is None else f"{title}: no cgroups", soft_wrap=True)
         return
-    table = Table(title=title, caption=slices)
+    table = Table(title=title, caption=notes)
     table.add_column("cgroup", overflow="fold")
     # The numbers stay whole on a narrow terminal; long cgroup paths fold instead.
     for header in ("class", "share", "memory", "GPU time", "throttled"):

@@ -330,6 +330,8 @@ def qgpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeQgpu, Pat
         "offline_timeslice_us": "128",
         "online_timeslice_us": "8192",
         "offline_preemption": "cta",
+        "passes": "4000",
+        "userd_reads": "10000",
     }.items():
         (sysfs / "gpu0" / name).write_text(value + "\n")
     params = tmp_path / "parameters"
@@ -371,7 +373,7 @@ def test_status_shows_the_modules_view_where_it_is_loaded(
     assert kmod["gpus"] == [
         {"index": 0, "policy": "fixed-share", "period_us": 20000, "periods": 77,
          "online_busy": None, "offline_timeslice_us": 128, "online_timeslice_us": 8192,
-         "offline_preemption": "cta"}
+         "offline_preemption": "cta", "passes": 4000, "userd_reads": 10000}
     ]  # fmt: skip
     mine, other = sorted(kmod["cgroups"], key=lambda c: c["path"] is None)
     assert mine == {
@@ -389,6 +391,7 @@ def test_status_shows_the_modules_view_where_it_is_loaded(
     assert "nvidia-uvm not hooked: managed memory (cudaMallocManaged) is not refused" in out
     assert "qgpu.ko GPU 0 · fixed-share · period 20 ms · 77 periods" in out
     assert "timeslices 128 / 8192 µs (offline / online), CTA preemption offline" in out
+    assert "2.5 USERD reads a pass" in out
     row_a = next(line for line in out.splitlines() if "│ /a " in line)
     assert [cell.strip() for cell in row_a.strip("│").split("│")] == [
         "/a", "online", "50 %", "512MiB / 1GiB", "3.5 s", "1.2 s, 20/70"
@@ -409,7 +412,8 @@ def test_status_without_cap_net_admin_shows_sysfs_and_says_why_the_rest_is_missi
     assert "per-cgroup counters unavailable: qgpu.ko refused CGROUP_GET" in out
     assert out.endswith(
         "\nqgpu.ko GPU 0 · fixed-share · period 20 ms · 77 periods"
-        " · timeslices 128 / 8192 µs (offline / online), CTA preemption offline\n"
+        " · timeslices 128 / 8192 µs (offline / online), CTA preemption offline"
+        " · 2.5 USERD reads a pass\n"
     )
 
 

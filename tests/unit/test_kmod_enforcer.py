@@ -317,6 +317,11 @@ def test_sysfs_is_read_file_by_file(tmp_path: Path) -> None:
         (0, "best-effort", 50_000, None),
         (1, "fixed-share", 50_000, None),
     ]
+    assert (info.gpus[0].passes, info.gpus[0].userd_reads) == (None, None)  # an older module
+    (tmp_path / "gpu0" / "passes").write_text("4000\n")
+    (tmp_path / "gpu0" / "userd_reads").write_text("9000\n")
+    gpu0 = read_sysfs(tmp_path, params).gpus[0]
+    assert (gpu0.passes, gpu0.userd_reads) == (4000, 9000)
 
 
 # -- cgroup ids ---------------------------------------------------------------------------------

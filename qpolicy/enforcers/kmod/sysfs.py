@@ -22,6 +22,10 @@ class SysfsGpu:
     # The compute preemption mode set on offline contexts given their class's timeslice:
     # "own" or "cta" (kmod/uapi/qgpu.h)
     offline_preemption: str | None = None
+    # Scheduler passes that looked at the GPU's channels, and the USERD reads they made (each a
+    # PCIe read on a GPU; a channel idle for a second is read only every cold_look_us)
+    passes: int | None = None
+    userd_reads: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,8 @@ def read_sysfs(root: Path = SYSFS_ROOT, params: Path = PARAMS_ROOT) -> SysfsInfo
                 offline_timeslice_us=_read_int(directory / "offline_timeslice_us"),
                 online_timeslice_us=_read_int(directory / "online_timeslice_us"),
                 offline_preemption=_read(directory / "offline_preemption"),
+                passes=_read_int(directory / "passes"),
+                userd_reads=_read_int(directory / "userd_reads"),
             )
         )
     return SysfsInfo(
