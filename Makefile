@@ -60,13 +60,14 @@ lint: venv
 bench: venv
 	$(BIN)/python tools/bench/run.py
 
-# qgpu.ko in the VM against the unhooked mock driver: cost per ioctl, shares, online latency,
-# in a VM of one vCPU like the timed tests (VM_ONE_CPU: there a lone online stream is stable).
-# The hook cost is reported against qgpu.ko as it was at BASELINE, built beside it, and also at
-# BEFORE if given (a change's before and after in the same run). BENCH_ONLY=hook: the cost alone;
-# BENCH_ONLY=online: the online-offline scenario alone, REPEAT times; ONLINE_HOLD_US and
-# BUSY_HOLD_US and ONLINE_GATE set qgpu's parameters of those names for the run, GSP_PCT
-# nvmock's.
+# qgpu.ko in the VM against the unhooked mock driver: cost per ioctl, shares, online latency
+# and USERD reads per scheduler pass, in a VM of one vCPU like the timed tests (VM_ONE_CPU:
+# there a lone online stream is stable). The hook cost is reported against qgpu.ko as it was at
+# BASELINE, built beside it, and also at BEFORE if given (a change's before and after in the
+# same run). BENCH_ONLY=hook: the cost alone; BENCH_ONLY=online: the online-offline scenario
+# alone, REPEAT times; BENCH_ONLY=userd: the USERD reads alone. ONLINE_HOLD_US, BUSY_HOLD_US,
+# ONLINE_GATE and COLD_LOOK_US set qgpu's parameters of those names for the run
+# (COLD_LOOK_US=0: every channel read at every pass, as before 2026-12-05), GSP_PCT nvmock's.
 # The baselines are built against the VM's kernel headers, so the VM setup comes first (on a new
 # machine nothing else has installed them yet).
 BASELINE ?= 20a672a
@@ -82,6 +83,7 @@ bench-vm: venv
 		$(if $(ONLINE_HOLD_US),ONLINE_HOLD_US=$(ONLINE_HOLD_US)) \
 		$(if $(BUSY_HOLD_US),BUSY_HOLD_US=$(BUSY_HOLD_US)) \
 		$(if $(ONLINE_GATE),ONLINE_GATE=$(ONLINE_GATE)) \
+		$(if $(COLD_LOOK_US),COLD_LOOK_US=$(COLD_LOOK_US)) \
 		$(if $(GSP_PCT),GSP_PCT=$(GSP_PCT)) $(BIN)/python tools/bench/qgpu_vm.py
 
 # On a GPU machine, as root, with the system Python that has PyTorch (no venv there): native

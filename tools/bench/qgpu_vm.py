@@ -12,11 +12,16 @@ Run by ``make bench-vm`` (through tools/vm/run); writes build/vm/bench-qgpu.json
    round also runs hooked by that one, gated as the current module is: a change's before and
    after from the same run.
    BENCH_ONLY=hook stops after this part; BENCH_ONLY=online skips it and part 2's shares (the
-   online-offline scenario alone, REPEAT times, to see how much it moves between runs).
+   online-offline scenario alone, REPEAT times, to see how much it moves between runs);
+   BENCH_ONLY=userd runs part 3 alone.
 2. The kmod issue's targets on nvmock's engine (ground truth: its debugfs): fixed-share 50/30/20,
    a lone fixed-share pod, burst-share hand-back, and online requests next to an offline
    trainer, native and gated, between two solos of the same 1 001 requests (solo_of()); each
    with gpuload's own object tree and with CUDA's.
+3. USERD reads a scheduler pass makes with CUDA-shaped pods on the GPU (idle online pods beside
+   a busy offline trainer), every channel read at every pass (cold_look_us=0, as before
+   2026-12-05) and cold channels read every cold_look_us (the default), in the same run; and
+   what those reads would cost a host's CPU at the per-read cost measured on an H100 and an H200.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +74,11 @@ ONLINE_SECONDS = 20
 # Each scenario runs with gpuload's own tree (one TSG, one channel) and with CUDA's (the H200
 # trace's: 4 TSGs and 20 channels a process, USERD in video memory; tools/gpuload/CUDA_SEQUENCE.md).
 TREES = {"gpuload tree": [], "CUDA tree": ["--tree", "cuda"]}
-# qgpu's online_hold_us, busy_hold_us and online_gate for the whole run; unset keeps the
-# module's default.
+# qgpu's online_hold_us, busy_hold_us, online_gate and cold_look_us for the whole run; unset
+# keeps the module's default.
 QGPU_PARAMS = {
     name: int(os.environ[name.upper()])
-    for name in ("online_hold_us", "busy_hold_us", "online_gate")
+    for name in ("online_hold_us", "busy_hold_us", "online_gate", "cold_look_us")
     if name.upper() in os.environ
 }
 REPEAT = int(os.environ.get("REPEAT", "1"))
@@ -251,6 +257,83 @@ def online_offline(client: QgpuClient, tree: list[str]) -> dict[str, Any]:
     return out
 
 
+# What one uncached 64-bit load of USERD in BAR1 costs the CPU on a real GPU host: 1.03-1.20 us,
+# from a CUDA process's own watcher on an H100 and an H200 (tools/gpu/userd_fetch.py, raw
+# tools/gpu/results/2026-11-2[67]-userd-fetch-*.json.xz: loads over the span of the run's events,
+# so a lower bound; BENCHMARKS.md, 2026-12-05). qgpu reads through an uncached ioremap of the
+# same memory; its own reads are not measured on a GPU (the hosts load only signed modules).
+USERD_READ_US = 1.1
+COLD_LOOK = Path("/sys/module/qgpu/parameters/cold_look_us")
+IDLE_PODS = 3
+# An idle pod: one request at the start, the next after the window (a request stream whose
+# rate put its second past --seconds would end after the first).
+IDLE = ["--tree", "cuda", "--shape", "requests", "--rate-hz", "0.15", "--seconds", "8"]
+COLD_AFTER_S = 1.0  # kmod/qgpu/userd.c: COLD_AFTER_MS
+WINDOW_S = 3.0
+
+
+def _gpu_counts() -> tuple[int, int]:
+    gpu = Path("/sys/kernel/qgpu/gpu0")
+    return int((gpu / "passes").read_text()), int((gpu / "userd_reads").read_text())
+
+
+def userd_reads(client: QgpuClient) -> dict[str, Any]:
+    """USERD reads per pass and per second with IDLE_PODS idle online CUDA pods beside a busy
+    offline CUDA trainer, every channel read at every pass and cold ones every cold_look_us."""
+    default = int(COLD_LOOK.read_text())
+    out: dict[str, Any] = {"idle_pods": IDLE_PODS, "channels_a_pod": 20, "read_us": USERD_READ_US}
+    for name, cold in (("every_pass", 0), ("cold_looks", default)):
+        COLD_LOOK.write_text(str(cold))
+        with cgroups(IDLE_PODS + 1) as (*online, offline):
+            client.set_gpu(0, "best-effort", PERIOD_US)
+            for cg in online:
+                client.set_cgroup(cg.id, 0, "online", 50)
+            client.set_cgroup(offline.id, 0, "offline", 50)
+            loads = start_together(
+                *(IDLE for _ in online),
+                [*TREES["CUDA tree"], *SATURATE, "--seconds", "8"],
+                cgroups=[str(c.path) for c in (*online, offline)],
+            )
+            time.sleep(COLD_AFTER_S + 0.5)
+            passes, reads = _gpu_counts()
+            started = time.monotonic()
+            time.sleep(WINDOW_S)
+            elapsed = time.monotonic() - started
+            after = _gpu_counts()
+            for load in loads:
+                load.result()
+            for cg in (*online, offline):
+                client.del_cgroup(cg.id)
+        n_passes, n_reads = after[0] - passes, after[1] - reads
+        out[name] = {
+            "cold_look_us": cold,
+            "passes": n_passes,
+            "reads": n_reads,
+            "seconds": elapsed,
+            "reads_a_pass": n_reads / n_passes,
+            "reads_a_second": n_reads / elapsed,
+            # A host at the default poll_us passes every 250 us; the VM (TCG) passes less often,
+            # so more of the cold looks, which are timed, fall in each of its passes: for cold
+            # looks this overstates a host's cost.
+            "host_cpu_pct_at_poll_us": n_reads / n_passes * USERD_READ_US / 250 * 100,
+        }
+    COLD_LOOK.write_text(str(default))
+    client.set_gpu(0, "best-effort")
+    return out
+
+
+def print_userd(u: dict[str, Any]) -> None:
+    print(f"USERD reads, {u['idle_pods']} idle online CUDA pods beside a busy offline trainer:")
+    for name in ("every_pass", "cold_looks"):
+        r = u[name]
+        print(
+            f"  cold_look_us={r['cold_look_us']:<5} -> {r['reads_a_pass']:.2f} reads a pass,"
+            f" {r['reads_a_second']:.0f} a second ({r['passes']} passes in {r['seconds']:.1f} s);"
+            f" at {u['read_us']} us a read and a pass each 250 us, a host would spend"
+            f" {r['host_cpu_pct_at_poll_us']:.1f} % of a core reading, under qgpu's lock"
+        )
+
+
 def _ratio(value: float | None) -> str:
     return "not divided by" if value is None else f"{value:.2f}x"
 
@@ -308,12 +391,23 @@ def main() -> int:
         subprocess.run(["mount", "-t", "cgroup2", "none", "/sys/fs/cgroup"], check=True)
     if not Path("/sys/kernel/debug/nvmock").exists():
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
-    result: dict[str, object] = {} if ONLY == "online" else {"hook": hook_overhead()}
+    result: dict[str, object] = {} if ONLY in ("online", "userd") else {"hook": hook_overhead()}
     result["nvmock_gsp_pct"] = read_nvmock_param("gsp_pct")
     # The VM's size is part of the result: a lone online stream's p99 was 3.9-4.9 x its p50
     # with two vCPUs on this machine's two cores and 1.09-1.37 x with one (`make bench-vm`'s).
     result["vcpus"] = os.cpu_count()
     print(f"VM of {result['vcpus']} vCPU(s)")
+    if ONLY == "userd":
+        subprocess.run(["insmod", str(QGPU), "target=nvmock"], check=True)
+        with QgpuClient.open() as client:
+            userd = userd_reads(client)
+        result["userd_reads"] = userd
+        print_userd(userd)
+        subprocess.run(["rmmod", "qgpu"], check=True)
+        subprocess.run(["rmmod", "nvmock"], check=True)
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(result, indent=2) + "\n")
+        return 0
     if ONLY == "hook":
         subprocess.run(["rmmod", "nvmock"], check=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
@@ -350,6 +444,10 @@ def main() -> int:
             print(f"  lone fixed-share 30  -> {lone[0]:.1f} % of wall time")
             print(f"  burst-share 30/70    -> {bs[0]:.1f}/{bs[1]:.1f}")
             print_online(oo)
+        if ONLY != "online":
+            userd = userd_reads(client)
+            result["userd_reads"] = userd
+            print_userd(userd)
     subprocess.run(["rmmod", "qgpu"], check=True)
     subprocess.run(["rmmod", "nvmock"], check=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
