@@ -429,7 +429,8 @@ static void owed_idle(struct qgpu_sched *s)
  * Which gated cgroups count as busy at this pass. Channels of ungated cgroups are not read (no
  * one schedules them), and a cgroup's channels are read only until one shows work pending: the
  * hold that follows is the cgroup's (qgpu_cg_busy()). A pass thus reads one channel of each busy
- * cgroup and every channel of the idle ones, each a PCIe round trip on a real GPU.
+ * cgroup and, of the idle ones, every warm channel and the cold ones due (userd.c), each a PCIe
+ * round trip on a real GPU.
  *
  * A cgroup given the GPU after another cgroup had it has started once its work is seen on the
  * GPU: GP_GET moved in a channel read (the GPU fetched from it) or nothing of it waits to be

@@ -425,7 +425,7 @@ void qgpu_userd_exit(void)
 /*
  * GP_GET and GP_PUT sit side by side in one aligned 8-byte word: one 64-bit read takes both, a
  * single PCIe read where USERD is in BAR1 (each uncached read costs the CPU a round trip to the
- * GPU, about a microsecond on real hosts, and a pass reads every gated channel).
+ * GPU, about 1.1 us on an H100 and an H200, and a pass reads every warm gated channel).
  */
 static_assert(NVRM_USERD_GP_GET + 4 == NVRM_USERD_GP_PUT);
 static_assert(IS_ALIGNED(NVRM_USERD_GP_GET, 8));
@@ -454,7 +454,9 @@ static bool look_now(struct qgpu_obj *ch, u64 now)
 {
 	u64 every = (u64)READ_ONCE(cold_look_us) * NSEC_PER_USEC;
 
-	if (!every || now - ch->userd_seen < (u64)COLD_AFTER_MS * NSEC_PER_MSEC)
+	/* A pass's clock is read before it takes qgpu_lock: a reader found since is newer. */
+	if (!every || now < ch->userd_seen ||
+	    now - ch->userd_seen < (u64)COLD_AFTER_MS * NSEC_PER_MSEC)
 		return true;
 	if (!ch->userd_next) {
 		/* Cold from this pass on. */
