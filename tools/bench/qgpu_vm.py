@@ -381,9 +381,10 @@ def print_online(oo: dict[str, Any]) -> None:
     )
 
 
-def main() -> int:
-    gsp = [] if GSP_PCT is None else [f"gsp_pct={int(GSP_PCT)}"]
-    subprocess.run(["insmod", str(NVMOCK), "num_gpus=1", *gsp], check=True)
+def load_nvmock(*params: str) -> None:
+    """nvmock loaded for one GPU with ``params``, its device nodes made, cgroup v2 and debugfs
+    mounted: the VM as the benches need it."""
+    subprocess.run(["insmod", str(NVMOCK), "num_gpus=1", *params], check=True)
     for name, minor in (("nvidiactl", 255), ("nvidia0", 0)):
         if not Path(f"/dev/{name}").exists():
             os.mknod(f"/dev/{name}", 0o666 | 0o020000, os.makedev(195, minor))
@@ -391,23 +392,16 @@ def main() -> int:
         subprocess.run(["mount", "-t", "cgroup2", "none", "/sys/fs/cgroup"], check=True)
     if not Path("/sys/kernel/debug/nvmock").exists():
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
+
+
+def main() -> int:
+    load_nvmock(*([] if GSP_PCT is None else [f"gsp_pct={int(GSP_PCT)}"]))
     result: dict[str, object] = {} if ONLY in ("online", "userd") else {"hook": hook_overhead()}
     result["nvmock_gsp_pct"] = read_nvmock_param("gsp_pct")
     # The VM's size is part of the result: a lone online stream's p99 was 3.9-4.9 x its p50
     # with two vCPUs on this machine's two cores and 1.09-1.37 x with one (`make bench-vm`'s).
     result["vcpus"] = os.cpu_count()
     print(f"VM of {result['vcpus']} vCPU(s)")
-    if ONLY == "userd":
-        subprocess.run(["insmod", str(QGPU), "target=nvmock"], check=True)
-        with QgpuClient.open() as client:
-            userd = userd_reads(client)
-        result["userd_reads"] = userd
-        print_userd(userd)
-        subprocess.run(["rmmod", "qgpu"], check=True)
-        subprocess.run(["rmmod", "nvmock"], check=True)
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.write_text(json.dumps(result, indent=2) + "\n")
-        return 0
     if ONLY == "hook":
         subprocess.run(["rmmod", "nvmock"], check=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
@@ -418,8 +412,9 @@ def main() -> int:
         params.append(f"{name}={value}")
         result[name] = value
     subprocess.run(["insmod", str(QGPU), *params], check=True)
+    trees = {} if ONLY == "userd" else TREES
     with QgpuClient.open() as client:
-        for name, tree in TREES.items():
+        for name, tree in trees.items():
             if ONLY == "online":
                 runs = [online_offline(client, tree) for _ in range(REPEAT)]
                 client.set_gpu(0, "best-effort")

@@ -37,12 +37,12 @@ from tests.vm.conftest import reset  # noqa: E402
 from tests.vm.gpuload import start_together  # noqa: E402
 from tests.vm.qgpu_env import cgroups, in_cgroup  # noqa: E402
 from tools.bench.qgpu_vm import (  # noqa: E402
-    NVMOCK,
     PERIOD_US,
     QGPU,
     REQUEST,
     SATURATE,
     TREES,
+    load_nvmock,
 )
 
 PARAM = os.environ.get("PARAM", "cold_look_us")
@@ -118,14 +118,7 @@ def solo() -> dict[str, float]:
 
 
 def main() -> int:
-    subprocess.run(["insmod", str(NVMOCK), "num_gpus=1"], check=True)
-    for name, minor in (("nvidiactl", 255), ("nvidia0", 0)):
-        if not Path(f"/dev/{name}").exists():
-            os.mknod(f"/dev/{name}", 0o666 | 0o020000, os.makedev(195, minor))
-    if not Path("/sys/fs/cgroup/cgroup.controllers").exists():
-        subprocess.run(["mount", "-t", "cgroup2", "none", "/sys/fs/cgroup"], check=True)
-    if not Path("/sys/kernel/debug/nvmock").exists():
-        subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
+    load_nvmock()
     subprocess.run(["insmod", str(QGPU), "target=nvmock"], check=True)
     result: dict[str, Any] = {
         "param": PARAM,
