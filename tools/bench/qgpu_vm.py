@@ -269,6 +269,10 @@ IDLE_PODS = 3
 # rate put its second past --seconds would end after the first).
 IDLE = ["--tree", "cuda", "--shape", "requests", "--rate-hz", "0.15", "--seconds", "8"]
 COLD_AFTER_S = 1.0  # kmod/qgpu/userd.c: COLD_AFTER_MS
+# The window opens this long after the pods are ready, once their channels have gone cold. Their
+# first requests start up to start_together()'s 1.5 s later, so each pod's request channel may
+# still be warm for the window's first second: one channel in 20.
+SETTLE_S = COLD_AFTER_S + 0.5
 WINDOW_S = 3.0
 
 
@@ -294,7 +298,7 @@ def userd_reads(client: QgpuClient) -> dict[str, Any]:
                 [*TREES["CUDA tree"], *SATURATE, "--seconds", "8"],
                 cgroups=[str(c.path) for c in (*online, offline)],
             )
-            time.sleep(COLD_AFTER_S + 0.5)
+            time.sleep(SETTLE_S)
             passes, reads = _gpu_counts()
             started = time.monotonic()
             time.sleep(WINDOW_S)
