@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient, QgpuEvent
+from qpolicy.enforcers.kmod.sysfs import PARAMS_ROOT
 from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.telemetry.cgroups import cgroup_id
 from tests.vm.conftest import ROOT, processes, reset
@@ -25,6 +26,20 @@ from tests.vm.linetenant import LineTenant
 QGPU = ROOT / "kmod" / "qgpu" / "qgpu.ko"
 SYSFS = Path("/sys/kernel/qgpu")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+# kmod/qgpu/userd.c's COLD_AFTER_MS: a channel showing no work this long is read only every
+# cold_look_us.
+COLD_AFTER_S = 1.0
+COLD_LOOK = PARAMS_ROOT / "cold_look_us"
+
+
+def sched_counts(gpu: int = 0) -> tuple[int, int]:
+    """qgpu's scheduler passes on ``gpu`` so far and the USERD reads they made (sysfs). The two
+    files are read one after the other, each under the module's lock, so a pass or a few can
+    fall between them: compare differences as ratios, not exactly."""
+    directory = SYSFS / f"gpu{gpu}"
+    return int((directory / "passes").read_text()), int((directory / "userd_reads").read_text())
 
 
 def ensure_cgroup2() -> None:

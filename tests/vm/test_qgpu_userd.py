@@ -12,7 +12,6 @@ import errno
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,16 @@ from qpolicy.nvrm.abi import NvStatus
 from tests.vm.conftest import processes, reset
 from tests.vm.gpuload import start_together
 from tests.vm.linetenant import LineTenant
-from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, in_cgroup, qgpu_loaded
+from tests.vm.qgpu_env import (
+    COLD_AFTER_S,
+    COLD_LOOK,
+    SYSFS,
+    Cgroup,
+    cgroups,
+    in_cgroup,
+    qgpu_loaded,
+    sched_counts,
+)
 
 PERIOD_US = 50_000
 SLOT = 0x2200  # not page-aligned: slots are 512 bytes
@@ -171,24 +179,15 @@ def test_online_gpuload_with_client_userd_closes_offline_work_while_it_runs() ->
         assert after > 0.5
 
 
-COLD_LOOK = Path("/sys/module/qgpu/parameters/cold_look_us")
-COLD_AFTER_S = 1.0  # userd.c: COLD_AFTER_MS
-
-
 def reads_over(seconds: float) -> tuple[int, int, float]:
-    """The GPU's scheduler passes and USERD reads over ``seconds``, and the seconds measured.
-    The two files are read one after the other, each under the module's lock, so a pass or a
-    few (250 us each) can fall between them at either end: compare as ratios, not exactly."""
-    gpu = SYSFS / "gpu0"
-    passes, reads = int((gpu / "passes").read_text()), int((gpu / "userd_reads").read_text())
+    """The GPU's scheduler passes and USERD reads over ``seconds`` (as ratios: sched_counts()),
+    and the seconds measured."""
+    passes, reads = sched_counts()
     started = time.monotonic()
     time.sleep(seconds)
     elapsed = time.monotonic() - started
-    return (
-        int((gpu / "passes").read_text()) - passes,
-        int((gpu / "userd_reads").read_text()) - reads,
-        elapsed,
-    )
+    passes_after, reads_after = sched_counts()
+    return passes_after - passes, reads_after - reads, elapsed
 
 
 def test_a_channel_idle_for_a_second_is_read_every_cold_look_us_and_its_work_still_seen() -> None:

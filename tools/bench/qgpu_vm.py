@@ -41,12 +41,25 @@ sys.path.insert(0, str(ROOT))
 from qpolicy.doctor.targets import P99_BOUND, stricter_solo  # noqa: E402
 from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup_id  # noqa: E402
-from tests.vm.conftest import engine_account, read_nvmock_param, reset  # noqa: E402
+from tests.vm.conftest import (  # noqa: E402
+    engine_account,
+    load,
+    make_nodes,
+    read_nvmock_param,
+    reset,
+)
 from tests.vm.gpuload import start_together  # noqa: E402
-from tests.vm.qgpu_env import cgroups, gpu_seconds, in_cgroup  # noqa: E402
+from tests.vm.qgpu_env import (  # noqa: E402
+    COLD_AFTER_S,
+    COLD_LOOK,
+    cgroups,
+    ensure_cgroup2,
+    gpu_seconds,
+    in_cgroup,
+    sched_counts,
+)
 
 BENCH = ROOT / "tools" / "bench" / "ioctlbench" / "ioctlbench"
-NVMOCK = ROOT / "kmod" / "nvmock" / "nvmock.ko"
 QGPU = ROOT / "kmod" / "qgpu" / "qgpu.ko"
 CGROUP = Path("/sys/fs/cgroup/qgpu-bench")
 # Where the benchmark runs: a container below the configured pod cgroup (the Kubernetes shape;
@@ -263,22 +276,15 @@ def online_offline(client: QgpuClient, tree: list[str]) -> dict[str, Any]:
 # so a lower bound; BENCHMARKS.md, 2026-12-05). qgpu reads through an uncached ioremap of the
 # same memory; its own reads are not measured on a GPU (the hosts load only signed modules).
 USERD_READ_US = 1.1
-COLD_LOOK = Path("/sys/module/qgpu/parameters/cold_look_us")
 IDLE_PODS = 3
 # An idle pod: one request at the start, the next after the window (a request stream whose
 # rate put its second past --seconds would end after the first).
 IDLE = ["--tree", "cuda", "--shape", "requests", "--rate-hz", "0.15", "--seconds", "8"]
-COLD_AFTER_S = 1.0  # kmod/qgpu/userd.c: COLD_AFTER_MS
 # The window opens this long after the pods are ready, once their channels have gone cold. Their
 # first requests start up to start_together()'s 1.5 s later, so each pod's request channel may
 # still be warm for the window's first second: one channel in 20.
 SETTLE_S = COLD_AFTER_S + 0.5
 WINDOW_S = 3.0
-
-
-def _gpu_counts() -> tuple[int, int]:
-    gpu = Path("/sys/kernel/qgpu/gpu0")
-    return int((gpu / "passes").read_text()), int((gpu / "userd_reads").read_text())
 
 
 def userd_reads(client: QgpuClient) -> dict[str, Any]:
@@ -299,11 +305,11 @@ def userd_reads(client: QgpuClient) -> dict[str, Any]:
                 cgroups=[str(c.path) for c in (*online, offline)],
             )
             time.sleep(SETTLE_S)
-            passes, reads = _gpu_counts()
+            passes, reads = sched_counts()
             started = time.monotonic()
             time.sleep(WINDOW_S)
             elapsed = time.monotonic() - started
-            after = _gpu_counts()
+            after = sched_counts()
             for load in loads:
                 load.result()
             for cg in (*online, offline):
@@ -385,21 +391,18 @@ def print_online(oo: dict[str, Any]) -> None:
     )
 
 
-def load_nvmock(*params: str) -> None:
+def load_nvmock(**params: int) -> None:
     """nvmock loaded for one GPU with ``params``, its device nodes made, cgroup v2 and debugfs
     mounted: the VM as the benches need it."""
-    subprocess.run(["insmod", str(NVMOCK), "num_gpus=1", *params], check=True)
-    for name, minor in (("nvidiactl", 255), ("nvidia0", 0)):
-        if not Path(f"/dev/{name}").exists():
-            os.mknod(f"/dev/{name}", 0o666 | 0o020000, os.makedev(195, minor))
-    if not Path("/sys/fs/cgroup/cgroup.controllers").exists():
-        subprocess.run(["mount", "-t", "cgroup2", "none", "/sys/fs/cgroup"], check=True)
-    if not Path("/sys/kernel/debug/nvmock").exists():
+    if not Path("/sys/kernel/debug/tracing").exists():
         subprocess.run(["mount", "-t", "debugfs", "none", "/sys/kernel/debug"], check=False)
+    load(num_gpus=1, **params)
+    make_nodes(gpus=1)
+    ensure_cgroup2()
 
 
 def main() -> int:
-    load_nvmock(*([] if GSP_PCT is None else [f"gsp_pct={int(GSP_PCT)}"]))
+    load_nvmock(**({} if GSP_PCT is None else {"gsp_pct": int(GSP_PCT)}))
     result: dict[str, object] = {} if ONLY in ("online", "userd") else {"hook": hook_overhead()}
     result["nvmock_gsp_pct"] = read_nvmock_param("gsp_pct")
     # The VM's size is part of the result: a lone online stream's p99 was 3.9-4.9 x its p50

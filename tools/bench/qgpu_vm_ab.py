@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
+from qpolicy.enforcers.kmod.sysfs import PARAMS_ROOT  # noqa: E402
 from tests.vm.conftest import reset  # noqa: E402
 from tests.vm.gpuload import start_together  # noqa: E402
-from tests.vm.qgpu_env import cgroups, in_cgroup  # noqa: E402
+from tests.vm.qgpu_env import cgroups, in_cgroup, sched_counts  # noqa: E402
 from tools.bench.qgpu_vm import (  # noqa: E402
     PERIOD_US,
     QGPU,
@@ -51,7 +52,6 @@ PAIRS = int(os.environ.get("PAIRS", "5"))
 SECONDS = int(os.environ.get("SECONDS", "20"))
 TREE = TREES["CUDA tree" if os.environ.get("TREE", "cuda") == "cuda" else "gpuload tree"]
 OUT = ROOT / "build" / "vm" / "bench-qgpu-ab.json"
-GPU = Path("/sys/kernel/qgpu/gpu0")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -79,14 +79,14 @@ def quantiles(report: dict[str, Any]) -> dict[str, float]:
 
 
 def run(client: QgpuClient, value: str) -> dict[str, Any]:
-    (Path("/sys/module/qgpu/parameters") / PARAM).write_text(value)
+    (PARAMS_ROOT / PARAM).write_text(value)
     request = [*TREE, *REQUEST, "--seconds", str(SECONDS)]
     with cgroups(2) as (online, offline):
         client.set_gpu(0, "best-effort", PERIOD_US)
         client.set_cgroup(online.id, 0, "online", 50)
         client.set_cgroup(offline.id, 0, "offline", 50)
         reset()
-        passes, reads = int((GPU / "passes").read_text()), int((GPU / "userd_reads").read_text())
+        passes, reads = sched_counts()
         ticks = sched_ticks()
         started = time.monotonic()
         infer, train = start_together(
@@ -97,12 +97,12 @@ def run(client: QgpuClient, value: str) -> dict[str, Any]:
         served = infer.result()
         train.result()
         wall = time.monotonic() - started
-        n_passes = int((GPU / "passes").read_text()) - passes
+        passes_after, reads_after = sched_counts()
         out = {
             PARAM: value,
             "requests": served["requests"],
             **quantiles(served),
-            "reads_a_pass": (int((GPU / "userd_reads").read_text()) - reads) / max(1, n_passes),
+            "reads_a_pass": (reads_after - reads) / max(1, passes_after - passes),
             "sched_cpu_pct": (sched_ticks() - ticks) / CLK_TCK / wall * 100,
         }
         client.del_cgroup(online.id)
