@@ -75,6 +75,9 @@ def worker(n: int, requests: int, gap_ms: float, chain: int, timeline: str) -> N
 
 
 TRAINER_S = 3.0
+# What userd_watch.c's watch() loads from a slot at each read: GP_GET, Put and TopLevelGet.
+# tools/gpu/userd_read_cost.py divides the watcher's time by reads times this.
+LOADS_PER_READ = 3
 
 
 def pending_share(events: list[tuple[int, int, int]], t0: int, t2: int) -> float | None:
@@ -293,6 +296,7 @@ def main() -> int:
         "n": args.n,
         "gap_ms": args.gap_ms,
         "reads": watch["reads"],
+        "loads_per_read": LOADS_PER_READ,
         "events": len(watch["events"]),
         "events_lost": watch["events_lost"],
         "channels": watch["channels"],
