@@ -124,6 +124,8 @@ struct qgpu_obj {
 	u32 userd_get;			/* GP_GET at the last look */
 	u64 userd_seen;			/* ns: a look last showed work, or it became readable */
 	u64 userd_next;			/* ns: cold, not read before this; 0: warm */
+	u64 userd_born;			/* ns: it last became readable */
+	bool userd_used;		/* work seen a second or more after: not dormant */
 	/* channel: a scheduler's FIFO_DISABLE_CHANNELS for it is in flight (sched.c) */
 	bool in_change;
 	bool dead;			/* untracked while in_change: the scheduler frees it */

@@ -26,7 +26,8 @@
  *   /sys/kernel/qgpu/gpuN/passes      scheduler passes that looked at the GPU's channels
  *   /sys/kernel/qgpu/gpuN/userd_reads channels' USERD read by those passes (each a PCIe read
  *                                     on a GPU; a channel idle for a second is read only every
- *                                     cold_look_us, a module parameter)
+ *                                     cold_look_us, one fed only in its first second every
+ *                                     dormant_look_us: module parameters)
  *   /sys/kernel/qgpu/gpuN/online_busy 1 while an online cgroup on the GPU has work
  *   /sys/kernel/qgpu/rm_version       the driver version whose in-kernel RM entry qgpu uses
  *                                     (empty: none, time slicing is off)

@@ -32,6 +32,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # cold_look_us.
 COLD_AFTER_S = 1.0
 COLD_LOOK = PARAMS_ROOT / "cold_look_us"
+DORMANT_LOOK = PARAMS_ROOT / "dormant_look_us"
 
 
 def sched_counts(gpu: int = 0) -> tuple[int, int]:

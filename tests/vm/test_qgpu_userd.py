@@ -12,6 +12,7 @@ import errno
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from tests.vm.linetenant import LineTenant
 from tests.vm.qgpu_env import (
     COLD_AFTER_S,
     COLD_LOOK,
+    DORMANT_LOOK,
     SYSFS,
     Cgroup,
     cgroups,
@@ -221,13 +223,64 @@ def test_a_channel_idle_for_a_second_is_read_every_cold_look_us_and_its_work_sti
             assert reads >= 0.95 * passes
 
 
+@pytest.mark.parametrize(
+    ("cold_ms", "dormant_ms", "every_ms"),
+    [(20, 200, 200), (20, 0, 20), (100, 5, 100)],
+    ids=["dormant", "dormant_look_us=0", "never-more-often-than-cold"],
+)
+def test_a_channel_fed_only_in_its_first_second_is_read_every_dormant_look_us(
+    cold_ms: int, dormant_ms: int, every_ms: int
+) -> None:
+    """CUDA sets a context's 20 channels up and then feeds one or two (on an H200, 18 showed
+    work only in the context's first 62 ms, tools/gpu/userd_fetch.py): a cold channel whose only
+    work came in its first second is read every dormant_look_us, never more often than a cold
+    one, and as a cold one with 0."""
+    params = {"cold_look_us": cold_ms * 1000, "dormant_look_us": dormant_ms * 1000}
+    with qgpu_loaded(**params) as client, cgroups(1) as (online,):
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        with userd_tenant(online) as tenant:
+            tenant.ask("put 1")  # set-up work, fetched at once
+            tenant.ask("get 1")
+            time.sleep(COLD_AFTER_S + 0.5)
+            passes, reads, elapsed = reads_over(2.0)
+            print(f"fed at start, {params}: {reads} reads in {passes} passes, {elapsed:.2f} s")
+            assert passes > 200  # the scheduler ran
+            assert elapsed * 1000 / every_ms - 2 <= reads <= elapsed * 1000 / every_ms + 2
+
+
+def test_work_on_a_dormant_channel_is_seen_and_it_is_never_dormant_again() -> None:
+    with (
+        qgpu_loaded(cold_look_us=20_000, dormant_look_us=200_000) as client,
+        cgroups(1) as (online,),
+    ):
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        with userd_tenant(online) as tenant:
+            time.sleep(COLD_AFTER_S + 0.5)
+            _, reads, elapsed = reads_over(1.0)
+            assert reads <= elapsed / 0.2 + 2  # dormant: never fed
+
+            tenant.ask("put 1")
+            busy = online_busy_samples(0.6)
+            # Seen at its next look, at most 200 ms on (the samples are 20 ms apart).
+            assert all(busy[13:]), busy
+            tenant.ask("get 1")
+            time.sleep(COLD_AFTER_S + 0.5)
+            passes, reads, elapsed = reads_over(2.0)
+            print(f"cold after work: {reads} reads in {passes} passes, {elapsed:.2f} s")
+            # Fed after its first second: read every cold_look_us (20 ms) from now on.
+            assert elapsed / 0.02 - 3 <= reads <= elapsed / 0.02 + 3
+
+
+@pytest.mark.parametrize("param", [COLD_LOOK, DORMANT_LOOK], ids=lambda p: p.name)
 @pytest.mark.parametrize("value", ["1000001", "-1", "x", "1e3"])
-def test_cold_look_us_refuses_a_bad_value_and_keeps_its_own(value: str) -> None:
-    with qgpu_loaded(cold_look_us=3000):
+def test_look_intervals_refuse_a_bad_value_and_keep_their_own(param: Path, value: str) -> None:
+    with qgpu_loaded(cold_look_us=3000, dormant_look_us=3000):
         with pytest.raises(OSError) as refused:
-            COLD_LOOK.write_text(value)
+            param.write_text(value)
         assert refused.value.errno == errno.EINVAL
-        assert COLD_LOOK.read_text().strip() == "3000"
+        assert param.read_text().strip() == "3000"
 
 
 def test_an_idle_cuda_process_costs_a_pass_few_reads() -> None:

@@ -23,7 +23,8 @@ class SysfsGpu:
     # "own" or "cta" (kmod/uapi/qgpu.h)
     offline_preemption: str | None = None
     # Scheduler passes that looked at the GPU's channels, and the USERD reads they made (each a
-    # PCIe read on a GPU; a channel idle for a second is read only every cold_look_us)
+    # PCIe read on a GPU; a channel idle for a second is read only every cold_look_us, one
+    # fed only in its first second every dormant_look_us)
     passes: int | None = None
     userd_reads: int | None = None
 
