@@ -66,8 +66,9 @@ bench: venv
 # BASELINE, built beside it, and also at BEFORE if given (a change's before and after in the
 # same run). BENCH_ONLY=hook: the cost alone; BENCH_ONLY=online: the online-offline scenario
 # alone, REPEAT times; BENCH_ONLY=userd: the USERD reads alone. ONLINE_HOLD_US, BUSY_HOLD_US,
-# ONLINE_GATE and COLD_LOOK_US set qgpu's parameters of those names for the run
-# (COLD_LOOK_US=0: every channel read at every pass, as before 2026-12-05), GSP_PCT nvmock's.
+# ONLINE_GATE, COLD_LOOK_US and DORMANT_LOOK_US set qgpu's parameters of those names for the run
+# (COLD_LOOK_US=0: every channel read at every pass, as before 2026-12-05), GSP_PCT nvmock's;
+# IDLE_PODS, the idle CUDA pods of the USERD reads (3).
 # The baselines are built against the VM's kernel headers, so the VM setup comes first (on a new
 # machine nothing else has installed them yet).
 BASELINE ?= 20a672a
@@ -84,6 +85,8 @@ bench-vm: venv
 		$(if $(BUSY_HOLD_US),BUSY_HOLD_US=$(BUSY_HOLD_US)) \
 		$(if $(ONLINE_GATE),ONLINE_GATE=$(ONLINE_GATE)) \
 		$(if $(COLD_LOOK_US),COLD_LOOK_US=$(COLD_LOOK_US)) \
+		$(if $(DORMANT_LOOK_US),DORMANT_LOOK_US=$(DORMANT_LOOK_US)) \
+		$(if $(IDLE_PODS),IDLE_PODS=$(IDLE_PODS)) \
 		$(if $(GSP_PCT),GSP_PCT=$(GSP_PCT)) $(BIN)/python tools/bench/qgpu_vm.py
 
 # On a GPU machine, as root, with the system Python that has PyTorch (no venv there): native

@@ -52,6 +52,7 @@ from tests.vm.gpuload import start_together  # noqa: E402
 from tests.vm.qgpu_env import (  # noqa: E402
     COLD_AFTER_S,
     COLD_LOOK,
+    DORMANT_LOOK,
     cgroups,
     ensure_cgroup2,
     gpu_seconds,
@@ -87,11 +88,17 @@ ONLINE_SECONDS = 20
 # Each scenario runs with gpuload's own tree (one TSG, one channel) and with CUDA's (the H200
 # trace's: 4 TSGs and 20 channels a process, USERD in video memory; tools/gpuload/CUDA_SEQUENCE.md).
 TREES = {"gpuload tree": [], "CUDA tree": ["--tree", "cuda"]}
-# qgpu's online_hold_us, busy_hold_us, online_gate and cold_look_us for the whole run; unset
-# keeps the module's default.
+# qgpu's online_hold_us, busy_hold_us, online_gate, cold_look_us and dormant_look_us for the
+# whole run; unset keeps the module's default.
 QGPU_PARAMS = {
     name: int(os.environ[name.upper()])
-    for name in ("online_hold_us", "busy_hold_us", "online_gate", "cold_look_us")
+    for name in (
+        "online_hold_us",
+        "busy_hold_us",
+        "online_gate",
+        "cold_look_us",
+        "dormant_look_us",
+    )
     if name.upper() in os.environ
 }
 REPEAT = int(os.environ.get("REPEAT", "1"))
@@ -276,7 +283,7 @@ def online_offline(client: QgpuClient, tree: list[str]) -> dict[str, Any]:
 # so a lower bound; BENCHMARKS.md, 2026-12-05). qgpu reads through an uncached ioremap of the
 # same memory; its own reads are not measured on a GPU (the hosts load only signed modules).
 USERD_READ_US = 1.1
-IDLE_PODS = 3
+IDLE_PODS = int(os.environ.get("IDLE_PODS", "3"))
 # An idle pod: one request at the start, the next after the window (a request stream whose
 # rate put its second past --seconds would end after the first).
 IDLE = ["--tree", "cuda", "--shape", "requests", "--rate-hz", "0.15", "--seconds", "8"]
@@ -289,11 +296,19 @@ WINDOW_S = 3.0
 
 def userd_reads(client: QgpuClient) -> dict[str, Any]:
     """USERD reads per pass and per second with IDLE_PODS idle online CUDA pods beside a busy
-    offline CUDA trainer, every channel read at every pass and cold ones every cold_look_us."""
-    default = int(COLD_LOOK.read_text())
+    offline CUDA trainer, in the same run: every channel read at every pass (as before
+    2026-12-05), cold ones every cold_look_us (dormant_look_us=0, as from then to 2026-12-05's
+    thirty-ninth session), and dormant ones every dormant_look_us too (the run's settings)."""
+    cold_default, dormant_default = int(COLD_LOOK.read_text()), int(DORMANT_LOOK.read_text())
     out: dict[str, Any] = {"idle_pods": IDLE_PODS, "channels_a_pod": 20, "read_us": USERD_READ_US}
-    for name, cold in (("every_pass", 0), ("cold_looks", default)):
+    settings = (
+        ("every_pass", 0, 0),
+        ("cold_looks", cold_default, 0),
+        ("dormant_looks", cold_default, dormant_default),
+    )
+    for name, cold, dormant in settings:
         COLD_LOOK.write_text(str(cold))
+        DORMANT_LOOK.write_text(str(dormant))
         with cgroups(IDLE_PODS + 1) as (*online, offline):
             client.set_gpu(0, "best-effort", PERIOD_US)
             for cg in online:
@@ -317,6 +332,7 @@ def userd_reads(client: QgpuClient) -> dict[str, Any]:
         n_passes, n_reads = after[0] - passes, after[1] - reads
         out[name] = {
             "cold_look_us": cold,
+            "dormant_look_us": dormant,
             "passes": n_passes,
             "reads": n_reads,
             "seconds": elapsed,
@@ -327,17 +343,19 @@ def userd_reads(client: QgpuClient) -> dict[str, Any]:
             # looks this overstates a host's cost.
             "host_cpu_pct_at_poll_us": n_reads / n_passes * USERD_READ_US / 250 * 100,
         }
-    COLD_LOOK.write_text(str(default))
+    COLD_LOOK.write_text(str(cold_default))
+    DORMANT_LOOK.write_text(str(dormant_default))
     client.set_gpu(0, "best-effort")
     return out
 
 
 def print_userd(u: dict[str, Any]) -> None:
     print(f"USERD reads, {u['idle_pods']} idle online CUDA pods beside a busy offline trainer:")
-    for name in ("every_pass", "cold_looks"):
+    for name in ("every_pass", "cold_looks", "dormant_looks"):
         r = u[name]
         print(
-            f"  cold_look_us={r['cold_look_us']:<5} -> {r['reads_a_pass']:.2f} reads a pass,"
+            f"  cold_look_us={r['cold_look_us']:<5} dormant_look_us={r['dormant_look_us']:<6}"
+            f" -> {r['reads_a_pass']:.2f} reads a pass,"
             f" {r['reads_a_second']:.0f} a second ({r['passes']} passes in {r['seconds']:.1f} s);"
             f" at {u['read_us']} us a read and a pass each 250 us, a host would spend"
             f" {r['host_cpu_pct_at_poll_us']:.1f} % of a core reading, under qgpu's lock"
