@@ -869,3 +869,22 @@ def test_the_bench_measures_the_online_solo_again_after_the_rows(
     monkeypatch.setattr("sys.argv", [*argv, "--only", "fixed-share 70/30"])
     assert gpu.main() == 0
     assert ran and not any(name.startswith("online solo") for name in ran)
+
+
+def test_host_steal_is_reported_beside_the_verdict_and_does_not_decide() -> None:
+    """The GPU hosts are virtual machines: on 2026-12-05 an H200 row's slow requests gathered in
+    the quarter seconds in which the hypervisor took CPU (BENCHMARKS.md, thirty-ninth session)."""
+    steal = {"samples": 80, "with_steal": 20, "steal_cpu_s": 0.3, "interval_s": 0.25, "raw": []}
+    run = {"n": 0, "pods": {"online": {"p50_ms": 0.6}, "trainer": {"it_per_s": 290.0}}}
+    summary = gpu.summarise(TRAINER_8192, {**run, "host_steal": steal}, {}, 20.0)
+    assert summary["host_steal_pct"] == 25.0
+    assert "host_steal_pct" not in gpu.summarise(TRAINER_8192, run, {}, 20.0)
+    q = {"online_p50_ms": 0.6, "online_p99_ms": 0.9, "trainer_it_per_s": 290.0}
+    r = report({"p50_ms": 0.55, "p99_ms": 0.71}, q, TRAINER_8192.name)
+    verdict = gpu._online_verdict(TRAINER_8192, {**q, "host_steal_pct": 25.0}, r)
+    assert "host steal in 25 % of its quarter seconds" in verdict and verdict.endswith(": meets")
+    assert "host steal" not in gpu._online_verdict(TRAINER_8192, {**q, "host_steal_pct": 0.0}, r)
+    r["online_solo"] = {"p50_ms": 0.55, "p99_ms": 0.71, "requests": 3001}
+    r["online_solo_host_steal"] = {**steal, "with_steal": 4}
+    (line,) = gpu.solo_lines(r)[1:]
+    assert line.endswith("(3001), host steal in 5.0 % of its quarter seconds"), line

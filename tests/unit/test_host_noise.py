@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -44,3 +45,23 @@ def test_time_the_hypervisor_took_is_reported_as_steal(monkeypatch: pytest.Monke
     (only,) = result["samples"]
     assert only["steal"] == 0.3
     assert only["busy"] == 0.8
+
+
+def test_steal_watch_counts_the_samples_the_hypervisor_took_cpu_in() -> None:
+    """`make bench-gpu` keeps it with every run (tools/bench/gpu.py run_once())."""
+    readings = iter([0, 0, 2, 2, 5])
+
+    def steal_ticks() -> int:
+        return next(readings, 5)
+
+    watch = host_noise.StealWatch(interval=0.01, read=steal_ticks)
+    with watch:
+        while len(watch.samples) < 6:
+            time.sleep(0.01)
+    everything = watch.within(0, time.time())
+    assert everything["samples"] == len(watch.samples) >= 6
+    assert everything["with_steal"] == 2  # 0->2 and 2->5; every later sample reads 5 again
+    assert everything["steal_cpu_s"] == pytest.approx(5 / host_noise.TICK)
+    first_end = watch.samples[0][0]
+    assert watch.within(first_end, first_end)["samples"] == 1
+    assert watch.within(0, first_end - 1)["samples"] == 0

@@ -73,6 +73,7 @@ from qpolicy.enforcers.strategy import (  # noqa: E402
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec  # noqa: E402
 from qpolicy.state import DesiredState, StateStore, default_state_dir  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup2_mount  # noqa: E402
+from tools.gpu.host_noise import StealWatch  # noqa: E402
 
 MATMUL = ROOT / "tools" / "gpu" / "matmul.py"
 INIT_S = 8.0
@@ -779,6 +780,7 @@ def run_once(
     env = dict(os.environ)
     start_at = time.time() + INIT_S
     with contextlib.ExitStack() as stack:
+        steal = stack.enter_context(StealWatch())
         daemon_info: dict[str, Any] | None = None
         if mode in MPS_MODES:
             stack.enter_context(mps_server())
@@ -818,6 +820,9 @@ def run_once(
             counts_after = turn_counts(daemon_info["status_path"])
         results = collect(processes, timeout=INIT_S + seconds + 30)
     out: dict[str, Any] = {"mode": mode, "n": n, "pods": results}
+    # What the hypervisor took from the host while the pods ran (the GPU hosts are virtual
+    # machines): on 2026-12-05 an H200 row's slow requests gathered where it did.
+    out["host_steal"] = steal.within(start_at, start_at + seconds)
     if daemon_info is not None:
         out["daemon"] = {k: v for k, v in daemon_info.items() if k not in ("port", "status_path")}
         out["daemon"]["args"] = list(DAEMON_ARGS)
@@ -952,6 +957,14 @@ def _online_requests(scenario: Scenario, pods: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
+def steal_share(steal: dict[str, Any] | None) -> float | None:
+    """The share of a run's samples in which the hypervisor took CPU from the host; None where
+    the run has none (reports from before 2026-12-05, or a run too short to sample)."""
+    if not steal or not steal.get("samples"):
+        return None
+    return float(steal["with_steal"]) / float(steal["samples"])
+
+
 def summarise(
     scenario: Scenario, run: dict[str, Any], solos: dict[int, float], seconds: float
 ) -> dict[str, Any]:
@@ -987,6 +1000,9 @@ def summarise(
             summary["trainers_it_per_s"] = trainers
         rates = list(trainers.values())
         summary["trainer_it_per_s"] = None if None in rates else sum(rates)
+        share = steal_share(run.get("host_steal"))
+        if share is not None:
+            summary["host_steal_pct"] = round(100 * share, 1)
         return summary
     shares = {}
     for pod in scenario.pods:
@@ -1157,6 +1173,9 @@ def _online_verdict(scenario: Scenario, summary: dict[str, Any], report: dict[st
     if behind > BEHIND_S:
         parts.append(f"online fell {behind:.1f} s behind its requests")
         ok = False
+    if summary.get("host_steal_pct"):
+        # Not a target: the host's CPUs taken by its hypervisor meanwhile (run_once()).
+        parts.append(f"host steal in {summary['host_steal_pct']:g} % of its quarter seconds")
     run, solo_run = summary.get("online_run_p50_ms"), solo.get("run_p50_ms")
     if run and solo_run:
         # Not a target: how much of the p50 the run on the GPU took, which scheduling cannot
@@ -1274,9 +1293,13 @@ def solo_lines(report: dict[str, Any]) -> list[str]:
         solo = report.get(key) or {}
         if solo.get("p50_ms") and solo.get("p99_ms"):
             unstable = solo_unstable(solo["p50_ms"], solo["p99_ms"])
+            share = steal_share(report.get(f"{key}_host_steal"))
+            steal = (
+                "" if not share else f", host steal in {100 * share:.1f} % of its quarter seconds"
+            )
             lines.append(
                 f"online solo {when}: p50 {solo['p50_ms']:.2f} / p99 {solo['p99_ms']:.2f} ms "
-                f"({solo.get('requests') or 0}){', unstable' if unstable else ''}"
+                f"({solo.get('requests') or 0}){', unstable' if unstable else ''}{steal}"
             )
     return ["", *lines] if lines else []
 
@@ -1453,6 +1476,7 @@ def main() -> int:
                 cgroups,
             )
             report["online_solo"] = online_solo["pods"]["online"]
+            report["online_solo_host_steal"] = online_solo.get("host_steal")
             print(json.dumps({"online solo": _brief(report["online_solo"])}), flush=True)
         for scenario in chosen:
             if own_solo(scenario):
@@ -1516,6 +1540,7 @@ def main() -> int:
                 cgroups,
             )
             report["online_solo_after"] = after["pods"]["online"]
+            report["online_solo_after_host_steal"] = after.get("host_steal")
             print(
                 json.dumps({"online solo after": _brief(report["online_solo_after"])}), flush=True
             )

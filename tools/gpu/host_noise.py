@@ -18,7 +18,9 @@ import argparse
 import json
 import os
 import signal
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,47 @@ def process_times() -> dict[int, tuple[str, int]]:
         rest = text[text.rindex(")") + 2 :].split()
         out[int(entry.name)] = (name, int(rest[11]) + int(rest[12]))
     return out
+
+
+class StealWatch:
+    """The host's steal time while a run lasts, from /proc/stat every ``interval`` s on a thread
+    of its own: each sample's end (wall clock) and the ticks stolen in it. `tools/bench/gpu.py`
+    keeps it with every run, so that a row's tail can be set beside what the hypervisor took
+    (tools/gpu/steal_tails.py did it from this script's samples, BENCHMARKS.md, 2026-12-05)."""
+
+    def __init__(self, interval: float = 0.25, read: Callable[[], int] | None = None) -> None:
+        self.interval = interval
+        self.read = read or (lambda: host_times().get("steal", 0))
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="steal-watch", daemon=True)
+
+    def _run(self) -> None:
+        last = self.read()
+        while not self._stop.wait(self.interval):
+            now = self.read()
+            self.samples.append((time.time(), now - last))
+            last = now
+
+    def __enter__(self) -> StealWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def within(self, start: float, end: float) -> dict[str, Any]:
+        """The samples that ended in [start, end]: how many, how many with steal, the seconds of
+        CPU stolen in them (over all the host's CPUs), and each (end, ticks)."""
+        inside = [(t, ticks) for t, ticks in self.samples if start <= t <= end]
+        return {
+            "interval_s": self.interval,
+            "samples": len(inside),
+            "with_steal": sum(1 for _, ticks in inside if ticks > 0),
+            "steal_cpu_s": sum(ticks for _, ticks in inside) / TICK,
+            "raw": [[round(t, 3), ticks] for t, ticks in inside],
+        }
 
 
 def sample(seconds: float, interval: float, floor: float, exclude: set[int]) -> dict[str, Any]:
