@@ -30,8 +30,10 @@ from tests.vm.rmclient import (
 )
 from tests.vm.tenant import preemption_mode
 
-# A load that keeps nvmock's engine running (test_nvmock_engine.py's).
-ENGINE_BUSY = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "4", "--queue", "2"]
+# A load that keeps nvmock's engine running (test_nvmock_engine.py's), with 64 ms of work in
+# flight so that it stays running while the process waits for a CPU: with 8 ms, a CI run once
+# took the idle time for one of three controls meant to find the engine busy.
+ENGINE_BUSY = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "4", "--queue", "16"]
 
 
 @pytest.fixture
