@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 # The bench's own percentiles (nearest rank), so that pooled and per-run numbers read alike.
 from qpolicy.doctor.report import latency_stats  # noqa: E402
+from tools.gpu.result_json import read_json  # noqa: E402
 
 # nvidia-smi's clock-event reasons (nvml.h: nvmlClocksEventReason*), the bits this row meets.
 REASONS = {
@@ -111,8 +112,7 @@ def read_smi(path: Path) -> list[Sample]:
 
 def read_runs(path: Path, row: str) -> list[Run]:
     """The qpolicy runs of the one scenario whose name starts with ``row`` in a bench JSON."""
-    with lzma.open(path) if path.suffix == ".xz" else path.open("rb") as f:
-        report = json.load(f)
+    report = read_json(path)
     runs = []
     matched = [name for name in report.get("scenarios", {}) if name.startswith(row)]
     if len(matched) > 1:

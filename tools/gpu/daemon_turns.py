@@ -42,6 +42,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.gpu.result_json import read_json
+
 LINE = re.compile(
     r"^qpolicy daemon:\s+(?P<ms>\d+(?:\.\d+)?) ms \w+ (?P<logger>[\w.]+): (?P<text>.*)$"
 )
@@ -276,9 +280,7 @@ def slow_near_controls(
 
 def bench_latencies(path: Path, online: str) -> tuple[list[float], float]:
     """The qpolicy row's ``online`` latencies and the release rate, from a bench JSON(.xz)."""
-    opener = lzma.open if path.name.endswith(".xz") else open
-    with opener(path, "rt") as handle:
-        data = json.load(handle)
+    data = read_json(path)
     for runs in data["scenarios"].values():
         for run in runs:
             if run.get("mode") == "qpolicy":

@@ -25,6 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.bench.gpu import CPU_EDGE_S, handovers_seen
+from tools.gpu.result_json import read_json
 
 
 def documents(path: Path) -> Iterator[tuple[str, Any]]:
@@ -37,9 +38,7 @@ def documents(path: Path) -> Iterator[tuple[str, Any]]:
                     if raw is not None:
                         yield member.name, json.load(io.TextIOWrapper(raw))
         return
-    opener = lzma.open if path.name.endswith(".xz") else open
-    with opener(path, "rt") as handle:
-        yield path.name, json.load(handle)
+    yield path.name, read_json(path)
 
 
 def rows(name: str, document: Any) -> Iterator[dict[str, Any]]:

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.gpu.result_json import Unreadable, read_object
 
 ONLINE_HZ = 150.0
 
@@ -53,18 +56,6 @@ class Split:
     @property
     def rate_without(self) -> float | None:
         return self.slow_without_steal / self.without_steal if self.without_steal else None
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        opener = lzma.open if path.suffix == ".xz" else open
-        with opener(path, "rt") as f:
-            data = json.load(f)
-    except (OSError, lzma.LZMAError, json.JSONDecodeError) as err:
-        raise BadInput(f"{path}: {err}") from err
-    if not isinstance(data, dict):
-        raise BadInput(f"{path}: not a JSON object")
-    return data
 
 
 def steal_windows(noise: dict[str, Any]) -> list[tuple[float, float, bool]]:
@@ -151,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"steal_tails: --slow-x must be positive, not {args.slow_x}", file=sys.stderr)
         return 2
     try:
-        rows = splits(read_json(args.bench), read_json(args.noise), args.slow_x)
-    except BadInput as err:
+        rows = splits(read_object(args.bench), read_object(args.noise), args.slow_x)
+    except (BadInput, Unreadable) as err:
         print(f"steal_tails: {err}", file=sys.stderr)
         return 1
     if args.json:

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.gpu.result_json import Unreadable, read_object
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LOADS_BY_EVENT_WIDTH = {4: 1, 7: 3}
@@ -87,15 +90,7 @@ def read_cost(name: str, data: dict[str, Any]) -> ReadCost:
 
 def load(path: Path) -> ReadCost:
     name = path.name.removesuffix(".xz").removesuffix(".json")
-    try:
-        opener = lzma.open if path.suffix == ".xz" else open
-        with opener(path, "rt") as f:
-            data = json.load(f)
-    except (OSError, lzma.LZMAError, json.JSONDecodeError) as err:
-        raise BadResult(f"{path}: {err}") from err
-    if not isinstance(data, dict):
-        raise BadResult(f"{path}: not a JSON object")
-    return read_cost(name, data)
+    return read_cost(name, read_object(path))
 
 
 def table(costs: list[ReadCost]) -> str:
@@ -127,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         costs = [load(p) for p in files]
-    except BadResult as err:
+    except (BadResult, Unreadable) as err:
         print(f"userd_read_cost: {err}", file=sys.stderr)
         return 1
     if args.json:
