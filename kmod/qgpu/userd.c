@@ -65,15 +65,16 @@
  *
  * Dormant channels. Cold looks still cost every idle channel 500 reads a second: ten idle CUDA
  * processes, 200 channels, about 100 000 reads a second, 11 % of a core and 37 us of qgpu_lock
- * in every pass. Most of those channels are never fed: in a PyTorch process on an H200, 18 of
- * its 20 channels showed work only while CUDA set the context up, all of it within 62 ms, and
- * one carried every kernel (tools/gpu/results/2026-11-27-userd-fetch-8192-h200-call10C: the
- * watcher's events by channel). So a cold channel that has shown no work COLD_AFTER_MS or more
- * after it became readable is dormant, and read once every dormant_look_us (32 ms by default,
- * never more often than cold_look_us; 0 means as cold_look_us). Work seen on it later makes it
- * warm, and it is never dormant again. What that costs: the first work a process puts on such a
- * channel (a stream first used late, or a server's first request after a start-up shorter than
- * a second) is seen up to dormant_look_us late, once in the channel's life.
+ * in every pass. Most of those channels are fed only while CUDA sets the context up: in ten
+ * PyTorch processes (eight on H100s, two on H200s), 19 of the 20 channels showed no work after
+ * the first request began, their last 76-129 ms after the watcher first read them, and channel
+ * 0 carried every kernel (tools/gpu/channel_use.py over userd_fetch.py's raw results). So a cold
+ * channel that has shown no work COLD_AFTER_MS or more after it became readable is dormant, and
+ * read once every dormant_look_us (32 ms by default, never more often than cold_look_us; 0 means
+ * as cold_look_us). Work seen on it later makes it warm, and it is never dormant again. What
+ * that costs: the first work a process puts on such a channel (a stream first used late, or a
+ * server's first request after a start-up shorter than a second) is seen up to dormant_look_us
+ * late, once in the channel's life.
  *
  * Everything here runs under qgpu_lock.
  */

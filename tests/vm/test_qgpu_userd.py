@@ -231,10 +231,10 @@ def test_a_channel_idle_for_a_second_is_read_every_cold_look_us_and_its_work_sti
 def test_a_channel_fed_only_in_its_first_second_is_read_every_dormant_look_us(
     cold_ms: int, dormant_ms: int, every_ms: int
 ) -> None:
-    """CUDA sets a context's 20 channels up and then feeds one or two (on an H200, 18 showed
-    work only in the context's first 62 ms, tools/gpu/userd_fetch.py): a cold channel whose only
-    work came in its first second is read every dormant_look_us, never more often than a cold
-    one, and as a cold one with 0."""
+    """CUDA sets a context's 20 channels up and then feeds one or two (in ten PyTorch processes
+    on H100s and H200s, 19 showed work only in the context's first 130 ms,
+    tools/gpu/channel_use.py): a cold channel whose only work came in its first second is read
+    every dormant_look_us, never more often than a cold one, and as a cold one with 0."""
     params = {"cold_look_us": cold_ms * 1000, "dormant_look_us": dormant_ms * 1000}
     with qgpu_loaded(**params) as client, cgroups(1) as (online,):
         client.set_gpu(0, "best-effort", PERIOD_US)
