@@ -31,6 +31,22 @@ static unsigned int idle_poll_us = 200;
 module_param(idle_poll_us, uint, 0644);
 MODULE_PARM_DESC(idle_poll_us, "How often an idle engine looks for work, us");
 
+/*
+ * The engine stands for a GPU, which runs beside the host's CPUs and never waits for them. As an
+ * ordinary thread in a VM of one vCPU it waited for every real-time thread of the host: qgpu's
+ * scheduler (SCHED_FIFO) spins through each GSP control as RM does (control.c), so at every close
+ * and open the mock GPU could not wake for 0.4-0.5 ms, and a kernel due to end then ended late. Run
+ * above every such thread, it sleeps through its kernels and wakes when they end. Measured in the
+ * VM of one vCPU, CUDA's tree, five alternating pairs of 1 001 requests at 50 Hz beside a trainer
+ * (tools/bench/qgpu_vm_ab.py with PARAM=nvmock.engine_fifo; BENCHMARKS.md 2026-12-05, fortieth
+ * session): qgpu's online p50 / p99 2.88 / 3.92 ms as an ordinary thread, 2.69 / 3.61 in
+ * SCHED_FIFO, against a solo of 2.36-2.40 / 2.79-3.01. 0 makes it an ordinary thread again, for
+ * that comparison.
+ */
+static bool engine_fifo = true;
+module_param(engine_fifo, bool, 0644);
+MODULE_PARM_DESC(engine_fifo, "The engine's thread runs SCHED_FIFO, above host threads (default 1)");
+
 /* Methods decoded in one go under the lock before yielding. */
 #define METHODS_PER_FETCH	256
 
@@ -366,25 +382,30 @@ static u64 spend(u64 ns)
 	return ktime_to_ns(ktime_sub(ktime_get(), start));
 }
 
+/* A switch's last stretch, spun through on time; what comes before it is slept. */
+#define SPIN_TAIL_US	1000
+
 /*
- * Hold the CPU for ns of real time. A context switch must end on time: a sleep of 150 us in
+ * Let ns of real time pass, on time. A context switch must end on time: a sleep of 150 us in
  * the VM overshoots by about 500 us, which no TSG would get back, so every switch cost more
- * than four times switch_us (measured, 2026-11-27: 801 switches took 0.548 s). A switch_us
- * of a millisecond or more offers the CPU back each millisecond, and unloading cuts it short:
- * any value root writes stays harmless to the rest of the machine. Returns what passed, as
- * spend() does.
+ * than four times switch_us (measured, 2026-11-27: 801 switches took 0.548 s). So the last
+ * SPIN_TAIL_US are spun through, holding the CPU. What comes before them is slept, since a GPU's
+ * switch takes none of the host's CPU and the engine's thread, in SCHED_FIFO, would hold the
+ * vCPU of the VM's timed tests from every other thread for as long as it spun: any switch_us
+ * root writes stays harmless to the rest of the machine, and unloading cuts it short. Returns
+ * what passed, as spend() does.
  */
 static u64 spin(u64 ns)
 {
 	ktime_t start = ktime_get(), now = start, end = ktime_add_ns(start, ns);
-	ktime_t yield = ktime_add_us(start, USEC_PER_MSEC);
 
 	while (ktime_before(now, end) && !kthread_should_stop()) {
-		if (!ktime_before(now, yield)) {
-			cond_resched();
-			yield = ktime_add_us(now, USEC_PER_MSEC);
-		}
-		cpu_relax();
+		s64 left_us = ktime_us_delta(end, now);
+
+		if (left_us > SPIN_TAIL_US)
+			usleep_range(left_us - SPIN_TAIL_US, left_us - SPIN_TAIL_US / 2);
+		else
+			cpu_relax();
 		now = ktime_get();
 	}
 	return ktime_to_ns(ktime_sub(now, start));
@@ -521,10 +542,18 @@ static int engine_thread(void *data)
 {
 	struct nvmock_gpu *gpu = data;
 	struct nvmock_engine *engine = &gpu->engine;
+	bool fifo = false;
 
 	while (!kthread_should_stop()) {
 		struct nvmock_tsg *tsg;
 
+		if (READ_ONCE(engine_fifo) != fifo) {
+			fifo = !fifo;
+			if (fifo)
+				sched_set_fifo(current);
+			else
+				sched_set_normal(current, 0);
+		}
 		spin_lock(&engine->lock);
 		tsg = pick_tsg(engine);
 		if (!tsg) {

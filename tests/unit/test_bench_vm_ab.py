@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from qpolicy.enforcers.kmod.sysfs import PARAMS_ROOT
+from tests.vm.conftest import NVMOCK_PARAMS
 from tools.bench import qgpu_vm, qgpu_vm_ab
 
 
@@ -12,6 +16,14 @@ def test_the_ab_runs_report_gpuloads_own_p50_and_p99_and_a_p90_of_its_requests()
     random.Random(1).shuffle(latencies)
     report = {"p50_ms": 501.5, "p99_ms": 991.5, "latencies_ms": latencies}
     assert qgpu_vm_ab.quantiles(report) == {"p50_ms": 501.5, "p90_ms": 901.0, "p99_ms": 991.5}
+
+
+def test_the_ab_writes_qgpus_parameters_and_nvmocks_named_with_their_module() -> None:
+    assert qgpu_vm_ab.param_path("cold_look_us") == PARAMS_ROOT / "cold_look_us"
+    assert qgpu_vm_ab.param_path("qgpu.poll_us") == PARAMS_ROOT / "poll_us"
+    assert qgpu_vm_ab.param_path("nvmock.engine_fifo") == NVMOCK_PARAMS / "engine_fifo"
+    with pytest.raises(SystemExit, match="'nvidia.foo'"):
+        qgpu_vm_ab.param_path("nvidia.foo")
 
 
 def _idle_gap_and_seconds() -> tuple[float, float]:

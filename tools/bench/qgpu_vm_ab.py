@@ -1,5 +1,6 @@
-"""One qgpu.ko module parameter, A against B, in one VM boot: the online stream's latency next to
-an offline trainer, the runs alternating between the two values.
+"""One module parameter of qgpu.ko (or of nvmock, named ``nvmock.NAME``), A against B, in one VM
+boot: the online stream's latency next to an offline trainer, the runs alternating between the
+two values.
 
 Why in one boot: two boots of the same tree differ by more than many changes do. On 2026-12-05
 the CUDA tree's qgpu p99 read 3.54-3.56 ms in one `make bench-vm` boot and 4.11-4.14 ms in the
@@ -12,6 +13,7 @@ Run in the VM of one vCPU that `make bench-vm` uses (the solo is stable only the
     VM_CPUS=1 tools/vm/run env PARAM=cold_look_us A=0 B=2000 PAIRS=5 TREE=cuda \\
         .venv/bin/python tools/bench/qgpu_vm_ab.py
 
+A parameter of the mock GPU is named with its module, as in ``PARAM=nvmock.engine_fifo A=0 B=1``.
 PAIRS pairs of runs of SECONDS each (default 20: 1 001 requests), the first of each pair A;
 TREE is "cuda" (CUDA's object tree, tools/gpuload/CUDA_SEQUENCE.md) or "gpuload". A solo of the
 same requests runs before and after. Writes build/vm/bench-qgpu-ab.json: every run's p50, p90,
@@ -34,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
 from qpolicy.enforcers.kmod.sysfs import PARAMS_ROOT  # noqa: E402
-from tests.vm.conftest import reset  # noqa: E402
+from tests.vm.conftest import NVMOCK_PARAMS, reset  # noqa: E402
 from tests.vm.gpuload import start_together  # noqa: E402
 from tests.vm.qgpu_env import cgroups, in_cgroup, sched_counts  # noqa: E402
 from tools.bench.qgpu_vm import (  # noqa: E402
@@ -78,8 +80,18 @@ def quantiles(report: dict[str, Any]) -> dict[str, float]:
     return {"p50_ms": report["p50_ms"], "p90_ms": p90, "p99_ms": report["p99_ms"]}
 
 
+def param_path(name: str) -> Path:
+    """Where the parameter ``name`` is written: qgpu's, or nvmock's for ``nvmock.NAME``."""
+    module, _, param = name.rpartition(".")
+    if module == "nvmock":
+        return NVMOCK_PARAMS / param
+    if module in ("", "qgpu"):
+        return PARAMS_ROOT / param
+    raise SystemExit(f"PARAM {name!r}: not a parameter of qgpu or nvmock")
+
+
 def run(client: QgpuClient, value: str) -> dict[str, Any]:
-    (PARAMS_ROOT / PARAM).write_text(value)
+    param_path(PARAM).write_text(value)
     request = [*TREE, *REQUEST, "--seconds", str(SECONDS)]
     with cgroups(2) as (online, offline):
         client.set_gpu(0, "best-effort", PERIOD_US)
