@@ -11,7 +11,7 @@ import pytest
 
 from tools.gpu import channel_use
 from tools.gpu.channel_use import channel_use as use
-from tools.gpu.userd_read_cost import BadResult
+from tools.gpu.userd_results import BadResult
 
 MS = 1_000_000
 

@@ -15,7 +15,6 @@ With no files, every `*userd-fetch*.json.xz` in tools/gpu/results/. A run's even
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -25,10 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.gpu.result_json import Unreadable, read_object
-from tools.gpu.userd_read_cost import BadResult, gpu_of
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from tools.gpu.result_json import read_object
+from tools.gpu.userd_results import BadResult, gpu_of, main_over_results, name_of
 
 
 @dataclass(frozen=True)
@@ -114,8 +111,7 @@ def channel_use(name: str, data: dict[str, Any]) -> ChannelUse:
 
 
 def load(path: Path) -> ChannelUse:
-    name = path.name.removesuffix(".xz").removesuffix(".json")
-    return channel_use(name, read_object(path))
+    return channel_use(name_of(path), read_object(path))
 
 
 def table(runs: list[ChannelUse]) -> str:
@@ -141,26 +137,12 @@ def table(runs: list[ChannelUse]) -> str:
     return "\n".join(lines)
 
 
+def as_json(run: ChannelUse) -> str:
+    return json.dumps({**asdict(run), "working": run.working})
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="*", type=Path, help="userd_fetch.py results")
-    parser.add_argument("--json", action="store_true", help="one JSON object a run")
-    args = parser.parse_args(argv)
-    files = args.files or sorted(RESULTS.glob("*userd-fetch*.json.xz"))
-    if not files:
-        print(f"no userd_fetch results in {RESULTS}", file=sys.stderr)
-        return 1
-    try:
-        runs = [load(p) for p in files]
-    except (BadResult, Unreadable) as err:
-        print(f"channel_use: {err}", file=sys.stderr)
-        return 1
-    if args.json:
-        for run in runs:
-            print(json.dumps({**asdict(run), "working": run.working}))
-    else:
-        print(table(runs))
-    return 0
+    return main_over_results(argv, __doc__ or "", "channel_use", load, as_json, table)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ one word a slot (events of 4 fields), 024298e's three (GP_GET, Put, TopLevelGet;
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -26,14 +25,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.gpu.result_json import Unreadable, read_object
+from tools.gpu.result_json import read_object
+from tools.gpu.userd_results import BadResult, gpu_of, main_over_results, name_of
 
-RESULTS = Path(__file__).resolve().parent / "results"
 LOADS_BY_EVENT_WIDTH = {4: 1, 7: 3}
-
-
-class BadResult(ValueError):
-    """A file that is not a userd_fetch.py result this can read."""
 
 
 @dataclass(frozen=True)
@@ -53,14 +48,6 @@ class ReadCost:
     @property
     def us_per_load(self) -> float:
         return self.us_per_read / self.loads_per_read
-
-
-def gpu_of(name: str) -> str:
-    """The GPU model a result's file name says (h100, h200), upper-cased; '?' if none."""
-    for part in name.split("-"):
-        if part in ("h100", "h200"):
-            return part.upper()
-    return "?"
 
 
 def read_cost(name: str, data: dict[str, Any]) -> ReadCost:
@@ -89,8 +76,7 @@ def read_cost(name: str, data: dict[str, Any]) -> ReadCost:
 
 
 def load(path: Path) -> ReadCost:
-    name = path.name.removesuffix(".xz").removesuffix(".json")
-    return read_cost(name, read_object(path))
+    return read_cost(name_of(path), read_object(path))
 
 
 def table(costs: list[ReadCost]) -> str:
@@ -111,27 +97,13 @@ def table(costs: list[ReadCost]) -> str:
     return "\n".join(lines)
 
 
+def as_json(cost: ReadCost) -> str:
+    return json.dumps({**asdict(cost), "us_per_read": cost.us_per_read,
+                       "us_per_load": cost.us_per_load})  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="*", type=Path, help="userd_fetch.py results")
-    parser.add_argument("--json", action="store_true", help="one JSON object a run")
-    args = parser.parse_args(argv)
-    files = args.files or sorted(RESULTS.glob("*userd-fetch*.json.xz"))
-    if not files:
-        print(f"no userd_fetch results in {RESULTS}", file=sys.stderr)
-        return 1
-    try:
-        costs = [load(p) for p in files]
-    except (BadResult, Unreadable) as err:
-        print(f"userd_read_cost: {err}", file=sys.stderr)
-        return 1
-    if args.json:
-        for c in costs:
-            print(json.dumps({**asdict(c), "us_per_read": c.us_per_read,
-                              "us_per_load": c.us_per_load}))  # fmt: skip
-    else:
-        print(table(costs))
-    return 0
+    return main_over_results(argv, __doc__ or "", "userd_read_cost", load, as_json, table)
 
 
 if __name__ == "__main__":
