@@ -59,6 +59,7 @@ from tests.vm.qgpu_env import (  # noqa: E402
     in_cgroup,
     sched_counts,
 )
+from tools.bench import vm_stalls  # noqa: E402
 
 BENCH = ROOT / "tools" / "bench" / "ioctlbench" / "ioctlbench"
 QGPU = ROOT / "kmod" / "qgpu" / "qgpu.ko"
@@ -438,6 +439,10 @@ def main() -> int:
         result[name] = value
     subprocess.run(["insmod", str(QGPU), *params], check=True)
     trees = {} if ONLY == "userd" else TREES
+    if trees:
+        # Before any workload, in the idle VM: how often the VM itself stops (vm_stalls.py).
+        result["vm_stalls"] = vm_stalls.measure()
+        print(vm_stalls.describe(result["vm_stalls"]))
     with QgpuClient.open() as client:
         for name, tree in trees.items():
             if ONLY == "online":
