@@ -62,7 +62,8 @@ bench: venv
 
 # qgpu.ko in the VM against the unhooked mock driver: cost per ioctl, shares, online latency
 # and USERD reads per scheduler pass, in a VM of one vCPU like the timed tests (VM_ONE_CPU:
-# there a lone online stream is stable). The hook cost is reported against qgpu.ko as it was at
+# there a lone online stream is stable), with the VM's own stalls counted before the online
+# rows (tools/bench/vm_stalls.py). The hook cost is reported against qgpu.ko as it was at
 # BASELINE, built beside it, and also at BEFORE if given (a change's before and after in the
 # same run). BENCH_ONLY=hook: the cost alone; BENCH_ONLY=online: the online-offline scenario
 # alone, REPEAT times; BENCH_ONLY=userd: the USERD reads alone. ONLINE_HOLD_US, BUSY_HOLD_US,

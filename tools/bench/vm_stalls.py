@@ -5,8 +5,8 @@ fortieth session) each of the online stream's slow requests held a stretch of ab
 which one thread (nvmock's engine, the online process itself, or the idle task) kept the vCPU
 without a switch: the signature of the vCPU not running. A thread of the highest SCHED_FIFO
 priority that sleeps STEP_S at a time wakes late only when the vCPU does not run, and in an
-idle VM it woke over 2.5 ms late 4-9 times in 20 s, in three boots, also with the vCPU's host
-thread alone on a core. A run's p99, the 10th slowest of 1 001 requests, falls where such
+idle VM it woke over 2.5 ms late 4-9 times in 20 s in four boots, one of them with the vCPU's
+host thread alone on a core (tools/bench/results/2026-12-05-vm-stalls-experiments.json). A run's p99, the 10th slowest of 1 001 requests, falls where such
 stalls begin, so `make bench-vm` counts them in the idle VM before its online rows: a verdict
 beside many stalls is read with them. It is reported, not a target.
 
