@@ -1,14 +1,16 @@
 """How often the VM itself stops: the context for `make bench-vm`'s online p99.
 
 The VM is QEMU's TCG on two shared cores. In a traced run on 2026-12-05 (BENCHMARKS.md,
-fortieth session) each of the online stream's slow requests held a stretch of about 4 ms in
+fortieth session) four of the online stream's six slow requests held a stretch of 2.7-4.4 ms in
 which one thread (nvmock's engine, the online process itself, or the idle task) kept the vCPU
-without a switch: the signature of the vCPU not running. A thread of the highest SCHED_FIFO
-priority that sleeps STEP_S at a time wakes late only when the vCPU does not run, and in an
-idle VM it woke over 2.5 ms late 4-9 times in 20 s in four boots, one of them with the vCPU's
-host thread alone on a core (tools/bench/results/2026-12-05-vm-stalls-experiments.json). A run's p99, the 10th slowest of 1 001 requests, falls where such
-stalls begin, so `make bench-vm` counts them in the idle VM before its online rows: a verdict
-beside many stalls is read with them. It is reported, not a target.
+without a switch, where its runs are otherwise under 0.5 ms: the signature of the vCPU not
+running. A thread of the highest SCHED_FIFO priority that sleeps STEP_S at a time wakes late
+only when the vCPU does not run, and in an idle VM it woke over 2.5 ms late 4-9 times in 20 s
+in four boots, one of them with the vCPU's host thread alone on a core
+(tools/bench/results/2026-12-05-vm-stalls-experiments.json). A run's p99, the 10th slowest of
+1 001 requests, falls where such stalls begin, so `make bench-vm` counts them in the idle VM
+before its online rows: a verdict beside many stalls is read with them. It is reported, not a
+target.
 
 The canary runs alone: beside the online rows a thread waking 500 times a second at the top
 priority (Python, in TCG) took the online p99 to 7.2 ms.
