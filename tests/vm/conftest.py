@@ -103,6 +103,22 @@ def unload() -> None:
     subprocess.run(["rmmod", "nvmock"], check=True)
 
 
+def threads_named(prefix: str) -> list[int]:
+    """Ids of the tasks whose name starts with ``prefix``: kernel threads such as nvmock's engine
+    (nvmock-gpuN) and qgpu's schedulers (qgpu/gpuN). One that ends while being looked at is
+    left out."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if (proc / "comm").read_text().startswith(prefix):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
 def uvm_major() -> int:
     """/dev/nvidia-uvm's major: dynamic, as nvidia-modprobe finds it, in /proc/devices."""
     return char_majors(PROC_DEVICES.read_text())[abi.UVM_DEVICE_NAME]

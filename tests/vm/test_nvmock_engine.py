@@ -10,7 +10,6 @@ import struct
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -23,6 +22,7 @@ from tests.vm.conftest import (
     processes,
     read_nvmock_param,
     reset,
+    threads_named,
 )
 from tests.vm.gpuload import Gpuload, start_together
 
@@ -410,14 +410,17 @@ def test_a_request_streams_timeline_holds_each_requests_latency() -> None:
 
 
 def _engine_thread(gpu: int = 0) -> int:
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if (proc / "comm").read_text().strip() == f"nvmock-gpu{gpu}":
-                    return int(proc.name)
-            except OSError:
-                continue
-    raise AssertionError(f"no nvmock-gpu{gpu} thread")
+    found = threads_named(f"nvmock-gpu{gpu}")
+    assert len(found) == 1, f"nvmock-gpu{gpu} threads: {found}"
+    return found[0]
+
+
+def _wait_for_policy(pid: int, policy: int, why: str) -> None:
+    """engine_fifo is taken up at the engine's next loop, within its idle poll."""
+    deadline = time.monotonic() + 5
+    while os.sched_getscheduler(pid) != policy:
+        assert time.monotonic() < deadline, why
+        time.sleep(0.01)
 
 
 # A host thread of SCHED_FIFO's lowest priority, as qgpu's scheduler is (sched_set_fifo_low),
@@ -475,10 +478,7 @@ def test_the_engine_keeps_the_gpus_time_while_a_realtime_host_thread_holds_its_c
     try:
         fifo = _requests_beside_a_fifo_spinner()
         with nvmock_param("engine_fifo", 0):
-            deadline = time.monotonic() + 5
-            while os.sched_getscheduler(engine) != os.SCHED_OTHER:
-                assert time.monotonic() < deadline, "engine_fifo=0 left the engine in FIFO"
-                time.sleep(0.01)
+            _wait_for_policy(engine, os.SCHED_OTHER, "engine_fifo=0 left the engine in FIFO")
             ordinary = _requests_beside_a_fifo_spinner()
     finally:
         os.sched_setaffinity(engine, cpus)
@@ -486,7 +486,4 @@ def test_the_engine_keeps_the_gpus_time_while_a_realtime_host_thread_holds_its_c
     assert fifo < 26.0
     assert ordinary > 28.0
     # Set back, the engine runs above the host's threads again.
-    deadline = time.monotonic() + 5
-    while os.sched_getscheduler(engine) != os.SCHED_FIFO:
-        assert time.monotonic() < deadline, "engine_fifo=1 left the engine an ordinary thread"
-        time.sleep(0.01)
+    _wait_for_policy(engine, os.SCHED_FIFO, "engine_fifo=1 left the engine an ordinary thread")

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
 from qpolicy.enforcers.kmod.sysfs import PARAMS_ROOT  # noqa: E402
-from tests.vm.conftest import NVMOCK_PARAMS, reset  # noqa: E402
+from tests.vm.conftest import NVMOCK_PARAMS, reset, threads_named  # noqa: E402
 from tests.vm.gpuload import start_together  # noqa: E402
 from tests.vm.qgpu_env import cgroups, in_cgroup, sched_counts  # noqa: E402
 from tools.bench.qgpu_vm import (  # noqa: E402
@@ -60,13 +60,9 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 def sched_ticks() -> int:
     """CPU ticks of qgpu's scheduler threads (named qgpu/gpuN) so far."""
     ticks = 0
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for pid in threads_named("qgpu/gpu"):
         try:
-            if not (proc / "comm").read_text().startswith("qgpu/gpu"):
-                continue
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         ticks += int(fields[11]) + int(fields[12])  # utime, stime

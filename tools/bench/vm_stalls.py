@@ -63,7 +63,7 @@ def summarize(report: dict[str, Any], seconds: float = SECONDS) -> dict[str, Any
         "seconds": seconds,
         "step_ms": STEP_S * 1000,
         "wakes": wakes,
-        "late_over_1ms": sum(ms > KEEP_MS for ms in late),
+        "late_over_1ms": len(late),  # the canary keeps only those
         "stalls_over_2_5ms": sum(ms > STALL_MS for ms in late),
         "max_late_ms": max(late, default=0.0),
         "late_ms": sorted(late),

@@ -25,6 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.gpu.result_json import read_object
+from tools.gpu.userd_fetch import events_by_channel
 from tools.gpu.userd_results import BadResult, gpu_of, main_over_results, name_of
 
 
@@ -62,14 +63,15 @@ class ChannelUse:
         )
 
 
-def _event(name: str, event: Any) -> tuple[int, int, int]:
+def _event(name: str, event: Any) -> list[int]:
+    """[time, channel, GP_GET, GP_PUT], checked."""
     if (
         not isinstance(event, list)
         or len(event) < 4
         or not all(isinstance(v, int) for v in event[:4])
     ):
         raise BadResult(f"{name}: event {event!r} is not [time, channel, GP_GET, GP_PUT, ...]")
-    return event[0], event[1], event[3]
+    return event[:4]
 
 
 def channel_use(name: str, data: dict[str, Any]) -> ChannelUse:
@@ -86,13 +88,11 @@ def channel_use(name: str, data: dict[str, Any]) -> ChannelUse:
     events = sorted(_event(name, e) for e in raw)
     start = events[0][0]
     first_request = min(starts)
-    by_channel: dict[int, list[tuple[int, int]]] = {}
-    for t, channel, put in events:
-        by_channel.setdefault(channel, []).append((t, put))
+    by_channel = events_by_channel({"events": events})
     channels = []
     for index, seen in sorted(by_channel.items()):
         # The first event of a slot is the watcher's first read of it, not work.
-        moves = [t for (_, before), (t, put) in itertools.pairwise(seen) if put != before]
+        moves = [t for (_, _, before), (t, _, put) in itertools.pairwise(seen) if put != before]
         channels.append(
             Channel(
                 index=index,
