@@ -98,3 +98,56 @@ def test_bad_input_is_one_line_and_a_failure(
     assert capsys.readouterr().err.strip() == "steal_tails: bench: no scenarios"
     assert steal_tails.main(["--slow-x", "0", str(bench_file), str(noise_file)]) == 2
     assert "--slow-x must be positive, not 0.0" in capsys.readouterr().err
+
+
+def own_samples(steal_in: set[int], samples: int = 40) -> dict[str, Any]:
+    """A bench run's own steal samples (tools/gpu/host_noise.StealWatch.within), as noise()."""
+    raw = [[START + 0.25 * (k + 1), 1 if k in steal_in else 0] for k in range(samples)]
+    return {"interval_s": 0.25, "samples": samples, "with_steal": len(steal_in), "raw": raw}
+
+
+def test_without_a_sampler_each_run_is_split_by_its_own_samples() -> None:
+    latencies = [0.5] * 150
+    for i in (10, 20, 100):
+        latencies[i] = 2.0
+    latencies[140] = 3.0
+    data = bench(latencies)
+    data["scenarios"]["row"][0]["host_steal"] = own_samples({4})
+    # The same requests and samples as the sampler's test above, the same split.
+    (row,) = splits(data, None, slow_x=1.5)
+    assert (row.slow_with_steal, row.with_steal) == (2, 37)
+    assert (row.slow_without_steal, row.without_steal) == (2, 113)
+    # Another run of the row with steal elsewhere is split by its own samples, not the first's.
+    other = bench(latencies)["scenarios"]["row"][0] | {"mode": "native"}
+    other["host_steal"] = own_samples({6})
+    data["scenarios"]["row"].append(other)
+    rows = {r.mode: r for r in splits(data, None, slow_x=1.5)}
+    assert (rows["native"].slow_with_steal, rows["native"].with_steal) == (1, 37)
+
+
+@pytest.mark.parametrize(
+    ("steal", "words"),
+    [
+        (None, "no steal samples of its own"),
+        ({"interval_s": 0.25, "raw": []}, "no steal samples of its own"),
+        ({"interval_s": 0.25, "raw": [[1.0]]}, r"not \[end, ticks\]"),
+    ],
+)
+def test_a_run_without_its_own_samples_is_named(steal: Any, words: str) -> None:
+    data = bench([0.5])
+    if steal is not None:
+        data["scenarios"]["row"][0]["host_steal"] = steal
+    with pytest.raises(BadInput, match=words):
+        splits(data, None, slow_x=1.5)
+
+
+def test_the_h100s_first_run_of_the_benchs_own_sampling_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Call 41A (H100, 2026-12-05): native's 8192 row, 6 s, split by the samples it kept."""
+    bench_file = RESULTS / "2026-12-05-bench-gpu-steal-smoke-16cf467-h100-call41A.json.xz"
+    assert steal_tails.main(["--json", str(bench_file)]) == 0
+    (row,) = map(json.loads, capsys.readouterr().out.splitlines())
+    assert row["mode"] == "native"
+    assert row["with_steal"] + row["without_steal"] >= 850  # 901 requests, 6 s sampled
+    assert row["with_steal"] > 0

@@ -8,7 +8,10 @@ shows as slow requests gathered in the samples with steal. This splits each mode
 `tools/bench/gpu.py` online row by whether their arrival fell in a sample with steal, and gives
 the share of slow ones (over --slow-x times the mode's own p50) on either side.
 
-    python3 tools/gpu/steal_tails.py [--slow-x 1.5] [--json] BENCH_JSON[.xz] NOISE_JSON[.xz]
+    python3 tools/gpu/steal_tails.py [--slow-x 1.5] [--json] BENCH_JSON[.xz] [NOISE_JSON[.xz]]
+
+Without NOISE_JSON each mode is split by the steal samples its own run kept (`make bench-gpu`
+samples steal itself since 549e7f1: the mode's `host_steal`, each sample's end and its ticks).
 
 Request i of a mode arrives at its trainer's wall_start plus i / ONLINE_HZ: both pods wait for
 the same start time after CUDA's set-up (tools/gpu/matmul.py), and the stream is open loop.
@@ -75,6 +78,25 @@ def steal_windows(noise: dict[str, Any]) -> list[tuple[float, float, bool]]:
     return out
 
 
+def run_windows(scenario: str, mode: dict[str, Any]) -> list[tuple[float, float, bool]]:
+    """The steal samples a bench run kept of itself, as steal_windows() gives a sampler's."""
+    steal = mode.get("host_steal")
+    where = f"{scenario}, {mode.get('mode')}"
+    if not isinstance(steal, dict) or not isinstance(steal.get("interval_s"), int | float):
+        raise BadInput(f"{where}: no steal samples of its own (a bench from before 549e7f1?)")
+    interval, raw = steal["interval_s"], steal.get("raw")
+    if not isinstance(raw, list) or not raw:
+        raise BadInput(f"{where}: no steal samples of its own")
+    out = []
+    for sample in raw:
+        if not (isinstance(sample, list) and len(sample) == 2
+                and all(isinstance(x, int | float) for x in sample)):  # fmt: skip
+            raise BadInput(f"{where}: a steal sample that is not [end, ticks]: {sample!r}"[:120])
+        end, ticks = sample
+        out.append((end - interval, end, ticks > 0))
+    return sorted(out)
+
+
 def split(
     scenario: str, mode: dict[str, Any], windows: list[tuple[float, float, bool]], slow_x: float
 ) -> Split:
@@ -98,8 +120,9 @@ def split(
     return Split(scenario, str(mode.get("mode")), threshold, *counts)
 
 
-def splits(bench: dict[str, Any], noise: dict[str, Any], slow_x: float) -> list[Split]:
-    windows = sorted(steal_windows(noise))
+def splits(bench: dict[str, Any], noise: dict[str, Any] | None, slow_x: float) -> list[Split]:
+    """Each online mode's split; by ``noise``'s samples, or, where it is None, by its own run's."""
+    windows = sorted(steal_windows(noise)) if noise is not None else None
     scenarios = bench.get("scenarios")
     if not isinstance(scenarios, dict) or not scenarios:
         raise BadInput("bench: no scenarios")
@@ -107,7 +130,8 @@ def splits(bench: dict[str, Any], noise: dict[str, Any], slow_x: float) -> list[
     for name, modes in scenarios.items():
         for mode in modes:
             if "online" in (mode.get("pods") or {}):
-                out.append(split(name, mode, windows, slow_x))
+                own = windows if windows is not None else run_windows(name, mode)
+                out.append(split(name, mode, own, slow_x))
     if not out:
         raise BadInput("bench: no online row")
     return out
@@ -134,7 +158,12 @@ def table(rows: list[Split]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bench", type=Path, help="tools/bench/gpu.py's JSON of an online row")
-    parser.add_argument("noise", type=Path, help="tools/gpu/host_noise.py's JSON beside it")
+    parser.add_argument(
+        "noise",
+        type=Path,
+        nargs="?",
+        help="tools/gpu/host_noise.py's JSON beside it; without it, each run's own samples",
+    )
     parser.add_argument("--slow-x", type=float, default=1.5, help="slow: over this x its p50")
     parser.add_argument("--json", action="store_true", help="one JSON object a mode")
     args = parser.parse_args(argv)
@@ -142,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"steal_tails: --slow-x must be positive, not {args.slow_x}", file=sys.stderr)
         return 2
     try:
-        rows = splits(read_object(args.bench), read_object(args.noise), args.slow_x)
+        noise = read_object(args.noise) if args.noise is not None else None
+        rows = splits(read_object(args.bench), noise, args.slow_x)
     except (BadInput, Unreadable) as err:
         print(f"steal_tails: {err}", file=sys.stderr)
         return 1
