@@ -4,8 +4,10 @@ trainer's rate, the clock's?
     python3 tools/gpu/row_clocks.py [--json] BENCH_JSON[.xz] SMI_CSV[.xz] [SMI_CSV ...]
 
 The nvidia-smi CSVs are those `tools/gpu/ab_runs.py` reads (timestamp, clocks.sm, power.draw and,
-where the driver has them, the clock-event reasons), sampled beside the bench. Each run's window
-is ab_runs's: its pods' earliest start plus 1 s to the run's length less 1 s. ab_runs reads only
+where the driver has them, the clock-event reasons), sampled beside the bench, and each run is
+summed by ab_runs's clocks(): from its pods' earliest start plus 1 s to that start plus its
+longest pod's run less 1 s (ab_runs takes the online stream's length, which a bench's pods share
+to within milliseconds; a row without an online pod has none). ab_runs reads only
 the qpolicy runs of one row against another tree's; this reads every mode of every row, so that
 native and MPS can be set beside qpolicy (an H100 at its power limit read 1 462-1 489 MHz in all
 three modes of the 8192 row, BENCHMARKS.md, forty-first session).
