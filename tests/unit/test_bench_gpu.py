@@ -214,6 +214,36 @@ def test_a_request_of_several_kernels_waits_for_each_and_works_on_the_host_betwe
     assert time.perf_counter() - start >= out["requests"] * 0.004
 
 
+def test_each_request_keeps_how_late_the_host_issued_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host that wakes the stream 10 ms late (a vCPU its hypervisor ran late) shows in late_ms,
+    not only in the latency: the two are kept apart, so a slow request can be told from one the
+    GPU held. The matmul takes 1 ms here; each latency is its lateness plus that."""
+    import time
+
+    matmul = _matmul_module()
+    torch = _RecordingTorch()
+    real_sleep = time.sleep
+
+    def oversleep(seconds: float) -> None:
+        real_sleep(seconds + 0.010)
+
+    def slow_matmul(a: object, b: object) -> object:
+        torch.calls.append("matmul")
+        matmul._busy_wait(0.001)
+        return object()
+
+    monkeypatch.setattr(torch, "matmul", slow_matmul)
+    monkeypatch.setattr(matmul.time, "sleep", oversleep)
+    out = matmul.requests(torch, 64, 0.2, 50.0, plain=True)
+    late, latencies = out["late_ms"], out["latencies_ms"]
+    assert len(late) == len(latencies) == out["requests"] >= 5
+    # The first request is issued at once (no sleep before it); the rest each after a sleep.
+    assert late[0] < 1.0
+    assert all(x >= 10.0 for x in late[1:])
+    # What is left of each latency is the matmul (and the sync), never the oversleep.
+    assert all(0.99 <= total - wait < 9.0 for total, wait in zip(latencies, late, strict=True))
+
+
 @pytest.mark.parametrize(
     ("flag", "value"), [("--request-kernels", "0"), ("--request-gap-ms", "-0.5")]
 )

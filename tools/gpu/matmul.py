@@ -10,7 +10,8 @@
     python3 matmul.py --n 4096 --requests-hz 50 --plain --request-kernels 4 --request-gap-ms 0.5
                                             # a request of 4 matmuls, 0.5 ms of host work between
 
-Prints one JSON line: iterations, seconds, it/s (saturating) or request latencies (online), and
+Prints one JSON line: iterations, seconds, it/s (saturating) or request latencies and how late
+the host issued each request (online), and
 with --count-kernels the number of GPU kernels PyTorch's profiler (CUPTI) saw, which the probe's
 launch count is checked against. --hold waits for a line on stdin before exiting, so whoever
 watches the process can read its state while it still holds its GPU objects.
@@ -155,6 +156,10 @@ def requests(
     # channel empty and switch away before the matmul arrives. --plain leaves them out, so the
     # request is the matmul alone (the latency is then all that is measured).
     runs: list[float] = []
+    # How late each request was issued past its arrival: the host's oversleep (a vCPU woken late
+    # by its hypervisor, timer slack) or a backlog behind the request before it. Its latency less
+    # this is the time from issue to done, the part a GPU scheduler can act on.
+    late: list[float] = []
     before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start = time.perf_counter()
     next_at = start
@@ -163,6 +168,7 @@ def requests(
         if next_at > now:
             time.sleep(next_at - now)
         arrival = next_at
+        late.append((time.perf_counter() - arrival) * 1000)
         # A request of several kernels, each waited for and followed by host work (a model's
         # steps with pre- and post-processing between them): the channel empties between them,
         # so each kernel is one more switch from whatever else holds the GPU.
@@ -204,6 +210,7 @@ def requests(
         "gap_ms": gap_ms,
         # Every request, in order: kept with the results (the percentiles can be checked).
         "latencies_ms": [round(x, 4) for x in latencies],
+        "late_ms": [round(x, 4) for x in late],
         **timed,
     }
 
