@@ -838,13 +838,35 @@ def test_a_row_is_held_to_the_stricter_stable_solo_of_before_and_after_the_rows(
         r["online_solo_after"] = after
     verdict = gpu._online_verdict(TRAINER_8192, q, r)
     p99, p50 = 0.72 / divided_by["p99_ms"], 0.59 / divided_by["p50_ms"]
-    ratios = f"p99 {p99:.2f}x solo (<=1.5), p50 {p50:.2f}x"
+    missed = "" if p99 <= 1.5 else ": missed"
+    ratios = f"p99 {p99:.2f}x solo (<=1.5{missed}), p50 {p50:.2f}x (<=1.2: missed)"
     assert ratios in verdict, verdict
     assert (note in verdict) if note else ("solo: the one after" not in verdict)
     # The other modes' table divides by the same solo.
     r["scenarios"][TRAINER_8192.name].append({"mode": "mps-open", "summary": q})
     (row,) = [line for line in gpu.other_modes(r) if "| mps-open |" in line]
     assert f"| {p50:.2f} / {p99:.2f} |" in row
+
+
+@pytest.mark.parametrize(
+    ("p99", "shown"),
+    [
+        # Call 42D (H100): qpolicy's p99 0.7367 against the solo's 0.4907 is 1.501x, over 1.5.
+        (0.7367, "p99 1.501x solo (<=1.5: missed)"),
+        (0.7350, "p99 1.498x solo (<=1.5)"),  # met, though it too rounds to 1.50
+        (0.7000, "p99 1.43x solo (<=1.5)"),
+        (0.8000, "p99 1.63x solo (<=1.5: missed)"),
+    ],
+)
+def test_a_ratio_to_solo_says_whether_it_missed_where_rounding_would_hide_it(
+    p99: float, shown: str
+) -> None:
+    q = {"online_p50_ms": 0.6343, "online_p99_ms": p99, "trainer_it_per_s": 543.0}
+    verdict = gpu._online_verdict(
+        TRAINER_8192, q, report({"p50_ms": 0.3868, "p99_ms": 0.4907}, q, TRAINER_8192.name)
+    )
+    assert f"{shown}, p50 1.64x (<=1.2: missed)" in verdict, verdict
+    assert verdict.endswith("MISSES"), verdict
 
 
 def test_both_solos_unstable_leave_the_row_unjudged_against_solo() -> None:

@@ -1137,6 +1137,14 @@ def row_solo(scenario: Scenario, report: dict[str, Any]) -> tuple[dict[str, Any]
     return after, f"the one after the rows ({why})"
 
 
+def _ratio(ratio: float, unit: str, bound: float, met: bool) -> str:
+    """A ratio to solo and its bound, with "missed" where it is over: to two places, or three
+    where two would show the bound itself (call 42D's p99 was 1.501x solo, which read "1.50x
+    (<=1.5)" though it missed)."""
+    shown = f"{ratio:.2f}" if round(ratio, 2) != bound else f"{ratio:.3f}"
+    return f"{shown}{unit} (<={bound:g}{'' if met else ': missed'})"
+
+
 def _online_verdict(scenario: Scenario, summary: dict[str, Any], report: dict[str, Any]) -> str:
     """The online targets, judged as the doctor's promise judges them (qpolicy/doctor/targets.py):
     against solo (p99 <= 1.5x, p50 <= 1.2x, where solo is stable), the trainer against its
@@ -1165,8 +1173,8 @@ def _online_verdict(scenario: Scenario, summary: dict[str, Any], report: dict[st
         unjudged.append("against solo")
     else:
         parts.append(
-            f"p99 {judged.p99_ratio:.2f}x solo (<={P99_BOUND:g}), "
-            f"p50 {judged.p50_ratio:.2f}x (<={P50_BOUND:g})"
+            f"p99 {_ratio(judged.p99_ratio, 'x solo', P99_BOUND, judged.p99_met)}, "
+            f"p50 {_ratio(judged.p50_ratio, 'x', P50_BOUND, judged.p50_met)}"
         )
         ok &= judged.p99_met and judged.p50_met
     behind = summary.get("online_behind_s") or 0.0
