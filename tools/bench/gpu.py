@@ -73,6 +73,7 @@ from qpolicy.enforcers.strategy import (  # noqa: E402
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec  # noqa: E402
 from qpolicy.state import DesiredState, StateStore, default_state_dir  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup2_mount  # noqa: E402
+from tools.gpu import late_tails  # noqa: E402
 from tools.gpu.host_noise import StealWatch  # noqa: E402
 
 MATMUL = ROOT / "tools" / "gpu" / "matmul.py"
@@ -1294,6 +1295,20 @@ def turns_cell(daemon: dict[str, Any]) -> str:
     return cell
 
 
+def _issued_late(solo: dict[str, Any]) -> str:
+    """How many of an unstable solo's slow requests its host issued late (late_tails.py): in call
+    42C's two unstable H100 solos nearly all were (68 of 75, 45 of 48), so the instability was
+    the host's CPU, not the GPU. "" for a solo without matmul.py's late_ms (before 2bbd6de) or
+    with none slow."""
+    try:
+        split = late_tails.tail("solo", "solo", solo, late_tails.SLOW_X)
+    except late_tails.BadInput:
+        return ""
+    if not split.slow:
+        return ""
+    return f", {split.slow_issued_late} of its {split.slow} slow requests issued late by the host"
+
+
 def solo_lines(report: dict[str, Any]) -> list[str]:
     """The one-stream online solos of the run, before and after the rows, with their stability."""
     lines = []
@@ -1308,6 +1323,7 @@ def solo_lines(report: dict[str, Any]) -> list[str]:
             lines.append(
                 f"online solo {when}: p50 {solo['p50_ms']:.2f} / p99 {solo['p99_ms']:.2f} ms "
                 f"({solo.get('requests') or 0}){', unstable' if unstable else ''}{steal}"
+                f"{_issued_late(solo) if unstable else ''}"
             )
     return ["", *lines] if lines else []
 
