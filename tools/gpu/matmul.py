@@ -11,9 +11,8 @@
                                             # a request of 4 matmuls, 0.5 ms of host work between
 
 Prints one JSON line: iterations, seconds, it/s (saturating) or request latencies and how late
-the host issued each request (online), and
-with --count-kernels the number of GPU kernels PyTorch's profiler (CUPTI) saw, which the probe's
-launch count is checked against. --hold waits for a line on stdin before exiting, so whoever
+the host issued each request (online), and with --count-kernels the number of GPU kernels
+PyTorch's profiler (CUPTI) saw, which the probe's launch count is checked against. --hold waits for a line on stdin before exiting, so whoever
 watches the process can read its state while it still holds its GPU objects.
 """
 
