@@ -9,6 +9,7 @@ counted as busy for ever and one online CUDA process kept every offline channel 
 from __future__ import annotations
 
 import errno
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import HOST_TIMED, processes, reset
+from tests.vm.conftest import HOST_TIMED, nvmock_param, processes, reset, threads_named
 from tests.vm.gpuload import start_together
 from tests.vm.linetenant import LineTenant
 from tests.vm.qgpu_env import (
@@ -197,14 +198,59 @@ def assert_read_every(reads: int, elapsed: float, every_s: float, edges: int = 2
     window's ends), and at least nine in ten of the looks due. A look is due an interval after
     the one before, unless its pass came an interval late, which starts the cadence again
     (userd.c, look_now()), so passes that run late lose looks. In the VM of two vCPUs, with
-    nvmock's engine in SCHED_FIFO (since 2026-12-05), qgpu made 2 460-3 300 passes in 2 s
-    where it made 3 740-4 400 with the engine an ordinary thread, and a channel due every
-    20 ms was read 92, 94 and 96 times where 100 were due (100 with the engine ordinary). Why
-    the passes were fewer is not known: the idle engine took 5-6 % of a vCPU either way."""
+    nvmock's engine in SCHED_FIFO and free to run on either CPU, qgpu made 2 460-3 300 passes
+    in 2 s where it made 3 740-4 400 with the engine an ordinary thread, and a channel due every
+    20 ms was read 92, 94 and 96 times where 100 were due (100 with the engine ordinary): the
+    engine bounced qgpu's thread between the CPUs, which engine_pin now prevents
+    (test_the_mock_gpu_does_not_move_qgpus_scheduler_between_cpus)."""
     due = elapsed / every_s
     assert 0.9 * due - edges <= reads <= due + edges, (
         f"{reads} reads in {elapsed:.2f} s, one due every {every_s * 1000:g} ms"
     )
+
+
+def _migrations(pid: int) -> int:
+    """How many times the scheduler has moved task ``pid`` between CPUs (/proc/PID/sched)."""
+    for line in Path(f"/proc/{pid}/sched").read_text().splitlines():
+        if line.startswith("se.nr_migrations"):
+            return int(line.split(":")[1])
+    raise AssertionError(f"/proc/{pid}/sched has no se.nr_migrations")
+
+
+def _moves_and_passes(qgpu: int, seconds: float) -> tuple[int, int]:
+    moved, (passes, _) = _migrations(qgpu), sched_counts()
+    time.sleep(seconds)
+    return _migrations(qgpu) - moved, sched_counts()[0] - passes
+
+
+@HOST_TIMED
+def test_the_mock_gpu_does_not_move_qgpus_scheduler_between_cpus() -> None:
+    """A GPU takes no host CPU. nvmock's engine thread does, in SCHED_FIFO above qgpu's
+    scheduler: free to run on either vCPU, it woke where qgpu's thread ran and the real-time
+    balancer pushed that thread to the other vCPU, 1 300-1 400 times a second, and qgpu made
+    a sixth fewer passes (BENCHMARKS.md 2026-12-05, forty-second session). engine_pin keeps
+    the engine on the last CPU, and qgpu's thread stays put; unpinned, it is moved again, which
+    shows the test sees it."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.fail("needs two vCPUs: with one, nothing can be moved")
+    (engine,) = threads_named("nvmock-gpu0")
+    assert os.sched_getaffinity(engine) == {max(os.sched_getaffinity(0))}
+    with qgpu_loaded() as client, cgroups(1) as (online,):
+        client.set_gpu(0, "best-effort", PERIOD_US)
+        client.set_cgroup(online.id, 0, "online", 50)
+        with userd_tenant(online):
+            (qgpu,) = threads_named("qgpu/gpu0")
+            time.sleep(0.5)
+            pinned = _moves_and_passes(qgpu, 2.0)
+            with nvmock_param("engine_pin", 0):
+                time.sleep(0.2)
+                free = _moves_and_passes(qgpu, 2.0)
+            time.sleep(0.2)
+            again = _moves_and_passes(qgpu, 2.0)
+    print(f"qgpu's thread moved / passes in 2 s: pinned {pinned}, free {free}, again {again}")
+    assert pinned[0] < 100 and again[0] < 100
+    assert free[0] > 500
+    assert min(pinned[1], again[1]) > free[1]
 
 
 @HOST_TIMED
