@@ -12,8 +12,9 @@
 
 Prints one JSON line: iterations, seconds, it/s (saturating) or request latencies and how late
 the host issued each request (online), and with --count-kernels the number of GPU kernels
-PyTorch's profiler (CUPTI) saw, which the probe's launch count is checked against. --hold waits for a line on stdin before exiting, so whoever
-watches the process can read its state while it still holds its GPU objects.
+PyTorch's profiler (CUPTI) saw, which the probe's launch count is checked against. --hold waits
+for a line on stdin before exiting, so whoever watches the process can read its state while it
+still holds its GPU objects.
 """
 
 from __future__ import annotations
