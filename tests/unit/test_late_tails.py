@@ -124,3 +124,32 @@ def test_the_bench_says_how_many_of_an_unstable_solos_slow_requests_were_issued_
     # A solo from before late_ms: its line as before.
     del unstable["late_ms"]
     assert gpu.solo_lines({"online_solo": unstable})[1].endswith("(3001), unstable")
+
+
+@pytest.mark.parametrize(
+    ("paths", "shown"),
+    [
+        (["a/rows-43B/8192/bench.json", "a/rows-43C/8192/bench.json"],
+         ["rows-43B/8192/bench.json", "rows-43C/8192/bench.json"]),
+        (["x/run1.json", "y/run2.json"], ["run1.json", "run2.json"]),
+        (["x/run.json", "x/run.json"], ["run.json", "run.json"]),  # one file twice: its name
+        (["run.json", "sub/run.json"], ["run.json", "sub/run.json"]),
+    ],
+)  # fmt: skip
+def test_files_of_one_name_are_told_apart_by_their_folders(
+    paths: list[str], shown: list[str]
+) -> None:
+    assert late_tails.labels([Path(p) for p in paths]) == shown
+
+
+def test_the_table_names_each_rows_file_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The device's tars hold one bench.json per row; the table tells them apart."""
+    for row in ("8192", "2048"):
+        (tmp_path / row).mkdir()
+        (tmp_path / row / "bench.json").write_text(json.dumps(stream([0.4] * 4, [0.1] * 4, row)))
+    files = [str(tmp_path / row / "bench.json") for row in ("8192", "2048")]
+    assert late_tails.main(files) == 0
+    out = capsys.readouterr().out
+    assert "| 8192/bench.json | 8192 |" in out and "| 2048/bench.json | 2048 |" in out, out

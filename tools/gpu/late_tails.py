@@ -108,12 +108,25 @@ def streams(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def tails(path: Path, slow_x: float) -> list[Tail]:
+def tails(path: Path, slow_x: float, label: str | None = None) -> list[Tail]:
     try:
         runs = streams(read_object(path))
     except BadInput as err:
         raise BadInput(f"{path}: {err}") from err
-    return [tail(path.name, run, stream, slow_x) for run, stream in runs]
+    return [tail(label or path.name, run, stream, slow_x) for run, stream in runs]
+
+
+def labels(paths: list[Path]) -> list[str]:
+    """Each file's name, with as many of its folders as tell it from the others given: the
+    device's tars hold one bench.json per row (rows-43B/8192/bench.json), which their names
+    alone would not tell apart."""
+    distinct = len(set(paths))
+    depth = 1
+    while depth < max(len(p.parts) for p in paths):
+        if len({Path(*p.parts[-depth:]) for p in paths}) == distinct:
+            break
+        depth += 1
+    return [str(Path(*p.parts[-depth:])) for p in paths]
 
 
 def table(rows: list[Tail]) -> str:
@@ -142,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"late_tails: --slow-x must be positive, not {args.slow_x}", file=sys.stderr)
         return 2
     try:
-        rows = [row for path in args.files for row in tails(path, args.slow_x)]
+        rows = [
+            row
+            for path, label in zip(args.files, labels(args.files), strict=True)
+            for row in tails(path, args.slow_x, label)
+        ]
     except (BadInput, Unreadable) as err:
         print(f"late_tails: {err}", file=sys.stderr)
         return 1
