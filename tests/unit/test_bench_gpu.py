@@ -940,3 +940,19 @@ def test_host_steal_is_reported_beside_the_verdict_and_does_not_decide() -> None
     r["online_solo_host_steal"] = {**steal, "with_steal": 4}
     (line,) = gpu.solo_lines(r)[1:]
     assert line.endswith("(3001), host steal in 5.0 % of its quarter seconds"), line
+
+
+@pytest.mark.parametrize(
+    ("solo", "over"),
+    [
+        ({"p50_ms": 0.3868, "p99_ms": 0.4907}, "p50 0.25 ms over solo's"),  # call 42D, H100
+        ({"p50_ms": 0.2690, "p99_ms": 0.3200}, "p50 0.37 ms over solo's"),  # a faster host's solo
+        ({"p50_ms": 0.40, "p99_ms": 0.95}, "p50 0.23 ms over solo's"),  # unstable: p50 still said
+    ],
+)
+def test_the_verdict_gives_the_p50s_excess_over_solo_in_time(
+    solo: dict[str, float], over: str
+) -> None:
+    q = {"online_p50_ms": 0.6343, "online_p99_ms": 0.7367, "trainer_it_per_s": 543.0}
+    verdict = gpu._online_verdict(TRAINER_8192, q, report(solo, q, TRAINER_8192.name))
+    assert over in verdict, verdict
