@@ -208,6 +208,51 @@ def test_a_missed_p50_shows_the_switch_each_request_waited_for() -> None:
     assert len(result["evidence"]) == 1
 
 
+def test_a_missed_p99_shows_the_switch_against_what_the_target_leaves() -> None:
+    """Solo's p99 here is 0.80 ms (SOLO), so the p99 target leaves 400 µs over it."""
+    fecs: dict[str, Any] = {
+        "restore_us": {"p50": 96.0},
+        "requests": {"placed": 525, "returned_to_save_end_us": {"p50": 320.0}},
+    }
+    lever = phase(PAIR, "setting", 0.79, 1.30, fecs=fecs)
+    result = promise([SOLO, NATIVE, lever], {"lever": PAIR})
+    p99 = [line for line in result["evidence"] if line.startswith("the p99 target, on the GPU")]
+    assert p99 == [
+        "the p99 target, on the GPU's log of its switches (timeslice-1us-8ms): about 416 µs of "
+        "switching (p50), where the target leaves 400 µs over solo's p99 for the switch and the "
+        "trainer's tail together"
+    ]
+    # The requests not placed on the log: the restore alone.
+    del fecs["requests"]
+    result = promise([SOLO, NATIVE, lever], {"lever": PAIR})
+    assert any(
+        "(timeslice-1us-8ms): the online context's restore alone took 96 µs (p50), where the "
+        "target leaves 400 µs over solo's p99" in line
+        for line in result["evidence"]
+    ), result["evidence"]
+    # A p99 that met its target says nothing of the switch.
+    met = phase(PAIR, "setting", 0.79, 1.10, fecs=fecs)
+    result = promise([SOLO, NATIVE, met], {"lever": PAIR})
+    assert not any(line.startswith("the p99 target") for line in result["evidence"])
+
+
+def test_the_h100_of_call_43d_switched_for_longer_than_its_p99_target_leaves() -> None:
+    """A host that launches fast (solo p50 0.32, p99 0.41 ms in the doctor's phases): the median
+    switch alone (226 µs) is more than the p99 target's room over solo's p99 (203 µs)."""
+    run = "2026-12-05-doctor-fecs-8192-b6c3f80-h100-call43D"
+    report = json.loads((RESULTS / f"{run}.json").read_text())
+    result = promise(report["phases"], recommend(report["phases"], 8192))
+    assert targets(result) == {
+        "p99": False, "p50": False, "trainer": True, "native": True, "mps": None
+    }  # fmt: skip
+    assert (
+        "the p99 target, on the GPU's log of its switches (timeslice-1us-8ms): about 226 µs of "
+        "switching (p50), where the target leaves 203 µs over solo's p99"
+    ) in result["evidence"][1]
+    p50 = result["evidence"][-1]
+    assert "about 226 µs of switching, where the target leaves 65 µs over solo's p50" in p50
+
+
 def test_a_short_phase_marks_its_p99_as_indicative() -> None:
     lever = phase(PAIR, "setting", 0.58, 1.10)
     lever["online"]["requests"] = 525
