@@ -239,15 +239,26 @@ def _p99_switch(phase: dict[str, Any], allowance_ms: float) -> str | None:
     restore = fecs.get("restore_us")
     if not restore:
         return None
-    after_call = (fecs.get("requests") or {}).get("returned_to_save_end_us")
-    if after_call:
-        took = f"about {after_call['p50'] + restore['p50']:.0f} µs of switching (p50)"
+    switching = _switching_us(fecs)
+    if switching is not None:
+        took = f"about {switching:.0f} µs of switching (p50)"
     else:
         took = f"the online context's restore alone took {restore['p50']:.0f} µs (p50)"
     return (
         f"{took}, where the target leaves {allowance_ms * 1000:.0f} µs over solo's p99 for the "
         "switch and the trainer's tail together"
     )
+
+
+def _switching_us(fecs: dict[str, Any]) -> float | None:
+    """The switch's p50 in µs: from the launch call's return to the end of the trainer's save,
+    and the online context's restore; None where the log lacks either. One definition for both
+    targets' lines."""
+    restore = fecs.get("restore_us")
+    after_call = (fecs.get("requests") or {}).get("returned_to_save_end_us")
+    if not restore or not after_call:
+        return None
+    return float(after_call["p50"]) + float(restore["p50"])
 
 
 def _switch(phase: dict[str, Any], solo: dict[str, Any], allowance_ms: float) -> str | None:
@@ -270,14 +281,15 @@ def _switch(phase: dict[str, Any], solo: dict[str, Any], allowance_ms: float) ->
     to_save_end = requests.get("to_save_end_us")
     after_call = requests.get("returned_to_save_end_us")
     call, solo_call = requests.get("launch_call_us"), solo_requests.get("launch_call_us")
-    if placed and after_call and call:
+    switching = _switching_us(fecs)
+    if placed and after_call and switching is not None and call:
         alone = f"; alone {solo_call['p50']:.0f}" if solo_call else ""
         text = (
             f"{placed} of {asked} requests waited for a switch: the trainer's save ended "
             f"{after_call['p50']:.0f} µs after the launch call returned ({call['p50']:.0f} µs "
             f"after the launch{alone}), and the online context's restore took "
             f"{restore['p50']:.0f} µs more (p50): about "
-            f"{after_call['p50'] + restore['p50']:.0f} µs of switching, {allowance}"
+            f"{switching:.0f} µs of switching, {allowance}"
         )
     elif placed and to_save_end:
         text = (
