@@ -47,10 +47,11 @@ class Group:
     runs: list[Run] = field(default_factory=list)
 
 
-def _pairs(cell: str, n: int, where: str) -> list[tuple[float, float, bool]]:
-    """One cell holds one run's "p50 / p99" or, for a line of several runs, theirs by commas."""
+def _pairs(cell: str, n: int | None, where: str) -> list[tuple[float, float, bool]]:
+    """One cell holds one run's "p50 / p99" or, for a line of several runs, theirs by commas;
+    ``n``: how many runs the line holds (None for the cell that says so, qpolicy's)."""
     parts = re.split(r", (?=\d)", cell.strip())
-    if len(parts) != n:
+    if n is not None and len(parts) != n:
         raise ValueError(f"{where}: {cell!r} holds {_runs(len(parts))}, the line {n}")
     out = []
     for part in parts:
@@ -78,8 +79,8 @@ def parse(text: str) -> list[Run]:
         m = re.match(r"(H100|H200), (\d+) trainer", cells[0])
         if not m:
             raise ValueError(f"{cells[0]!r}: not 'GPU, N trainer'")
-        n = len(cells[1].split(" / ")) - 1
-        qp = _pairs(cells[1], n, cells[0])
+        qp = _pairs(cells[1], None, cells[0])
+        n = len(qp)
         solo = _pairs(cells[2], n, cells[0])
         native = _pairs(cells[3], n, cells[0])
         mps = [None] * n if cells[4] == "-" else _pairs(cells[4], n, cells[0])
