@@ -156,6 +156,7 @@ void nvmock_engine_reset_stats(struct nvmock_gpu *gpu)
 	engine->switches = 0;
 	engine->switch_ns = 0;
 	engine->switches_late = 0;
+	memset(engine->switch_over, 0, sizeof(engine->switch_over));
 	engine->busy_ns = 0;
 	memset(engine->processes, 0, sizeof(engine->processes));
 	list_for_each_entry(tsg, &engine->runlist, runlist_node)
@@ -426,6 +427,22 @@ static u64 spin(u64 ns)
 	return ktime_to_ns(ktime_sub(now, start));
 }
 
+/*
+ * A switch's overshoot past switch_us by decade, 10 us up: a spin ends within the first, a
+ * sleep's timer slack and wake-up land in the next, a host that takes the vCPU in the last.
+ */
+static unsigned int over_bin(u64 over_ns)
+{
+	unsigned int bin = 0;
+	u64 bound = 10 * NSEC_PER_USEC;
+
+	while (bin < NVMOCK_SWITCH_OVER_BINS - 1 && over_ns >= bound) {
+		bin++;
+		bound *= 10;
+	}
+	return bin;
+}
+
 /* Whether a TSG other than tsg has work: the only thing the hardware switches away for. */
 static bool other_runnable(struct nvmock_engine *engine, struct nvmock_tsg *tsg)
 {
@@ -599,6 +616,7 @@ static int engine_thread(void *data)
 			 */
 			if (took > 2 * target)
 				engine->switches_late++;
+			engine->switch_over[over_bin(took - min(took, target))]++;
 		}
 		if (!tsg->gone) {
 			struct nvmock_channel *ch;

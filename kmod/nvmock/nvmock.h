@@ -179,6 +179,8 @@ struct nvmock_process {
 	u64 gpu_ns;
 };
 
+#define NVMOCK_SWITCH_OVER_BINS	4
+
 struct nvmock_engine {
 	spinlock_t lock;		/* what the engine thread reads; see the top */
 	struct list_head runlist;	/* TSGs */
@@ -190,6 +192,8 @@ struct nvmock_engine {
 	u64 switches;
 	u64 switch_ns;
 	u64 switches_late;		/* took more than twice switch_us: the vCPU was taken */
+	/* switches by overshoot past switch_us: under 10 us, 100 us, 1 ms, more */
+	u64 switch_over[NVMOCK_SWITCH_OVER_BINS];
 	u64 busy_ns;
 	struct nvmock_process processes[NVMOCK_MAX_PROCESSES];
 };

@@ -56,13 +56,17 @@ def test_two_saturating_processes_split_the_gpu_evenly() -> None:
 
 def test_a_context_switch_costs_switch_us_not_what_a_sleep_overshoots() -> None:
     """A switch is the GPU's fixed cost, time no TSG runs in. Slept, 150 us took about 680 in
-    this VM (801 switches, 0.548 s): every switch cost four times its model, and next to an
-    online request stream the offline pod lost 8 % of the GPU to it. Spun, it ends on time.
+    this VM (801 switches, 0.548 s, 2026-11-27): next to an online request stream the offline
+    pod lost 8 % of the GPU to it. Spun, it ends on time, unless the host takes the vCPU.
 
-    Under TCG about one switch in ten still overruns, by a millisecond or so (2026-12-02, five
-    runs here: 9.7-11.6 % took over twice switch_us, mean 276-298 us; one CI run's mean was
-    311). A bound on the mean alone sat at that edge. So the test counts the switches that
-    overran, which a sleep's overshoot makes of every one, and bounds the mean only loosely."""
+    What tells the two apart is how many switches end on time, not the mean or the late tail:
+    both are the host's. On 2026-12-06, here, five runs of the spin ended 60-68 % of their
+    switches within 10 us of switch_us, with means of 357-537 us from the 8-12 % the host held
+    up by over a millisecond; three runs of the same engine made to sleep (SPIN_TAIL_US 0)
+    ended 0.8-1.0 %, with means of 377-410 us. A CI run's spin had a mean of 730 us and 23.5 %
+    of its switches over twice switch_us (2026-12-05): the bounds on those two failed on a busy
+    host, and neither caught the sleep, whose mean the engine's SCHED_FIFO thread now keeps
+    lower."""
     switch_us = read_nvmock_param("switch_us")
     reset()
     a, b = start_together([*SATURATE, "--seconds", "3"], [*SATURATE, "--seconds", "3"])
@@ -71,13 +75,15 @@ def test_a_context_switch_costs_switch_us_not_what_a_sleep_overshoots() -> None:
     account = engine_account()
     assert account["switches"] > 100
     mean_us = account["switch_ns"] / account["switches"] / 1000
-    late = account["switches_late"] / account["switches"]
+    bins = ("switch_over_10us", "switch_over_100us", "switch_over_1ms", "switch_over_more")
+    assert sum(account[name] for name in bins) == account["switches"]
+    on_time = account["switch_over_10us"] / account["switches"]
     print(
-        f"{account['switches']} switches, {mean_us:.0f} us each, {late:.1%} over twice "
-        f"switch_us {switch_us}"
+        f"{account['switches']} switches, {mean_us:.0f} us each, {on_time:.1%} within 10 us "
+        f"of switch_us {switch_us}; by overshoot {[account[name] for name in bins]}"
     )
-    assert switch_us <= mean_us < 4 * switch_us
-    assert late < 0.25
+    assert mean_us >= switch_us
+    assert on_time > 0.25
 
 
 def test_disabled_channels_stop_at_once_and_resume_when_enabled() -> None:
