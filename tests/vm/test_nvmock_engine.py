@@ -306,6 +306,22 @@ def test_a_process_alone_keeps_the_engine_under_a_1_us_timeslice() -> None:
     assert done[1] >= 0.9 * done[1024] > 0
 
 
+def test_a_request_stream_alone_is_never_switched() -> None:
+    """The GPU's own log of its context switches (FECS, read by the doctor on an H200,
+    2026-12-03; docs/online.md, the switch on the GPU's log): an online stream alone had no
+    record in its solo phase, so a request that finds the engine idle, with no other TSG run
+    since its own, pays no switch. nvmock charges switch_us only when the TSG changes; charged
+    whenever the engine came back from idle, each solo request would wait 150 us more and the
+    VM's solo baselines would carry a switch the GPU does not make."""
+    reset()
+    args = ["--shape", "requests", "--rate-hz", "100", "--kernel-us", "500"]
+    result = Gpuload([*args, "--seconds", "2"]).ready().result()
+    account = engine_account()
+    print(f"{result['requests']} requests alone, p50 {result['p50_ms']} ms: {account}")
+    assert result["requests"] >= 150
+    assert account["switches"] == 0 and account["switch_ns"] == 0
+
+
 def _stats(fd: int, load: Gpuload) -> dict[str, int]:
     from qpolicy.nvrm import abi
 
