@@ -519,10 +519,11 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 	struct nvmock_engine *engine = &obj->gpu->engine;
 	u32 i;
 
-	if (p->numChannels > NV2080_DISABLE_CHANNELS_MAX)
-		return NV_ERR_INVALID_ARGUMENT;
+	/* RM refuses it before the list reaches GSP, whatever the list holds. */
 	if (p->pRunlistPreemptEvent && !caller->kernel)
 		return NV_ERR_INSUFFICIENT_PERMISSIONS;
+	if (p->numChannels > NV2080_DISABLE_CHANNELS_MAX)
+		return NV_ERR_INVALID_ARGUMENT;
 	/* All or nothing: every named channel is checked before any is touched. */
 	for (i = 0; i < p->numChannels; i++) {
 		struct nvmock_client *client;

@@ -28,8 +28,9 @@
  *			switch_us: under 10 us, under 100 us, under 1 ms, more
  *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
  *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels
- *   gpuN/channels	per channel: chid, TSG, enabled, scheduled, faulted, GP_GET, GPU time,
- *			GP_PUT as its process wrote it, whether fetched work is left to run,
+ *   gpuN/channels	per channel: chid, TSG, enabled, scheduled, faulted, GP_GET as the GPU
+ *			wrote it to USERD (what a reader of USERD sees), GPU time, GP_PUT as its
+ *			process wrote it, whether fetched work is left to run,
  *			closes outstanding and the most ever outstanding at once
  *   gpuN/memory	device memory size, use, and the most used at once (fb_peak)
  *   gpuN/reset		write anything: statistics back to zero, fb_peak to the use now
@@ -156,8 +157,8 @@ static int channels_show(struct seq_file *m, void *unused)
 			seq_printf(m, "%u tsg %u pid %d enabled %d scheduled %d faulted %d gp_get %u gpu_ns %llu gp_put %u running %d disables %u disables_max %u\n",
 				   ch->chid, tsg->id, tsg->tgid, nvmock_channel_enabled(ch),
 				   ch->scheduled,
-				   ch->faulted, ch->gp_get, ch->gpu_ns,
-				   READ_ONCE(ch->userd[NVRM_USERD_GP_PUT / 4]),
+				   ch->faulted, READ_ONCE(ch->userd[NVRM_USERD_GP_GET / 4]),
+				   ch->gpu_ns, READ_ONCE(ch->userd[NVRM_USERD_GP_PUT / 4]),
 				   ch->run_left_ns || ch->in_segment, ch->disables,
 				   ch->disables_max);
 	spin_unlock(&engine->lock);

@@ -15,6 +15,7 @@ import pytest
 
 from qpolicy.nvrm import rmctl
 from tests.vm.conftest import (
+    DEBUGFS,
     HOST_TIMED,
     engine_account,
     nvmock_param,
@@ -156,6 +157,41 @@ def test_closes_nest_and_an_open_of_an_open_channel_does_nothing() -> None:
     load.result()
 
 
+def test_only_a_kernel_client_may_pass_a_runlist_preempt_event() -> None:
+    """subdeviceCtrlCmdFifoDisableChannels_IMPL (580.142, kernel_fifo_ctrl.c) refuses
+    pRunlistPreemptEvent below RS_PRIV_LEVEL_KERNEL with NV_ERR_INSUFFICIENT_PERMISSIONS before
+    it sends anything to GSP: a process, root's included, is refused whatever its list holds,
+    and no channel is touched. qgpu, a kernel client, may pass it; the rm enforcer may not."""
+    from qpolicy.nvrm import abi
+
+    load = Gpuload([*SATURATE, "--seconds", "6"]).ready()
+    time.sleep(0.5)
+    fd = rmctl.borrow_fd(load.pid, load.ctl_fd())
+    try:
+        fields = rmctl.disable_channels_fields(load.client, [load.channel], disable=True)
+        cmd = abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS
+        denied = abi.NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+        for numbers in ({}, {"numChannels": abi.FIFO_DISABLE_CHANNELS_MAX + 1}):
+            result, _ = rmctl.control(
+                fd, load.client, load.subdevice, cmd,
+                **{**fields, **numbers, "pRunlistPreemptEvent": 0x1000},
+            )  # fmt: skip
+            assert result.status == denied, (numbers, hex(result.status))
+        # Nothing was closed: the channel runs on, and one close and one open act as ever.
+        assert _ran(load, 0.5) > 0.2
+        result, _ = rmctl.control(fd, load.client, load.subdevice, cmd, **fields)
+        assert result.ok
+        assert _ran(load, 0.5) < 0.005
+        _set_closed(fd, load, False)
+        assert _ran(load, 0.5) > 0.2
+    finally:
+        # A failed check must not leave it closed: an open of an open channel does nothing.
+        for _ in range(2):
+            rmctl.disable_channels(fd, load.client, load.subdevice, [load.channel], disable=False)
+        os.close(fd)
+    load.result()
+
+
 def test_a_sched_only_close_with_kernels_queued_stalls_the_channel_until_woken() -> None:
     """On an H200 (tools/gpu/disable_nesting.py --steps stall, call 21F) a trainer with kernels
     queued behind the running one, closed sched-only, ran nothing after its open, nor after a
@@ -186,6 +222,25 @@ def test_a_sched_only_close_with_kernels_queued_stalls_the_channel_until_woken()
         load.result()
 
 
+def _fetched(pid: int) -> int:
+    """GP_GET, as USERD shows it, summed over the process's channels: it moves as the engine
+    fetches an entry, which for one kernel an entry is as that kernel begins."""
+    total = 0
+    for line in (DEBUGFS / "gpu0" / "channels").read_text().splitlines():
+        words = line.split()
+        fields = dict(zip(words[1::2], words[2::2], strict=False))
+        if int(fields["pid"]) == pid:
+            total += int(fields["gp_get"])
+    return total
+
+
+def _wait_for_a_fetch(pid: int, timeout: float = 5.0) -> None:
+    start, end = _fetched(pid), time.monotonic() + timeout
+    while _fetched(pid) == start:
+        assert time.monotonic() < end, f"no GPFIFO entry of {pid} fetched in {timeout} s"
+        time.sleep(0.002)
+
+
 @HOST_TIMED
 def test_a_sched_only_close_finishes_the_running_kernel_alone_and_hands_over_at_the_slice() -> None:
     """bOnlyDisableScheduling=1 as an H200 did it (tools/gpu/sched_only.py): a loop of 0.1 s
@@ -201,6 +256,9 @@ def test_a_sched_only_close_finishes_the_running_kernel_alone_and_hands_over_at_
     try:
         _set_closed(fd_other, other, True)
         time.sleep(0.5)
+        # Closed as a kernel begins, so that most of its 0.3 s is left to finish: a close that
+        # stopped it at once, as a full close does, runs on for the call's few ms alone.
+        _wait_for_a_fetch(loop.pid)
         before, saves = gpu_seconds(loop.pid), _stats(fd_loop, loop)
         _set_closed(fd_loop, loop, True, only_scheduling=True)
         time.sleep(0.8)
@@ -208,8 +266,8 @@ def test_a_sched_only_close_finishes_the_running_kernel_alone_and_hands_over_at_
         after = _ran(loop, 0.5)
         alone = _delta(saves, _stats(fd_loop, loop))
         print(f"alone: {finished:.3f} s after the close, then {after:.4f}; saves {alone}")
-        # The rest of one 0.3 s kernel (a close in the gap between two is 1 in ~300), no more.
-        assert 0.005 < finished < 0.3 + 0.05 and after < 0.005
+        # The rest of the 0.3 s kernel begun, no more.
+        assert 0.15 < finished < 0.3 + 0.05 and after < 0.005
         assert alone["saveCnt"] == 0
         for fd, load in ((fd_loop, loop), (fd_other, other)):
             assert rmctl.set_timeslice(fd, load.client, load.tsg, 1).ok
