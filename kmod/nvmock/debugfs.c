@@ -23,9 +23,9 @@
  *   slow_kapi		the same for the in-kernel RM entry's ops sent from that thread group's
  *			context (a hook's queries of RM run in the tenant's); for both, a
  *			thread's id instead names that thread alone
- *   gpuN/engine	context switches, time spent switching and running, switches that
- *			took more than twice switch_us, and switches by how far they ran past
- *			switch_us: under 10 us, under 100 us, under 1 ms, more
+ *   gpuN/engine	context switches, time spent switching and running, and switches by
+ *			how far they ran past switch_us: under 10 us, under 100 us, under 1 ms,
+ *			more
  *   gpuN/processes	GPU time per process (kept after the process exits, until reset)
  *   gpuN/tsgs		per TSG: id, process, timeslice, GPU time, channels
  *   gpuN/channels	per channel: chid, TSG, enabled, scheduled, faulted, GP_GET as the GPU
@@ -96,8 +96,8 @@ static int engine_show(struct seq_file *m, void *unused)
 	struct nvmock_engine *engine = &gpu->engine;
 
 	spin_lock(&engine->lock);
-	seq_printf(m, "switches %llu\nswitch_ns %llu\nswitches_late %llu\nbusy_ns %llu\n",
-		   engine->switches, engine->switch_ns, engine->switches_late, engine->busy_ns);
+	seq_printf(m, "switches %llu\nswitch_ns %llu\nbusy_ns %llu\n",
+		   engine->switches, engine->switch_ns, engine->busy_ns);
 	seq_printf(m, "switch_over_10us %llu\nswitch_over_100us %llu\nswitch_over_1ms %llu\n"
 		   "switch_over_more %llu\n", engine->switch_over[0], engine->switch_over[1],
 		   engine->switch_over[2], engine->switch_over[3]);

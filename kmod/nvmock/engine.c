@@ -155,7 +155,6 @@ void nvmock_engine_reset_stats(struct nvmock_gpu *gpu)
 	spin_lock(&engine->lock);
 	engine->switches = 0;
 	engine->switch_ns = 0;
-	engine->switches_late = 0;
 	memset(engine->switch_over, 0, sizeof(engine->switch_over));
 	engine->busy_ns = 0;
 	memset(engine->processes, 0, sizeof(engine->processes));
@@ -611,11 +610,9 @@ static int engine_thread(void *data)
 			spin_lock(&engine->lock);
 			engine->switch_ns += took;
 			/*
-			 * Counted apart so a test can tell a switch that overran (a sleep's
+			 * By overshoot, so a test can tell a switch that overran (a sleep's
 			 * overshoot hits every one) from a host that took the vCPU now and then.
 			 */
-			if (took > 2 * target)
-				engine->switches_late++;
 			engine->switch_over[over_bin(took - min(took, target))]++;
 		}
 		if (!tsg->gone) {

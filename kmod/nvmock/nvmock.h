@@ -191,7 +191,6 @@ struct nvmock_engine {
 	struct task_struct *thread;
 	u64 switches;
 	u64 switch_ns;
-	u64 switches_late;		/* took more than twice switch_us: the vCPU was taken */
 	/* switches by overshoot past switch_us: under 10 us, 100 us, 1 ms, more */
 	u64 switch_over[NVMOCK_SWITCH_OVER_BINS];
 	u64 busy_ns;
