@@ -81,8 +81,19 @@ def read_counts(path: Path) -> dict[str, int]:
     return {key: int(value) for key, value, *_ in (line.split() for line in text.splitlines())}
 
 
+def channel_rows(gpu: int = 0) -> list[dict[str, int]]:
+    """nvmock's channels, a dict a line of debugfs gpuN/channels: chid and its named fields."""
+    rows = []
+    for line in (DEBUGFS / f"gpu{gpu}" / "channels").read_text().splitlines():
+        words = line.split()
+        named = zip(words[1::2], words[2::2], strict=True)
+        rows.append({"chid": int(words[0]), **{key: int(value) for key, value in named}})
+    return rows
+
+
 def engine_account(gpu: int = 0) -> dict[str, int]:
-    """The engine's own totals since the last reset: switches, switch_ns, switches_late, busy_ns."""
+    """The engine's own totals since the last reset: switches, switch_ns, busy_ns, and switches
+    by overshoot past switch_us (switch_over_10us, _100us, _1ms, _more)."""
     return read_counts(DEBUGFS / f"gpu{gpu}" / "engine")
 
 

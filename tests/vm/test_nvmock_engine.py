@@ -15,8 +15,8 @@ import pytest
 
 from qpolicy.nvrm import rmctl
 from tests.vm.conftest import (
-    DEBUGFS,
     HOST_TIMED,
+    channel_rows,
     engine_account,
     nvmock_param,
     objects,
@@ -124,6 +124,15 @@ def _ran(load: Gpuload, seconds: float) -> float:
     return gpu_seconds(load.pid) - before
 
 
+def _release(fd: int, load: Gpuload) -> None:
+    """Open the channel as often as a test here may have closed it, then let go of the borrowed
+    descriptor: a failed check must not leave it closed, or running into the next test; an open
+    of a channel not closed does nothing."""
+    for _ in range(2):
+        rmctl.disable_channels(fd, load.client, load.subdevice, [load.channel], disable=False)
+    os.close(fd)
+
+
 def test_closes_nest_and_an_open_of_an_open_channel_does_nothing() -> None:
     """As an H200 counted them (tools/gpu/disable_nesting.py, call 21C): a channel closed twice
     ran again only after two opens, an open while open changed nothing (one close then stopped
@@ -185,10 +194,7 @@ def test_only_a_kernel_client_may_pass_a_runlist_preempt_event() -> None:
         _set_closed(fd, load, False)
         assert _ran(load, 0.5) > 0.2
     finally:
-        # A failed check must not leave it closed: an open of an open channel does nothing.
-        for _ in range(2):
-            rmctl.disable_channels(fd, load.client, load.subdevice, [load.channel], disable=False)
-        os.close(fd)
+        _release(fd, load)
     load.result()
 
 
@@ -216,22 +222,14 @@ def test_a_sched_only_close_with_kernels_queued_stalls_the_channel_until_woken()
         print("GPU seconds per step:", [round(r, 3) for r in ran])
         assert [r > 0.1 for r in ran] == [False, False, True, False, True, True]
     finally:
-        for _ in range(2):
-            rmctl.disable_channels(fd, load.client, load.subdevice, [load.channel], disable=False)
-        os.close(fd)
+        _release(fd, load)
         load.result()
 
 
 def _fetched(pid: int) -> int:
     """GP_GET, as USERD shows it, summed over the process's channels: it moves as the engine
     fetches an entry, which for one kernel an entry is as that kernel begins."""
-    total = 0
-    for line in (DEBUGFS / "gpu0" / "channels").read_text().splitlines():
-        words = line.split()
-        fields = dict(zip(words[1::2], words[2::2], strict=False))
-        if int(fields["pid"]) == pid:
-            total += int(fields["gp_get"])
-    return total
+    return sum(row["gp_get"] for row in channel_rows() if row["pid"] == pid)
 
 
 def _wait_for_a_fetch(pid: int, timeout: float = 5.0) -> None:
@@ -288,14 +286,8 @@ def test_a_sched_only_close_finishes_the_running_kernel_alone_and_hands_over_at_
         assert handed < 0.1 and after < 0.005 and other_ran > 0.3
         assert beside["cilpSaveCnt"] == 1
     finally:
-        # A failed check must not leave them closed, or running into the next test: opens of
-        # channels not closed do nothing.
         for fd, load in ((fd_loop, loop), (fd_other, other)):
-            for _ in range(2):
-                rmctl.disable_channels(
-                    fd, load.client, load.subdevice, [load.channel], disable=False
-                )
-            os.close(fd)
+            _release(fd, load)
         loop.result()
         other.result()
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.vm.conftest import DEBUGFS, ROOT, reset
+from tests.vm.conftest import DEBUGFS, ROOT, channel_rows, reset
 from tests.vm.gpuload import Gpuload
 
 SLOT = 0x2200  # not page-aligned: the slot is 512 bytes
@@ -42,11 +42,9 @@ def io_mappings(pid: int) -> list[tuple[int, set[str]]]:
 
 
 def channel_line(pid: int) -> dict[str, int]:
-    for line in (DEBUGFS / "gpu0" / "channels").read_text().splitlines():
-        words = line.split()
-        fields = {k: int(v) for k, v in zip(words[1::2], words[2::2], strict=False)}
-        if fields["pid"] == pid:
-            return fields
+    for row in channel_rows():
+        if row["pid"] == pid:
+            return row
     raise LookupError(pid)
 
 
