@@ -622,8 +622,10 @@ static u32 client_get_handle_info(const struct nvmock_caller *caller, struct nvm
  * (client_resource.c) looks hObject1 up in the client (NV_ERR_OBJECT_NOT_FOUND) and asks it
  * whether hObject2, in the same client, shares its state: for memory, memIsDuplicate
  * (src/nvidia/src/kernel/mem_mgr/mem.c) compares the memory descriptors, and hObject2 must be
- * memory of the client (memGetByHandle: nvmock answers NV_ERR_INVALID_OBJECT_HANDLE). What the
- * other classes answer is not modelled (NV_ERR_NOT_SUPPORTED).
+ * memory of the client (memGetByHandle: a handle the client does not have
+ * NV_ERR_OBJECT_NOT_FOUND, one that is not memory NV_ERR_INVALID_OBJECT_HANDLE). Other classes
+ * answer NV_ERR_NOT_SUPPORTED (resIsDuplicate's default). Measured on an H100 (rmcases.py
+ * duplicates_refused).
  */
 static u32 client_objects_are_duplicates(const struct nvmock_caller *caller,
 					 struct nvmock_object *obj, void *params)
@@ -636,7 +638,9 @@ static u32 client_objects_are_duplicates(const struct nvmock_caller *caller,
 		return NV_ERR_OBJECT_NOT_FOUND;
 	if (a->kind != NVMOCK_VIDMEM && a->kind != NVMOCK_SYSMEM)
 		return NV_ERR_NOT_SUPPORTED;
-	if (!b || (b->kind != NVMOCK_VIDMEM && b->kind != NVMOCK_SYSMEM))
+	if (!b)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (b->kind != NVMOCK_VIDMEM && b->kind != NVMOCK_SYSMEM)
 		return NV_ERR_INVALID_OBJECT_HANDLE;
 	p->bDuplicates = a->mem == b->mem;
 	return NV_OK;

@@ -576,13 +576,16 @@ u32 nvmock_fabric_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hpare
 	u32 status;
 
 	lockdep_assert_held(&nvmock_lock);
+	/* NV00F8's parameters are RS_REQUIRED: checked before the client (nvmock_rm_alloc()). */
+	if (!have_params)
+		return NV_ERR_INVALID_ARGUMENT;
 	status = nvmock_caller_client(caller, hroot, &client);
 	if (status != NV_OK)
 		return status;
 	parent = nvmock_object_get(client, hparent);
-	if (!parent || parent->kind != NVMOCK_SUBDEVICE)
+	if (!parent)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (parent->kind != NVMOCK_SUBDEVICE)
 		return NV_ERR_INVALID_OBJECT_PARENT;
-	if (!have_params)
-		return NV_ERR_INVALID_ARGUMENT;
 	return NV_ERR_NOT_SUPPORTED;
 }

@@ -42,9 +42,9 @@ static const struct class_desc class_table[] = {
 	{ NV20_SUBDEVICE_0, NVMOCK_SUBDEVICE, sizeof(struct nv2080_alloc_params), false,
 	  BIT_KIND(NVMOCK_DEVICE) },
 	{ HOPPER_USERMODE_A, NVMOCK_USERMODE, 2, false, BIT_KIND(NVMOCK_SUBDEVICE) },
-	{ FERMI_VASPACE_A, NVMOCK_VASPACE, 56, false,
+	{ FERMI_VASPACE_A, NVMOCK_VASPACE, 56, true,
 	  BIT_KIND(NVMOCK_DEVICE) | BIT_KIND(NVMOCK_SUBDEVICE) },
-	{ FERMI_CONTEXT_SHARE_A, NVMOCK_CTXSHARE, sizeof(struct nv_ctxshare_alloc_params), false,
+	{ FERMI_CONTEXT_SHARE_A, NVMOCK_CTXSHARE, sizeof(struct nv_ctxshare_alloc_params), true,
 	  BIT_KIND(NVMOCK_TSG) },
 	{ KEPLER_CHANNEL_GROUP_A, NVMOCK_TSG, sizeof(struct nv_channel_group_alloc_params), true,
 	  BIT_KIND(NVMOCK_DEVICE) },
@@ -169,9 +169,16 @@ static u32 subdevice_construct(struct nvmock_object *obj, const void *params)
 	return NV_OK;
 }
 
+/*
+ * NV_HOPPER_USERMODE_A_PARAMS: bBar1Mapping, bPriv. usrmodeConstruct_IMPL
+ * (src/nvidia/src/kernel/gpu/fifo/usermode_api.c) refuses the privileged window without a BAR1
+ * mapping to any caller (NV_ERR_INVALID_PARAMETER), then to a caller below kernel privilege
+ * (NV_ERR_INSUFFICIENT_PERMISSIONS). Measured on an H100 (rmcases.py alloc_refusal_order).
+ */
 static u32 usermode_construct(const struct nvmock_caller *caller, const u8 *params)
 {
-	/* NV_HOPPER_USERMODE_A_PARAMS: bBar1Mapping, bPriv; the privileged window is RM's. */
+	if (params && params[1] && !params[0])
+		return NV_ERR_INVALID_PARAMETER;
 	if (params && params[1] && !caller->kernel)
 		return NV_ERR_INSUFFICIENT_PERMISSIONS;
 	return NV_OK;
@@ -231,11 +238,15 @@ static u32 channel_userd(struct nvmock_object *obj, struct nvmock_channel *ch,
 	 * USERD in a memory object of the client's, as libcuda does: a 512-byte slot
 	 * (kfifoGetUserdSizeAlign_HAL, NV_RAMUSERD_CHAN_SIZE) in video memory, which the process
 	 * reaches through BAR1 (bar1.c). kchannelCreateUserdMemDesc_GV100
-	 * (arch/volta/kernel_channel_gv100.c) takes the memory by handle and a sub-range of it.
+	 * (arch/volta/kernel_channel_gv100.c) takes the memory by handle and a sub-range of it; a
+	 * handle that is not memory of the client is NV_ERR_OBJECT_NOT_FOUND
+	 * (serverutilGetResourceRefWithType with classId(Memory)). The slot checks below are
+	 * nvmock's: the host side does not bound the offset (memdescCreateSubMem), and what GSP
+	 * does with a slot outside the object is closed.
 	 */
 	mem_obj = nvmock_object_get(obj->client, p->hUserdMemory[0]);
 	if (!mem_obj || (mem_obj->kind != NVMOCK_SYSMEM && mem_obj->kind != NVMOCK_VIDMEM))
-		return NV_ERR_INVALID_OBJECT_HANDLE;
+		return NV_ERR_OBJECT_NOT_FOUND;
 	mem = mem_obj->mem;
 	if (p->userdOffset[0] > mem->size || mem->size - p->userdOffset[0] < NVRM_USERD_SIZE ||
 	    p->userdOffset[0] % NVRM_USERD_SIZE)
@@ -361,15 +372,9 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 	u32 location;
 	u64 size;
 
-	/*
-	 * A size of 0 is NV_ERR_INVALID_ARGUMENT; one past the memory there is, NV_ERR_NO_MEMORY
-	 * (measured on an H100: 2^41 bytes of video memory). nvmock answers the latter to anything
-	 * past 2^40 in either class before rounding it (the system-memory case is not measured).
-	 */
+	/* A size of 0 is NV_ERR_INVALID_ARGUMENT, first (stdmemValidateParams). */
 	if (!p->size)
 		return NV_ERR_INVALID_ARGUMENT;
-	if (p->size > (1ull << 40))
-		return NV_ERR_NO_MEMORY;
 	/*
 	 * stdmemValidateParams (src/nvidia/src/kernel/mem_mgr/standard_mem.c), after the size:
 	 * an owner of 0 or ~0, or in RM's scratch range (HEAP_OWNER_RM_SCRATCH_BEGIN..END,
@@ -393,6 +398,15 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 		return NV_ERR_INVALID_ARGUMENT;
 	if (obj->kind == NVMOCK_VIDMEM && location != NVOS32_ATTR_LOCATION_VIDMEM)
 		return NV_ERR_INVALID_ARGUMENT;
+	/*
+	 * Past the memory there is, NV_ERR_NO_MEMORY, from the heap, after every check above
+	 * (measured on an H100: 2^41 bytes of video memory, and with an owner of 0
+	 * NV_ERR_INVALID_OWNER instead: rmcases.py memory_refusals, alloc_refusal_order). nvmock
+	 * answers it to anything past 2^40 in either class before rounding it (the system-memory
+	 * case is not measured).
+	 */
+	if (p->size > (1ull << 40))
+		return NV_ERR_NO_MEMORY;
 	size = round_up(p->size, mem_page_size(obj, p));
 	if (obj->kind == NVMOCK_VIDMEM && size > gpu->fb_size - gpu->fb_used)
 		return NV_ERR_NO_MEMORY;
@@ -536,24 +550,33 @@ static u32 client_alloc(const struct nvmock_caller *caller, u32 *hnew)
 	return NV_OK;
 }
 
+/* RS_UNIQUE_HANDLE_RANGE (resserv's rs_client.h): the handles RM picks, from the base on. */
+#define OBJECT_HANDLE_RANGE	0x80000u
+
 /*
  * The new object's handle, as clientAssignResourceHandle (580.142, resserv's rs_client.c): 0
  * asks for one; the client's own handle is NV_ERR_INVALID_OBJECT_HANDLE, one in use
- * NV_ERR_INSERT_DUPLICATE_NAME (clientValidateNewResourceHandle).
+ * NV_ERR_INSERT_DUPLICATE_NAME (clientValidateNewResourceHandle). clientGenResourceHandle
+ * cycles through the range once and answers NV_ERR_INSUFFICIENT_RESOURCES when every handle
+ * of it is taken.
  */
 static u32 pick_handle(struct nvmock_client *client, u32 *hnew)
 {
 	u32 handle = *hnew;
+	u32 tried;
 
 	if (handle == client->handle)
 		return NV_ERR_INVALID_OBJECT_HANDLE;
 	if (handle)
 		return xa_load(&client->objects, handle) ? NV_ERR_INSERT_DUPLICATE_NAME : NV_OK;
-	do {
-		handle = NVRM_OBJECT_HANDLE_BASE + (client->next_handle++ & 0xFFFFF);
-	} while (xa_load(&client->objects, handle));
-	*hnew = handle;
-	return NV_OK;
+	for (tried = 0; tried < OBJECT_HANDLE_RANGE; tried++) {
+		handle = NVRM_OBJECT_HANDLE_BASE + client->next_handle++ % OBJECT_HANDLE_RANGE;
+		if (!xa_load(&client->objects, handle)) {
+			*hnew = handle;
+			return NV_OK;
+		}
+	}
+	return NV_ERR_INSUFFICIENT_RESOURCES;
 }
 
 static u32 copy_params(const struct class_desc *desc, const void __user *uparams,
@@ -593,6 +616,15 @@ u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, 
 		return nvmock_fabric_alloc(caller, hroot, hparent, uparams || kparams);
 	if (!desc)
 		return NV_ERR_INVALID_CLASS;
+	/*
+	 * serverAllocResource (resserv's rs_server.c) copies the parameters in
+	 * (serverAllocApiCopyIn, then rmapiParamsCopyInit in param_copy.c) before it finds the
+	 * client: NULL parameters of a class that requires them (RS_REQUIRED, resource_list.h) are
+	 * NV_ERR_INVALID_ARGUMENT whatever else is wrong. Measured on an H100 with an unknown
+	 * client, an unknown parent and a taken handle (rmcases.py alloc_refusal_order).
+	 */
+	if (!have_params && desc->params_required)
+		return NV_ERR_INVALID_ARGUMENT;
 	/*
 	 * A client's handle is asked for in hRoot, 0 for one of RM's choosing (serverAllocClient,
 	 * rs_server.c, built with RS_COMPATABILITY_MODE), and comes back in hObjectNew.

@@ -599,3 +599,63 @@ def export_import(rm: Rm) -> Answers:
         finally:
             os.close(fd)
     return answers
+
+
+@case
+def alloc_refusal_order(rm: Rm) -> Answers:
+    """Requests wrong in two ways: which refusal RM gives. serverAllocResource (resserv's
+    rs_server.c) copies the parameters in, refusing NULL ones of a class that requires them,
+    before it looks up the client or the parent; stdmemValidateParams checks the owner before
+    the heap is asked for the size; usrmodeConstruct refuses bPriv without bBar1Mapping to any
+    caller, before its privilege check."""
+    with scope(rm) as s:
+        return {
+            "vaspace_without_params": name(rm.alloc(s.client, s.device, 0x90F1).status),
+            "memory_without_params_unknown_parent": name(
+                rm.alloc(s.client, 0x5C0BAD08, 0x40).status
+            ),
+            "memory_without_params_unknown_client": name(
+                rm.alloc(0xC1D0BAD1, 0xC1D0BAD1, 0x40).status
+            ),
+            "memory_without_params_taken_handle": name(
+                rm.alloc(s.client, s.device, 0x40, None, s.subdevice).status
+            ),
+            "vidmem_2_pow_41_owner_0": _memory(s, 0x40, memory_params(1 << 41, owner=0)),
+            "usermode_priv_without_bar1": name(
+                rm.alloc(s.client, s.subdevice, 0xC661, bytes([0, 1])).status
+            ),
+            "usermode_priv_with_bar1": name(
+                rm.alloc(s.client, s.subdevice, 0xC661, bytes([1, 1])).status
+            ),
+        }
+
+
+@case
+def duplicates_refused(rm: Rm) -> Answers:
+    """CLIENT_OBJECTS_ARE_DUPLICATES on handles that are not two memory objects of the client
+    (cliresCtrlCmdObjectsAreDuplicates, memGetByHandle: a handle the client does not have, one
+    that is not memory), and an export of an object that is not memory."""
+    answers: Answers = {}
+    with scope(rm) as s:
+        memory = rm.new(s.client, s.device, 0x40, memory_params(MIB))
+        command = abi.NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES
+        pairs = {
+            "second_unknown": (memory, 0x5C0BAD09),
+            "first_unknown": (0x5C0BAD0A, memory),
+            "second_not_memory": (memory, s.device),
+            "first_not_memory": (s.subdevice, memory),
+        }
+        for key, (first, second) in pairs.items():
+            params = abi.NV0000_CTRL_CLIENT_OBJECTS_ARE_DUPLICATES_PARAMS.pack(
+                hObject1=first, hObject2=second
+            )
+            answers[key] = name(rm.control(s.client, s.client, command, params)[0])
+        fd = os.open(f"{rm.dev}/nvidiactl", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            params = EXPORT.pack(type=1, hDevice=s.device, hParent=s.device, hObject=s.subdevice,
+                                 fd=fd)  # fmt: skip
+            command = abi.NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECT_TO_FD
+            answers["export_subdevice"] = name(rm.control(s.client, s.client, command, params)[0])
+        finally:
+            os.close(fd)
+    return answers

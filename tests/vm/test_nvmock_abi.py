@@ -298,6 +298,31 @@ def test_a_client_is_named_by_hroot(rm: Rm) -> None:
         assert rm.free(handle, handle, handle) == NvStatus.NV_OK
 
 
+def test_a_channels_userd_must_name_memory_of_its_client(rm: Rm) -> None:
+    """kchannelCreateUserdMemDesc_GV100 (580.142, arch/volta/kernel_channel_gv100.c) takes
+    hUserdMemory[0] through serverutilGetResourceRefWithType(classId(Memory)): a handle the
+    client does not have, or one that is not memory, is NV_ERR_OBJECT_NOT_FOUND. A slot in video
+    memory of the client's is accepted, as libcuda's at 0x2000 of a 2 MiB object."""
+    client = rm.new(0, 0, 0x41)
+    try:
+        device = rm.new(client, client, 0x80, bytes(56))
+        subdevice = rm.new(client, device, 0x2080, struct.pack("<I", 0))
+        tsg = rm.new(client, device, 0xA06C, tsg_params())
+        memory = rm.new(client, device, 0x40, memory_params(2 << 20))
+
+        def channel(userd: int) -> int:
+            params = bytearray(channel_params(0x100000000))
+            struct.pack_into("<I", params, 32, userd)  # hUserdMemory[0]
+            struct.pack_into("<Q", params, 64, 0x2000)  # userdOffset[0]
+            return rm.alloc(client, tsg, 0xC86F, bytes(params)).status
+
+        assert channel(0x5C0BAD0B) == NvStatus.NV_ERR_OBJECT_NOT_FOUND
+        assert channel(subdevice) == NvStatus.NV_ERR_OBJECT_NOT_FOUND
+        assert channel(memory) == NvStatus.NV_OK
+    finally:
+        rm.free(client, client, client)
+
+
 def test_a_contexts_compute_preemption_mode_is_one_whichever_handle_sets_it(rm: Rm) -> None:
     """Measured on an H200 (tools/gpu/preemption_modes.py, call 32A): CTA set through one compute
     channel of a TSG, or through the TSG's handle, is read back on each of its compute channels;

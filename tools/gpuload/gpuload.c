@@ -657,6 +657,7 @@ static void alloc_device(struct gpu *g)
 {
 	struct nv0080_alloc_params dev;
 	struct nv2080_alloc_params sub;
+	uint8_t vaspace[VASPACE_PARAMS_SIZE];
 
 	memset(&dev, 0, sizeof(dev));
 	dev.deviceId = g->cfg->gpu;
@@ -671,7 +672,12 @@ static void alloc_device(struct gpu *g)
 	map_object(g, &g->usermode_map, false, g->subdevice, g->usermode, NVRM_USERMODE_SIZE,
 		   "usermode");
 
-	g->vaspace = rm_alloc(g, g->device, FERMI_VASPACE_A, NULL, 0);
+	/*
+	 * NV_VASPACE_ALLOCATION_PARAMETERS are required (RS_REQUIRED in resource_list.h; NULL is
+	 * NV_ERR_INVALID_ARGUMENT, measured on an H100): zeroed, RM's defaults.
+	 */
+	memset(vaspace, 0, sizeof(vaspace));
+	g->vaspace = rm_alloc(g, g->device, FERMI_VASPACE_A, vaspace, sizeof(vaspace));
 }
 
 static void alloc_sysmem(struct gpu *g)
