@@ -251,7 +251,12 @@ u32 nvidia_get_rm_ops(struct nvrm_kernel_ops *ops)
 	 */
 	memset(ops, 0, sizeof(*ops));
 	ops->version_string = mine;
-	ops->system_info.allow_write_combining = false;
+	/*
+	 * nvidia_get_rm_ops (kernel-open/nvidia/nv-modeset-interface.c) sets it where
+	 * NV_ALLOW_WRITE_COMBINING(FRAMEBUFFER) holds: on x86_64, wherever PAT is enabled
+	 * (nv-linux.h), as on the GPU hosts; nvmock maps its BAR1 write-combined too (bar1.c).
+	 */
+	ops->system_info.allow_write_combining = true;
 	ops->alloc_stack = alloc_stack;
 	ops->free_stack = free_stack;
 	ops->op = rmapi_op;
