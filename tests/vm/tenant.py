@@ -5,7 +5,8 @@ their statuses as one JSON object.
     python -m tests.vm.tenant xfer MIB [MIB...]     the same, each RM_ALLOC wrapped in IOCTL_XFER
     python -m tests.vm.tenant guard                 its own scheduling controls on its own TSG
     python -m tests.vm.tenant levers                the other preemption levers, on its own
-                                                    TSG, channel and subdevice
+                                                    TSG, channel and subdevice, and its TSG's
+                                                    interleave level after them (nvmock's)
     python -m tests.vm.tenant hold                  a TSG kept until stdin says ``quit``: prints
                                                     its handles, then answers ``set US`` and
                                                     ``get`` (its TSG's timeslice) line by line;
@@ -68,6 +69,16 @@ def channel_state(chid: int) -> tuple[int, int]:
     raise LookupError(chid)
 
 
+def interleave_levels(pid: int) -> list[int]:
+    """The interleave level of each of the process's TSGs on GPU 0, from nvmock's ground truth."""
+    levels = []
+    for line in (DEBUGFS / "gpu0" / "tsgs").read_text().splitlines():
+        f = line.split()
+        if int(f[f.index("pid") + 1]) == pid:
+            levels.append(int(f[f.index("interleave") + 1]))
+    return levels
+
+
 def preemption_mode(tsg: int, cilp_mode: int) -> bytes:
     """GR_SET_CTXSW_PREEMPTION_MODE's parameters: the compute mode only (the CILP flag)."""
     return struct.pack("<IIIIIIQ", abi.PREEMPTION_MODE_FLAG_CILP, tsg, 0, cilp_mode, 0, 0, 0)
@@ -87,6 +98,7 @@ def levers(rm: Rm, client: int, device: int, subdevice: int) -> dict[str, object
     high = struct.pack("<I", 2)
     calls = {
         "channel_interleave": (channel, abi.NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL, high),
+        "tsg_interleave": (tsg, abi.NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL, high),
         "make_realtime": (tsg, abi.NVA06C_CTRL_CMD_MAKE_REALTIME, bytes([1])),
         "restart_runlist": (channel, abi.NVA06F_CTRL_CMD_RESTART_RUNLIST, bytes([1, 0])),
         "sched_policy": (subdevice, abi.NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY, interleaved),
@@ -98,6 +110,7 @@ def levers(rm: Rm, client: int, device: int, subdevice: int) -> dict[str, object
     for name, (obj, cmd, params) in calls.items():
         out[name] = rm.control(client, obj, cmd, params)[0]
     out["channel_after_stop"] = list(channel_state(chid))
+    out["interleave_after"] = interleave_levels(os.getpid())
     return out
 
 

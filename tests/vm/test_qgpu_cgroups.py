@@ -4,7 +4,8 @@ configures the pod slice, processes run in container scopes below it).
 The nearest configured ancestor wins, for allocation charging, memory limits, the tenant guard
 and time slices; a tenant moving itself into a child cgroup stays gated; configuring a cgroup
 later charges what its descendants already hold to it. Also: removed cgroups are reaped however
-many are configured, and events go out only to listeners, rate-limited.
+many are configured, and events go out only to listeners, rate-limited (all but a removed
+cgroup's, which a refusal flood cannot crowd out).
 Ground truth: nvmock's engine (GPU time) and RM's answers as the tenant sees them.
 """
 
@@ -232,3 +233,45 @@ def test_events_only_with_listeners_and_rate_limited() -> None:
     assert len(denied) == sent and sent + dropped == FLOOD
     assert sent <= EVENT_RATE_PER_SEC * (math.floor(elapsed) + 1)
     assert dropped > 0
+
+
+GONE_AMID_FLOOD = 3
+
+
+def test_removed_cgroups_are_reported_while_refusals_flood_the_rate_limit() -> None:
+    """A listener (the daemon) learns that a pod it configured was removed only from its
+    CGROUP_GONE event, which comes once per configured cgroup and so is not rate-limited. A
+    neighbour's flood of refusals, which spends the second's budget of OOM and DENIED events at
+    once (a window of one second from its first event), must not crowd it out: each pod is
+    removed right after such a flood, and reaped within the same second, and each is
+    reported."""
+    with (
+        qgpu_loaded() as client,
+        pod() as (noisy, _),
+        pod(*(f"gone{i}" for i in range(GONE_AMID_FLOOD))) as (_, doomed),
+        QgpuClient.open() as watcher,
+    ):
+        watcher.subscribe_events()
+        client.set_gpu(0, "best-effort", 50_000)
+        client.set_cgroup(noisy.id, 0, "offline", 30)
+        for cg in doomed:
+            client.set_cgroup(cg.id, 0, "offline", 30)
+        gone = [cg.id for cg in doomed]
+        worker = Worker(noisy.path)
+        try:
+            for cg, cg_id in zip(doomed, gone, strict=True):
+                time.sleep(1.1)  # the window of the flood before is over
+                dropped = counters()[1]
+                started = time.monotonic()
+                assert worker.deny(2 * EVENT_RATE_PER_SEC) == {DENIED: 2 * EVENT_RATE_PER_SEC}
+                assert counters()[1] - dropped >= EVENT_RATE_PER_SEC  # the budget is spent
+                cg.path.rmdir()
+                while cg_id in {s.cgroup_id for s in client.cgroups()}:
+                    time.sleep(0.01)
+                took = time.monotonic() - started
+                assert took < 1.0, f"reaped {took:.2f} s after the flood: past its window"
+            events = drain(watcher, quiet=1.0)
+        finally:
+            worker.close()
+    reported = [e.cgroup_id for e in events if e.event == Event.CGROUP_GONE]
+    assert sorted(reported) == sorted(gone)

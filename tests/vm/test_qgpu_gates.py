@@ -12,6 +12,11 @@ from tests.vm.conftest import DEBUGFS, kernel_log
 from tests.vm.qgpu_env import cgroups, qgpu_loaded, refcount, stats_of, tenant
 
 GIB = 1 << 30
+# Interleave levels: the one nvmock makes a TSG with (a GSP GPU answers GET_INTERLEAVE_LEVEL
+# NV_ERR_NOT_SUPPORTED, so RM's own was never read), and NVA06C_INTERLEAVE_LEVEL_HIGH, which the
+# levers ask for.
+DEFAULT_INTERLEAVE = 0
+HIGH_INTERLEAVE = 2
 
 
 def test_memory_limit_refuses_the_allocation_that_would_exceed_it() -> None:
@@ -74,15 +79,18 @@ def test_a_gated_tenants_own_scheduling_controls_are_refused() -> None:
 
 
 def test_a_gated_tenants_other_preemption_levers_are_refused() -> None:
-    """Interleave levels through a channel, realtime TSGs, runlist restarts and policies,
-    stopping its own channel and a preemption mode coarser than CILP: refused by qgpu from a
-    gated tenant. CUDA's own request (CILP) goes through."""
+    """Interleave levels through a channel or on the TSG itself, realtime TSGs, runlist restarts
+    and policies, stopping its own channel and a preemption mode coarser than CILP: refused by
+    qgpu from a gated tenant, so the TSG's interleave level stays as RM made it (nvmock's ground
+    truth; a HIGH level would have the runlist serve it before its neighbours'). CUDA's own
+    request (CILP) goes through."""
     with qgpu_loaded() as client, cgroups(2) as (gated, free):
         client.set_cgroup(gated.id, 0, "offline", 50)
         out = tenant(gated, "levers")
         denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
         refused = [
             "channel_interleave",
+            "tsg_interleave",
             "make_realtime",
             "restart_runlist",
             "sched_policy",
@@ -92,12 +100,14 @@ def test_a_gated_tenants_other_preemption_levers_are_refused() -> None:
         assert {name: out[name] for name in refused} == dict.fromkeys(refused, denied)
         assert out["preempt_cilp"] == NvStatus.NV_OK
         assert out["channel_after_stop"] == [1, 1]  # still enabled and scheduled
+        assert out["interleave_after"] == [DEFAULT_INTERLEAVE]
         assert {s.cgroup_id: s.denied for s in client.cgroups()}[gated.id] == len(refused)
         # Ungated, each reaches nvmock, which answers as GSP did on an H100 and an H200
         # (NV_OK to a root tenant; nvmock's control.c).
         out = tenant(free, "levers")
         assert out == {
             "channel_interleave": NvStatus.NV_OK,
+            "tsg_interleave": NvStatus.NV_OK,
             "make_realtime": NvStatus.NV_OK,
             "restart_runlist": NvStatus.NV_OK,
             "sched_policy": NvStatus.NV_OK,
@@ -105,6 +115,7 @@ def test_a_gated_tenants_other_preemption_levers_are_refused() -> None:
             "preempt_cta": NvStatus.NV_OK,
             "stop_channel": NvStatus.NV_OK,
             "channel_after_stop": [0, 0],
+            "interleave_after": [HIGH_INTERLEAVE],
         }
 
 

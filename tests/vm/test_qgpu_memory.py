@@ -271,6 +271,38 @@ def test_exports_and_fabric_memory_are_refused_to_a_memory_limited_cgroup() -> N
         assert events == [(Event.OOM, limited.id)] * 3, events
 
 
+def test_plural_exports_and_imports_are_refused_to_a_memory_limited_cgroup() -> None:
+    """OS_UNIX_EXPORT_OBJECTS_TO_FD and IMPORT_OBJECTS_FROM_FD, the plural controls, hold memory
+    where qgpu cannot charge it just as the singular ones do (RmExportObject duplicates each
+    object into RM's export client): refused to a memory-limited cgroup, so RM makes no export
+    of its memory (nvmock's object count), and counted as the memory gate's (oom, OOM events).
+    A cgroup without a limit exports the same way."""
+    with (
+        limited_and_free() as (client, watcher, limited, free),
+        mem_tenants(limited, free) as (inside, outside),
+    ):
+        denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+        handle = inside.ask("alloc", MIB)["handle"]
+        ctl = inside.ask("newfd", "nvidiactl")["fd"]
+        vidmem = objects()["vidmem"]
+        assert inside.ask("exports", ctl, inside.device, 1, 0, 1, handle)["status"] == denied
+        assert objects()["vidmem"] == vidmem  # no duplicate in RM's export client
+        assert inside.ask("imports", ctl, 0, 1)["status"] == denied
+        inside.ask("closefd", ctl)
+        handle = outside.ask("alloc", MIB)["handle"]
+        ctl = outside.ask("newfd", "nvidiactl")["fd"]
+        vidmem = objects()["vidmem"]
+        exported = outside.ask("exports", ctl, outside.device, 1, 0, 1, handle)
+        assert exported["status"] == NvStatus.NV_OK
+        assert objects()["vidmem"] == vidmem + 1
+        outside.ask("closefd", ctl)
+        assert refusals(client, limited) == (2, 0)
+        assert refusals(client, free) == (0, 0)
+        assert used(client, limited) == MIB
+        events = refusal_events(drain(watcher, quiet=0.5))
+        assert events == [(Event.OOM, limited.id)] * 2, events
+
+
 def test_export_and_import_pass_through_for_an_unlimited_cgroup() -> None:
     """An fd export from one process and its import in another, in configured cgroups without a
     memory limit: qgpu lets both through and the memory works on the importer's side after the

@@ -1,9 +1,10 @@
 """The state qgpu keeps of each channel is what RM carried out, at any scale.
 
 Unloading reopens every channel qgpu closed, however many (here a thousand, past what one
-scheduler pass changes); a FIFO_DISABLE_CHANNELS that RM failed is tried again until it is
-carried out. Ground truth: nvmock's channels (debugfs gpu0/channels) and its record of the
-kernel client's ops (debugfs kapi), with failures injected by debugfs kapi_fail_control.
+scheduler pass changes), and tries again where RM fails its opens; a FIFO_DISABLE_CHANNELS that
+RM failed is tried again until it is carried out. Ground truth: nvmock's channels (debugfs
+gpu0/channels) and its record of the kernel client's ops (debugfs kapi), with failures injected
+by debugfs kapi_fail_control.
 
 Run on single-threaded TCG like test_qgpu_safety.py (VM_QEMU_OPTS="-accel tcg,thread=single"):
 the module is unloaded while its scheduler runs.
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from qpolicy.enforcers.kmod.client import QgpuClient
-from tests.vm.conftest import DEBUGFS, objects
+from tests.vm.conftest import DEBUGFS, kernel_log, objects
 from tests.vm.qgpu_env import Cgroup, cgroups, insmod, loaded, qgpu_loaded, rmmod
 from tests.vm.test_qgpu_rmapi import FIFO_DISABLE_CHANNELS, OP_CONTROL, kapi
 from tests.vm.worker import Worker
@@ -159,6 +160,35 @@ def test_a_close_rm_carried_out_but_failed_is_undone_before_it_is_tried_again() 
             assert result.returncode == 0, result.stderr
             assert channel_states(victim.pid) == [True]
             assert channel_states(busy.pid) == [True]
+    finally:
+        if loaded():
+            rmmod()
+
+
+def test_unloading_tries_again_where_rm_fails_the_opens() -> None:
+    """RM fails the opens of unloading's first two passes (a GSP busy for a moment: each pass
+    sends the batch, then the channel alone). A channel left closed once qgpu is gone would hang
+    its process for good, with nothing left to open it: unloading tries again, pass after pass,
+    and gives up only after UNLOAD_TRIES passes in a row without progress. The online worker
+    keeps the offline one closed until then (blind_busy_ms: its USERD is never mapped), so the
+    failures armed are the unloading's."""
+    log_lines = len(kernel_log().splitlines())
+    insmod(online_gate=2, blind_busy_ms=600_000)
+    try:
+        with online_beside_offline("0") as (online, offline, busy, victim):
+            with QgpuClient.open() as client:
+                configure_online_and_offline(client, online, offline)
+            wait_for("the offline channel closed",
+                     lambda: channel_states(victim.pid) == [False], timeout=10)  # fmt: skip
+            failed = kapi()[0]["failed"]
+            (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 4")
+            result = rmmod()
+            assert result.returncode == 0, result.stderr
+            assert channel_states(victim.pid) == [True]
+            assert channel_states(busy.pid) == [True]
+            assert kapi()[0]["failed"] - failed >= 4  # every armed failure was met
+            said = kernel_log().splitlines()[log_lines:]
+            assert not [line for line in said if "stay closed" in line], said
     finally:
         if loaded():
             rmmod()

@@ -106,15 +106,19 @@ def test_the_mapping_of_userd_is_noted_on_the_file_rm_mapped_it_for(race: str) -
     chance: userd_tenant.OverwrittenMap stops the copy-out with userfaultfd):
 
     - overwritten: it stores another GPU fd of its own (the decoy, never mapped) over the fd of
-      RM's answer. qgpu reads the answer from the driver's copy.
+      RM's answer, and an address past the mapping over its pLinearAddress. qgpu reads the
+      answer from the driver's copy.
     - renumbered: it dup2()s the decoy over the fd's number (RM looked it up already) and mmaps
       the file RM mapped through another fd of it. qgpu takes the file RM found during the call
       (its probe on nv_get_file_private).
 
     Either way the tenant's mmap of the file RM mapped is read, and its channel with GP_PUT !=
-    GP_GET stays busy well past blind_busy_ms. (Read back from the tenant's buffer, or found
-    again by its number after the call, the mapping was noted on the decoy's file and the
-    channel went blind: busy for blind_busy_ms, then idle.)"""
+    GP_GET stays busy well past blind_busy_ms; once the tenant unmaps the address RM answered,
+    the slot is not read again (blind: idle after blind_busy_ms). (Read back from the tenant's
+    buffer, or found again by its number after the call, the mapping was noted on the decoy's
+    file and the channel went blind: busy for blind_busy_ms, then idle. With the decoy's
+    address read back, the unmap of RM's matched nothing and qgpu went on reading a mapping RM
+    had torn down.)"""
     with qgpu_loaded(blind_busy_ms=300) as client, cgroups(1) as (online,):
         client.set_gpu(0, "best-effort", PERIOD_US)
         client.set_cgroup(online.id, 0, "online", 50)
@@ -126,6 +130,7 @@ def test_the_mapping_of_userd_is_noted_on_the_file_rm_mapped_it_for(race: str) -
                     # RM mapped the fd asked for, and the answer came back overwritten.
                     assert out["faults"] == ["copy-out", "read-back"], out
                     assert out["fd"] == out["decoy"] != out["target"], out
+                    assert out["linear"] != out["rm_linear"], out
                 else:
                     # The answer is RM's; its number names the decoy's file by then.
                     assert out["faults"] == ["copy-out"], out
@@ -133,6 +138,9 @@ def test_the_mapping_of_userd_is_noted_on_the_file_rm_mapped_it_for(race: str) -
                 tenant.ask("put 1")
                 time.sleep(0.6)
                 assert all(online_busy_samples(0.5)), (round_, out)
+            tenant.ask("unmap")  # qgpu lets go of the mapping it names, whatever RM answers
+            time.sleep(0.6)
+            assert not any(online_busy_samples(0.5)), out
         assert int((SYSFS / "rewrites_unchecked").read_text()) == 0
 
 

@@ -10,8 +10,9 @@ memory object, ``quit`` ends.
 
 With ``--overwritten-map`` the memory is not mapped at start; ``map`` maps it (after ``unmap``
 and munmap of the mapping before, if any) for a new GPU fd with RM_MAP_MEMORY, whose answer
-this process overwrites with another fd while the driver copies it out (OverwrittenMap), and
-mmaps the new fd: the answer as the call returned it. ``--renumbered-map`` likewise, but the
+this process overwrites with another fd and another address while the driver copies it out
+(OverwrittenMap), and mmaps the new fd: the answer as the call returned it (``unmap`` names
+the address RM answered). ``--renumbered-map`` likewise, but the
 answer is left alone and the fd's number is made to name another GPU file during the copy-out
 (dup2); the file RM mapped is then mmapped through another fd of it.
 
@@ -41,6 +42,7 @@ GP_GET = 0x88
 GP_PUT = 0x8C
 NVOS34 = struct.Struct("<IIIIQII")
 STATUS_OFF = 24  # NVOS34.status
+MAP_LINEAR_OFF = 32  # NVOS33_FD.pLinearAddress
 MAP_FD_OFF = 48  # NVOS33_FD.fd
 UNANSWERED = 0xFFFFFFFF
 
@@ -75,8 +77,8 @@ UFFD_MSG = struct.Struct("<BBHIQQQ")  # event, pad, pad, pad, flags, address, pt
 
 class OverwrittenMap:
     """RM_MAP_MEMORY of one memory object for a new GPU fd, whose answer the tenant overwrites
-    with a decoy fd (another GPU fd of this process, never mapped) right after the driver
-    copied it out, before anyone reads it back.
+    with a decoy fd (another GPU fd of this process, never mapped) and a decoy pLinearAddress
+    (past the mapping) right after the driver copied it out, before anyone reads it back.
 
     The request lies across a page boundary of shared memory under userfaultfd: its first
     bytes on the first page, its fd on the second, which is write-protected. Reads pass
@@ -104,6 +106,7 @@ class OverwrittenMap:
         self.buf = (ctypes.c_char * NVOS33_FD.size).from_buffer(self.pages, self.at)
         self.uffd = self._userfaultfd()
         self.faults: list[str] = []
+        self.linear = 0  # RM's pLinearAddress, kept before the decoy's goes over it
         self.thread = threading.Thread(target=self._handle, daemon=True)
         self.thread.start()
 
@@ -149,15 +152,17 @@ class OverwrittenMap:
                     raise OSError(ctypes.get_errno(), "madvise")
                 self._protect(False)
             elif msg[4] & UFFD_PAGEFAULT_FLAG_MINOR:
-                # The answer is read back: RM's fd is overwritten first.
+                # The answer is read back: RM's fd and address are overwritten first.
                 self.faults.append("read-back")
+                (self.linear,) = struct.unpack_from("<Q", self.buf, MAP_LINEAR_OFF)
+                struct.pack_into("<Q", self.buf, MAP_LINEAR_OFF, self.linear + USERD_MEM)
                 struct.pack_into("<i", self.buf, MAP_FD_OFF, self.decoy)
                 arg = struct.pack("<QQQq", self.first, mmap.PAGESIZE, 0, 0)
                 self._uffd_ioctl(UFFDIO_CONTINUE, ctypes.create_string_buffer(arg, 32))
 
     def run(self) -> tuple[int, int, dict[str, object]]:
-        """The new fd RM mapped (renumbered: another fd of its file), its pLinearAddress, and
-        what the call answered."""
+        """The new fd RM mapped (renumbered: another fd of its file), the pLinearAddress RM
+        answered, and what the call answered as read back."""
         target = self.target = self.rm.open_gpu()
         kept = os.dup(target) if self.renumber else target
         NVOS33_FD.pack_into(
@@ -165,6 +170,7 @@ class OverwrittenMap:
             UNANSWERED, 0, target, 0,
         )  # fmt: skip
         del self.faults[:]
+        self.linear = 0
         self._protect(True)
         raw_ioctl(self.rm.ctl, abi.Escape.RM_MAP_MEMORY, self.buf)
         # Read through libc, the GIL let go: a fault here waits on the handler thread.
@@ -173,9 +179,10 @@ class OverwrittenMap:
         fields = NVOS33_FD.unpack(answer.raw)
         if kept != target:
             self.rm.fds.append(kept)
-        return kept, int(fields[6]), {
+        linear = self.linear or int(fields[6])
+        return kept, linear, {
             "status": fields[7], "fd": fields[9], "target": target, "decoy": self.decoy,
-            "kept": kept, "faults": list(self.faults),
+            "kept": kept, "faults": list(self.faults), "linear": fields[6], "rm_linear": linear,
         }  # fmt: skip
 
 
