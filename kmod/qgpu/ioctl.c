@@ -867,7 +867,8 @@ static bool memory_limited(u64 id)
  *
  * CUDA also sends one GR_SET_CTXSW_PREEMPTION_MODE then: CILP for compute, on its TSG (the H200
  * trace, qpolicy/nvrm/data/h200-pytorch-matmul.jsonl.gz). CILP is the finest preemption there
- * is, so that request passes; any other mode (WFI or CTA, or a graphics mode) would let the
+ * is, so that request is carried out, by qgpu's RM client as qgpu read it (mode_by_qgpu()); any
+ * other mode (WFI or CTA, or a graphics mode) would let the
  * context run on longer once qgpu's slice is over, and is refused. A compute mode RM carried
  * out becomes the context's own, which qgpu restores where it set CTA (timeslice.c), gated or
  * not, and qgpu sets its CTA again after it. Everything else in
@@ -901,6 +902,11 @@ static enum verdict tenant_verdict(const struct nvos54_params *p,
 	switch (p->cmd) {
 	case NVA06C_CTRL_CMD_GPFIFO_SCHEDULE:
 	case NVA06F_CTRL_CMD_GPFIFO_SCHEDULE:
+		/*
+		 * RM reads bEnable again from the tenant's memory (the parameter block is not
+		 * compared): a tenant that makes it a disable in time reaches only its own
+		 * channels, and a disable had no effect on an H200 (h200-findings.md §2).
+		 */
 		if (p->paramsSize < 1 || copy_from_user(&enable, u64_to_user_ptr(p->params), 1))
 			return REFUSE;
 		return enable ? PASS : REFUSE;
@@ -964,6 +970,45 @@ static void mode_carried_out(struct file *file, void __user *uarg,
 	mutex_unlock(&qgpu_lock);
 	if (tracked)
 		qgpu_timeslice_kick();
+}
+
+/*
+ * A gated tenant's compute preemption request that the guard lets through (CILP), carried out
+ * by qgpu's RM client with the parameters qgpu read instead of being passed on: RM copies the
+ * parameter block in from the tenant's memory after qgpu's read (rmapiParamsAcquire,
+ * param_copy.c), where a tenant thread could have made it a coarser mode by then, and the
+ * driver's probe compares only the request (rmprobe.c). The same control on the same client
+ * and subdevice, the CILP flag alone, as CUDA sends it; the tenant gets RM's status. Only for a
+ * client of this file that qgpu tracks (the kernel client reaches any client, RM does not
+ * check whose it is): false for any other, whose request is passed on as read.
+ */
+static bool mode_by_qgpu(struct file *file, void __user *uarg, const struct nvos54_params *p,
+			 const struct nv2080_ctxsw_preemption_mode_params *mode)
+{
+	struct qgpu_client *client;
+	bool ours, tracked = false;
+	u32 status;
+
+	if (!qgpu_rmapi_available())
+		return false;
+	mutex_lock(&qgpu_lock);
+	client = qgpu_client_find(p->hClient);
+	ours = client && client->file == file;
+	mutex_unlock(&qgpu_lock);
+	if (!ours)
+		return false;
+	status = qgpu_rmapi_set_compute_preemption(p->hClient, p->hObject, mode->hChannel,
+						   mode->cilpPreemptMode);
+	if (status == NV_OK) {
+		mutex_lock(&qgpu_lock);
+		tracked = qgpu_timeslice_tenant_mode(file, p->hClient, mode->hChannel,
+						     mode->cilpPreemptMode);
+		mutex_unlock(&qgpu_lock);
+	}
+	answer(uarg, offsetof(struct nvos54_params, status), status);
+	if (tracked)
+		qgpu_timeslice_kick();
+	return true;
 }
 
 /*
@@ -1066,6 +1111,8 @@ static long rm_control(long (*orig)(struct file *, unsigned int, unsigned long),
 	/* A compute preemption request's, likewise: its context's own once carried out. */
 	preemption = read_mode(&p, &mode);
 	verdict = gated ? tenant_verdict(&p, preemption ? &mode : NULL) : PASS;
+	if (verdict == PASS && gated && preemption && mode_by_qgpu(file, uarg, &p, &mode))
+		return 0;
 	if (verdict == PASS) {
 		ret = passed_as_read(orig, file, cmd, arg, &p, checked, &answered, &reply);
 		if (timeslice && !ret)

@@ -61,6 +61,9 @@ and answers commands from stdin, one JSON object per line (its first line is its
     forge_status N          N RM_ALLOCs (NVOS64) of 1 MiB, kept, while a thread keeps writing
                             NV_ERR_GENERIC into the status (over RM's answer as soon as the
                             driver copied it out): how many the tenant saw answered NV_OK
+    race_mode N             N GR_SET_CTXSW_PREEMPTION_MODEs of a TSG's compute mode, asking CILP,
+                            while a process flips the mode between CILP and CTA: the statuses
+                            seen and, after each call, the TSG's mode as nvmock holds it
     race_export N HANDLE FD N RM_CONTROLs on this client, each read by qgpu as a harmless query
                             (CLIENT_GET_HANDLE_INFO's command) while a process flips the command
                             to OS_UNIX_EXPORT_OBJECT_TO_FD of HANDLE into FD (its 24 bytes of
@@ -87,9 +90,11 @@ from tests.vm.rmclient import (
     NVOS54,
     NVOS64,
     Rm,
+    channel_params,
     ioctl,
     memory_params,
     sysmem_params,
+    tsg_params,
 )
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
@@ -162,6 +167,23 @@ class Poker:
     def __exit__(self, *exc: object) -> None:
         self.control[0] = 1
         os.waitpid(self.pid, 0)
+
+
+# NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_PARAMS: flags, hChannel, gfxp, cilp, ..., 32 bytes.
+PREEMPTION_PARAMS = 32
+TSGS = "/sys/kernel/debug/nvmock/gpu0/tsgs"
+
+
+def tsg_compute_preemption(pid: int) -> int:
+    """The compute preemption mode nvmock holds for the process's TSGs (its ground truth): the
+    coarsest of them, so that a mode set on any one shows."""
+    modes = []
+    with open(TSGS) as f:
+        for line in f:
+            words = line.split()
+            if int(words[words.index("pid") + 1]) == pid:
+                modes.append(int(words[words.index("compute_preemption") + 1]))
+    return min(modes)
 
 
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -465,6 +487,33 @@ class Tenant:
                 statuses[status] = statuses.get(status, 0) + 1
         return {"statuses": statuses}
 
+    def race_mode(self, rounds: int) -> dict[str, object]:
+        subdevice = self.subdevice()
+        tsg = self.rm.new(self.client, self.device, 0xA06C, tsg_params())
+        channel = self.rm.new(self.client, tsg, 0xC86F, channel_params(0x100000000))
+        self.rm.new(self.client, channel, 0xCBC0)
+        cilp, cta = abi.PREEMPTION_MODE_CILP, abi.PREEMPTION_MODE_CTA
+        command = abi.NV2080_CTRL_CMD_GR_SET_CTXSW_PREEMPTION_MODE
+        statuses: dict[str, int] = {}
+        modes: dict[str, int] = {}
+        # The parameters live in the Poker's memory; it flips cilpPreemptMode (offset 12).
+        with Poker(PREEMPTION_PARAMS, 12, cilp, cta) as poker:
+            params = poker.buf
+            struct.pack_into("<II", params, 0, abi.PREEMPTION_MODE_FLAG_CILP, tsg)
+            buf = ctypes.create_string_buffer(NVOS54.size)
+            for _ in range(rounds):
+                struct.pack_into(
+                    "<IIIIQII", buf, 0, self.client, subdevice, command, 0,
+                    ctypes.addressof(params), PREEMPTION_PARAMS, 0,
+                )  # fmt: skip
+                raw_ioctl(self.rm.ctl, abi.Escape.RM_CONTROL, buf)
+                status = str(struct.unpack_from("<I", buf, 28)[0])
+                statuses[status] = statuses.get(status, 0) + 1
+                mode = str(tsg_compute_preemption(os.getpid()))
+                modes[mode] = modes.get(mode, 0) + 1
+        self.rm.free(self.client, self.device, tsg)
+        return {"statuses": statuses, "modes": modes}
+
     def unnamed(self, size: int) -> dict[str, object]:
         alloc = self.rm.alloc(self.client, self.device, 0x40, memory_params(size), handle=0)
         heap = self.vidheap(size, named=False)
@@ -648,6 +697,8 @@ class Tenant:
             return self.race_name(args[0])
         if verb == "forge_status":
             return self.forge_status(args[0])
+        if verb == "race_mode":
+            return self.race_mode(args[0])
         if verb == "race_export":
             return self.race_export(args[0], args[1], args[2])
         if verb == "realloc_during_free":

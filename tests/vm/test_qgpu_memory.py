@@ -11,7 +11,7 @@ from typing import Any
 
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.enforcers.kmod.uapi import Event
-from qpolicy.nvrm.abi import NvStatus
+from qpolicy.nvrm.abi import PREEMPTION_MODE_CILP, NvStatus
 from tests.vm.conftest import DEBUGFS, HOST_TIMED, objects, reset
 from tests.vm.linetenant import LineTenant
 from tests.vm.qgpu_env import (
@@ -386,6 +386,24 @@ def test_a_control_rewritten_after_qgpus_read_is_refused_on_the_drivers_copy() -
             assert objects()["vidmem"] == vidmem, out
             tenant.ask("closefd", fd)
             assert used(client, cg) == 8 * MIB
+
+
+def test_a_preemption_mode_rewritten_after_qgpus_read_is_never_carried_out() -> None:
+    """The tenant guard lets a gated tenant's GR_SET_CTXSW_PREEMPTION_MODE through only for CILP
+    (what CUDA asks); a coarser mode would let its context run on past its slice. The mode is
+    in the parameter block, which RM copies in itself, after qgpu's read (rmapiParamsAcquire,
+    param_copy.c), and which the driver's probe does not compare (only the request). Here a
+    process flips the mode between CILP and CTA while each call is on its way: whatever the
+    tenant's memory says once qgpu has read CILP, the TSG's mode (nvmock's ground truth, after
+    every call) is never CTA, and both reads happened (some calls refused, some carried out)."""
+    with qgpu_loaded() as client, cgroups(1) as (cg,):
+        client.set_cgroup(cg.id, 0, "offline", 50)
+        with mem_tenants(cg) as (tenant,):
+            out = tenant.ask("race_mode", 2000)
+    print(f"a flipped preemption mode: {out}")
+    assert out["modes"] == {str(PREEMPTION_MODE_CILP): 2000}, out
+    denied = NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS
+    assert set(out["statuses"]) == {str(NvStatus.NV_OK), str(denied)}, out
 
 
 def rewrites() -> dict[str, int]:
