@@ -868,12 +868,11 @@ static bool memory_limited(u64 id)
  * CUDA also sends one GR_SET_CTXSW_PREEMPTION_MODE then: CILP for compute, on its TSG (the H200
  * trace, qpolicy/nvrm/data/h200-pytorch-matmul.jsonl.gz). CILP is the finest preemption there
  * is, so that request is carried out, by qgpu's RM client as qgpu read it (mode_by_qgpu()); any
- * other mode (WFI or CTA, or a graphics mode) would let the
- * context run on longer once qgpu's slice is over, and is refused. A compute mode RM carried
- * out becomes the context's own, which qgpu restores where it set CTA (timeslice.c), gated or
- * not, and qgpu sets its CTA again after it. Everything else in
- * qgpu_scheduling_control() is refused: interleave levels, realtime TSGs, runlist restarts and
- * policies, stopping channels, preempting and disabling.
+ * other mode (WFI or CTA, or a graphics mode) would let the context run on longer once qgpu's
+ * slice is over, and is refused. A compute mode RM carried out becomes the context's own, which
+ * qgpu restores where it set CTA (timeslice.c), gated or not, and qgpu sets its CTA again after
+ * it. Everything else in qgpu_scheduling_control() is refused: interleave levels, realtime
+ * TSGs, runlist restarts and policies, stopping channels, preempting and disabling.
  */
 enum verdict { PASS, SWALLOW, REFUSE };
 
