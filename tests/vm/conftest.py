@@ -91,6 +91,17 @@ def channel_rows(gpu: int = 0) -> list[dict[str, int]]:
     return rows
 
 
+def tsg_rows(gpu: int = 0) -> list[dict[str, int]]:
+    """nvmock's TSGs, a dict a line of debugfs gpuN/tsgs: id and its named fields (pid,
+    timeslice_us, interleave, gpu_ns, channels, compute_preemption)."""
+    rows = []
+    for line in (DEBUGFS / f"gpu{gpu}" / "tsgs").read_text().splitlines():
+        words = line.split()
+        named = zip(words[1::2], words[2::2], strict=True)
+        rows.append({"id": int(words[0]), **{key: int(value) for key, value in named}})
+    return rows
+
+
 def engine_account(gpu: int = 0) -> dict[str, int]:
     """The engine's own totals since the last reset: switches, switch_ns, busy_ns, and switches
     by overshoot past switch_us (switch_over_10us, _100us, _1ms, _more)."""

@@ -84,6 +84,7 @@ import time
 
 from qpolicy.nvrm import abi
 from tests.vm import rmcases
+from tests.vm.conftest import tsg_rows
 from tests.vm.rmclient import (
     MEMORY_OWNER,
     NVOS00,
@@ -171,19 +172,12 @@ class Poker:
 
 # NV2080_CTRL_GR_SET_CTXSW_PREEMPTION_MODE_PARAMS: flags, hChannel, gfxp, cilp, ..., 32 bytes.
 PREEMPTION_PARAMS = 32
-TSGS = "/sys/kernel/debug/nvmock/gpu0/tsgs"
 
 
 def tsg_compute_preemption(pid: int) -> int:
     """The compute preemption mode nvmock holds for the process's TSGs (its ground truth): the
     coarsest of them, so that a mode set on any one shows."""
-    modes = []
-    with open(TSGS) as f:
-        for line in f:
-            words = line.split()
-            if int(words[words.index("pid") + 1]) == pid:
-                modes.append(int(words[words.index("compute_preemption") + 1]))
-    return min(modes)
+    return min(row["compute_preemption"] for row in tsg_rows() if row["pid"] == pid)
 
 
 LIBC = ctypes.CDLL(None, use_errno=True)

@@ -147,12 +147,18 @@ def gpu_seconds(pid: int, gpu: int = 0) -> float:
     return processes(gpu).get(pid, 0) / 1e9
 
 
-def fixed_shares(
-    client: QgpuClient, cgs: list[Cgroup], shares: tuple[int, ...], load: list[str], period_us: int
+def gpu_shares(
+    client: QgpuClient,
+    cgs: list[Cgroup],
+    shares: tuple[int, ...],
+    load: list[str],
+    period_us: int,
+    policy: str = "fixed-share",
 ) -> tuple[list[dict[str, Any]], list[float]]:
-    """Fixed-share ``shares`` (offline) for ``cgs``, one gpuload ``load`` in each, started
-    together: their reports and the percent of the GPU time each got (nvmock's ground truth)."""
-    client.set_gpu(0, "fixed-share", period_us)
+    """``policy`` (fixed-share by default) with ``shares`` (offline) for ``cgs``, one gpuload
+    ``load`` in each, started together: their reports and the percent of the GPU time each got
+    (nvmock's ground truth)."""
+    client.set_gpu(0, policy, period_us)
     for cg, share in zip(cgs, shares, strict=True):
         client.set_cgroup(cg.id, 0, "offline", share)
     reset()

@@ -30,7 +30,7 @@ import struct
 import sys
 
 from qpolicy.nvrm import abi
-from tests.vm.conftest import DEBUGFS
+from tests.vm.conftest import DEBUGFS, tsg_rows
 from tests.vm.rmclient import Rm, channel_params, ioctl, memory_params, tsg_params
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
@@ -71,12 +71,7 @@ def channel_state(chid: int) -> tuple[int, int]:
 
 def interleave_levels(pid: int) -> list[int]:
     """The interleave level of each of the process's TSGs on GPU 0, from nvmock's ground truth."""
-    levels = []
-    for line in (DEBUGFS / "gpu0" / "tsgs").read_text().splitlines():
-        f = line.split()
-        if int(f[f.index("pid") + 1]) == pid:
-            levels.append(int(f[f.index("interleave") + 1]))
-    return levels
+    return [row["interleave"] for row in tsg_rows() if row["pid"] == pid]
 
 
 def preemption_mode(tsg: int, cilp_mode: int) -> bytes:

@@ -20,7 +20,7 @@ from tests.vm.qgpu_env import (
     Cgroup,
     burst_hand_back,
     cgroups,
-    fixed_shares,
+    gpu_shares,
     in_cgroup,
     native_then_online,
     qgpu_loaded,
@@ -48,7 +48,7 @@ USERD_MEMORY_MIB = 2  # the video memory --tree cuda allocates for rings and USE
 
 def test_fixed_shares_hold_for_cuda_shaped_processes() -> None:
     with qgpu_loaded() as client, cgroups(3) as cgs:
-        reports, shares = fixed_shares(
+        reports, shares = gpu_shares(
             client, cgs, (50, 30, 20), [*SATURATE, "--seconds", "6"], PERIOD_US
         )
         assert all(report["tree"] == "cuda" and report["kernels"] > 0 for report in reports)

@@ -23,7 +23,7 @@ from qpolicy.enforcers.kmod.error import KmodError
 from qpolicy.enforcers.kmod.uapi import Preemption
 from qpolicy.nvrm import abi
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import DEBUGFS, nvmock_param
+from tests.vm.conftest import DEBUGFS, nvmock_param, tsg_rows
 from tests.vm.qgpu_env import (
     SYSFS,
     HeldTenant,
@@ -45,10 +45,7 @@ NV_ERR_INVALID_STATE = 0x40
 
 def modes(*tenants: HeldTenant, gpu: int = 0) -> list[int]:
     """The compute preemption mode of each tenant's TSG, as nvmock keeps it."""
-    now = {}
-    for line in (DEBUGFS / f"gpu{gpu}" / "tsgs").read_text().splitlines():
-        f = line.split()
-        now[int(f[f.index("pid") + 1])] = int(f[f.index("compute_preemption") + 1])
+    now = {row["pid"]: row["compute_preemption"] for row in tsg_rows(gpu)}
     return [now[t.pid] for t in tenants]
 
 

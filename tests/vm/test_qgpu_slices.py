@@ -17,8 +17,8 @@ from tests.vm.gpuload import Gpuload, start_together
 from tests.vm.qgpu_env import (
     burst_hand_back,
     cgroups,
-    fixed_shares,
     gpu_seconds,
+    gpu_shares,
     in_cgroup,
     native_then_online,
     qgpu_loaded,
@@ -37,9 +37,7 @@ pytestmark = HOST_TIMED
 
 def test_fixed_share_50_30_20_within_two_points() -> None:
     with qgpu_loaded() as client, cgroups(3) as cgs:
-        _, shares = fixed_shares(
-            client, cgs, (50, 30, 20), [*SATURATE, "--seconds", "6"], PERIOD_US
-        )
+        _, shares = gpu_shares(client, cgs, (50, 30, 20), [*SATURATE, "--seconds", "6"], PERIOD_US)
         print("fixed-share 50/30/20 ->", [round(s, 2) for s in shares])
         for got, want in zip(shares, (50, 30, 20), strict=True):
             assert got == pytest.approx(want, abs=2)
@@ -57,9 +55,7 @@ def switch_shares() -> tuple[float, ...]:
         qgpu_loaded(start_grace_us=10_000) as client,
         cgroups(3) as cgs,
     ):
-        _, shares = fixed_shares(
-            client, cgs, (50, 30, 20), [*SATURATE, "--seconds", "6"], PERIOD_US
-        )
+        _, shares = gpu_shares(client, cgs, (50, 30, 20), [*SATURATE, "--seconds", "6"], PERIOD_US)
     print("fixed-share 50/30/20 with 3 ms switches ->", [round(s, 2) for s in shares])
     return tuple(shares)
 
@@ -304,17 +300,9 @@ def test_best_effort_splits_equally_whatever_the_shares() -> None:
     with it (80 and 20 here) are for burst-share and fixed-share, and an operator switching a GPU
     to best-effort expects them to weigh nothing."""
     with qgpu_loaded() as client, cgroups(2) as cgs:
-        client.set_gpu(0, "best-effort", PERIOD_US)
-        for cg, share in zip(cgs, (80, 20), strict=True):
-            client.set_cgroup(cg.id, 0, "offline", share)
-        reset()
-        loads = start_together(
-            *([*SATURATE, "--seconds", "4"] for _ in cgs), cgroups=[str(c.path) for c in cgs]
+        _, pcts = gpu_shares(
+            client, cgs, (80, 20), [*SATURATE, "--seconds", "4"], PERIOD_US, "best-effort"
         )
-        for load in loads:
-            load.result()
-        seconds = [gpu_seconds(load.pid) for load in loads]
-    pcts = [s / sum(seconds) * 100 for s in seconds]
     print(f"best-effort with shares 80/20: {pcts[0]:.2f}/{pcts[1]:.2f}")
     assert pcts[0] == pytest.approx(50, abs=5)
 

@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.enforcers.kmod.uapi import OFFLINE_TIMESLICE_DEFAULT_US, ONLINE_TIMESLICE_DEFAULT_US
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import DEBUGFS
+from tests.vm.conftest import DEBUGFS, tsg_rows
 from tests.vm.qgpu_env import (
     SYSFS,
     HeldTenant,
@@ -39,21 +39,12 @@ NV_ERR_INVALID_STATE = 0x40
 
 def timeslices(gpu: int = 0) -> dict[int, int]:
     """Each TSG's timeslice by its process, as nvmock keeps it."""
-    out = {}
-    for line in (DEBUGFS / f"gpu{gpu}" / "tsgs").read_text().splitlines():
-        f = line.split()
-        out[int(f[f.index("pid") + 1])] = int(f[f.index("timeslice_us") + 1])
-    return out
+    return {row["pid"]: row["timeslice_us"] for row in tsg_rows(gpu)}
 
 
 def tsgs_of(tenant: HeldTenant, gpu: int = 0) -> list[int]:
     """The timeslices of every TSG of a tenant's process, as nvmock keeps them."""
-    out = []
-    for line in (DEBUGFS / f"gpu{gpu}" / "tsgs").read_text().splitlines():
-        f = line.split()
-        if int(f[f.index("pid") + 1]) == tenant.pid:
-            out.append(int(f[f.index("timeslice_us") + 1]))
-    return sorted(out)
+    return sorted(row["timeslice_us"] for row in tsg_rows(gpu) if row["pid"] == tenant.pid)
 
 
 def of(*tenants: HeldTenant) -> list[int]:

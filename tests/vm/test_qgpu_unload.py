@@ -115,6 +115,24 @@ def configure_online_and_offline(client: QgpuClient, online: Cgroup, offline: Cg
     client.set_cgroup(offline.id, 0, "offline", 50)
 
 
+@contextmanager
+def offline_closed_for_unloading(fail: str, **params: int) -> Iterator[tuple[Worker, Worker]]:
+    """qgpu loaded (online_gate=2 and ``params``), an online and an offline worker as
+    online_beside_offline() makes them, configured, and the offline channel closed: the
+    workers, (busy, victim), for the test to unload qgpu. Unloaded after, if the test did not."""
+    insmod(online_gate=2, **params)
+    try:
+        with online_beside_offline(fail) as (online, offline, busy, victim):
+            with QgpuClient.open() as client:
+                configure_online_and_offline(client, online, offline)
+            wait_for("the offline channel closed",
+                     lambda: channel_states(victim.pid) == [False], timeout=10)  # fmt: skip
+            yield busy, victim
+    finally:
+        if loaded():
+            rmmod()
+
+
 def test_a_failed_close_is_tried_again_until_rm_carries_it_out() -> None:
     # RM fails the next four FIFO_DISABLE_CHANNELS: the batch and the one-by-one call of the
     # first try, then the retries.
@@ -145,24 +163,15 @@ def test_a_close_rm_carried_out_but_failed_is_undone_before_it_is_tried_again() 
     whether GSP acted on a list it answered an error for is unknown. Without the open that
     undoes a failed close, the one-by-one retry closed the channel a second time here, and
     unloading (one open) left it closed."""
-    insmod(online_gate=2)
-    try:
-        # The next FIFO_DISABLE_CHANNELS is carried out, then answered an error.
-        with online_beside_offline("1 acted") as (online, offline, busy, victim):
-            with QgpuClient.open() as client:
-                configure_online_and_offline(client, online, offline)
-            wait_for("the offline channel closed",
-                     lambda: channel_states(victim.pid) == [False], timeout=10)  # fmt: skip
-            time.sleep(0.3)
-            (fields,) = channel_fields(victim.pid)
-            assert fields["disables"] == "1" and fields["disables_max"] == "1", fields
-            result = rmmod()
-            assert result.returncode == 0, result.stderr
-            assert channel_states(victim.pid) == [True]
-            assert channel_states(busy.pid) == [True]
-    finally:
-        if loaded():
-            rmmod()
+    # The next FIFO_DISABLE_CHANNELS is carried out, then answered an error.
+    with offline_closed_for_unloading("1 acted") as (busy, victim):
+        time.sleep(0.3)
+        (fields,) = channel_fields(victim.pid)
+        assert fields["disables"] == "1" and fields["disables_max"] == "1", fields
+        result = rmmod()
+        assert result.returncode == 0, result.stderr
+        assert channel_states(victim.pid) == [True]
+        assert channel_states(busy.pid) == [True]
 
 
 def test_unloading_tries_again_where_rm_fails_the_opens() -> None:
@@ -173,22 +182,13 @@ def test_unloading_tries_again_where_rm_fails_the_opens() -> None:
     keeps the offline one closed until then (blind_busy_ms: its USERD is never mapped), so the
     failures armed are the unloading's."""
     log_lines = len(kernel_log().splitlines())
-    insmod(online_gate=2, blind_busy_ms=600_000)
-    try:
-        with online_beside_offline("0") as (online, offline, busy, victim):
-            with QgpuClient.open() as client:
-                configure_online_and_offline(client, online, offline)
-            wait_for("the offline channel closed",
-                     lambda: channel_states(victim.pid) == [False], timeout=10)  # fmt: skip
-            failed = kapi()[0]["failed"]
-            (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 4")
-            result = rmmod()
-            assert result.returncode == 0, result.stderr
-            assert channel_states(victim.pid) == [True]
-            assert channel_states(busy.pid) == [True]
-            assert kapi()[0]["failed"] - failed >= 4  # every armed failure was met
-            said = kernel_log().splitlines()[log_lines:]
-            assert not [line for line in said if "stay closed" in line], said
-    finally:
-        if loaded():
-            rmmod()
+    with offline_closed_for_unloading("0", blind_busy_ms=600_000) as (busy, victim):
+        failed = kapi()[0]["failed"]
+        (DEBUGFS / "kapi_fail_control").write_text(f"{FIFO_DISABLE_CHANNELS:#x} 4")
+        result = rmmod()
+        assert result.returncode == 0, result.stderr
+        assert channel_states(victim.pid) == [True]
+        assert channel_states(busy.pid) == [True]
+        assert kapi()[0]["failed"] - failed >= 4  # every armed failure was met
+        said = kernel_log().splitlines()[log_lines:]
+        assert not [line for line in said if "stay closed" in line], said
