@@ -81,25 +81,26 @@ def read_counts(path: Path) -> dict[str, int]:
     return {key: int(value) for key, value, *_ in (line.split() for line in text.splitlines())}
 
 
-def channel_rows(gpu: int = 0) -> list[dict[str, int]]:
-    """nvmock's channels, a dict a line of debugfs gpuN/channels: chid and its named fields."""
+def debugfs_rows(gpu: int, table: str, first: str) -> list[dict[str, int]]:
+    """A dict a line of debugfs gpuN/``table``, whose lines are a number (named ``first``) and
+    then name value pairs."""
     rows = []
-    for line in (DEBUGFS / f"gpu{gpu}" / "channels").read_text().splitlines():
+    for line in (DEBUGFS / f"gpu{gpu}" / table).read_text().splitlines():
         words = line.split()
         named = zip(words[1::2], words[2::2], strict=True)
-        rows.append({"chid": int(words[0]), **{key: int(value) for key, value in named}})
+        rows.append({first: int(words[0]), **{key: int(value) for key, value in named}})
     return rows
+
+
+def channel_rows(gpu: int = 0) -> list[dict[str, int]]:
+    """nvmock's channels, a dict a line of debugfs gpuN/channels: chid and its named fields."""
+    return debugfs_rows(gpu, "channels", "chid")
 
 
 def tsg_rows(gpu: int = 0) -> list[dict[str, int]]:
     """nvmock's TSGs, a dict a line of debugfs gpuN/tsgs: id and its named fields (pid,
     timeslice_us, interleave, gpu_ns, channels, compute_preemption)."""
-    rows = []
-    for line in (DEBUGFS / f"gpu{gpu}" / "tsgs").read_text().splitlines():
-        words = line.split()
-        named = zip(words[1::2], words[2::2], strict=True)
-        rows.append({"id": int(words[0]), **{key: int(value) for key, value in named}})
-    return rows
+    return debugfs_rows(gpu, "tsgs", "id")
 
 
 def engine_account(gpu: int = 0) -> dict[str, int]:
