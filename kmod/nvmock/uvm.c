@@ -7,8 +7,13 @@
  *   -EBADFD (uvm_linux_ioctl.h; the INIT_CHECK routes of uvm_api.h; uvm_mmap()).
  * - UVM_ALLOC_SEMAPHORE_POOL makes a range that the caller then maps with mmap at exactly its
  *   address and length (uvm_api_alloc_semaphore_pool(); uvm_mmap()'s pre-existing range). Such a
- *   mapping's vm_private_data is the vma itself. UVM_FREE frees the range (uvm_free()); the
- *   pages stay mapped where they were until unmapped (real UVM unmaps them).
+ *   mapping's vm_private_data is the vma itself. The pool is mapped on the CPU from that mmap
+ *   until the mapping is unmapped, moved or split (uvm_mem_map_cpu_user(),
+ *   uvm_vm_close_semaphore_pool(), uvm_vm_open_semaphore_pool()). UVM_FREE frees the range
+ *   (uvm_free()), but not while the pool is mapped on the CPU (uvm_free_semaphore_pool():
+ *   NV_ERR_INVALID_ARGUMENT, measured on an H100: rmcases.py uvm_pool_free).
+ * - Each file has an address space of its own (uvm_open()), so that taking a file's pages off
+ *   the CPU by file offset (= address) reaches only that file's mappings.
  * - An mmap anywhere else makes a managed range: cudaMallocManaged (uvm_mmap() calls
  *   uvm_va_range_create_mmap()). Its vm_private_data is a wrapper of the vma, never the vma
  *   (uvm_vma_wrapper_alloc()), and the range dies with the vma (uvm_vm_close_managed()).
@@ -46,6 +51,7 @@ struct uvm_range {
 	struct list_head node;		/* uvm_space.ranges */
 	u64 start, end;			/* [start, end) */
 	bool pool;			/* made by ALLOC_SEMAPHORE_POOL; else managed */
+	bool cpu_mapped;		/* a pool mapped by an mmap, not since unmapped */
 	struct xarray pages;		/* by index from start: a pool's all, managed: touched */
 };
 
@@ -104,22 +110,36 @@ static struct uvm_range *range_overlapping(struct uvm_space *space, u64 start, u
 	return NULL;
 }
 
+/*
+ * As uvm_open(): the file's own address space. Every file of the device shares the inode's,
+ * and the mappings' offsets are their addresses, so unmapping by offset there would reach
+ * another process's mappings at the same address.
+ */
 static int uvm_open(struct inode *inode, struct file *file)
 {
 	struct uvm_space *space = kzalloc(sizeof(*space), GFP_KERNEL);
+	struct address_space *mapping = kzalloc(sizeof(*mapping), GFP_KERNEL);
 
-	if (!space)
+	if (!space || !mapping) {
+		kfree(mapping);
+		kfree(space);
 		return -ENOMEM;
+	}
 	mutex_init(&space->lock);
 	INIT_LIST_HEAD(&space->ranges);
+	address_space_init_once(mapping);
+	mapping->host = inode;
+	mapping->a_ops = inode->i_mapping->a_ops;
+	file->f_mapping = mapping;
 	file->private_data = space;
 	return 0;
 }
 
-/* Every managed mapping holds the file, so only pools are left here. */
+/* Every mapping holds the file, so none is left here, and only pools are left of the ranges. */
 static int uvm_release(struct inode *inode, struct file *file)
 {
 	struct uvm_space *space = file->private_data;
+	struct address_space *mapping = file->f_mapping;
 	struct uvm_range *r, *next;
 
 	list_for_each_entry_safe(r, next, &space->ranges, node) {
@@ -127,6 +147,8 @@ static int uvm_release(struct inode *inode, struct file *file)
 		range_free(r);
 	}
 	kfree(space);
+	file->f_mapping = NULL;
+	kfree(mapping);
 	return 0;
 }
 
@@ -189,7 +211,10 @@ static u32 uvm_alloc_pool(struct uvm_space *space, const struct uvm_alloc_semaph
 	return status;
 }
 
-/* uvm_free(): a range an ioctl made, named by its exact base and length. */
+/*
+ * uvm_free(): a range an ioctl made, named by its exact base and length; a pool still mapped on
+ * the CPU is kept (uvm_free_semaphore_pool(): it must be unmapped first).
+ */
 static u32 uvm_free_range(struct uvm_space *space, u64 base, u64 length)
 {
 	struct uvm_range *r;
@@ -201,6 +226,10 @@ static u32 uvm_free_range(struct uvm_space *space, u64 base, u64 length)
 	if (!r || !r->pool || r->start != base || r->end != base + length) {
 		mutex_unlock(&space->lock);
 		return NV_ERR_INVALID_ADDRESS;
+	}
+	if (r->cpu_mapped) {
+		mutex_unlock(&space->lock);
+		return NV_ERR_INVALID_ARGUMENT;
 	}
 	list_del(&r->node);
 	mutex_unlock(&space->lock);
@@ -266,15 +295,28 @@ static vm_fault_t uvm_fault_sigbus(struct vm_fault *vmf)
 	return VM_FAULT_SIGBUS;
 }
 
-/* A copy of a managed mapping (fork with MADV_DOFORK, mremap) is disabled, as uvm_disable_vma(). */
 static const struct vm_operations_struct uvm_disabled_ops = {
 	.fault = uvm_fault_sigbus,
 };
 
+/*
+ * uvm_disable_vma(): every page at the mapping's file offsets taken off the CPU, in this file's
+ * mappings only (uvm_open()): on a fork the parent's too (a managed one faults its pages back),
+ * on a move or a split the other part's too. Its vm_private_data (the original's wrapper or
+ * vma, copied) is not its own.
+ */
+static void disable_vma(struct vm_area_struct *vma)
+{
+	unmap_mapping_range(vma->vm_file->f_mapping, (loff_t)vma->vm_pgoff << PAGE_SHIFT,
+			    vma->vm_end - vma->vm_start, 1);
+	vma->vm_ops = &uvm_disabled_ops;
+	vma->vm_private_data = NULL;
+}
+
+/* A copy of a managed mapping (fork with MADV_DOFORK, mremap): uvm_vm_open_managed(). */
 static void uvm_managed_open(struct vm_area_struct *vma)
 {
-	vma->vm_private_data = NULL;
-	vma->vm_ops = &uvm_disabled_ops;
+	disable_vma(vma);
 }
 
 static void uvm_managed_close(struct vm_area_struct *vma)
@@ -328,24 +370,86 @@ static const struct vm_operations_struct uvm_managed_ops = {
 	.fault = uvm_managed_fault,
 };
 
+/* The pool mapped by [start, end) exactly, or NULL. */
+static struct uvm_range *pool_at(struct uvm_space *space, u64 start, u64 end)
+{
+	struct uvm_range *r = range_overlapping(space, start, start + 1);
+
+	return r && r->pool && r->start == start && r->end == end ? r : NULL;
+}
+
+/*
+ * uvm_vm_close_semaphore_pool(): the pool is off the CPU once its mapping is unmapped. Where the
+ * pool is gone (a second process's mapping of it, through the file passed on, outlived the
+ * first's and the pool was freed in between), there is nothing to do.
+ */
+static void uvm_pool_close(struct vm_area_struct *vma)
+{
+	struct uvm_space *space = vma->vm_file->private_data;
+	struct uvm_range *r;
+
+	mutex_lock(&space->lock);
+	r = pool_at(space, vma->vm_start, vma->vm_end);
+	if (r)
+		r->cpu_mapped = false;
+	mutex_unlock(&space->lock);
+}
+
+/*
+ * uvm_vm_open_semaphore_pool(): a copy of a pool's mapping. On a fork (with MADV_DOFORK) the
+ * child's copy is disabled and gets none of the pages (VM_WIPEONFORK); the parent's stays (real
+ * UVM unmaps it and maps it again). On a move or a split both are disabled and the pool is off
+ * the CPU: UVM_FREE may free it, and a touch of either part is SIGBUS.
+ */
+static void uvm_pool_open(struct vm_area_struct *vma)
+{
+	struct vm_area_struct *origin = vma->vm_private_data;
+	struct uvm_space *space = vma->vm_file->private_data;
+	struct uvm_range *r;
+
+	if (vma->vm_mm != origin->vm_mm) {
+		vma->vm_flags |= VM_WIPEONFORK;
+		vma->vm_ops = &uvm_disabled_ops;
+		vma->vm_private_data = NULL;
+		return;
+	}
+	mutex_lock(&space->lock);
+	r = pool_at(space, origin->vm_start, origin->vm_end);
+	if (r)
+		r->cpu_mapped = false;
+	mutex_unlock(&space->lock);
+	disable_vma(origin);
+	disable_vma(vma);
+}
+
 /* A pool's mapping only maps its pages; UVM_FREE destroys the range (uvm_vm_ops_semaphore_pool). */
 static const struct vm_operations_struct uvm_pool_ops = {
+	.open = uvm_pool_open,
+	.close = uvm_pool_close,
 	.fault = uvm_fault_sigbus,
 };
 
+/*
+ * uvm_mem_map_cpu_user(): the pool's pages into this mapping, unless the pool is mapped already
+ * (by another process, the file passed to it: this mapping then maps nothing, and a touch is
+ * SIGBUS).
+ */
 static int map_pool(struct vm_area_struct *vma, struct uvm_range *r)
 {
 	struct page *page;
 	unsigned long i;
 	int err;
 
+	vma->vm_private_data = vma;
+	vma->vm_ops = &uvm_pool_ops;
+	if (r->cpu_mapped)
+		return 0;
 	xa_for_each(&r->pages, i, page) {
 		err = vm_insert_page(vma, r->start + (i << PAGE_SHIFT), page);
 		if (err)
 			return err;
 	}
-	vma->vm_private_data = vma;
-	vma->vm_ops = &uvm_pool_ops;
+	r->cpu_mapped = true;
 	return 0;
 }
 

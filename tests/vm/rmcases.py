@@ -15,6 +15,7 @@ while any handle does), VID_HEAP_CONTROL, controls, and a TSG's timeslice (the o
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
@@ -26,6 +27,17 @@ from typing import Any
 
 from qpolicy.nvrm import abi
 from tests.vm.rmclient import MEMORY_OWNER, Rm, RmError, ioctl, memory_params, sysmem_params
+from tests.vm.uvmcalls import (
+    POOL_BYTES,
+    alloc_pool,
+    free,
+    initialize,
+    libc,
+    map_uvm,
+    move,
+    reserved,
+    writes,
+)
 
 Answers = dict[str, Any]
 CASES: dict[str, Callable[[Rm], Answers]] = {}
@@ -658,4 +670,41 @@ def duplicates_refused(rm: Rm) -> Answers:
             answers["export_subdevice"] = name(rm.control(s.client, s.client, command, params)[0])
         finally:
             os.close(fd)
+    return answers
+
+
+def _errno(value: int) -> str:
+    return errno.errorcode.get(value, str(value)) if value else "0"
+
+
+@case
+def uvm_pool_free(rm: Rm) -> Answers:
+    """UVM_FREE of a semaphore pool (libcuda's start-up makes one and maps it) while the pool is
+    mapped on the CPU, once unmapped, never mapped, and once its mapping was moved with mremap
+    (nvidia-uvm's uvm_free_semaphore_pool refuses a pool still mapped; a move disables the
+    mapping and takes the pool's pages off the CPU: uvm_vm_open_semaphore_pool). Not an RM
+    call, and no GPU is named: the UVM file alone."""
+    answers: Answers = {}
+    fd = os.open("/dev/nvidia-uvm", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        answers["init"] = name(initialize(fd))
+        with reserved(POOL_BYTES) as pool, reserved(POOL_BYTES) as other:
+            answers["alloc"] = name(alloc_pool(fd, pool))
+            answers["map"] = _errno(map_uvm(fd, pool, POOL_BYTES))
+            answers["free_while_mapped"] = name(free(fd, pool))
+            answers["written_after_refusal"] = writes(pool, POOL_BYTES)
+            libc.munmap(pool, POOL_BYTES)
+            answers["free_unmapped"] = name(free(fd, pool))
+            answers["free_again"] = name(free(fd, pool))
+            answers["alloc_never_mapped"] = name(alloc_pool(fd, other))
+            answers["free_never_mapped"] = name(free(fd, other))
+        with reserved(POOL_BYTES) as pool, reserved(POOL_BYTES) as target:
+            answers["alloc_to_move"] = name(alloc_pool(fd, pool))
+            answers["map_to_move"] = _errno(map_uvm(fd, pool, POOL_BYTES))
+            answers["moved"] = _errno(move(pool, POOL_BYTES, target))
+            answers["free_after_move"] = name(free(fd, pool))
+            libc.munmap(target, POOL_BYTES)
+            answers["free_after_move_again"] = name(free(fd, pool))
+    finally:
+        os.close(fd)
     return answers
