@@ -399,7 +399,8 @@ static void uvm_pool_close(struct vm_area_struct *vma)
  * uvm_vm_open_semaphore_pool(): a copy of a pool's mapping. On a fork (with MADV_DOFORK) the
  * child's copy is disabled and gets none of the pages (VM_WIPEONFORK); the parent's stays (real
  * UVM unmaps it and maps it again). On a move or a split both are disabled and the pool is off
- * the CPU: UVM_FREE may free it, and a touch of either part is SIGBUS.
+ * the CPU: UVM_FREE may free it, and a touch of either part is SIGBUS (measured on an H100:
+ * rmcases.py uvm_copies).
  */
 static void uvm_pool_open(struct vm_area_struct *vma)
 {

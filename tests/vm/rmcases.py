@@ -15,6 +15,7 @@ while any handle does), VID_HEAP_CONTROL, controls, and a TSG's timeslice (the o
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
@@ -28,8 +29,11 @@ from typing import Any
 from qpolicy.nvrm import abi
 from tests.vm.rmclient import MEMORY_OWNER, Rm, RmError, ioctl, memory_params, sysmem_params
 from tests.vm.uvmcalls import (
+    MADV_DOFORK,
+    PAGE,
     POOL_BYTES,
     alloc_pool,
+    child_reads,
     free,
     initialize,
     libc,
@@ -705,6 +709,46 @@ def uvm_pool_free(rm: Rm) -> Answers:
             answers["free_after_move"] = name(free(fd, pool))
             libc.munmap(target, POOL_BYTES)
             answers["free_after_move_again"] = name(free(fd, pool))
+    finally:
+        os.close(fd)
+    return answers
+
+
+@case
+def uvm_copies(rm: Rm) -> Answers:
+    """Copies of UVM mappings: a pool's and a managed range's mapping forked with MADV_DOFORK
+    (libcuda's are VM_DONTCOPY; nvidia-uvm disables the child's copy and keeps the parent's:
+    uvm_vm_open_semaphore_pool(), uvm_vm_open_managed(), uvm_disable_vma()), and a pool's
+    mapping split by a partial munmap (both parts disabled and the pool off the CPU)."""
+    answers: Answers = {}
+    fd = os.open("/dev/nvidia-uvm", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        answers["init"] = name(initialize(fd))
+        with reserved(POOL_BYTES) as pool:
+            answers["pool"] = name(alloc_pool(fd, pool))
+            answers["pool_map"] = _errno(map_uvm(fd, pool, POOL_BYTES))
+            libc.madvise(pool, POOL_BYTES, MADV_DOFORK)
+            ctypes.memset(pool + PAGE, 0x5A, 1)
+            answers["pool_child_reads"] = child_reads(pool + PAGE)
+            answers["pool_parent_reads"] = ctypes.string_at(pool + PAGE, 1).hex()
+            answers["pool_free_while_parent_maps"] = name(free(fd, pool))
+            libc.munmap(pool, POOL_BYTES)
+            answers["pool_free_unmapped"] = name(free(fd, pool))
+        size = 4 * POOL_BYTES
+        with reserved(size) as managed:
+            answers["managed_map"] = _errno(map_uvm(fd, managed, size))
+            libc.madvise(managed, size, MADV_DOFORK)
+            ctypes.memset(managed, 0x5A, PAGE)
+            answers["managed_child_reads"] = child_reads(managed)
+            answers["managed_parent_reads"] = ctypes.string_at(managed, 1).hex()
+            libc.munmap(managed, size)
+        with reserved(POOL_BYTES) as pool:
+            answers["split_pool"] = name(alloc_pool(fd, pool))
+            answers["split_map"] = _errno(map_uvm(fd, pool, POOL_BYTES))
+            answers["split_unmap_half"] = libc.munmap(pool, POOL_BYTES // 2) == 0
+            answers["split_free"] = name(free(fd, pool))
+            libc.munmap(pool + POOL_BYTES // 2, POOL_BYTES // 2)
+            answers["split_free_again"] = name(free(fd, pool))
     finally:
         os.close(fd)
     return answers

@@ -8,7 +8,9 @@ nvmock and on a real driver alike (tests/vm/rmcases.py), so it needs nothing of 
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
+import signal
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from qpolicy.nvrm import abi
 PROT_NONE, PROT_RW = 0, 3
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
+MADV_DOFORK = 11
 POOL_BYTES = 2 << 20  # libcuda's semaphore pool (BENCHMARKS.md, 2026-11-27, eleventh session)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 FAILED = ctypes.c_void_p(-1).value
@@ -104,6 +107,25 @@ def move(addr: int, size: int, to: int) -> int:
     """mremap of a mapping to ``to`` (fixed, same size): 0, or the errno."""
     got = libc.mremap(addr, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, to)
     return 0 if got == to else ctypes.get_errno()
+
+
+def child_reads(addr: int) -> str:
+    """A forked child reads a byte at ``addr``: "read 0xNN", or the signal that ended it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        faulthandler.disable()  # a SIGBUS ends it quietly
+        value = ctypes.string_at(addr, 1)[0]
+        os.write(write, f"read {value:#04x}".encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return signal.Signals(os.WTERMSIG(status)).name
+    return said
 
 
 def writes(addr: int, size: int) -> bool:
