@@ -752,3 +752,43 @@ def uvm_copies(rm: Rm) -> Answers:
     finally:
         os.close(fd)
     return answers
+
+
+def _written_back(s: Scope, cls: int, params: bytes) -> Answers:
+    """Allocate and free: RM's status and each 32-bit word of the parameters RM changed, by its
+    offset ("24": 0x...), but the framebuffer offset and the address (80-87, 96-103), which
+    depend on the machine."""
+    result = s.rm.alloc(s.client, s.device, cls, params)
+    out: Answers = {"status": name(result.status)}
+    if result.status != abi.NvStatus.NV_OK:
+        return out
+    for at in range(0, len(params), 4):
+        if 80 <= at < 88 or 96 <= at < 104:
+            continue
+        before, after = params[at : at + 4], result.params[at : at + 4]
+        if before != after:
+            out[str(at)] = f"{struct.unpack('<I', after)[0]:#x}"
+    out["free"] = name(s.rm.free(s.client, s.device, result.handle))
+    return out
+
+
+def written_back_requests() -> Iterator[tuple[str, int, bytes]]:
+    """memory_written_back's requests: (answer key, class, parameters)."""
+    for page, bits in PAGE_SIZES.items():
+        for size in (4096, 65537, 2 * MIB):
+            attr = bits << 23
+            yield f"vidmem {page} {size}", 0x40, memory_params(size, attr=attr)
+            yield (
+                f"sysmem {page} {size}",
+                0x3E,
+                memory_params(size, MEMORY_OWNER, LOCATION_PCI | attr),
+            )
+
+
+@case
+def memory_written_back(rm: Rm) -> Answers:
+    """What RM writes back into NV_MEMORY_ALLOCATION_PARAMS besides the size: attr, attr2 (the
+    page size and physicality it chose: mem_utils.c, system_mem.c, video_mem.c) and any other
+    word, for video and system memory, each page-size choice, three sizes."""
+    with scope(rm) as s:
+        return {key: _written_back(s, cls, params) for key, cls, params in written_back_requests()}
