@@ -150,7 +150,8 @@ static void vid_heap_alloc(struct file *file, struct nvos32_params *p,
  * union has them: ALLOC_SIZE (_nvos32FunctionAllocSize), ALLOC_SIZE_RANGE
  * (_nvos32FunctionAllocSizeRange; the range itself is not modelled: nvmock places memory its own
  * way), ALLOC_TILED_PITCH_HEIGHT (_nvos32FunctionAllocTiledPitchHeight: size = height * pitch,
- * pitch signed), each answering size, offset, limit and attr and partitionStride 256; FREE
+ * pitch signed), each answering size, offset, limit and attr (and attr2 and format where the
+ * function's fields have them, _IN_OUT in its table) and partitionStride 256; FREE
  * (_nvos32FunctionFree: NV_ERR_INVALID_ARGUMENT without FREE_FLAGS_MEMORY_HANDLE_PROVIDED, else
  * RM_FREE of hMemory in hRoot); INFO (_nvos32FunctionInfo: total and free of the GPU's memory).
  * Measured on an H100 (580.159.04; tests/vm/rmcases.py vid_heap_control and vid_heap_functions):
@@ -188,6 +189,8 @@ static long esc_rm_vid_heap_control(struct file *file, void *arg, u32 size)
 			p->offset = mem.offset;
 			p->limit = mem.limit;
 			p->attr = mem.attr;
+			p->attr2 = mem.attr2;
+			p->format = mem.format;
 		}
 		break;
 	case NVOS32_FUNCTION_ALLOC_SIZE_RANGE:
@@ -203,6 +206,7 @@ static long esc_rm_vid_heap_control(struct file *file, void *arg, u32 size)
 			*(u64 *)nvos32_at(p, NVRM_NVOS32_RANGE_OFFSET_OFF) = mem.offset;
 			*(u64 *)nvos32_at(p, NVRM_NVOS32_RANGE_LIMIT_OFF) = mem.limit;
 			p->attr = mem.attr;
+			*(u32 *)nvos32_at(p, NVRM_NVOS32_RANGE_ATTR2_OFF) = mem.attr2;
 		}
 		break;
 	case NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT:

@@ -364,13 +364,81 @@ static u64 mem_page_size(const struct nvmock_object *obj, const struct nv_memory
 	}
 }
 
+static u32 field_set(u32 word, unsigned int shift, u32 mask, u32 value)
+{
+	return (word & ~(mask << shift)) | (value << shift);
+}
+
+static u32 field_get(u32 word, unsigned int shift, u32 mask)
+{
+	return (word >> shift) & mask;
+}
+
+/*
+ * What RM writes back into the parameters of memory it made, besides the size and the limit.
+ * Measured on an H100, 580.159.04, for both classes, each page-size choice, the default
+ * physicality and caching and sizes of 4 KiB, 64 KiB + 1 and 2 MiB (tests/vm/rmcases.py
+ * memory_written_back):
+ * - flags: MAP_NOT_REQUIRED set and KERNEL_MAPPING_MAP cleared (stdmemValidateParams,
+ *   standard_mem.c: "These flags don't do anything in this path");
+ * - attr: the page size RM used, and the physicality: contiguous video memory (vidmemConstruct
+ *   and vidmemAllocResources, video_mem.c: PMA allocates it contiguous unless asked otherwise;
+ *   nvmock never falls back to non-contiguous), non-contiguous system memory unless asked
+ *   contiguous (sysmemConstruct, system_mem.c);
+ * - attr2: ZBC PREFER_NO_ZBC (memmgrAllocHwResources_GM107, mem_mgr_gm107.c: uncompressed
+ *   memory is no ZBC surface), GPU caching YES for video memory where the caller left it to RM
+ *   (video_mem.c: "Video memory is always locally transparently cached") and NO for system
+ *   memory (measured; where RM decides it is not traced), and the huge page size (2 MiB, or
+ *   512 MiB where asked) with a huge page;
+ * - format: the PTE kind, generic memory (nvmock models no compression or other kinds);
+ * - alignment: the page size.
+ */
+static void mem_written_back(const struct nvmock_object *obj, struct nv_memory_alloc_params *p,
+			     u64 page)
+{
+	bool vidmem = obj->kind == NVMOCK_VIDMEM;
+	u32 physicality = field_get(p->attr, NVOS32_ATTR_PHYSICALITY_SHIFT,
+				    NVOS32_ATTR_PHYSICALITY_MASK);
+	u32 cacheable = field_get(p->attr2, NVOS32_ATTR2_GPU_CACHEABLE_SHIFT,
+				  NVOS32_ATTR2_GPU_CACHEABLE_MASK);
+	u32 size_attr = page == SZ_4K ? NVOS32_ATTR_PAGE_SIZE_4KB :
+			page == SZ_64K ? NVOS32_ATTR_PAGE_SIZE_BIG : NVOS32_ATTR_PAGE_SIZE_HUGE;
+
+	p->flags |= NVOS32_ALLOC_FLAGS_MAP_NOT_REQUIRED;
+	p->flags &= ~NVOS32_ALLOC_FLAGS_KERNEL_MAPPING_MAP;
+	p->attr = field_set(p->attr, NVOS32_ATTR_PAGE_SIZE_SHIFT, NVOS32_ATTR_PAGE_SIZE_MASK,
+			    size_attr);
+	if (vidmem)
+		physicality = physicality == NVOS32_ATTR_PHYSICALITY_NONCONTIGUOUS ?
+			      NVOS32_ATTR_PHYSICALITY_NONCONTIGUOUS :
+			      NVOS32_ATTR_PHYSICALITY_CONTIGUOUS;
+	else if (physicality != NVOS32_ATTR_PHYSICALITY_CONTIGUOUS)
+		physicality = NVOS32_ATTR_PHYSICALITY_NONCONTIGUOUS;
+	p->attr = field_set(p->attr, NVOS32_ATTR_PHYSICALITY_SHIFT, NVOS32_ATTR_PHYSICALITY_MASK,
+			    physicality);
+	p->attr2 = field_set(p->attr2, NVOS32_ATTR2_ZBC_SHIFT, NVOS32_ATTR2_ZBC_MASK,
+			     NVOS32_ATTR2_ZBC_PREFER_NO_ZBC);
+	if (cacheable == NVOS32_ATTR2_GPU_CACHEABLE_DEFAULT)
+		p->attr2 = field_set(p->attr2, NVOS32_ATTR2_GPU_CACHEABLE_SHIFT,
+				     NVOS32_ATTR2_GPU_CACHEABLE_MASK,
+				     vidmem ? NVOS32_ATTR2_GPU_CACHEABLE_YES :
+					      NVOS32_ATTR2_GPU_CACHEABLE_NO);
+	if (size_attr == NVOS32_ATTR_PAGE_SIZE_HUGE)
+		p->attr2 = field_set(p->attr2, NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT,
+				     NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK,
+				     page == SZ_512M ? NVOS32_ATTR2_PAGE_SIZE_HUGE_512MB :
+						       NVOS32_ATTR2_PAGE_SIZE_HUGE_2MB);
+	p->format = NVRM_PTE_KIND_GENERIC_MEMORY;
+	p->alignment = page;
+}
+
 static u32 mem_construct(struct nvmock_object *obj, void *params)
 {
 	struct nv_memory_alloc_params *p = params;
 	struct nvmock_gpu *gpu = obj->gpu;
 	struct nvmock_mem *mem;
 	u32 location;
-	u64 size;
+	u64 size, page;
 
 	/* A size of 0 is NV_ERR_INVALID_ARGUMENT, first (stdmemValidateParams). */
 	if (!p->size)
@@ -407,7 +475,8 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 	 */
 	if (p->size > (1ull << 40))
 		return NV_ERR_NO_MEMORY;
-	size = round_up(p->size, mem_page_size(obj, p));
+	page = mem_page_size(obj, p);
+	size = round_up(p->size, page);
 	if (obj->kind == NVMOCK_VIDMEM && size > gpu->fb_size - gpu->fb_used)
 		return NV_ERR_NO_MEMORY;
 	mem = kzalloc(sizeof(*mem), GFP_KERNEL);
@@ -425,9 +494,10 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 		gpu->fb_peak = max(gpu->fb_peak, gpu->fb_used);
 	}
 	obj->mem = mem;
-	/* RM answers in the parameters: where the memory is and its last byte. */
+	/* RM answers in the parameters: where the memory is, its last byte, and how it made it. */
 	p->offset = mem->va;
 	p->limit = p->size - 1;
+	mem_written_back(obj, p, page);
 	return NV_OK;
 }
 

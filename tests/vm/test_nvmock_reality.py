@@ -22,23 +22,7 @@ from tests.vm.rmclient import Rm
 RECORDINGS = rmcases.recordings()
 
 # "case/answer" → why nvmock's answer may differ from the real driver's (CONFORMANCE.md).
-# RM writes back more of a memory allocation's parameters than nvmock does (measured on an H100,
-# 2026-12-06, call 47F): flags (MAP_NOT_REQUIRED), attr (the page size and physicality it
-# chose), attr2 (ZBC, GPU caching, the huge page size), format (the PTE kind) and alignment
-# (the page size). nvmock writes the size and the limit, which qgpu charges; nothing of qpolicy
-# reads the others. Offsets in NV_MEMORY_ALLOCATION_PARAMS.
-WRITTEN_BACK_NOT_MODELLED = {
-    "8": "flags",
-    "24": "attr",
-    "28": "attr2",
-    "32": "format",
-    "72": "alignment",
-}
-DIFFERENCES: dict[str, str] = {
-    f"memory_written_back/{key}/{offset}": f"RM writes back {field}; nvmock does not"
-    for key, _, _ in rmcases.written_back_requests()
-    for offset, field in WRITTEN_BACK_NOT_MODELLED.items()
-}
+DIFFERENCES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

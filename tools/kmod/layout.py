@@ -351,6 +351,16 @@ CONSTANT_ALIAS = {
     "NVOS32_ATTR_LOCATION_MASK": (
         "((1u << ((1 ? NVOS32_ATTR_LOCATION) - (0 ? NVOS32_ATTR_LOCATION) + 1)) - 1)"
     ),
+    "NVOS32_ATTR_PHYSICALITY_SHIFT": "(0 ? NVOS32_ATTR_PHYSICALITY)",
+    "NVOS32_ATTR_PHYSICALITY_MASK": (
+        "((1u << ((1 ? NVOS32_ATTR_PHYSICALITY) - (0 ? NVOS32_ATTR_PHYSICALITY) + 1)) - 1)"
+    ),
+    "NVOS32_ATTR2_ZBC_SHIFT": "(0 ? NVOS32_ATTR2_ZBC)",
+    "NVOS32_ATTR2_ZBC_MASK": "((1u << ((1 ? NVOS32_ATTR2_ZBC) - (0 ? NVOS32_ATTR2_ZBC) + 1)) - 1)",
+    "NVOS32_ATTR2_GPU_CACHEABLE_SHIFT": "(0 ? NVOS32_ATTR2_GPU_CACHEABLE)",
+    "NVOS32_ATTR2_GPU_CACHEABLE_MASK": (
+        "((1u << ((1 ? NVOS32_ATTR2_GPU_CACHEABLE) - (0 ? NVOS32_ATTR2_GPU_CACHEABLE) + 1)) - 1)"
+    ),
     "NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT": "(0 ? NVOS32_ATTR2_PAGE_SIZE_HUGE)",
     "NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK": (
         "((1u << ((1 ? NVOS32_ATTR2_PAGE_SIZE_HUGE) - (0 ? NVOS32_ATTR2_PAGE_SIZE_HUGE) + 1)) - 1)"
@@ -418,6 +428,10 @@ CONSTANT_GREP = {
     "NVRM_USERD_SIZE": (
         "src/common/inc/swref/published/maxwell/gm107/dev_ram.h",
         "NV_RAMUSERD_CHAN_SIZE",
+    ),
+    "NVRM_PTE_KIND_GENERIC_MEMORY": (
+        "src/common/inc/swref/published/hopper/gh100/dev_mmu.h",
+        "NV_MMU_PTE_KIND_GENERIC_MEMORY",
     ),
 }
 
