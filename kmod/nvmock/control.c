@@ -655,8 +655,12 @@ static u32 client_objects_are_duplicates(const struct nvmock_caller *caller,
  * (g_mem_nvoc.c). An empty list or a NULL pointer answers NV_OK at once; each entry's data is
  * answered by its index: the size as allocated (memdescGetSize: the rounded size) in bytes
  * (PHYS_SIZE_LO/HI) or in 4 KiB units (PHYS_SIZE), the address space, no compression
- * (ATTRS, COMPR_COVERAGE: 0); an unknown index NV_ERR_INVALID_ARGUMENT. The list is an embedded
- * pointer: a user address from a process, a kernel one from the kernel entry.
+ * (ATTRS, COMPR_COVERAGE: 0), and PHYS_ATTR 0: RM answers the bits of the memory's HW resource,
+ * which plain uncompressed memory has none of (measured on an H100 for video and system
+ * memory: rmcases.py surface_info). An unknown index is NV_ERR_INVALID_ARGUMENT, and a process
+ * then finds none of its list written (RM copies the list back on success only; measured
+ * there too). The list is an embedded pointer: a user address from a process, a kernel one
+ * from the kernel entry.
  */
 static u32 mem_get_surface_info(const struct nvmock_caller *caller, struct nvmock_object *obj,
 				void *params)
@@ -667,7 +671,7 @@ static u32 mem_get_surface_info(const struct nvmock_caller *caller, struct nvmoc
 	void *klist = (void *)(uintptr_t)p->surfaceInfoList;
 	size_t bytes = p->surfaceInfoListSize * sizeof(list[0]);
 	u64 size = obj->mem->size;
-	u32 i;
+	u32 i, status = NV_OK;
 
 	if (!p->surfaceInfoListSize || !p->surfaceInfoList)
 		return NV_OK;
@@ -678,9 +682,11 @@ static u32 mem_get_surface_info(const struct nvmock_caller *caller, struct nvmoc
 	else if (copy_from_user(list, ulist, bytes))
 		return NV_ERR_INVALID_POINTER;
 	for (i = 0; i < p->surfaceInfoListSize; i++) {
+		status = NV_OK;
 		switch (list[i].index) {
 		case NV0041_CTRL_SURFACE_INFO_INDEX_ATTRS:
 		case NV0041_CTRL_SURFACE_INFO_INDEX_COMPR_COVERAGE:
+		case NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_ATTR:
 			list[i].data = 0;
 			break;
 		case NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE_LO:
@@ -690,23 +696,27 @@ static u32 mem_get_surface_info(const struct nvmock_caller *caller, struct nvmoc
 			list[i].data = upper_32_bits(size);
 			break;
 		case NV0041_CTRL_SURFACE_INFO_INDEX_PHYS_SIZE:
-			if (size / SZ_4K > U32_MAX)
-				return NV_ERR_INVALID_ARGUMENT;
-			list[i].data = size / SZ_4K;
+			if (size / SZ_4K > U32_MAX)	/* NV_ASSERT_OR_RETURN in RM */
+				status = NV_ERR_OUT_OF_RANGE;
+			else
+				list[i].data = size / SZ_4K;
 			break;
 		case NV0041_CTRL_SURFACE_INFO_INDEX_ADDR_SPACE_TYPE:
 			list[i].data = obj->kind == NVMOCK_VIDMEM ? NV0000_ADDR_SPACE_TYPE_VIDMEM :
 				       NV0000_ADDR_SPACE_TYPE_SYSMEM;
 			break;
 		default:
-			return NV_ERR_INVALID_ARGUMENT;
+			status = NV_ERR_INVALID_ARGUMENT;
 		}
+		if (status != NV_OK)
+			break;
 	}
+	/* The kernel's list is RM's to write in place: the entries before a failure are filled. */
 	if (caller->kernel)
-		memcpy(klist, list, bytes);
-	else if (copy_to_user(ulist, list, bytes))
+		memcpy(klist, list, i * sizeof(list[0]));
+	else if (status == NV_OK && copy_to_user(ulist, list, bytes))
 		return NV_ERR_INVALID_POINTER;
-	return NV_OK;
+	return status;
 }
 
 /*
@@ -780,7 +790,8 @@ static const struct control_desc *control_of(u32 cmd, enum nvmock_kind kind)
 
 /*
  * RM_CONTROL. With kernel_params the parameter pointer is a kernel address (the in-kernel
- * entry); otherwise it is a user address, copied in and out by the control's own size.
+ * entry), used in place; otherwise it is a user address, copied in and out by the control's
+ * own size.
  */
 u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *p,
 		      bool kernel_params)
@@ -815,21 +826,22 @@ u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *
 	if (!p->params)
 		return NV_ERR_INVALID_ARGUMENT;
 
+	/*
+	 * A kernel caller's parameters are used in place (param_copy.c: rmapiParamsAcquire,
+	 * bUseParamsDirectly): what a handler wrote stays there whatever the status. A process's
+	 * are copied in, and out on success only (rmapiParamsRelease).
+	 */
+	if (kernel_params)
+		return desc->handler(caller, obj, (void *)(uintptr_t)p->params);
 	buf = kzalloc(desc->size, GFP_KERNEL);
 	if (!buf)
 		return NV_ERR_NO_MEMORY;
-	if (kernel_params)
-		memcpy(buf, (void *)(uintptr_t)p->params, desc->size);
-	else if (copy_from_user(buf, u64_to_user_ptr(p->params), desc->size))
+	if (copy_from_user(buf, u64_to_user_ptr(p->params), desc->size))
 		status = NV_ERR_INVALID_POINTER;
 	if (status == NV_OK)
 		status = desc->handler(caller, obj, buf);
-	if (status == NV_OK) {
-		if (kernel_params)
-			memcpy((void *)(uintptr_t)p->params, buf, desc->size);
-		else if (copy_to_user(u64_to_user_ptr(p->params), buf, desc->size))
-			status = NV_ERR_INVALID_POINTER;
-	}
+	if (status == NV_OK && copy_to_user(u64_to_user_ptr(p->params), buf, desc->size))
+		status = NV_ERR_INVALID_POINTER;
 	kfree(buf);
 	return status;
 }

@@ -792,3 +792,51 @@ def memory_written_back(rm: Rm) -> Answers:
     word, for video and system memory, each page-size choice, three sizes."""
     with scope(rm) as s:
         return {key: _written_back(s, cls, params) for key, cls, params in written_back_requests()}
+
+
+SENTINEL = 0xA5A5A5A5  # an entry's data before the call: whether RM wrote it
+
+
+def _surface_info(s: Scope, memory: int, indices: list[int]) -> Answers:
+    """GET_SURFACE_INFO with ``indices``: RM's status and each entry's data as hex ("-" where
+    RM left it as it was)."""
+    entries = b"".join(struct.pack("<II", index, SENTINEL) for index in indices)
+    info = ctypes.create_string_buffer(entries, len(entries))
+    params = struct.pack("<IIQ", len(indices), 0, ctypes.addressof(info))
+    status, _ = s.rm.control(s.client, memory, abi.NV0041_CTRL_CMD_GET_SURFACE_INFO, params)
+    data = [struct.unpack_from("<I", info.raw, 8 * i + 4)[0] for i in range(len(indices))]
+    return {
+        "status": name(status),
+        "data": ["-" if value == SENTINEL else f"{value:#x}" for value in data],
+    }
+
+
+@case
+def surface_info(rm: Rm) -> Answers:
+    """GET_SURFACE_INFO's other indices and its errors (memCtrlCmdGetSurfaceInfoLvm, mem_ctrl.c):
+    ATTRS, COMPR_COVERAGE, PHYS_SIZE, PHYS_ATTR (the page size, CPU coherency and format bits
+    of the memory's HW resource attr, where it has one) and ADDR_SPACE_TYPE of video and system
+    memory, and a list with a bad index between good ones (RM stops at the first failure,
+    having filled the entries before it)."""
+    indices = [
+        1,  # ATTRS
+        5,  # COMPR_COVERAGE
+        abi.SURFACE_INFO_INDEX_PHYS_SIZE,
+        8,  # PHYS_ATTR
+        abi.SURFACE_INFO_INDEX_ADDR_SPACE_TYPE,
+    ]
+    answers: Answers = {}
+    with scope(rm) as s:
+        requests = {
+            "vidmem 64K": (0x40, memory_params(MIB // 16)),
+            "vidmem 2M": (0x40, memory_params(2 * MIB)),
+            "sysmem 4K": (0x3E, memory_params(4096, MEMORY_OWNER, LOCATION_PCI)),
+        }
+        for key, (cls, params) in requests.items():
+            memory = rm.new(s.client, s.device, cls, params)
+            answers[key] = _surface_info(s, memory, indices)
+            answers[f"{key} bad index"] = _surface_info(
+                s, memory, [abi.SURFACE_INFO_INDEX_PHYS_SIZE_LO, 99, 8]
+            )
+            rm.free(s.client, s.device, memory)
+    return answers
