@@ -40,6 +40,7 @@ from tests.vm.uvmcalls import (
     map_uvm,
     move,
     reserved,
+    uvm_file,
     writes,
 )
 
@@ -689,8 +690,7 @@ def uvm_pool_free(rm: Rm) -> Answers:
     mapping and takes the pool's pages off the CPU: uvm_vm_open_semaphore_pool). Not an RM
     call, and no GPU is named: the UVM file alone."""
     answers: Answers = {}
-    fd = os.open("/dev/nvidia-uvm", os.O_RDWR | os.O_CLOEXEC)
-    try:
+    with uvm_file() as fd:
         answers["init"] = name(initialize(fd))
         with reserved(POOL_BYTES) as pool, reserved(POOL_BYTES) as other:
             answers["alloc"] = name(alloc_pool(fd, pool))
@@ -709,8 +709,6 @@ def uvm_pool_free(rm: Rm) -> Answers:
             answers["free_after_move"] = name(free(fd, pool))
             libc.munmap(target, POOL_BYTES)
             answers["free_after_move_again"] = name(free(fd, pool))
-    finally:
-        os.close(fd)
     return answers
 
 
@@ -721,8 +719,7 @@ def uvm_copies(rm: Rm) -> Answers:
     uvm_vm_open_semaphore_pool(), uvm_vm_open_managed(), uvm_disable_vma()), and a pool's
     mapping split by a partial munmap (both parts disabled and the pool off the CPU)."""
     answers: Answers = {}
-    fd = os.open("/dev/nvidia-uvm", os.O_RDWR | os.O_CLOEXEC)
-    try:
+    with uvm_file() as fd:
         answers["init"] = name(initialize(fd))
         with reserved(POOL_BYTES) as pool:
             answers["pool"] = name(alloc_pool(fd, pool))
@@ -749,8 +746,6 @@ def uvm_copies(rm: Rm) -> Answers:
             answers["split_free"] = name(free(fd, pool))
             libc.munmap(pool + POOL_BYTES // 2, POOL_BYTES // 2)
             answers["split_free_again"] = name(free(fd, pool))
-    finally:
-        os.close(fd)
     return answers
 
 
@@ -800,11 +795,7 @@ SENTINEL = 0xA5A5A5A5  # an entry's data before the call: whether RM wrote it
 def _surface_info(s: Scope, memory: int, indices: list[int]) -> Answers:
     """GET_SURFACE_INFO with ``indices``: RM's status and each entry's data as hex ("-" where
     RM left it as it was)."""
-    entries = b"".join(struct.pack("<II", index, SENTINEL) for index in indices)
-    info = ctypes.create_string_buffer(entries, len(entries))
-    params = struct.pack("<IIQ", len(indices), 0, ctypes.addressof(info))
-    status, _ = s.rm.control(s.client, memory, abi.NV0041_CTRL_CMD_GET_SURFACE_INFO, params)
-    data = [struct.unpack_from("<I", info.raw, 8 * i + 4)[0] for i in range(len(indices))]
+    status, data = s.rm.surface_info(s.client, memory, indices, SENTINEL)
     return {
         "status": name(status),
         "data": ["-" if value == SENTINEL else f"{value:#x}" for value in data],
@@ -819,10 +810,10 @@ def surface_info(rm: Rm) -> Answers:
     memory, and a list with a bad index between good ones (RM stops at the first failure,
     having filled the entries before it)."""
     indices = [
-        1,  # ATTRS
-        5,  # COMPR_COVERAGE
+        abi.SURFACE_INFO_INDEX_ATTRS,
+        abi.SURFACE_INFO_INDEX_COMPR_COVERAGE,
         abi.SURFACE_INFO_INDEX_PHYS_SIZE,
-        8,  # PHYS_ATTR
+        abi.SURFACE_INFO_INDEX_PHYS_ATTR,
         abi.SURFACE_INFO_INDEX_ADDR_SPACE_TYPE,
     ]
     answers: Answers = {}
@@ -836,7 +827,9 @@ def surface_info(rm: Rm) -> Answers:
             memory = rm.new(s.client, s.device, cls, params)
             answers[key] = _surface_info(s, memory, indices)
             answers[f"{key} bad index"] = _surface_info(
-                s, memory, [abi.SURFACE_INFO_INDEX_PHYS_SIZE_LO, 99, 8]
+                s,
+                memory,
+                [abi.SURFACE_INFO_INDEX_PHYS_SIZE_LO, 99, abi.SURFACE_INFO_INDEX_PHYS_ATTR],
             )
             rm.free(s.client, s.device, memory)
     return answers

@@ -141,21 +141,22 @@ class Rm:
         fields = NVOS55.unpack(arg)
         return int(fields[6]), int(fields[2])
 
+    def surface_info(
+        self, client: int, memory: int, indices: list[int], fill: int = 0
+    ) -> tuple[int, list[int]]:
+        """GET_SURFACE_INFO on a memory object with a list of ``indices``, each entry's data
+        ``fill`` going in: (status, each entry's data as the list holds it after the call)."""
+        entries = b"".join(struct.pack("<II", index, fill) for index in indices)
+        info = ctypes.create_string_buffer(entries, len(entries))
+        params = struct.pack("<IIQ", len(indices), 0, ctypes.addressof(info))
+        status, _ = self.control(client, memory, abi.NV0041_CTRL_CMD_GET_SURFACE_INFO, params)
+        data = [struct.unpack_from("<I", info.raw, 8 * i + 4)[0] for i in range(len(indices))]
+        return status, data
+
     def mem_size(self, client: int, memory: int) -> tuple[int, int]:
         """GET_SURFACE_INFO on a memory object: (status, its size in bytes as RM allocated it)."""
-        info = ctypes.create_string_buffer(
-            struct.pack(
-                "<IIII",
-                abi.SURFACE_INFO_INDEX_PHYS_SIZE_LO,
-                0,
-                abi.SURFACE_INFO_INDEX_PHYS_SIZE_HI,
-                0,
-            ),
-            16,
-        )
-        params = struct.pack("<IIQ", 2, 0, ctypes.addressof(info))
-        status, _ = self.control(client, memory, abi.NV0041_CTRL_CMD_GET_SURFACE_INFO, params)
-        lo, hi = struct.unpack_from("<4xI4xI", info.raw)
+        indices = [abi.SURFACE_INFO_INDEX_PHYS_SIZE_LO, abi.SURFACE_INFO_INDEX_PHYS_SIZE_HI]
+        status, (lo, hi) = self.surface_info(client, memory, indices)
         return status, hi << 32 | lo
 
     def handle_info(self, client: int, handle: int, index: int) -> tuple[int, int]:

@@ -48,24 +48,43 @@ libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
 
 
+def _reservation(size: int) -> int:
+    """Inaccessible memory of ``size`` bytes and 2 MiB more, so that ``size`` bytes of it are
+    2 MiB aligned: its start."""
+    base = libc.mmap(None, size + POOL_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+    assert base not in (None, FAILED), os.strerror(ctypes.get_errno())
+    return int(base)
+
+
+def _aligned(base: int) -> int:
+    return (base + POOL_BYTES - 1) & ~(POOL_BYTES - 1)
+
+
 def reserve(size: int) -> int:
     """An address range of ``size`` bytes nobody uses, 2 MiB aligned, as libcuda reserves VA
     (kept for the process's life: see reserved() for one given back)."""
-    base = libc.mmap(None, size + POOL_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-    assert base not in (None, FAILED), os.strerror(ctypes.get_errno())
-    return (base + POOL_BYTES - 1) & ~(POOL_BYTES - 1)
+    return _aligned(_reservation(size))
 
 
 @contextmanager
 def reserved(size: int) -> Iterator[int]:
     """reserve(), with the whole reservation unmapped on the way out (whatever was mapped
     over it since)."""
-    base = libc.mmap(None, size + POOL_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-    assert base not in (None, FAILED), os.strerror(ctypes.get_errno())
+    base = _reservation(size)
     try:
-        yield (base + POOL_BYTES - 1) & ~(POOL_BYTES - 1)
+        yield _aligned(base)
     finally:
         libc.munmap(base, size + POOL_BYTES)
+
+
+@contextmanager
+def uvm_file() -> Iterator[int]:
+    """/dev/nvidia-uvm opened (not initialized), closed on the way out."""
+    fd = os.open("/dev/nvidia-uvm", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def uvm_call(fd: int, cmd: int, layout: abi.Layout, **fields: int) -> int:

@@ -12,7 +12,6 @@ many UVM ranges nvmock holds while the mappings live.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any
 
@@ -25,30 +24,30 @@ from tests.vm.uvmcalls import (
     libc,
     map_uvm,
     reserve,
+    uvm_file,
     writes,
 )
 
 
 def main(mib: int) -> dict[str, Any]:
     size = mib << 20
-    fd = os.open("/dev/nvidia-uvm", os.O_RDWR)
     report: dict[str, Any] = {}
-    pool = reserve(POOL_BYTES)
-    report["before_init"] = map_uvm(fd, pool, POOL_BYTES)  # EBADFD: nothing before INITIALIZE
-    report["init"] = initialize(fd)
-    report["pool"] = alloc_pool(fd, pool)
-    report["pool_map"] = map_uvm(fd, pool, POOL_BYTES)
-    report["pool_write"] = report["pool_map"] == 0 and writes(pool, POOL_BYTES)
-    managed = reserve(size)
-    report["bad_offset"] = map_uvm(fd, managed, size, offset=managed + POOL_BYTES)
-    report["managed"] = map_uvm(fd, managed, size)
-    report["managed_write"] = report["managed"] == 0 and writes(managed, size)
-    report["uvm_ranges"] = objects()["uvm_ranges"]
-    if report["managed"] == 0:
-        libc.munmap(managed, size)
-    libc.munmap(pool, POOL_BYTES)
-    report["free"] = free(fd, pool)
-    os.close(fd)
+    with uvm_file() as fd:
+        pool = reserve(POOL_BYTES)
+        report["before_init"] = map_uvm(fd, pool, POOL_BYTES)  # EBADFD: nothing before INIT
+        report["init"] = initialize(fd)
+        report["pool"] = alloc_pool(fd, pool)
+        report["pool_map"] = map_uvm(fd, pool, POOL_BYTES)
+        report["pool_write"] = report["pool_map"] == 0 and writes(pool, POOL_BYTES)
+        managed = reserve(size)
+        report["bad_offset"] = map_uvm(fd, managed, size, offset=managed + POOL_BYTES)
+        report["managed"] = map_uvm(fd, managed, size)
+        report["managed_write"] = report["managed"] == 0 and writes(managed, size)
+        report["uvm_ranges"] = objects()["uvm_ranges"]
+        if report["managed"] == 0:
+            libc.munmap(managed, size)
+        libc.munmap(pool, POOL_BYTES)
+        report["free"] = free(fd, pool)
     return report
 
 
