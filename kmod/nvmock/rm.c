@@ -332,6 +332,17 @@ static void channel_destroy(struct nvmock_channel *ch)
 #define HEAP_OWNER_RM_SCRATCH_BEGIN	0xDEAF0000u
 #define HEAP_OWNER_RM_SCRATCH_END	(HEAP_OWNER_RM_SCRATCH_BEGIN + 3)
 
+/* A field of an NVOS32 attr or attr2 word, by its shift and mask (nvos.h's DRF ranges). */
+static u32 field_set(u32 word, unsigned int shift, u32 mask, u32 value)
+{
+	return (word & ~(mask << shift)) | (value << shift);
+}
+
+static u32 field_get(u32 word, unsigned int shift, u32 mask)
+{
+	return (word >> shift) & mask;
+}
+
 /*
  * The size device memory is allocated in: a whole number of the GPU page size RM picks for it.
  * memmgrDeterminePageSize (src/nvidia/src/kernel/gpu/mem_mgr/mem_mgr.c) takes attr PAGE_SIZE
@@ -346,9 +357,9 @@ static void channel_destroy(struct nvmock_channel *ch)
  */
 static u64 mem_page_size(const struct nvmock_object *obj, const struct nv_memory_alloc_params *p)
 {
-	u32 attr = (p->attr >> NVOS32_ATTR_PAGE_SIZE_SHIFT) & NVOS32_ATTR_PAGE_SIZE_MASK;
-	u32 huge = (p->attr2 >> NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT) &
-		   NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK;
+	u32 attr = field_get(p->attr, NVOS32_ATTR_PAGE_SIZE_SHIFT, NVOS32_ATTR_PAGE_SIZE_MASK);
+	u32 huge = field_get(p->attr2, NVOS32_ATTR2_PAGE_SIZE_HUGE_SHIFT,
+			     NVOS32_ATTR2_PAGE_SIZE_HUGE_MASK);
 
 	if (obj->kind != NVMOCK_VIDMEM && attr == NVOS32_ATTR_PAGE_SIZE_DEFAULT)
 		return SZ_4K;
@@ -362,16 +373,6 @@ static u64 mem_page_size(const struct nvmock_object *obj, const struct nv_memory
 	default:
 		return p->size >= SZ_2M ? SZ_2M : SZ_64K;
 	}
-}
-
-static u32 field_set(u32 word, unsigned int shift, u32 mask, u32 value)
-{
-	return (word & ~(mask << shift)) | (value << shift);
-}
-
-static u32 field_get(u32 word, unsigned int shift, u32 mask)
-{
-	return (word >> shift) & mask;
 }
 
 /*
@@ -459,7 +460,7 @@ static u32 mem_construct(struct nvmock_object *obj, void *params)
 	 * (video_mem.c) video memory whose attr says anything else. Measured: 580.159.04 answered
 	 * that to ioctlbench's owner-named system memory with attr 0 (call BC, an H100).
 	 */
-	location = (p->attr >> NVOS32_ATTR_LOCATION_SHIFT) & NVOS32_ATTR_LOCATION_MASK;
+	location = field_get(p->attr, NVOS32_ATTR_LOCATION_SHIFT, NVOS32_ATTR_LOCATION_MASK);
 	if (p->flags & NVOS32_ALLOC_FLAGS_VIRTUAL)
 		return NV_ERR_INVALID_ARGUMENT;
 	if (obj->kind == NVMOCK_SYSMEM && location == NVOS32_ATTR_LOCATION_VIDMEM)

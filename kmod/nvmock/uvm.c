@@ -383,7 +383,7 @@ static struct uvm_range *pool_at(struct uvm_space *space, u64 start, u64 end)
  * pool is gone (a second process's mapping of it, through the file passed on, outlived the
  * first's and the pool was freed in between), there is nothing to do.
  */
-static void uvm_pool_close(struct vm_area_struct *vma)
+static void pool_off_cpu(struct vm_area_struct *vma)
 {
 	struct uvm_space *space = vma->vm_file->private_data;
 	struct uvm_range *r;
@@ -393,6 +393,11 @@ static void uvm_pool_close(struct vm_area_struct *vma)
 	if (r)
 		r->cpu_mapped = false;
 	mutex_unlock(&space->lock);
+}
+
+static void uvm_pool_close(struct vm_area_struct *vma)
+{
+	pool_off_cpu(vma);
 }
 
 /*
@@ -405,8 +410,6 @@ static void uvm_pool_close(struct vm_area_struct *vma)
 static void uvm_pool_open(struct vm_area_struct *vma)
 {
 	struct vm_area_struct *origin = vma->vm_private_data;
-	struct uvm_space *space = vma->vm_file->private_data;
-	struct uvm_range *r;
 
 	if (vma->vm_mm != origin->vm_mm) {
 		vma->vm_flags |= VM_WIPEONFORK;
@@ -414,11 +417,7 @@ static void uvm_pool_open(struct vm_area_struct *vma)
 		vma->vm_private_data = NULL;
 		return;
 	}
-	mutex_lock(&space->lock);
-	r = pool_at(space, origin->vm_start, origin->vm_end);
-	if (r)
-		r->cpu_mapped = false;
-	mutex_unlock(&space->lock);
+	pool_off_cpu(origin);
 	disable_vma(origin);
 	disable_vma(vma);
 }
