@@ -24,6 +24,7 @@
 #include <linux/delay.h>
 #include <linux/ktime.h>
 #include <linux/math64.h>
+#include <linux/mm.h>
 #include <linux/moduleparam.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
@@ -477,6 +478,123 @@ static u32 channel_work_submit_token(const struct nvmock_caller *caller,
 }
 
 /*
+ * GET_CLASS_ENGINEID on a channel (kchannelCtrlCmdGetClassEngineid_IMPL, kernel_channel.c;
+ * kchannelGetClassEngineID_GM107, arch/maxwell/kernel_channel_gm107.c): hObject 0
+ * NV_ERR_OBJECT_NOT_FOUND, the client's own handle NV_ERR_INVALID_ARGUMENT, anything that is not
+ * a child of this channel NV_ERR_OBJECT_NOT_FOUND (kchannelFindChildByHandle); else its class,
+ * the class again as classEngineID (SET_OBJECT's NVCLASS field, 15:0) and its engine. Measured
+ * on an H100 (rmcases.py channel_queries): compute 0xcbc0 on engine 1, copy CE 1 0xc8b5 on 0xa,
+ * CE 2 on 0xb, as libcuda was answered on the H200 (the trace's lines 2509, 2511).
+ */
+static u32 channel_get_class_engineid(const struct nvmock_caller *caller,
+				      struct nvmock_object *obj, void *params)
+{
+	struct nv906f_class_engineid_params *p = params;
+	struct nvmock_object *child;
+
+	if (!p->hObject)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (p->hObject == obj->client->handle)
+		return NV_ERR_INVALID_ARGUMENT;
+	child = nvmock_object_get(obj->client, p->hObject);
+	if (!child || child->parent != obj)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	p->classID = child->hclass;
+	p->classEngineID = child->hclass & 0xffff;
+	p->engineID = child->kind == NVMOCK_COMPUTE || child->kind == NVMOCK_COPY ?
+		      child->engine_type : 0;
+	return NV_OK;
+}
+
+/* RM copies an embedded list of at most this many bytes (RMAPI_PARAM_COPY_MAX_PARAMS_SIZE). */
+#define EMBEDDED_MAX	SZ_1M
+
+/*
+ * GET_CHANNELLIST on a device (deviceCtrlCmdFifoGetChannelList_IMPL, kernel_fifo_ctrl.c): for
+ * each handle of the list, the channel's ID where it names a channel of the client, else
+ * NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL; always NV_OK but for an empty list
+ * (NV_ERR_INVALID_ARGUMENT). Both lists are embedded pointers (embedded_param_copy.c), copied
+ * in and out by numChannels words from a process: NULL or over 1 MiB NV_ERR_INVALID_ARGUMENT
+ * (rmapiParamsAcquire), unreadable NV_ERR_INVALID_ADDRESS (os_memcpy_from_user); a kernel
+ * caller's are used in place. Measured on an H100 (rmcases.py channel_queries): a channel, an
+ * unknown handle and a TSG gave an ID, 0xffffffff and 0xffffffff; the empty list and a list
+ * at address 8 were refused so; the freed channel gave 0xffffffff.
+ */
+static u32 device_get_channel_list(const struct nvmock_caller *caller, struct nvmock_object *obj,
+				   void *params)
+{
+	const struct nv0080_channellist_params *p = params;
+	size_t bytes = (size_t)p->numChannels * sizeof(u32);
+	u32 *list, i, status = NV_OK;
+
+	if (!p->numChannels || !p->pChannelHandleList || !p->pChannelList || bytes > EMBEDDED_MAX)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (caller->kernel) {
+		list = (u32 *)(uintptr_t)p->pChannelHandleList;
+	} else {
+		list = kvmalloc(bytes, GFP_KERNEL);
+		if (!list)
+			return NV_ERR_NO_MEMORY;
+		if (copy_from_user(list, u64_to_user_ptr(p->pChannelHandleList), bytes)) {
+			status = NV_ERR_INVALID_ADDRESS;
+			goto out;
+		}
+	}
+	/* The IDs go into the handle list's copy, then out to the ID list. */
+	for (i = 0; i < p->numChannels; i++) {
+		struct nvmock_object *ch = nvmock_object_get(obj->client, list[i]);
+		u32 chid = NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL;
+
+		if (ch && ch->kind == NVMOCK_CHANNEL)
+			chid = ch->channel->chid;
+		if (caller->kernel)
+			((u32 *)(uintptr_t)p->pChannelList)[i] = chid;
+		else
+			list[i] = chid;
+	}
+	if (!caller->kernel && copy_to_user(u64_to_user_ptr(p->pChannelList), list, bytes))
+		status = NV_ERR_INVALID_ADDRESS;
+out:
+	if (!caller->kernel)
+		kvfree(list);
+	return status;
+}
+
+/*
+ * The size of an H200's GR context with its buffers, as libcuda was answered (the trace's line
+ * 2513: 0x52f000). An H100 answered 0x502000 (rmcases.py channel_queries, call 48C); nvmock's
+ * GPUs are H200s.
+ */
+#define GR_CTX_BUFFER_SIZE	0x52f000
+
+/*
+ * GR_GET_CTX_BUFFER_SIZE (subdeviceCtrlCmdKGrGetCtxBufferSize_IMPL, kernel_graphics.c; answered
+ * by the host from the buffers it allocated, not sent to GSP): hChannel not in the client
+ * NV_ERR_OBJECT_NOT_FOUND, not a channel NV_ERR_INVALID_CHANNEL (CliGetKernelChannel), a channel
+ * whose context has no main buffer NV_ERR_INVALID_OBJECT (kgrctxGetCtxBuffers_IMPL,
+ * kernel_graphics_context.c), else the size. Measured on an H100 (rmcases.py channel_queries):
+ * a compute channel its size, a TSG's handle, an unknown one and a channel of a copy-engine TSG
+ * refused so. nvmock gives a TSG its main buffer with its first compute object; when RM
+ * allocates it is not modelled further (RM asked on a compute TSG before it has one: not
+ * measured).
+ */
+static u32 subdevice_get_ctx_buffer_size(const struct nvmock_caller *caller,
+					 struct nvmock_object *obj, void *params)
+{
+	struct nv2080_ctx_buffer_size_params *p = params;
+	struct nvmock_object *target = nvmock_object_get(obj->client, p->hChannel);
+
+	if (!target)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (target->kind != NVMOCK_CHANNEL)
+		return NV_ERR_INVALID_CHANNEL;
+	if (!target->channel->tsg->gr_ctx)
+		return NV_ERR_INVALID_OBJECT;
+	p->totalBufferSize = GR_CTX_BUFFER_SIZE;
+	return NV_OK;
+}
+
+/*
  * FIFO_DISABLE_CHANNELS (kernel_fifo_ctrl.c: subdeviceCtrlCmdFifoDisableChannels_IMPL): a process
  * may not pass pRunlistPreemptEvent; on a GSP GPU the rest is sent to GSP, whose code is not
  * published. What it does is modelled on ctrl2080fifo.h's description of
@@ -742,6 +860,12 @@ static const struct control_desc control_table[] = {
 	  sizeof(struct nva06c_gpfifo_schedule_params), channel_gpfifo_schedule },
 	{ NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, NVMOCK_CHANNEL,
 	  sizeof(struct nvc36f_work_submit_token_params), channel_work_submit_token },
+	{ NV906F_CTRL_GET_CLASS_ENGINEID, NVMOCK_CHANNEL,
+	  sizeof(struct nv906f_class_engineid_params), channel_get_class_engineid },
+	{ NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST, NVMOCK_DEVICE,
+	  sizeof(struct nv0080_channellist_params), device_get_channel_list },
+	{ NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE, NVMOCK_SUBDEVICE,
+	  sizeof(struct nv2080_ctx_buffer_size_params), subdevice_get_ctx_buffer_size },
 	{ NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, NVMOCK_SUBDEVICE,
 	  sizeof(struct nv2080_fifo_disable_channels_params), subdevice_disable_channels },
 	{ NVA06C_CTRL_CMD_MAKE_REALTIME, NVMOCK_TSG,

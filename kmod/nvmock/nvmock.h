@@ -78,6 +78,8 @@ struct nvmock_tsg {
 	u64 timeslice_us;
 	u32 interleave;
 	u32 compute_preemption;	/* its context's: NV2080_CTXSW_PREEMPTION_COMPUTE_* (control.c) */
+	u64 subctx_ids;		/* the subcontexts (VEIDs) its context shares hold (rm.c) */
+	bool gr_ctx;		/* its GR context has its main buffer: a compute object came */
 	bool gone;
 	u64 gpu_ns;
 	s64 overrun_ns;		/* how far its last slice ran past the timeslice */
@@ -134,6 +136,8 @@ struct nvmock_object {
 		struct nvmock_channel *channel;
 		struct nvmock_mem *mem;
 		u32 subdevice_instance;
+		u32 subctx_id;		/* a context share's VEID in its TSG */
+		u32 engine_type;	/* a compute or copy object's NV2080_ENGINE_TYPE_* */
 	};
 };
 

@@ -220,6 +220,87 @@ static u32 tsg_construct(struct nvmock_object *obj)
 	return obj->tsg ? NV_OK : NV_ERR_NO_MEMORY;
 }
 
+/*
+ * The subcontexts of a TSG: RM's heap of them holds kfifoChannelGroupGetLocalMaxSubcontext_HAL
+ * IDs (kchangrpInit_IMPL, kernel_channel_group.c), 64 on an H100 (the first ASYNC share got 63,
+ * rmcases.py context_shares, call 48B) and on an H200 (libcuda's got 63, the H200 trace's line
+ * 2485). Hopper's lower bound for PREFER_LOWER is the same 64 (kfifoGetMaxLowerSubcontext_35972f,
+ * g_kernel_fifo_nvoc.h), so its bit 31 is always set.
+ */
+#define SUBCTX_MAX	64
+
+/*
+ * A context share's subcontext (VEID), as kctxshareInitCommon_IMPL (kernel_ctxshare.c) takes it
+ * from its TSG's heap, by flags compared whole: SYNC VEID 0; ASYNC the highest free one (the heap
+ * grows down, so 0 once 1..63 are taken); PREFER_LOWER the lowest free from 1, else 0; SPECIFIED
+ * subctxId. A VEID taken or out of the heap is NV_ERR_NO_MEMORY (the heap's refusal), other
+ * flags NV_ERR_INVALID_ARGUMENT; the ID is written back into subctxId. Measured on an H100
+ * (rmcases.py context_shares): 63, 62, then SYNC 0 and again NV_ERR_NO_MEMORY, SPECIFIED 5 and
+ * again NV_ERR_NO_MEMORY, 64 NV_ERR_NO_MEMORY, PREFER_LOWER 0x80000001 and 0x80000002, flags 4
+ * NV_ERR_INVALID_ARGUMENT, and 63 again once its share was freed. A TSG whose channels came
+ * without a context share (RM's legacy mode, which allocates its own shares) is not modelled.
+ */
+static u32 ctxshare_construct(struct nvmock_object *obj, struct nv_ctxshare_alloc_params *p)
+{
+	struct nvmock_tsg *tsg = obj->parent->tsg;
+	u64 taken = tsg->subctx_ids;
+	u64 above_0 = ~taken & ~BIT_ULL(0);
+	u32 id;
+
+	switch (p->flags) {
+	case NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_SYNC:
+		id = 0;
+		break;
+	case NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC:
+		if (~taken == 0)
+			return NV_ERR_NO_MEMORY;
+		id = fls64(~taken) - 1;
+		break;
+	case NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC_PREFER_LOWER:
+		id = above_0 ? __ffs64(above_0) : 0;
+		break;
+	case NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_SPECIFIED:
+		if (p->subctxId >= SUBCTX_MAX)
+			return NV_ERR_NO_MEMORY;
+		id = p->subctxId;
+		break;
+	default:
+		return NV_ERR_INVALID_ARGUMENT;
+	}
+	if (taken & BIT_ULL(id))
+		return NV_ERR_NO_MEMORY;
+	tsg->subctx_ids |= BIT_ULL(id);
+	obj->subctx_id = id;
+	p->subctxId = id;
+	if (p->flags == NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC_PREFER_LOWER)
+		p->subctxId |= NV_CTXSHARE_SUBCTXID_PREFER_LOWER_SUCCESS;
+	return NV_OK;
+}
+
+/*
+ * The engine a compute or copy object is on, for GET_CLASS_ENGINEID: GR for compute; for copy,
+ * kceGetEngineDescFromAllocParams (kernel_ce_context.c): VERSION_0's engineType is a CE index,
+ * VERSION_1's an NV2080 copy engine type, no parameters CE 0. nvmock does not refuse what RM
+ * would (an unknown version or engine, a CE the GPU lacks).
+ */
+static u32 engine_object_construct(struct nvmock_object *obj, const struct nvb0b5_alloc_params *p)
+{
+	obj->engine_type = NV2080_ENGINE_TYPE_GRAPHICS;
+	if (obj->kind != NVMOCK_COPY) {
+		obj->parent->channel->tsg->gr_ctx = true;
+		return NV_OK;
+	}
+	obj->engine_type = NV2080_ENGINE_TYPE_COPY0;
+	if (p && p->version == NVB0B5_ALLOCATION_PARAMETERS_VERSION_0 &&
+	    p->engineType <= NV2080_ENGINE_TYPE_COPY9 - NV2080_ENGINE_TYPE_COPY0)
+		obj->engine_type += p->engineType;
+	else if (p && p->version == NVB0B5_ALLOCATION_PARAMETERS_VERSION_1 &&
+		 p->engineType >= NV2080_ENGINE_TYPE_COPY0 &&
+		 p->engineType <= NV2080_ENGINE_TYPE_COPY9)
+		obj->engine_type = p->engineType;
+	return NV_OK;
+}
+
 static u32 channel_userd(struct nvmock_object *obj, struct nvmock_channel *ch,
 			 const struct nv_channel_alloc_params *p)
 {
@@ -530,6 +611,11 @@ static u32 construct(const struct nvmock_caller *caller, struct nvmock_object *o
 		return tsg_construct(obj);
 	case NVMOCK_CHANNEL:
 		return channel_construct(obj, params);
+	case NVMOCK_CTXSHARE:
+		return ctxshare_construct(obj, params);
+	case NVMOCK_COMPUTE:
+	case NVMOCK_COPY:
+		return engine_object_construct(obj, params);
 	case NVMOCK_SYSMEM:
 	case NVMOCK_VIDMEM:
 		return mem_construct(obj, params);
@@ -546,6 +632,9 @@ static void destruct(struct nvmock_object *obj)
 		break;
 	case NVMOCK_CHANNEL:
 		channel_destroy(obj->channel);
+		break;
+	case NVMOCK_CTXSHARE:
+		obj->parent->tsg->subctx_ids &= ~BIT_ULL(obj->subctx_id);
 		break;
 	case NVMOCK_SYSMEM:
 	case NVMOCK_VIDMEM:
@@ -766,12 +855,19 @@ u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, 
 	list_add_tail(&obj->sibling, &parent->children);
 	atomic_inc(&nvmock_counts[obj->kind]);
 
-	if (uparams && (obj->kind == NVMOCK_SYSMEM || obj->kind == NVMOCK_VIDMEM) &&
-	    copy_to_user((void __user *)uparams, &params, desc->params_size)) {
+	/*
+	 * RM copies every class's parameters back on success (serverAllocApiCopyOut,
+	 * alloc_free.c); nvmock writes back those its constructors change: memory's and a
+	 * context share's.
+	 */
+	if (obj->kind != NVMOCK_SYSMEM && obj->kind != NVMOCK_VIDMEM &&
+	    obj->kind != NVMOCK_CTXSHARE)
+		return NV_OK;
+	if (uparams && copy_to_user((void __user *)uparams, &params, desc->params_size)) {
 		object_free(obj);
 		return NV_ERR_INVALID_POINTER;
 	}
-	if (kparams && (obj->kind == NVMOCK_SYSMEM || obj->kind == NVMOCK_VIDMEM))
+	if (kparams)
 		memcpy((void *)kparams, &params, desc->params_size);
 	return NV_OK;
 }

@@ -385,6 +385,26 @@ struct nv_ctxshare_alloc_params {
 	__u32 subctxId;
 };
 
+/* NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT (1:0), compared whole by RM, and subctxId's bit 31. */
+#define NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_SYNC			0
+#define NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC			1
+#define NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_SPECIFIED		2
+#define NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC_PREFER_LOWER	3
+#define NV_CTXSHARE_SUBCTXID_PREFER_LOWER_SUCCESS			0x80000000u
+
+/* NV2080_ENGINE_TYPE_* (cl2080_notification.h): GR, and the copy engines COPY0 + n. */
+#define NV2080_ENGINE_TYPE_GRAPHICS	1
+#define NV2080_ENGINE_TYPE_COPY0	9
+#define NV2080_ENGINE_TYPE_COPY9	18
+
+/* NVB0B5_ALLOCATION_PARAMETERS (8): a copy object's engine, a CE index (VERSION_0) or type. */
+#define NVB0B5_ALLOCATION_PARAMETERS_VERSION_0	0
+#define NVB0B5_ALLOCATION_PARAMETERS_VERSION_1	1
+struct nvb0b5_alloc_params {
+	__u32 version;
+	__u32 engineType;
+};
+
 /* Control parameters. */
 struct nva06c_gpfifo_schedule_params {
 	__u8 bEnable;
@@ -492,6 +512,39 @@ struct nv2080_ctxsw_modes_params {
 
 struct nvc36f_work_submit_token_params {
 	__u32 workSubmitToken;
+};
+
+/*
+ * What libcuda asks after each channel and engine object (the H200 trace): the channels' IDs
+ * (two embedded lists of numChannels words), an object's class and engine, and the size of a
+ * channel's GR context.
+ */
+#define NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST			0x0080170du
+#define NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL	0xffffffffu
+#define NV906F_CTRL_GET_CLASS_ENGINEID				0x906f0101u
+#define NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE			0x20801218u
+
+/* NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS (24) */
+struct nv0080_channellist_params {
+	__u32 numChannels;
+	__u32 pad;
+	__u64 pChannelHandleList;
+	__u64 pChannelList;
+};
+
+/* NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS (16) */
+struct nv906f_class_engineid_params {
+	__u32 hObject;
+	__u32 classEngineID;
+	__u32 classID;
+	__u32 engineID;
+};
+
+/* NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS (16) */
+struct nv2080_ctx_buffer_size_params {
+	__u32 hChannel;
+	__u32 pad;
+	__u64 totalBufferSize;
 };
 
 struct nv2080_fifo_disable_channels_params {

@@ -1196,6 +1196,57 @@ _Static_assert(offsetof(struct nvc36f_work_submit_token_params, workSubmitToken)
 	       "offsetof(NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS, workSubmitToken)");
 _Static_assert(sizeof_field(struct nvc36f_work_submit_token_params, workSubmitToken) == 4,
 	       "ctrlc36f.h");
+_Static_assert(sizeof(struct nv0080_channellist_params) == 24,
+	       "sizeof(NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS)");
+_Static_assert(offsetof(struct nv0080_channellist_params, numChannels) == 0,
+	       "offsetof(NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS, numChannels)");
+_Static_assert(sizeof_field(struct nv0080_channellist_params, numChannels) == 4,
+	       "sizeof(((NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS *)0)->numChannels)");
+_Static_assert(offsetof(struct nv0080_channellist_params, pChannelHandleList) == 8,
+	       "offsetof(NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS, pChannelHandleList)");
+_Static_assert(sizeof_field(struct nv0080_channellist_params, pChannelHandleList) == 8,
+	       "sizeof(((NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS *)0)->pChannelHandleList)");
+_Static_assert(offsetof(struct nv0080_channellist_params, pChannelList) == 16,
+	       "offsetof(NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS, pChannelList)");
+_Static_assert(sizeof_field(struct nv0080_channellist_params, pChannelList) == 8,
+	       "sizeof(((NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS *)0)->pChannelList)");
+_Static_assert(sizeof(struct nv906f_class_engineid_params) == 16,
+	       "sizeof(NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS)");
+_Static_assert(offsetof(struct nv906f_class_engineid_params, hObject) == 0,
+	       "offsetof(NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS, hObject)");
+_Static_assert(sizeof_field(struct nv906f_class_engineid_params, hObject) == 4,
+	       "sizeof(((NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS *)0)->hObject)");
+_Static_assert(offsetof(struct nv906f_class_engineid_params, classEngineID) == 4,
+	       "offsetof(NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS, classEngineID)");
+_Static_assert(sizeof_field(struct nv906f_class_engineid_params, classEngineID) == 4,
+	       "sizeof(((NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS *)0)->classEngineID)");
+_Static_assert(offsetof(struct nv906f_class_engineid_params, classID) == 8,
+	       "offsetof(NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS, classID)");
+_Static_assert(sizeof_field(struct nv906f_class_engineid_params, classID) == 4,
+	       "sizeof(((NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS *)0)->classID)");
+_Static_assert(offsetof(struct nv906f_class_engineid_params, engineID) == 12,
+	       "offsetof(NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS, engineID)");
+_Static_assert(sizeof_field(struct nv906f_class_engineid_params, engineID) == 4,
+	       "sizeof(((NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS *)0)->engineID)");
+_Static_assert(sizeof(struct nv2080_ctx_buffer_size_params) == 16,
+	       "sizeof(NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS)");
+_Static_assert(offsetof(struct nv2080_ctx_buffer_size_params, hChannel) == 0,
+	       "offsetof(NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS, hChannel)");
+_Static_assert(sizeof_field(struct nv2080_ctx_buffer_size_params, hChannel) == 4,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS *)0)->hChannel)");
+_Static_assert(offsetof(struct nv2080_ctx_buffer_size_params, totalBufferSize) == 8,
+	       "offsetof(NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS, totalBufferSize)");
+_Static_assert(sizeof_field(struct nv2080_ctx_buffer_size_params, totalBufferSize) == 8,
+	       "sizeof(((NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS *)0)->totalBufferSize)");
+_Static_assert(sizeof(struct nvb0b5_alloc_params) == 8, "sizeof(NVB0B5_ALLOCATION_PARAMETERS)");
+_Static_assert(offsetof(struct nvb0b5_alloc_params, version) == 0,
+	       "offsetof(NVB0B5_ALLOCATION_PARAMETERS, version)");
+_Static_assert(sizeof_field(struct nvb0b5_alloc_params, version) == 4,
+	       "sizeof(((NVB0B5_ALLOCATION_PARAMETERS *)0)->version)");
+_Static_assert(offsetof(struct nvb0b5_alloc_params, engineType) == 4,
+	       "offsetof(NVB0B5_ALLOCATION_PARAMETERS, engineType)");
+_Static_assert(sizeof_field(struct nvb0b5_alloc_params, engineType) == 4,
+	       "sizeof(((NVB0B5_ALLOCATION_PARAMETERS *)0)->engineType)");
 _Static_assert(sizeof(struct nv2080_fifo_disable_channels_params) == 536,
 	       "sizeof(NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS)");
 _Static_assert(offsetof(struct nv2080_fifo_disable_channels_params, bDisable) == 0,
@@ -1353,6 +1404,23 @@ _Static_assert(NVRM_VERSION_REPLY_RECOGNIZED == 1, "NV_RM_API_VERSION_REPLY_RECO
 _Static_assert(NV2080_MAX_SUBDEVICES == 8, "NV2080_MAX_SUBDEVICES");
 _Static_assert(NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING == 64,
 	       "(1u << (0 ? NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING))");
+_Static_assert(NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_SYNC == 0,
+	       "NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_SYNC");
+_Static_assert(NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC == 1,
+	       "NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC");
+_Static_assert(NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_SPECIFIED == 2,
+	       "NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_SPECIFIED");
+_Static_assert(NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC_PREFER_LOWER == 3,
+	       "NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC_PREFER_LOWER");
+_Static_assert(NV_CTXSHARE_SUBCTXID_PREFER_LOWER_SUCCESS == 2147483648,
+	       "(1u << (0 ? NV_CTXSHARE_ALLOCATION_SUBCTXID_ASYNC_PREFER_LOWER_ALLOCATION))");
+_Static_assert(NV2080_ENGINE_TYPE_GRAPHICS == 1, "NV2080_ENGINE_TYPE_GRAPHICS");
+_Static_assert(NV2080_ENGINE_TYPE_COPY0 == 9, "NV2080_ENGINE_TYPE_COPY0");
+_Static_assert(NV2080_ENGINE_TYPE_COPY9 == 18, "NV2080_ENGINE_TYPE_COPY9");
+_Static_assert(NVB0B5_ALLOCATION_PARAMETERS_VERSION_0 == 0,
+	       "NVB0B5_ALLOCATION_PARAMETERS_VERSION_0");
+_Static_assert(NVB0B5_ALLOCATION_PARAMETERS_VERSION_1 == 1,
+	       "NVB0B5_ALLOCATION_PARAMETERS_VERSION_1");
 _Static_assert(NV2080_RUNLIST_SCHED_POLICY_FLAG_RESTORE == 1,
 	       "(1u << (0 ? NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY_FLAGS_RESTORE))");
 _Static_assert(NV2080_RUNLIST_SCHED_POLICY_DEFAULT == 0,
@@ -1373,6 +1441,13 @@ _Static_assert(NV2080_CTXSW_PREEMPTION_GFX_GFXP_POOL == 2,
 	       "NV2080_CTRL_SET_CTXSW_PREEMPTION_MODE_GFX_GFXP_POOL");
 _Static_assert(NV2080_CTXSW_STATS_FLAG_RESET == 1,
 	       "(1u << (0 ? NV2080_CTRL_GR_GET_CTXSW_STATS_FLAGS_RESET))");
+_Static_assert(NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST == 8394509,
+	       "NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST");
+_Static_assert(NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL == 4294967295,
+	       "NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL");
+_Static_assert(NV906F_CTRL_GET_CLASS_ENGINEID == 2423193857, "NV906F_CTRL_GET_CLASS_ENGINEID");
+_Static_assert(NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE == 545264152,
+	       "NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE");
 _Static_assert(NVRM_USERD_GP_GET == 136, "offsetof(Nvc36fControl, GPGet)");
 _Static_assert(NVRM_USERD_GP_PUT == 140, "offsetof(Nvc36fControl, GPPut)");
 _Static_assert(NVRM_USERMODE_SIZE == 65536, "NVC361_NV_USERMODE__SIZE");

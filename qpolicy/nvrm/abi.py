@@ -649,6 +649,10 @@ NV_CTXSHARE_ALLOCATION_PARAMETERS = Layout(
     (("hVASpace", 0, "I"), ("flags", 4, "I"), ("subctxId", 8, "I")),
 )
 
+NVB0B5_ALLOCATION_PARAMETERS = Layout(  # a copy object's engine (clb0b5sw.h)
+    "NVB0B5_ALLOCATION_PARAMETERS", 8, (("version", 0, "I"), ("engineType", 4, "I"))
+)
+
 ALLOC_PARAMS_BY_KIND: dict[Kind, Layout] = {
     Kind.VIDMEM: NV_MEMORY_ALLOCATION_PARAMS,
     Kind.SYSMEM: NV_MEMORY_ALLOCATION_PARAMS,
@@ -747,6 +751,16 @@ NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECT_FROM_FD = 0x3D06
 NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD = 0x3D0B
 NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD = 0x3D0C
 NV0041_CTRL_CMD_GET_SURFACE_INFO = 0x410110
+# What libcuda asks after each channel and engine object (the shipped H200 trace; CUDA_SEQUENCE.md
+# in tools/gpuload): the channels' IDs (ctrl0080fifo.h, two embedded lists), an object's class
+# and engine (ctrl906f.h), and the GR context's size (ctrl2080gr.h). All are answered on the host.
+NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST = 0x0080170D
+NV906F_CTRL_GET_CLASS_ENGINEID = 0x906F0101
+NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE = 0x20801218
+CHANNELLIST_INVALID_CHANNEL = 0xFFFFFFFF  # NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL
+# NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_* (nvos.h) and the answer's ASYNC_PREFER_LOWER bit.
+SUBCONTEXT_SYNC, SUBCONTEXT_ASYNC, SUBCONTEXT_SPECIFIED, SUBCONTEXT_PREFER_LOWER = 0, 1, 2, 3
+SUBCTXID_PREFER_LOWER_SUCCESS = 1 << 31
 HANDLE_INFO_INDEX_PARENT = 1
 HANDLE_INFO_INDEX_CLASSID = 2
 SURFACE_INFO_INDEX_ATTRS = 1
@@ -1061,6 +1075,35 @@ CONTROLS: dict[int, Control] = {
     ),
     NV0041_CTRL_CMD_GET_SURFACE_INFO: Control(
         "NV0041_CTRL_CMD_GET_SURFACE_INFO", NV0041_CTRL_GET_SURFACE_INFO_PARAMS
+    ),
+    NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST: Control(
+        "NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST",
+        Layout(
+            "NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS",
+            24,
+            (("numChannels", 0, "I"), ("pChannelHandleList", 8, "Q"), ("pChannelList", 16, "Q")),
+        ),
+    ),
+    NV906F_CTRL_GET_CLASS_ENGINEID: Control(
+        "NV906F_CTRL_GET_CLASS_ENGINEID",
+        Layout(
+            "NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS",
+            16,
+            (
+                ("hObject", 0, "I"),
+                ("classEngineID", 4, "I"),
+                ("classID", 8, "I"),
+                ("engineID", 12, "I"),
+            ),
+        ),
+    ),
+    NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE: Control(
+        "NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE",
+        Layout(
+            "NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS",
+            16,
+            (("hChannel", 0, "I"), ("totalBufferSize", 8, "Q")),
+        ),
     ),
 }
 

@@ -58,6 +58,12 @@ STRUCTS: dict[str, abi.Layout] = {
     "nv_channel_alloc_params": abi.NV_CHANNEL_ALLOC_PARAMS,
     "nv_memory_alloc_params": abi.NV_MEMORY_ALLOCATION_PARAMS,
     "nv_ctxshare_alloc_params": abi.NV_CTXSHARE_ALLOCATION_PARAMETERS,
+    "nvb0b5_alloc_params": abi.NVB0B5_ALLOCATION_PARAMETERS,
+    "nv0080_channellist_params": abi.CONTROLS[abi.NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST].params,
+    "nv906f_class_engineid_params": abi.CONTROLS[abi.NV906F_CTRL_GET_CLASS_ENGINEID].params,
+    "nv2080_ctx_buffer_size_params": abi.CONTROLS[
+        abi.NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE
+    ].params,
     "nva06c_gpfifo_schedule_params": abi.CONTROLS[abi.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE].params,
     "nva06c_timeslice_params": abi.CONTROLS[abi.NVA06C_CTRL_CMD_SET_TIMESLICE].params,
     "nva06c_preempt_params": abi.CONTROLS[abi.NVA06C_CTRL_CMD_PREEMPT].params,

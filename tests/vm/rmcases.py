@@ -49,6 +49,7 @@ CASES: dict[str, Callable[[Rm], Answers]] = {}
 
 MIB = 1 << 20
 DEVICE = abi.NV0080_ALLOC_PARAMETERS
+COPY = abi.NVB0B5_ALLOCATION_PARAMETERS  # VERSION_0: engineType is a CE index
 # Page-size choices of attr (NVOS32_ATTR_PAGE_SIZE, 24:23) and the sizes around each page size.
 PAGE_SIZES = {"default": 0, "4KB": 1, "BIG": 2, "HUGE": 3}
 SIZES = (1, 4096, 4097, 65536, 65537, 2 * MIB, 2 * MIB + 1, 3 * MIB)
@@ -103,11 +104,12 @@ class Scope:
 
 
 @contextmanager
-def scope(rm: Rm) -> Iterator[Scope]:
-    """A client with a device and its subdevice, freed (with all under it) on the way out."""
+def scope(rm: Rm, va_mode: int = 0) -> Iterator[Scope]:
+    """A client with a device (its ``vaMode``) and its subdevice, freed (with all under it) on
+    the way out."""
     client = rm.new(0, 0, 0x41)
     try:
-        device = rm.new(client, client, 0x80, DEVICE.pack(deviceId=rm.gpu_index))
+        device = rm.new(client, client, 0x80, DEVICE.pack(deviceId=rm.gpu_index, vaMode=va_mode))
         subdevice = rm.new(client, device, 0x2080, struct.pack("<I", 0))
         yield Scope(rm, client, device, subdevice)
     finally:
@@ -832,4 +834,188 @@ def surface_info(rm: Rm) -> Answers:
                 [abi.SURFACE_INFO_INDEX_PHYS_SIZE_LO, 99, abi.SURFACE_INFO_INDEX_PHYS_ATTR],
             )
             rm.free(s.client, s.device, memory)
+    return answers
+
+
+def _share(s: Scope, tsg: int, vaspace: int, flags: int, subctx: int = 0) -> tuple[Answers, int]:
+    """A context share under ``tsg``: (RM's status and the subctxId it wrote back, its handle)."""
+    params = abi.NV_CTXSHARE_ALLOCATION_PARAMETERS.pack(
+        hVASpace=vaspace, flags=flags, subctxId=subctx
+    )
+    made = s.rm.alloc(s.client, tsg, 0x9067, params)
+    answer = abi.NV_CTXSHARE_ALLOCATION_PARAMETERS.unpack(made.params)["subctxId"]
+    ok = made.status == abi.NvStatus.NV_OK
+    return {"status": name(made.status), "subctxId": hex(answer) if ok else "-"}, made.handle
+
+
+@case
+def context_shares(rm: Rm) -> Answers:
+    """The subcontext (VEID) RM gives each context share of a TSG (kctxshareInitCommon_IMPL,
+    kernel_ctxshare.c): SYNC VEID 0; ASYNC, as libcuda asks, the highest free one; SPECIFIED the
+    one asked for; PREFER_LOWER the lowest free from 1, with bit 31 saying whether it is below
+    the GPU's lower bound; any other flags refused; a VEID taken or out of range refused; a
+    freed one given again."""
+    answers: Answers = {}
+    with scope(rm, va_mode=2) as s:
+        vaspace = rm.new(s.client, s.device, 0x90F1, bytes(56))
+        tsg = rm.new(
+            s.client,
+            s.device,
+            0xA06C,
+            abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=1),
+        )
+        first = 0
+        for key, flags, subctx in (
+            ("async", abi.SUBCONTEXT_ASYNC, 0),
+            ("async 2", abi.SUBCONTEXT_ASYNC, 0),
+            ("sync", abi.SUBCONTEXT_SYNC, 0),
+            ("sync again", abi.SUBCONTEXT_SYNC, 0),
+            ("specified 5", abi.SUBCONTEXT_SPECIFIED, 5),
+            ("specified 5 again", abi.SUBCONTEXT_SPECIFIED, 5),
+            ("specified 64", abi.SUBCONTEXT_SPECIFIED, 64),
+            ("prefer lower", abi.SUBCONTEXT_PREFER_LOWER, 0),
+            ("prefer lower 2", abi.SUBCONTEXT_PREFER_LOWER, 0),
+            ("flags 4", 4, 0),
+        ):
+            answers[key], handle = _share(s, tsg, vaspace, flags, subctx)
+            if key == "async":
+                first = handle
+        answers["free async"] = name(rm.free(s.client, tsg, first))
+        answers["async after free"] = _share(s, tsg, vaspace, abi.SUBCONTEXT_ASYNC)[0]
+    return answers
+
+
+def _engine_id(s: Scope, channel: int, handle: int) -> Answers:
+    layout = abi.CONTROLS[abi.NV906F_CTRL_GET_CLASS_ENGINEID].params
+    status, out = s.rm.control(
+        s.client, channel, abi.NV906F_CTRL_GET_CLASS_ENGINEID, layout.pack(hObject=handle)
+    )
+    if status != abi.NvStatus.NV_OK:
+        return {"status": name(status)}
+    got = layout.unpack(out)
+    return {"status": name(status)} | {
+        key: hex(got[key]) for key in ("classEngineID", "classID", "engineID")
+    }
+
+
+def _channel_list(s: Scope, handles: list[int], bad_pointer: bool = False) -> Answers:
+    """GET_CHANNELLIST on the device: RM's status and, per handle, "a channel ID" where RM
+    wrote one below 2048 (the number is the GPU's to choose), else what it wrote in hex; with
+    ``bad_pointer`` the handle list is at an address no process can read."""
+    sentinel = 0x5EE5EE5E
+    names = ctypes.create_string_buffer(struct.pack(f"<{len(handles)}I", *handles) or b"\0")
+    ids = ctypes.create_string_buffer(struct.pack(f"<{len(handles)}I", *[sentinel] * len(handles)))
+    params = struct.pack(
+        "<I4xQQ",
+        len(handles),
+        8 if bad_pointer else ctypes.addressof(names) if handles else 0,
+        ctypes.addressof(ids) if handles else 0,
+    )
+    status, _ = s.rm.control(s.client, s.device, abi.NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST, params)
+    written = struct.unpack(f"<{len(handles)}I", ids.raw[: 4 * len(handles)])
+    return {
+        "status": name(status),
+        "ids": ["a channel ID" if value < 2048 else hex(value) for value in written],
+    }
+
+
+def _ctx_size(s: Scope, handle: int) -> Answers:
+    status, out = s.rm.control(
+        s.client,
+        s.subdevice,
+        abi.NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE,
+        struct.pack("<I4xQ", handle, 0),
+    )
+    size = struct.unpack_from("<Q", out, 8)[0]
+    # The size is the GPU's (its GR context's buffers): only its shape is compared.
+    return {
+        "status": name(status),
+        "size": "4 KiB pages" if size and not size % 4096 else hex(size),
+    }
+
+
+@case
+def channel_queries(rm: Rm) -> Answers:
+    """A channel as libcuda makes one (a compute TSG, an ASYNC context share, USERD in 2 MiB of
+    video memory, a compute and a copy object; kept off the runlist here), and what libcuda asks
+    about it: each object's class and engine (kchannelCtrlCmdGetClassEngineid_IMPL,
+    kernel_channel.c), the channel's ID (deviceCtrlCmdFifoGetChannelList_IMPL,
+    kernel_fifo_ctrl.c), the GR context's size (subdeviceCtrlCmdKGrGetCtxBufferSize_IMPL,
+    kernel_graphics.c), and their refusals."""
+    answers: Answers = {}
+    with scope(rm, va_mode=2) as s:
+        vaspace = rm.new(s.client, s.device, 0x90F1, bytes(56))
+        tsg = rm.new(
+            s.client,
+            s.device,
+            0xA06C,
+            abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=1),
+        )
+        share = _share(s, tsg, vaspace, abi.SUBCONTEXT_ASYNC)[1]
+        userd = rm.new(s.client, s.device, 0x40, memory_params(2 * MIB))
+        params = abi.NV_CHANNEL_ALLOC_PARAMS.pack(
+            gpFifoOffset=0x200600000,
+            gpFifoEntries=1024,
+            flags=0x40,  # NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING: never on the runlist
+            hContextShare=share,
+            hUserdMemory0=userd,
+            userdOffset0=0x2000,
+            engineType=1,
+        )
+        made = rm.alloc(s.client, tsg, 0xC86F, params)
+        answers["channel"] = name(made.status)
+        if made.status != abi.NvStatus.NV_OK:
+            return answers
+        channel = made.handle
+        compute = rm.alloc(s.client, channel, 0xCBC0, bytes(16))
+        copy = rm.alloc(s.client, channel, 0xC8B5, COPY.pack(engineType=1))
+        answers["compute"], answers["copy"] = name(compute.status), name(copy.status)
+        engine = {
+            "compute": compute.handle,
+            "copy": copy.handle,
+            "null": 0,
+            "the client": s.client,
+            "the TSG": tsg,
+            "unknown": 0x5C0BAD07,
+        }
+        for key, handle in engine.items():
+            answers[f"engine id of {key}"] = _engine_id(s, channel, handle)
+        answers["channel list"] = _channel_list(s, [channel, 0x5C0BAD08, tsg])
+        answers["channel list empty"] = _channel_list(s, [])
+        answers["ctx size"] = _ctx_size(s, channel)
+        answers["ctx size of the TSG"] = _ctx_size(s, tsg)
+        answers["ctx size unknown"] = _ctx_size(s, 0x5C0BAD09)
+        answers["channel list bad pointer"] = _channel_list(s, [channel], bad_pointer=True)
+        answers["free"] = name(rm.free(s.client, tsg, channel))
+        answers["channel list after free"] = _channel_list(s, [channel])
+        answers.update(_copy_channel(s, vaspace))
+    return answers
+
+
+def _copy_channel(s: Scope, vaspace: int) -> Answers:
+    """A channel of a copy-engine TSG as libcuda makes one (COPY2, no context share: RM makes
+    the TSG's own), its copy object's engine, and its GR context, which it has none of."""
+    tsg = s.rm.new(
+        s.client,
+        s.device,
+        0xA06C,
+        abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=0xB, hVASpace=vaspace),
+    )
+    userd = s.rm.new(s.client, s.device, 0x40, memory_params(2 * MIB))
+    params = abi.NV_CHANNEL_ALLOC_PARAMS.pack(
+        gpFifoOffset=0x200600000,
+        gpFifoEntries=1024,
+        flags=0x40,
+        hUserdMemory0=userd,
+        userdOffset0=0x2000,
+        engineType=0xB,
+    )
+    made = s.rm.alloc(s.client, tsg, 0xC86F, params)
+    answers: Answers = {"copy channel": name(made.status)}
+    if made.status != abi.NvStatus.NV_OK:
+        return answers
+    copy = s.rm.alloc(s.client, made.handle, 0xC8B5, COPY.pack(engineType=2))
+    answers["copy channel's copy"] = name(copy.status)
+    answers["engine id of CE 2"] = _engine_id(s, made.handle, copy.handle)
+    answers["ctx size of a copy channel"] = _ctx_size(s, made.handle)
     return answers

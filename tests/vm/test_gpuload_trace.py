@@ -62,7 +62,9 @@ ALLOC_FIELDS = {
     "compute": ("version", "flags"),
     "copy": ("version", "engineType"),
 }  # fmt: skip
-CONTROL_OUTPUTS = {"workSubmitToken"}
+# A control's outputs that differ by design (a work-submit token names the channel's ID, which
+# is the GPU's), and its embedded lists' addresses (the caller's memory).
+CONTROL_OUTPUTS = {"workSubmitToken", "pChannelHandleList", "pChannelList"}
 # Engine objects' parameters, which qpolicy's decoder leaves alone: NV_GR_ALLOCATION_PARAMETERS
 # (nvos.h; the trace has bytes past its first two words that change with the caller's stack) and
 # NVB0B5_ALLOCATION_PARAMETERS (clb0b5sw.h).

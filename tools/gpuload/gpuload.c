@@ -58,7 +58,6 @@ _Static_assert(sizeof(NVMOCK_VERSION_STRING) <= sizeof(((struct nvrm_api_version
 #define HANDLE_BASE		0x5c000000u
 #define CARD_INFO_ENTRIES	32
 #define MEMBLOCK_SIZE		(1ull << 30)
-#define ENGINE_GRAPHICS		1	/* NV2080_ENGINE_TYPE_GRAPHICS: graphics and compute */
 #define GPFIFO_ENTRIES		512u
 #define USERD_MAP_SIZE		4096
 /* --userd=client: libcuda's USERD object (2 MiB of video memory) and first slot (H200 trace). */
@@ -95,7 +94,6 @@ _Static_assert(sizeof(NVMOCK_VERSION_STRING) <= sizeof(((struct nvrm_api_version
 #define CUDA_NOTIFIER_SIZE	4096u
 #define CUDA_CE_ENGINE_FIRST	0xbu	/* NV2080_ENGINE_TYPE_COPY2; the trace's TSGs: 0xb..0xd */
 #define CUDA_GR_COPY_CE		1u	/* the copy object on a compute channel: CE instance 1 */
-#define NV2080_ENGINE_COPY0	0x9u	/* NV2080_ENGINE_TYPE_COPY0; COPYn = COPY0 + n */
 #define GR_PARAMS_SIZE		16	/* NV_GR_ALLOCATION_PARAMETERS (nvos.h) */
 #define CUDA_TIMESLICE_US	2048u	/* the SET_TIMESLICE the trace sends on its compute TSG */
 /* NVOS04 flags as the trace sends them: PRIVILEGED_CHANNEL (5:5) on every channel, and
@@ -711,7 +709,7 @@ static void alloc_channel(struct gpu *g)
 	struct nvc36f_work_submit_token_params token;
 
 	memset(&tsg, 0, sizeof(tsg));
-	tsg.engineType = ENGINE_GRAPHICS;
+	tsg.engineType = NV2080_ENGINE_TYPE_GRAPHICS;
 	tsg.hVASpace = g->vaspace;
 	g->tsg = rm_alloc(g, g->device, KEPLER_CHANNEL_GROUP_A, &tsg, sizeof(tsg));
 
@@ -743,7 +741,7 @@ static void alloc_channel(struct gpu *g)
 		ch.hUserdMemory[0] = g->userd_mem;
 		ch.userdOffset[0] = g->cfg->userd_offset;
 	}
-	ch.engineType = ENGINE_GRAPHICS;
+	ch.engineType = NV2080_ENGINE_TYPE_GRAPHICS;
 	g->channel = rm_alloc(g, g->tsg, HOPPER_CHANNEL_GPFIFO_A, &ch, sizeof(ch));
 
 	g->compute = rm_alloc(g, g->channel, HOPPER_COMPUTE_A, NULL, 0);
@@ -894,20 +892,53 @@ static uint32_t cuda_notifier(struct gpu *g)
 	return handle;
 }
 
+/* What libcuda asks RM about each engine object it adds to a channel: its class and engine. */
+static void cuda_engine_object(struct gpu *g, uint32_t channel, uint32_t cls, void *params,
+			       uint32_t size, uint32_t engine)
+{
+	struct nv906f_class_engineid_params id;
+
+	memset(&id, 0, sizeof(id));
+	id.hObject = rm_alloc(g, channel, cls, params, size);
+	rm_control(g, channel, NV906F_CTRL_GET_CLASS_ENGINEID, &id, sizeof(id));
+	if (id.classID != cls || id.engineID != engine)
+		die("GET_CLASS_ENGINEID of 0x%x: class 0x%x engine 0x%x, not 0x%x on 0x%x",
+		    id.hObject, id.classID, id.engineID, cls, engine);
+}
+
+/* The channel's ID, as libcuda asks for it after each channel (the device's channel list). */
+static uint32_t cuda_channel_id(struct gpu *g, uint32_t channel)
+{
+	struct nv0080_channellist_params list;
+	uint32_t handle = channel, chid = 0;
+
+	memset(&list, 0, sizeof(list));
+	list.numChannels = 1;
+	list.pChannelHandleList = (uintptr_t)&handle;
+	list.pChannelList = (uintptr_t)&chid;
+	rm_control(g, g->device, NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST, &list, sizeof(list));
+	if (chid == NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL)
+		die("GET_CHANNELLIST: no ID for channel 0x%x", channel);
+	return chid;
+}
+
 /*
- * Channel n of the process: notifier, channel with client USERD, its engine objects, its token.
- * Returns the channel; *token gets its work-submit token.
+ * Channel n of the process, in libcuda's order (CUDA_SEQUENCE.md): notifier, channel with client
+ * USERD, its ID, its engine objects each with its class and engine, its token, and for a
+ * compute channel the size of its GR context. Returns the channel; *token gets its work-submit
+ * token.
  */
 static uint32_t cuda_channel(struct gpu *g, unsigned int n, uint32_t tsg, uint32_t ctxshare,
 			     uint32_t engine, uint32_t flags, bool compute, uint32_t *token)
 {
 	/* NVB0B5_ALLOCATION_PARAMETERS (clb0b5sw.h): VERSION_0, so engineType is a CE instance. */
-	uint32_t copy[2] = { 0, compute ? CUDA_GR_COPY_CE : engine - NV2080_ENGINE_COPY0 };
+	uint32_t copy[2] = { 0, compute ? CUDA_GR_COPY_CE : engine - NV2080_ENGINE_TYPE_COPY0 };
 	uint8_t gr[GR_PARAMS_SIZE];
 	struct nv_channel_alloc_params ch;
 	struct nvc36f_work_submit_token_params tok;
+	struct nv2080_ctx_buffer_size_params ctx;
 	uint32_t notifier = cuda_notifier(g);
-	uint32_t channel;
+	uint32_t channel, chid;
 
 	memset(&ch, 0, sizeof(ch));
 	ch.hObjectError = notifier;
@@ -920,14 +951,26 @@ static uint32_t cuda_channel(struct gpu *g, unsigned int n, uint32_t tsg, uint32
 	ch.userdOffset[0] = (uint64_t)n * CUDA_CHANNEL_STRIDE + CUDA_USERD_IN_STRIDE;
 	ch.engineType = engine;
 	channel = rm_alloc(g, tsg, HOPPER_CHANNEL_GPFIFO_A, &ch, sizeof(ch));
+	chid = cuda_channel_id(g, channel);
 	if (compute) {
 		memset(gr, 0, sizeof(gr));	/* version 0, no flags */
-		rm_alloc(g, channel, HOPPER_COMPUTE_A, gr, sizeof(gr));
+		cuda_engine_object(g, channel, HOPPER_COMPUTE_A, gr, sizeof(gr),
+				   NV2080_ENGINE_TYPE_GRAPHICS);
 	}
-	rm_alloc(g, channel, HOPPER_DMA_COPY_A, copy, sizeof(copy));
+	cuda_engine_object(g, channel, HOPPER_DMA_COPY_A, copy, sizeof(copy),
+			   NV2080_ENGINE_TYPE_COPY0 + copy[1]);
 	memset(&tok, 0, sizeof(tok));
 	rm_control(g, channel, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, &tok, sizeof(tok));
 	*token = tok.workSubmitToken;
+	/* The token is (runlist << 16) | ID (kchannelCtrlCmdGpfifoGetWorkSubmitToken). */
+	if ((*token & 0xffff) != chid)
+		die("channel 0x%x: ID %u, but its work-submit token is 0x%x", channel, chid, *token);
+	if (compute) {
+		memset(&ctx, 0, sizeof(ctx));
+		ctx.hChannel = channel;
+		rm_control(g, g->subdevice, NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE, &ctx,
+			   sizeof(ctx));
+	}
 	return channel;
 }
 
@@ -951,7 +994,7 @@ static void setup_cuda(struct gpu *g)
 	cuda_device(g);
 
 	/* The compute TSG and its context share, then the memory its channels live in. */
-	g->tsg = cuda_tsg(g, ENGINE_GRAPHICS, 0);
+	g->tsg = cuda_tsg(g, NV2080_ENGINE_TYPE_GRAPHICS, 0);
 	memset(&ctx, 0, sizeof(ctx));
 	ctx.hVASpace = g->vaspace;
 	ctx.flags = CTXSHARE_FLAGS_ASYNC;
@@ -960,7 +1003,7 @@ static void setup_cuda(struct gpu *g)
 	alloc_sysmem(g);	/* pushbuffers and the semaphore (CUDA's are elsewhere) */
 
 	for (i = 0; i < CUDA_GR_CHANNELS; i++, n++) {
-		uint32_t ch = cuda_channel(g, n, g->tsg, g->ctxshare, ENGINE_GRAPHICS,
+		uint32_t ch = cuda_channel(g, n, g->tsg, g->ctxshare, NV2080_ENGINE_TYPE_GRAPHICS,
 					   CUDA_CH_FLAGS | (i & 1 ? CUDA_CH_RUNQUEUE1 : 0), true,
 					   &token);
 

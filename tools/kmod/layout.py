@@ -276,6 +276,22 @@ PAIRS: tuple[Pair, ...] = (
         SDK + "ctrl/ctrlc36f.h",
     ),
     Pair(
+        "nv0080_channellist_params",
+        "NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS",
+        SDK + "ctrl/ctrl0080/ctrl0080fifo.h",
+    ),
+    Pair(
+        "nv906f_class_engineid_params",
+        "NV906F_CTRL_GET_CLASS_ENGINEID_PARAMS",
+        SDK + "ctrl/ctrl906f.h",
+    ),
+    Pair(
+        "nv2080_ctx_buffer_size_params",
+        "NV2080_CTRL_GR_GET_CTX_BUFFER_SIZE_PARAMS",
+        SDK + "ctrl/ctrl2080/ctrl2080gr.h",
+    ),
+    Pair("nvb0b5_alloc_params", "NVB0B5_ALLOCATION_PARAMETERS", SDK + "class/clb0b5sw.h"),
+    Pair(
         "nv2080_fifo_disable_channels_params",
         "NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS",
         SDK + "ctrl/ctrl2080/ctrl2080fifo.h",
@@ -302,6 +318,9 @@ PAIRS: tuple[Pair, ...] = (
 
 # Our constants whose name differs from the driver's (the rest carry the driver's name).
 CONSTANT_ALIAS = {
+    "NV_CTXSHARE_SUBCTXID_PREFER_LOWER_SUCCESS": (
+        "(1u << (0 ? NV_CTXSHARE_ALLOCATION_SUBCTXID_ASYNC_PREFER_LOWER_ALLOCATION))"
+    ),
     # DRF field ranges ("6:6"): the flag is the bit at the range's low end.
     "NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING": "(1u << (0 ? NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING))",
     "NV2080_CTXSW_PREEMPTION_FLAG_CILP": (
@@ -472,7 +491,10 @@ PROBE_HEADERS = (
     "class/clc661.h",
     "class/clc8b5.h",
     "class/clcbc0.h",
+    "class/clb0b5sw.h",
     "alloc/alloc_channel.h",
+    "ctrl/ctrl0080/ctrl0080fifo.h",
+    "ctrl/ctrl906f.h",
     "ctrl/ctrla06c.h",
     "ctrl/ctrla06f/ctrla06fgpfifo.h",
     "ctrl/ctrl2080/ctrl2080fifo.h",
