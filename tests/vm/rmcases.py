@@ -27,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from qpolicy.nvrm import abi
-from tests.vm.rmclient import MEMORY_OWNER, Rm, RmError, ioctl, memory_params, sysmem_params
+from tests.vm.rmclient import (
+    MEMORY_OWNER,
+    Alloc,
+    Rm,
+    RmError,
+    ioctl,
+    memory_params,
+    sysmem_params,
+)
 from tests.vm.uvmcalls import (
     MADV_DOFORK,
     PAGE,
@@ -837,6 +845,30 @@ def surface_info(rm: Rm) -> Answers:
     return answers
 
 
+GR, COPY2 = 1, 0xB  # NV2080_ENGINE_TYPE_GRAPHICS, _COPY2 (cl2080_notification.h)
+
+
+def _tsg(s: Scope, engine: int, vaspace: int = 0) -> int:
+    params = abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=engine, hVASpace=vaspace)
+    return s.rm.new(s.client, s.device, 0xA06C, params)
+
+
+def _channel(s: Scope, tsg: int, engine: int, share: int = 0) -> Alloc:
+    """A channel of ``tsg`` as libcuda makes one (its ring and USERD in 2 MiB of video memory of
+    its own), but kept off the runlist (NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING): never run."""
+    userd = s.rm.new(s.client, s.device, 0x40, memory_params(2 * MIB))
+    params = abi.NV_CHANNEL_ALLOC_PARAMS.pack(
+        gpFifoOffset=0x200600000,
+        gpFifoEntries=1024,
+        flags=0x40,
+        hContextShare=share,
+        hUserdMemory0=userd,
+        userdOffset0=0x2000,
+        engineType=engine,
+    )
+    return s.rm.alloc(s.client, tsg, 0xC86F, params)
+
+
 def _share(s: Scope, tsg: int, vaspace: int, flags: int, subctx: int = 0) -> tuple[Answers, int]:
     """A context share under ``tsg``: (RM's status and the subctxId it wrote back, its handle)."""
     params = abi.NV_CTXSHARE_ALLOCATION_PARAMETERS.pack(
@@ -858,12 +890,7 @@ def context_shares(rm: Rm) -> Answers:
     answers: Answers = {}
     with scope(rm, va_mode=2) as s:
         vaspace = rm.new(s.client, s.device, 0x90F1, bytes(56))
-        tsg = rm.new(
-            s.client,
-            s.device,
-            0xA06C,
-            abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=1),
-        )
+        tsg = _tsg(s, GR)
         first = 0
         for key, flags, subctx in (
             ("async", abi.SUBCONTEXT_ASYNC, 0),
@@ -945,24 +972,9 @@ def channel_queries(rm: Rm) -> Answers:
     answers: Answers = {}
     with scope(rm, va_mode=2) as s:
         vaspace = rm.new(s.client, s.device, 0x90F1, bytes(56))
-        tsg = rm.new(
-            s.client,
-            s.device,
-            0xA06C,
-            abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=1),
-        )
+        tsg = _tsg(s, GR)
         share = _share(s, tsg, vaspace, abi.SUBCONTEXT_ASYNC)[1]
-        userd = rm.new(s.client, s.device, 0x40, memory_params(2 * MIB))
-        params = abi.NV_CHANNEL_ALLOC_PARAMS.pack(
-            gpFifoOffset=0x200600000,
-            gpFifoEntries=1024,
-            flags=0x40,  # NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING: never on the runlist
-            hContextShare=share,
-            hUserdMemory0=userd,
-            userdOffset0=0x2000,
-            engineType=1,
-        )
-        made = rm.alloc(s.client, tsg, 0xC86F, params)
+        made = _channel(s, tsg, GR, share)
         answers["channel"] = name(made.status)
         if made.status != abi.NvStatus.NV_OK:
             return answers
@@ -995,22 +1007,7 @@ def channel_queries(rm: Rm) -> Answers:
 def _copy_channel(s: Scope, vaspace: int) -> Answers:
     """A channel of a copy-engine TSG as libcuda makes one (COPY2, no context share: RM makes
     the TSG's own), its copy object's engine, and its GR context, which it has none of."""
-    tsg = s.rm.new(
-        s.client,
-        s.device,
-        0xA06C,
-        abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=0xB, hVASpace=vaspace),
-    )
-    userd = s.rm.new(s.client, s.device, 0x40, memory_params(2 * MIB))
-    params = abi.NV_CHANNEL_ALLOC_PARAMS.pack(
-        gpFifoOffset=0x200600000,
-        gpFifoEntries=1024,
-        flags=0x40,
-        hUserdMemory0=userd,
-        userdOffset0=0x2000,
-        engineType=0xB,
-    )
-    made = s.rm.alloc(s.client, tsg, 0xC86F, params)
+    made = _channel(s, _tsg(s, COPY2, vaspace), COPY2)
     answers: Answers = {"copy channel": name(made.status)}
     if made.status != abi.NvStatus.NV_OK:
         return answers
