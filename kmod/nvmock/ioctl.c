@@ -167,6 +167,8 @@ static long esc_rm_vid_heap_control(struct file *file, void *arg, u32 size)
 	struct nv_memory_alloc_params mem = { 0 };
 	u64 *range_size = nvos32_at(p, NVRM_NVOS32_RANGE_SIZE_OFF);
 	u32 *tiled_attr = nvos32_at(p, NVRM_NVOS32_TILED_ATTR_OFF);
+	u32 *tiled_attr2 = nvos32_at(p, NVRM_NVOS32_TILED_ATTR2_OFF);
+	u32 *tiled_format = nvos32_at(p, NVRM_NVOS32_TILED_FORMAT_OFF);
 	u32 height = *(u32 *)nvos32_at(p, NVRM_NVOS32_TILED_HEIGHT_OFF);
 	s32 pitch = *(s32 *)nvos32_at(p, NVRM_NVOS32_TILED_PITCH_OFF);
 
@@ -213,8 +215,14 @@ static long esc_rm_vid_heap_control(struct file *file, void *arg, u32 size)
 		/* (NvU64)height * pitch: a negative pitch is a size past any GPU's memory. */
 		p->size = (u64)height * (u64)(s64)pitch;
 		mem.flags = p->flags;
+		mem.width = *(u32 *)nvos32_at(p, NVRM_NVOS32_TILED_WIDTH_OFF);
+		mem.height = height;
+		mem.pitch = pitch;
 		mem.attr = *tiled_attr;
+		mem.attr2 = *tiled_attr2;
+		mem.format = *tiled_format;
 		mem.size = p->size;
+		mem.alignment = *(u64 *)nvos32_at(p, NVRM_NVOS32_TILED_ALIGNMENT_OFF);
 		vid_heap_alloc(file, p, &mem);
 		*(u32 *)nvos32_at(p, NVRM_NVOS32_TILED_STRIDE_OFF) = 256;
 		if (p->status == NV_OK) {
@@ -222,6 +230,8 @@ static long esc_rm_vid_heap_control(struct file *file, void *arg, u32 size)
 			p->offset = mem.offset;
 			p->limit = mem.limit;
 			*tiled_attr = mem.attr;
+			*tiled_attr2 = mem.attr2;
+			*tiled_format = mem.format;
 		}
 		break;
 	case NVOS32_FUNCTION_FREE:

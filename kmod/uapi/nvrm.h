@@ -657,6 +657,10 @@ struct nvos32_params {
 #define NVRM_NVOS32_TILED_PITCH_OFF	60	/* data.AllocTiledPitchHeight.pitch (signed) */
 #define NVRM_NVOS32_TILED_ATTR_OFF	64	/* data.AllocTiledPitchHeight.attr */
 #define NVRM_NVOS32_TILED_STRIDE_OFF	84	/* data.AllocTiledPitchHeight.partitionStride */
+#define NVRM_NVOS32_TILED_WIDTH_OFF	68	/* data.AllocTiledPitchHeight.width */
+#define NVRM_NVOS32_TILED_FORMAT_OFF	72	/* data.AllocTiledPitchHeight.format */
+#define NVRM_NVOS32_TILED_ALIGNMENT_OFF	96	/* data.AllocTiledPitchHeight.alignment */
+#define NVRM_NVOS32_TILED_ATTR2_OFF	144	/* data.AllocTiledPitchHeight.attr2 */
 #define NVRM_NVOS32_FREE_FLAGS_OFF	48	/* data.Free.flags */
 #define NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED	0x00004000u
 #define NVOS32_ALLOC_FLAGS_MAP_NOT_REQUIRED		0x00008000u

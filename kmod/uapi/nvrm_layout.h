@@ -1481,6 +1481,14 @@ _Static_assert(NVRM_NVOS32_TILED_ATTR_OFF == 64,
 	       "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.attr)");
 _Static_assert(NVRM_NVOS32_TILED_STRIDE_OFF == 84,
 	       "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.partitionStride)");
+_Static_assert(NVRM_NVOS32_TILED_WIDTH_OFF == 68,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.width)");
+_Static_assert(NVRM_NVOS32_TILED_FORMAT_OFF == 72,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.format)");
+_Static_assert(NVRM_NVOS32_TILED_ALIGNMENT_OFF == 96,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.alignment)");
+_Static_assert(NVRM_NVOS32_TILED_ATTR2_OFF == 144,
+	       "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.attr2)");
 _Static_assert(NVRM_NVOS32_FREE_FLAGS_OFF == 48, "offsetof(NVOS32_PARAMETERS, data.Free.flags)");
 _Static_assert(NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED == 16384,
 	       "NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED");

@@ -420,6 +420,14 @@ CONSTANT_ALIAS = {
     "NVRM_NVOS32_TILED_STRIDE_OFF": (
         "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.partitionStride)"
     ),
+    "NVRM_NVOS32_TILED_WIDTH_OFF": "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.width)",
+    "NVRM_NVOS32_TILED_FORMAT_OFF": (
+        "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.format)"
+    ),
+    "NVRM_NVOS32_TILED_ALIGNMENT_OFF": (
+        "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.alignment)"
+    ),
+    "NVRM_NVOS32_TILED_ATTR2_OFF": "offsetof(NVOS32_PARAMETERS, data.AllocTiledPitchHeight.attr2)",
     "NVRM_NVOS32_FREE_FLAGS_OFF": "offsetof(NVOS32_PARAMETERS, data.Free.flags)",
     "NVRM_NVOS33_STATUS_OFF": "offsetof(NVOS33_PARAMETERS, status)",
     "NVRM_NVOS34_STATUS_OFF": "offsetof(NVOS34_PARAMETERS, status)",
