@@ -55,6 +55,9 @@
  *   FIFO_RUNLIST_SET_SCHED_POLICY 368-406 beside a trainer (the doctor's median of two calls,
  *                                 tools/gpu/results/2026-11-26-doctor-h200.json); idle not timed
  *
+ * and QUERY_ECC_STATUS (ROUTE_TO_PHYSICAL) 226, 246 and 359 us in the H200 trace's three calls
+ * (lines 2348, 2782, 2783: a context with nothing running; nvmock takes the median for both),
+ *
  * where GET_TIMESLICE, which the host answers from what it keeps, took 6-14 us and RM's NULL
  * control 2-8 us. nvmock takes the median of the runs' p50s, the busy one where a TSG is on its
  * engine. A close's busy time includes taking the running context off, which nvmock's engine
@@ -89,6 +92,7 @@ enum gsp_control {
 	GSP_MAKE_REALTIME,
 	GSP_RESTART_RUNLIST,
 	GSP_SCHED_POLICY,
+	GSP_ECC_STATUS,
 };
 
 static const struct {
@@ -107,6 +111,7 @@ static const struct {
 	[GSP_MAKE_REALTIME] = { 214, 298 },
 	[GSP_RESTART_RUNLIST] = { 288, 298 },
 	[GSP_SCHED_POLICY] = { 387, 387 },
+	[GSP_ECC_STATUS] = { 246, 246 },
 };
 
 #define GSP_SPIN_MAX_US	10000
@@ -595,6 +600,41 @@ static u32 subdevice_get_ctx_buffer_size(const struct nvmock_caller *caller,
 }
 
 /*
+ * The ECC units an H100 answered enabled, scrubbed and supported (rmcases.py ecc_status, call
+ * 48D: units 0, 1, 3-5, 9-16 and 18-24 of NV2080_CTRL_GPU_ECC_UNIT_COUNT; the others all clear).
+ * The H200 trace keeps only the first two units of libcuda's answers (lines 2782, 2783), both
+ * set, as here; what an H200 answers for the rest is not known.
+ */
+#define ECC_UNITS_ON	0x1fdfe3bu
+
+/*
+ * QUERY_ECC_STATUS: ROUTE_TO_PHYSICAL (g_subdevice_nvoc.c, flags 0x50158), so GSP answers and
+ * its code is closed. Modelled on the H100's answer: NV_OK, each unit of ECC_UNITS_ON enabled,
+ * scrubbed and supported, every error count 0 (a real host's counts are its own), no poison and
+ * no uncorrectable error; a short parameter struct is refused as every control's is (measured:
+ * NV_ERR_INVALID_ARGUMENT). The call takes GSP's time.
+ */
+static u32 subdevice_query_ecc_status(const struct nvmock_caller *caller,
+				      struct nvmock_object *obj, void *params)
+{
+	struct nv2080_ecc_status_params *p = params;
+	u32 unit;
+
+	gsp_rpc(obj->gpu, GSP_ECC_STATUS);
+	memset(p->units, 0, sizeof(p->units));
+	for (unit = 0; unit < NV2080_CTRL_GPU_ECC_UNIT_COUNT; unit++) {
+		bool on = ECC_UNITS_ON & BIT(unit);
+
+		p->units[unit].enabled = on;
+		p->units[unit].scrubComplete = on;
+		p->units[unit].supported = on;
+	}
+	p->bFatalPoisonError = 0;
+	p->uncorrectableError = 0;
+	return NV_OK;
+}
+
+/*
  * FIFO_DISABLE_CHANNELS (kernel_fifo_ctrl.c: subdeviceCtrlCmdFifoDisableChannels_IMPL): a process
  * may not pass pRunlistPreemptEvent; on a GSP GPU the rest is sent to GSP, whose code is not
  * published. What it does is modelled on ctrl2080fifo.h's description of
@@ -866,6 +906,8 @@ static const struct control_desc control_table[] = {
 	  sizeof(struct nv0080_channellist_params), device_get_channel_list },
 	{ NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE, NVMOCK_SUBDEVICE,
 	  sizeof(struct nv2080_ctx_buffer_size_params), subdevice_get_ctx_buffer_size },
+	{ NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS, NVMOCK_SUBDEVICE,
+	  sizeof(struct nv2080_ecc_status_params), subdevice_query_ecc_status },
 	{ NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS, NVMOCK_SUBDEVICE,
 	  sizeof(struct nv2080_fifo_disable_channels_params), subdevice_disable_channels },
 	{ NVA06C_CTRL_CMD_MAKE_REALTIME, NVMOCK_TSG,

@@ -524,6 +524,38 @@ struct nvc36f_work_submit_token_params {
 #define NV906F_CTRL_GET_CLASS_ENGINEID				0x906f0101u
 #define NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE			0x20801218u
 
+/*
+ * QUERY_ECC_STATUS, which libcuda sends twice once its TSGs are scheduled: per unit whether ECC
+ * is enabled, scrubbed and supported, and its error counts; then the GPU's poison and
+ * uncorrectable-error flags.
+ */
+#define NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS	0x2080012fu
+#define NV2080_CTRL_GPU_ECC_UNIT_COUNT		0x24
+
+/* NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS (40): each count a QUERY_ECC_EXCEPTION_STATUS */
+struct nv2080_ecc_unit_status {
+	__u8 enabled;
+	__u8 scrubComplete;
+	__u8 supported;
+	__u8 pad[5];
+	__u64 dbe;
+	__u64 dbeNonResettable;
+	__u64 sbe;
+	__u64 sbeNonResettable;
+};
+
+/* NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS (1464) */
+struct nv2080_ecc_status_params {
+	struct nv2080_ecc_unit_status units[NV2080_CTRL_GPU_ECC_UNIT_COUNT];
+	__u8 bFatalPoisonError;
+	__u8 uncorrectableError;
+	__u8 pad[2];
+	__u32 flags;
+	__u32 grRouteFlags;	/* grRouteInfo: NV2080_CTRL_GR_ROUTE_INFO */
+	__u32 pad1;
+	__u64 grRoute;
+};
+
 /* NV0080_CTRL_FIFO_GET_CHANNELLIST_PARAMS (24) */
 struct nv0080_channellist_params {
 	__u32 numChannels;

@@ -1247,6 +1247,62 @@ _Static_assert(offsetof(struct nvb0b5_alloc_params, engineType) == 4,
 	       "offsetof(NVB0B5_ALLOCATION_PARAMETERS, engineType)");
 _Static_assert(sizeof_field(struct nvb0b5_alloc_params, engineType) == 4,
 	       "sizeof(((NVB0B5_ALLOCATION_PARAMETERS *)0)->engineType)");
+_Static_assert(sizeof(struct nv2080_ecc_unit_status) == 40,
+	       "sizeof(NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS)");
+_Static_assert(offsetof(struct nv2080_ecc_unit_status, enabled) == 0,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS, enabled)");
+_Static_assert(sizeof_field(struct nv2080_ecc_unit_status, enabled) == 1,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS *)0)->enabled)");
+_Static_assert(offsetof(struct nv2080_ecc_unit_status, scrubComplete) == 1,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS, scrubComplete)");
+_Static_assert(sizeof_field(struct nv2080_ecc_unit_status, scrubComplete) == 1,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS *)0)->scrubComplete)");
+_Static_assert(offsetof(struct nv2080_ecc_unit_status, supported) == 2,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS, supported)");
+_Static_assert(sizeof_field(struct nv2080_ecc_unit_status, supported) == 1,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS *)0)->supported)");
+_Static_assert(offsetof(struct nv2080_ecc_unit_status, dbe) == 8,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS, dbe)");
+_Static_assert(sizeof_field(struct nv2080_ecc_unit_status, dbe) == 8,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS *)0)->dbe)");
+_Static_assert(offsetof(struct nv2080_ecc_unit_status, dbeNonResettable) == 16,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS, dbeNonResettable)");
+_Static_assert(sizeof_field(struct nv2080_ecc_unit_status, dbeNonResettable) == 8,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS *)0)->dbeNonResettable)");
+_Static_assert(offsetof(struct nv2080_ecc_unit_status, sbe) == 24,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS, sbe)");
+_Static_assert(sizeof_field(struct nv2080_ecc_unit_status, sbe) == 8,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS *)0)->sbe)");
+_Static_assert(offsetof(struct nv2080_ecc_unit_status, sbeNonResettable) == 32,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS, sbeNonResettable)");
+_Static_assert(sizeof_field(struct nv2080_ecc_unit_status, sbeNonResettable) == 8,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS *)0)->sbeNonResettable)");
+_Static_assert(sizeof(struct nv2080_ecc_status_params) == 1464,
+	       "sizeof(NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS)");
+_Static_assert(offsetof(struct nv2080_ecc_status_params, units) == 0,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS, units)");
+_Static_assert(sizeof_field(struct nv2080_ecc_status_params, units) == 1440,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS *)0)->units)");
+_Static_assert(offsetof(struct nv2080_ecc_status_params, bFatalPoisonError) == 1440,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS, bFatalPoisonError)");
+_Static_assert(sizeof_field(struct nv2080_ecc_status_params, bFatalPoisonError) == 1,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS *)0)->bFatalPoisonError)");
+_Static_assert(offsetof(struct nv2080_ecc_status_params, uncorrectableError) == 1441,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS, uncorrectableError)");
+_Static_assert(sizeof_field(struct nv2080_ecc_status_params, uncorrectableError) == 1,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS *)0)->uncorrectableError)");
+_Static_assert(offsetof(struct nv2080_ecc_status_params, flags) == 1444,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS, flags)");
+_Static_assert(sizeof_field(struct nv2080_ecc_status_params, flags) == 4,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS *)0)->flags)");
+_Static_assert(offsetof(struct nv2080_ecc_status_params, grRouteFlags) == 1448,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS, grRouteInfo.flags)");
+_Static_assert(sizeof_field(struct nv2080_ecc_status_params, grRouteFlags) == 4,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS *)0)->grRouteInfo.flags)");
+_Static_assert(offsetof(struct nv2080_ecc_status_params, grRoute) == 1456,
+	       "offsetof(NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS, grRouteInfo.route)");
+_Static_assert(sizeof_field(struct nv2080_ecc_status_params, grRoute) == 8,
+	       "sizeof(((NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS *)0)->grRouteInfo.route)");
 _Static_assert(sizeof(struct nv2080_fifo_disable_channels_params) == 536,
 	       "sizeof(NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS)");
 _Static_assert(offsetof(struct nv2080_fifo_disable_channels_params, bDisable) == 0,
@@ -1448,6 +1504,9 @@ _Static_assert(NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL == 4294967295,
 _Static_assert(NV906F_CTRL_GET_CLASS_ENGINEID == 2423193857, "NV906F_CTRL_GET_CLASS_ENGINEID");
 _Static_assert(NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE == 545264152,
 	       "NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE");
+_Static_assert(NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS == 545259823,
+	       "NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS");
+_Static_assert(NV2080_CTRL_GPU_ECC_UNIT_COUNT == 36, "NV2080_CTRL_GPU_ECC_UNIT_COUNT");
 _Static_assert(NVRM_USERD_GP_GET == 136, "offsetof(Nvc36fControl, GPGet)");
 _Static_assert(NVRM_USERD_GP_PUT == 140, "offsetof(Nvc36fControl, GPPut)");
 _Static_assert(NVRM_USERMODE_SIZE == 65536, "NVC361_NV_USERMODE__SIZE");

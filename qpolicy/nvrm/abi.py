@@ -758,6 +758,10 @@ NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST = 0x0080170D
 NV906F_CTRL_GET_CLASS_ENGINEID = 0x906F0101
 NV2080_CTRL_CMD_GR_GET_CTX_BUFFER_SIZE = 0x20801218
 CHANNELLIST_INVALID_CHANNEL = 0xFFFFFFFF  # NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL
+# ctrl2080gpu.h: each unit's ECC state (enabled, scrub complete, supported, then four 64-bit
+# error counts), NV2080_CTRL_GPU_ECC_UNIT_COUNT of them, then the poison and uncorrectable flags.
+NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS = 0x2080012F
+ECC_UNIT_COUNT, ECC_UNIT_SIZE, ECC_STATUS_SIZE = 0x24, 40, 1464
 # NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_* (nvos.h) and the answer's ASYNC_PREFER_LOWER bit.
 SUBCONTEXT_SYNC, SUBCONTEXT_ASYNC, SUBCONTEXT_SPECIFIED, SUBCONTEXT_PREFER_LOWER = 0, 1, 2, 3
 SUBCTXID_PREFER_LOWER_SUCCESS = 1 << 31
@@ -863,6 +867,26 @@ NV0041_CTRL_GET_SURFACE_INFO_PARAMS = Layout(
 )
 NV0041_CTRL_SURFACE_INFO = Layout(
     "NV0041_CTRL_SURFACE_INFO", 8, (("index", 0, "I"), ("data", 4, "I"))
+)
+
+NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS = Layout(  # ctrl2080gpu.h: one unit's ECC state
+    "NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS",
+    ECC_UNIT_SIZE,
+    (
+        ("enabled", 0, "B"),
+        ("scrubComplete", 1, "B"),
+        ("supported", 2, "B"),
+        ("dbe", 8, "Q"),
+        ("dbeNonResettable", 16, "Q"),
+        ("sbe", 24, "Q"),
+        ("sbeNonResettable", 32, "Q"),
+    ),
+)
+# The units' array first (each NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS), then these.
+NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS = Layout(
+    "NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS",
+    ECC_STATUS_SIZE,
+    (("bFatalPoisonError", 1440, "B"), ("uncorrectableError", 1441, "B"), ("flags", 1444, "I")),
 )
 
 CONTROLS: dict[int, Control] = {
@@ -1083,6 +1107,9 @@ CONTROLS: dict[int, Control] = {
             24,
             (("numChannels", 0, "I"), ("pChannelHandleList", 8, "Q"), ("pChannelList", 16, "Q")),
         ),
+    ),
+    NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS: Control(
+        "NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS", NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS
     ),
     NV906F_CTRL_GET_CLASS_ENGINEID: Control(
         "NV906F_CTRL_GET_CLASS_ENGINEID",

@@ -59,6 +59,8 @@ STRUCTS: dict[str, abi.Layout] = {
     "nv_memory_alloc_params": abi.NV_MEMORY_ALLOCATION_PARAMS,
     "nv_ctxshare_alloc_params": abi.NV_CTXSHARE_ALLOCATION_PARAMETERS,
     "nvb0b5_alloc_params": abi.NVB0B5_ALLOCATION_PARAMETERS,
+    "nv2080_ecc_unit_status": abi.NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS,
+    "nv2080_ecc_status_params": abi.NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS,
     "nv0080_channellist_params": abi.CONTROLS[abi.NV0080_CTRL_CMD_FIFO_GET_CHANNELLIST].params,
     "nv906f_class_engineid_params": abi.CONTROLS[abi.NV906F_CTRL_GET_CLASS_ENGINEID].params,
     "nv2080_ctx_buffer_size_params": abi.CONTROLS[

@@ -429,6 +429,7 @@ NVOS32_FREE_FLAGS_MEMORY_HANDLE_PROVIDED = 0x1
 NVOS32_ALLOC_FLAGS_USE_BEGIN_END = 0x20000
 RANGE_SIZE, RANGE_LIMIT, RANGE_BEGIN, RANGE_END = 80, 104, 112, 120  # AllocSizeRange
 TILED_HEIGHT, TILED_PITCH, TILED_SIZE, TILED_LIMIT = 56, 60, 88, 112  # AllocTiledPitchHeight
+TILED_ATTR, TILED_FORMAT, TILED_ATTR2 = 64, 72, 144
 
 
 def nvos32_call(
@@ -501,6 +502,39 @@ def vid_heap_functions(rm: Rm) -> Answers:
         answers["info"] = name(status)
         answers["info_total_nonzero"] = abi.NVOS32.unpack(arg)["total"] > 0
         answers["unknown_function"] = name(_nvos32(s, 99, {})[0])
+    return answers
+
+
+@case
+def vid_heap_tiled_written_back(rm: Rm) -> Answers:
+    """What ALLOC_TILED_PITCH_HEIGHT writes back besides the size: attr, attr2 and format, _IN_OUT
+    in its table (_nvos32FunctionAllocTiledPitchHeight, rmapi_deprecated_vidheapctrl.c), for the
+    default page size and a 2 MiB one (attr PAGE_SIZE HUGE)."""
+    answers: Answers = {}
+    provided = abi.NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED
+    with scope(rm) as s:
+        for key, attr in (("default", 0), ("huge", PAGE_SIZES["HUGE"] << 23)):
+            handle = rm.name()
+            fields = {
+                40: ("I", MEMORY_OWNER),
+                44: ("I", handle),
+                52: ("I", provided),
+                TILED_HEIGHT: ("I", 4),
+                TILED_PITCH: ("i", 65536),
+                TILED_ATTR: ("I", attr),
+            }
+            status, arg = _nvos32(s, NVOS32_FUNCTION_ALLOC_TILED_PITCH_HEIGHT, fields)
+            answers[key] = {"status": name(status)}
+            if status == abi.NvStatus.NV_OK:
+                answers[key] |= {
+                    field: hex(struct.unpack_from("<I", arg, at)[0])
+                    for field, at in (
+                        ("attr", TILED_ATTR),
+                        ("attr2", TILED_ATTR2),
+                        ("format", TILED_FORMAT),
+                    )
+                }
+                rm.free(s.client, s.device, handle)
     return answers
 
 
@@ -1016,3 +1050,33 @@ def _copy_channel(s: Scope, vaspace: int) -> Answers:
     answers["engine id of CE 2"] = _engine_id(s, made.handle, copy.handle)
     answers["ctx size of a copy channel"] = _ctx_size(s, made.handle)
     return answers
+
+
+@case
+def ecc_status(rm: Rm) -> Answers:
+    """QUERY_ECC_STATUS, as libcuda sends it twice once its TSGs are scheduled: each unit's
+    enabled, scrub-complete and supported flags ("esp", "-" where clear) and the poison and
+    uncorrectable flags; the error counts are the host's and not compared. Sent to GSP
+    (ROUTE_TO_PHYSICAL in g_subdevice_nvoc.c), whose code is closed: measured only."""
+    with scope(rm) as s:
+        status, out = rm.control(
+            s.client,
+            s.subdevice,
+            abi.NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS,
+            bytes(abi.ECC_STATUS_SIZE),
+        )
+        short, _ = rm.control(
+            s.client, s.subdevice, abi.NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS, bytes(1456)
+        )
+    units = {}
+    for unit in range(abi.ECC_UNIT_COUNT):
+        flags = out[unit * abi.ECC_UNIT_SIZE : unit * abi.ECC_UNIT_SIZE + 3]
+        units[str(unit)] = "".join(c if b else "-" for c, b in zip("esp", flags, strict=True))
+    tail = abi.ECC_UNIT_COUNT * abi.ECC_UNIT_SIZE
+    return {
+        "status": name(status),
+        "units": units,
+        "fatal poison": out[tail],
+        "uncorrectable": out[tail + 1],
+        "short": name(short),
+    }

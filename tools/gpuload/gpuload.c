@@ -985,6 +985,7 @@ static void cuda_schedule(struct gpu *g, uint32_t tsg)
 
 static void setup_cuda(struct gpu *g)
 {
+	struct nv2080_ecc_status_params ecc;
 	struct nv_ctxshare_alloc_params ctx;
 	struct nv2080_ctxsw_preemption_mode_params preempt;
 	struct nva06c_timeslice_params slice;
@@ -1021,6 +1022,13 @@ static void setup_cuda(struct gpu *g)
 		for (i = 0; i < CUDA_CE_CHANNELS; i++, n++)
 			cuda_channel(g, n, tsg, 0, engine, CUDA_CH_FLAGS, false, &token);
 		cuda_schedule(g, tsg);
+	}
+
+	/* libcuda then asks for the GPU's ECC state, twice (the trace's lines 2782, 2783). */
+	for (i = 0; i < 2; i++) {
+		memset(&ecc, 0, sizeof(ecc));
+		rm_control(g, g->subdevice, NV2080_CTRL_CMD_GPU_QUERY_ECC_STATUS, &ecc,
+			   sizeof(ecc));
 	}
 
 	/* At the first launch: CILP for the compute TSG, and its timeslice. */

@@ -292,6 +292,17 @@ PAIRS: tuple[Pair, ...] = (
     ),
     Pair("nvb0b5_alloc_params", "NVB0B5_ALLOCATION_PARAMETERS", SDK + "class/clb0b5sw.h"),
     Pair(
+        "nv2080_ecc_unit_status",
+        "NV2080_CTRL_GPU_QUERY_ECC_UNIT_STATUS",
+        SDK + "ctrl/ctrl2080/ctrl2080gpu.h",
+    ),
+    Pair(
+        "nv2080_ecc_status_params",
+        "NV2080_CTRL_GPU_QUERY_ECC_STATUS_PARAMS",
+        SDK + "ctrl/ctrl2080/ctrl2080gpu.h",
+        alias={"grRouteFlags": "grRouteInfo.flags", "grRoute": "grRouteInfo.route"},
+    ),
+    Pair(
         "nv2080_fifo_disable_channels_params",
         "NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS",
         SDK + "ctrl/ctrl2080/ctrl2080fifo.h",
@@ -503,6 +514,7 @@ PROBE_HEADERS = (
     "alloc/alloc_channel.h",
     "ctrl/ctrl0080/ctrl0080fifo.h",
     "ctrl/ctrl906f.h",
+    "ctrl/ctrl2080/ctrl2080gpu.h",
     "ctrl/ctrla06c.h",
     "ctrl/ctrla06f/ctrla06fgpfifo.h",
     "ctrl/ctrl2080/ctrl2080fifo.h",
