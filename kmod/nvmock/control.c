@@ -530,38 +530,35 @@ static u32 device_get_channel_list(const struct nvmock_caller *caller, struct nv
 {
 	const struct nv0080_channellist_params *p = params;
 	size_t bytes = (size_t)p->numChannels * sizeof(u32);
-	u32 *list, i, status = NV_OK;
+	u32 *handles, *ids, i, status = NV_OK;
 
 	if (!p->numChannels || !p->pChannelHandleList || !p->pChannelList || bytes > EMBEDDED_MAX)
 		return NV_ERR_INVALID_ARGUMENT;
 	if (caller->kernel) {
-		list = (u32 *)(uintptr_t)p->pChannelHandleList;
+		handles = (u32 *)(uintptr_t)p->pChannelHandleList;
+		ids = (u32 *)(uintptr_t)p->pChannelList;
 	} else {
-		list = kvmalloc(bytes, GFP_KERNEL);
-		if (!list)
+		/* One copy: each ID overwrites the handle it was looked up by. */
+		handles = kvmalloc(bytes, GFP_KERNEL);
+		if (!handles)
 			return NV_ERR_NO_MEMORY;
-		if (copy_from_user(list, u64_to_user_ptr(p->pChannelHandleList), bytes)) {
-			status = NV_ERR_INVALID_ADDRESS;
-			goto out;
+		ids = handles;
+		if (copy_from_user(handles, u64_to_user_ptr(p->pChannelHandleList), bytes)) {
+			kvfree(handles);
+			return NV_ERR_INVALID_ADDRESS;
 		}
 	}
-	/* The IDs go into the handle list's copy, then out to the ID list. */
 	for (i = 0; i < p->numChannels; i++) {
-		struct nvmock_object *ch = nvmock_object_get(obj->client, list[i]);
-		u32 chid = NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL;
+		struct nvmock_object *ch = nvmock_object_get(obj->client, handles[i]);
 
-		if (ch && ch->kind == NVMOCK_CHANNEL)
-			chid = ch->channel->chid;
-		if (caller->kernel)
-			((u32 *)(uintptr_t)p->pChannelList)[i] = chid;
-		else
-			list[i] = chid;
+		ids[i] = ch && ch->kind == NVMOCK_CHANNEL ? ch->channel->chid :
+			 NV0080_CTRL_FIFO_GET_CHANNELLIST_INVALID_CHANNEL;
 	}
-	if (!caller->kernel && copy_to_user(u64_to_user_ptr(p->pChannelList), list, bytes))
+	if (caller->kernel)
+		return NV_OK;
+	if (copy_to_user(u64_to_user_ptr(p->pChannelList), ids, bytes))
 		status = NV_ERR_INVALID_ADDRESS;
-out:
-	if (!caller->kernel)
-		kvfree(list);
+	kvfree(handles);
 	return status;
 }
 

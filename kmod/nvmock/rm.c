@@ -285,8 +285,8 @@ static u32 ctxshare_construct(struct nvmock_object *obj, struct nv_ctxshare_allo
  */
 static u32 engine_object_construct(struct nvmock_object *obj, const struct nvb0b5_alloc_params *p)
 {
-	obj->engine_type = NV2080_ENGINE_TYPE_GRAPHICS;
-	if (obj->kind != NVMOCK_COPY) {
+	if (obj->kind == NVMOCK_COMPUTE) {
+		obj->engine_type = NV2080_ENGINE_TYPE_GRAPHICS;
 		obj->parent->channel->tsg->gr_ctx = true;
 		return NV_OK;
 	}

@@ -92,7 +92,7 @@ _Static_assert(sizeof(NVMOCK_VERSION_STRING) <= sizeof(((struct nvrm_api_version
 #define CUDA_USERD_IN_STRIDE	0x2000u
 #define CUDA_USERD_MEM_SIZE	(2u << 20)
 #define CUDA_NOTIFIER_SIZE	4096u
-#define CUDA_CE_ENGINE_FIRST	0xbu	/* NV2080_ENGINE_TYPE_COPY2; the trace's TSGs: 0xb..0xd */
+#define CUDA_CE_ENGINE_FIRST	(NV2080_ENGINE_TYPE_COPY0 + 2)	/* the trace's TSGs: COPY2..4 */
 #define CUDA_GR_COPY_CE		1u	/* the copy object on a compute channel: CE instance 1 */
 #define GR_PARAMS_SIZE		16	/* NV_GR_ALLOCATION_PARAMETERS (nvos.h) */
 #define CUDA_TIMESLICE_US	2048u	/* the SET_TIMESLICE the trace sends on its compute TSG */
@@ -116,7 +116,6 @@ _Static_assert(sizeof(NVMOCK_VERSION_STRING) <= sizeof(((struct nvrm_api_version
 #define CUDA_MAP_VIDMEM		0x10d0000u
 #define CUDA_MAP_SYSMEM		0x30c8000u
 #define NV0080_VA_MODE_MULTI	2u	/* the trace's device: vaMode 2 */
-#define CTXSHARE_FLAGS_ASYNC	1u	/* the trace's context share: flags 1 */
 #define VASPACE_PARAMS_SIZE	56
 #define USERMODE_PARAMS_SIZE	2
 
@@ -931,8 +930,11 @@ static uint32_t cuda_channel_id(struct gpu *g, uint32_t channel)
 static uint32_t cuda_channel(struct gpu *g, unsigned int n, uint32_t tsg, uint32_t ctxshare,
 			     uint32_t engine, uint32_t flags, bool compute, uint32_t *token)
 {
-	/* NVB0B5_ALLOCATION_PARAMETERS (clb0b5sw.h): VERSION_0, so engineType is a CE instance. */
-	uint32_t copy[2] = { 0, compute ? CUDA_GR_COPY_CE : engine - NV2080_ENGINE_TYPE_COPY0 };
+	/* VERSION_0, so engineType is a CE instance. */
+	struct nvb0b5_alloc_params copy = {
+		.version = NVB0B5_ALLOCATION_PARAMETERS_VERSION_0,
+		.engineType = compute ? CUDA_GR_COPY_CE : engine - NV2080_ENGINE_TYPE_COPY0,
+	};
 	uint8_t gr[GR_PARAMS_SIZE];
 	struct nv_channel_alloc_params ch;
 	struct nvc36f_work_submit_token_params tok;
@@ -957,8 +959,8 @@ static uint32_t cuda_channel(struct gpu *g, unsigned int n, uint32_t tsg, uint32
 		cuda_engine_object(g, channel, HOPPER_COMPUTE_A, gr, sizeof(gr),
 				   NV2080_ENGINE_TYPE_GRAPHICS);
 	}
-	cuda_engine_object(g, channel, HOPPER_DMA_COPY_A, copy, sizeof(copy),
-			   NV2080_ENGINE_TYPE_COPY0 + copy[1]);
+	cuda_engine_object(g, channel, HOPPER_DMA_COPY_A, &copy, sizeof(copy),
+			   NV2080_ENGINE_TYPE_COPY0 + copy.engineType);
 	memset(&tok, 0, sizeof(tok));
 	rm_control(g, channel, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, &tok, sizeof(tok));
 	*token = tok.workSubmitToken;
@@ -998,7 +1000,7 @@ static void setup_cuda(struct gpu *g)
 	g->tsg = cuda_tsg(g, NV2080_ENGINE_TYPE_GRAPHICS, 0);
 	memset(&ctx, 0, sizeof(ctx));
 	ctx.hVASpace = g->vaspace;
-	ctx.flags = CTXSHARE_FLAGS_ASYNC;
+	ctx.flags = NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC;	/* the trace's: flags 1 */
 	g->ctxshare = rm_alloc(g, g->tsg, FERMI_CONTEXT_SHARE_A, &ctx, sizeof(ctx));
 	cuda_userd_memory(g);
 	alloc_sysmem(g);	/* pushbuffers and the semaphore (CUDA's are elsewhere) */
