@@ -78,7 +78,12 @@ struct nvmock_tsg {
 	u64 timeslice_us;
 	u32 interleave;
 	u32 compute_preemption;	/* its context's: NV2080_CTXSW_PREEMPTION_COMPUTE_* (control.c) */
+	u32 engine_type;	/* NV2080_ENGINE_TYPE_* it was made for: its channels' engine */
 	u64 subctx_ids;		/* the subcontexts (VEIDs) its context shares hold (rm.c) */
+	u32 subctx_max;		/* how many there are: 64, or 2 in legacy mode */
+	u32 nr_channels;
+	bool legacy;		/* its channels name no context share: RM made two (rm.c) */
+	u32 legacy_share[2];	/* their handles, SYNC and ASYNC, in the TSG's client */
 	bool gr_ctx;		/* its GR context has its main buffer: a compute object came */
 	bool gone;
 	u64 gpu_ns;
@@ -131,6 +136,8 @@ struct nvmock_object {
 	struct list_head children;
 	struct list_head sibling;
 	struct nvmock_gpu *gpu;
+	/* The object it depends on besides its parent: freed with it (RM's refAddDependant). */
+	struct nvmock_object *dep;
 	union {
 		struct nvmock_tsg *tsg;
 		struct nvmock_channel *channel;

@@ -184,6 +184,17 @@ static u32 usermode_construct(const struct nvmock_caller *caller, const u8 *para
 	return NV_OK;
 }
 
+/*
+ * The subcontexts of a TSG: RM's heap of them holds kfifoChannelGroupGetLocalMaxSubcontext_HAL
+ * IDs (kchangrpInit_IMPL, kernel_channel_group.c), 64 on an H100 (the first ASYNC share got 63,
+ * rmcases.py context_shares, call 48B) and on an H200 (libcuda's got 63, the H200 trace's line
+ * 2485). Hopper's lower bound for PREFER_LOWER is the same 64 (kfifoGetMaxLowerSubcontext_35972f,
+ * g_kernel_fifo_nvoc.h), so its bit 31 is always set. In legacy mode
+ * the heap holds 2 (kfifoGetMaxSubcontext_GV100, arch/volta/kernel_fifo_gv100.c).
+ */
+#define SUBCTX_MAX	64
+#define SUBCTX_LEGACY	2
+
 static struct nvmock_tsg *tsg_create(struct nvmock_gpu *gpu, pid_t tgid)
 {
 	struct nvmock_tsg *tsg = kzalloc(sizeof(*tsg), GFP_KERNEL);
@@ -200,6 +211,7 @@ static struct nvmock_tsg *tsg_create(struct nvmock_gpu *gpu, pid_t tgid)
 	tsg->id = id;
 	tsg->tgid = tgid;
 	tsg->timeslice_us = NVRM_DEFAULT_TIMESLICE_US;
+	tsg->subctx_max = SUBCTX_MAX;
 	/* What the GPUs answered for every context read (subdevice_get_ctxsw_modes()). */
 	tsg->compute_preemption = NV2080_CTXSW_PREEMPTION_COMPUTE_CILP;
 	INIT_LIST_HEAD(&tsg->channels);
@@ -214,20 +226,32 @@ static void tsg_destroy(struct nvmock_tsg *tsg)
 	kfree(tsg);
 }
 
-static u32 tsg_construct(struct nvmock_object *obj)
+/* The VA space a handle names in the client, or NULL. */
+static struct nvmock_object *vaspace_of(struct nvmock_client *client, u32 handle)
 {
-	obj->tsg = tsg_create(obj->gpu, obj->client->tgid);
-	return obj->tsg ? NV_OK : NV_ERR_NO_MEMORY;
+	struct nvmock_object *obj = handle ? nvmock_object_get(client, handle) : NULL;
+
+	return obj && obj->kind == NVMOCK_VASPACE ? obj : NULL;
 }
 
 /*
- * The subcontexts of a TSG: RM's heap of them holds kfifoChannelGroupGetLocalMaxSubcontext_HAL
- * IDs (kchangrpInit_IMPL, kernel_channel_group.c), 64 on an H100 (the first ASYNC share got 63,
- * rmcases.py context_shares, call 48B) and on an H200 (libcuda's got 63, the H200 trace's line
- * 2485). Hopper's lower bound for PREFER_LOWER is the same 64 (kfifoGetMaxLowerSubcontext_35972f,
- * g_kernel_fifo_nvoc.h), so its bit 31 is always set.
+ * KEPLER_CHANNEL_GROUP_A: kchangrpapiConstruct_IMPL (kernel_channel_group_api.c), on a GPU with
+ * a channel RAM per runlist (Hopper), refuses an engine type that is not valid
+ * (NV_ERR_INVALID_ARGUMENT, RM_ENGINE_TYPE_IS_VALID): the TSG's runlist comes from it, and its
+ * channels must be of it (channel_share()). A VA space named makes the TSG its dependent
+ * (refAddDependant): freeing the VA space frees the TSG with everything under it.
  */
-#define SUBCTX_MAX	64
+static u32 tsg_construct(struct nvmock_object *obj, const struct nv_channel_group_alloc_params *p)
+{
+	if (!p->engineType || p->engineType >= NV2080_ENGINE_TYPE_LAST)
+		return NV_ERR_INVALID_ARGUMENT;
+	obj->tsg = tsg_create(obj->gpu, obj->client->tgid);
+	if (!obj->tsg)
+		return NV_ERR_NO_MEMORY;
+	obj->tsg->engine_type = p->engineType;
+	obj->dep = vaspace_of(obj->client, p->hVASpace);
+	return NV_OK;
+}
 
 /*
  * A context share's subcontext (VEID), as kctxshareInitCommon_IMPL (kernel_ctxshare.c) takes it
@@ -237,13 +261,15 @@ static u32 tsg_construct(struct nvmock_object *obj)
  * flags NV_ERR_INVALID_ARGUMENT; the ID is written back into subctxId. Measured on an H100
  * (rmcases.py context_shares): 63, 62, then SYNC 0 and again NV_ERR_NO_MEMORY, SPECIFIED 5 and
  * again NV_ERR_NO_MEMORY, 64 NV_ERR_NO_MEMORY, PREFER_LOWER 0x80000001 and 0x80000002, flags 4
- * NV_ERR_INVALID_ARGUMENT, and 63 again once its share was freed. A TSG whose channels came
- * without a context share (RM's legacy mode, which allocates its own shares) is not modelled.
+ * NV_ERR_INVALID_ARGUMENT, and 63 again once its share was freed. A VA space named makes the
+ * share its dependent (kctxshareapiConstruct_IMPL: refAddDependant), freed with it. In a TSG in
+ * legacy mode (channel_share()) the heap holds 2 IDs, both RM's own shares': any other share
+ * there is NV_ERR_NO_MEMORY.
  */
 static u32 ctxshare_construct(struct nvmock_object *obj, struct nv_ctxshare_alloc_params *p)
 {
 	struct nvmock_tsg *tsg = obj->parent->tsg;
-	u64 taken = tsg->subctx_ids;
+	u64 taken = tsg->subctx_ids | ~GENMASK_ULL(tsg->subctx_max - 1, 0);
 	u64 above_0 = ~taken & ~BIT_ULL(0);
 	u32 id;
 
@@ -260,7 +286,7 @@ static u32 ctxshare_construct(struct nvmock_object *obj, struct nv_ctxshare_allo
 		id = above_0 ? __ffs64(above_0) : 0;
 		break;
 	case NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_SPECIFIED:
-		if (p->subctxId >= SUBCTX_MAX)
+		if (p->subctxId >= tsg->subctx_max)
 			return NV_ERR_NO_MEMORY;
 		id = p->subctxId;
 		break;
@@ -271,6 +297,7 @@ static u32 ctxshare_construct(struct nvmock_object *obj, struct nv_ctxshare_allo
 		return NV_ERR_NO_MEMORY;
 	tsg->subctx_ids |= BIT_ULL(id);
 	obj->subctx_id = id;
+	obj->dep = vaspace_of(obj->client, p->hVASpace);
 	p->subctxId = id;
 	if (p->flags == NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC_PREFER_LOWER)
 		p->subctxId |= NV_CTXSHARE_SUBCTXID_PREFER_LOWER_SUCCESS;
@@ -350,6 +377,124 @@ static void channel_free(struct nvmock_channel *ch)
 	kfree(ch);
 }
 
+static u32 pick_handle(struct nvmock_client *client, u32 *hnew);
+static struct nvmock_object *object_new(struct nvmock_client *client,
+					struct nvmock_object *parent, u32 handle, u32 hclass,
+					enum nvmock_kind kind);
+static void object_attach(struct nvmock_object *obj);
+static void object_discard(struct nvmock_object *obj);
+
+/* One of the context shares RM makes for a TSG in legacy mode, at a handle of RM's choosing. */
+static u32 legacy_share(struct nvmock_object *tsg_obj, u32 flags, u32 *handle)
+{
+	struct nv_ctxshare_alloc_params p = { .flags = flags, .subctxId = 0xffffffffu };
+	struct nvmock_object *obj;
+	u32 status;
+
+	*handle = 0;
+	status = pick_handle(tsg_obj->client, handle);
+	if (status != NV_OK)
+		return status;
+	obj = object_new(tsg_obj->client, tsg_obj, *handle, FERMI_CONTEXT_SHARE_A,
+			 NVMOCK_CTXSHARE);
+	if (!obj)
+		return NV_ERR_NO_MEMORY;
+	status = ctxshare_construct(obj, &p);
+	if (status != NV_OK) {
+		object_discard(obj);
+		return status;
+	}
+	object_attach(obj);
+	return NV_OK;
+}
+
+/*
+ * A TSG's first channel without a context share puts it in legacy mode
+ * (kchangrpapiSetLegacyMode_IMPL, kernel_channel_group_api.c): only while no share holds a
+ * subcontext (else NV_ERR_INVALID_STATE), the heap shrinks to 2 IDs and RM allocates two shares
+ * in the TSG's client, under the TSG, at handles of its choosing: SYNC (VEID 0) and ASYNC
+ * (VEID 1). They are ordinary objects of the client: a later RM-chosen handle comes after
+ * them, and freeing one frees the channels that run in it. The TSG stays in legacy mode.
+ * libcuda makes its copy-engine TSGs' channels so (the H200 trace: hContextShare 0, lines
+ * 2630-2760).
+ */
+static u32 tsg_legacy_mode(struct nvmock_object *tsg_obj)
+{
+	struct nvmock_tsg *tsg = tsg_obj->tsg;
+	u32 status;
+
+	if (tsg->subctx_ids)
+		return NV_ERR_INVALID_STATE;
+	tsg->subctx_max = SUBCTX_LEGACY;
+	status = legacy_share(tsg_obj, NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_SYNC,
+			      &tsg->legacy_share[0]);
+	if (status == NV_OK)
+		status = legacy_share(tsg_obj, NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC,
+				      &tsg->legacy_share[1]);
+	tsg->legacy = status == NV_OK;
+	return status;
+}
+
+/*
+ * What a channel runs in, checked as kchannelConstruct_IMPL (kernel_channel.c) checks it, in its
+ * order, all NV_ERR_INVALID_ARGUMENT but the lookups: a context share and a VA space both named;
+ * a channel under the device (a TSG of its own) naming a context share; a channel of a TSG
+ * naming a VA space; a context share named in a TSG whose channels named none, or none named in
+ * one whose channels did; a context share that is not in the client (NV_ERR_OBJECT_NOT_FOUND),
+ * is not a context share (NV_ERR_INVALID_OBJECT_HANDLE, clientGetResourceRefByType) or is not
+ * under this TSG (NV_ERR_INVALID_OBJECT_PARENT); with none named, the TSG's legacy share by
+ * NVOS04_FLAGS_GROUP_CHANNEL_THREAD (0 SYNC, else ASYNC; tsg_legacy_mode()); then an engine
+ * type that is valid and not the TSG's. The channel depends on its context share, or on the VA
+ * space a channel under the device names (refAddDependant): freed with it.
+ */
+static u32 channel_share(struct nvmock_object *obj, const struct nv_channel_alloc_params *p)
+{
+	struct nvmock_object *tsg_obj = obj->parent, *share;
+	struct nvmock_tsg *tsg;
+	u32 thread, status;
+
+	if (p->hContextShare && p->hVASpace)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (tsg_obj->kind != NVMOCK_TSG) {
+		if (p->hContextShare)
+			return NV_ERR_INVALID_ARGUMENT;
+		obj->dep = vaspace_of(obj->client, p->hVASpace);
+		return NV_OK;
+	}
+	tsg = tsg_obj->tsg;
+	if (p->hVASpace)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (tsg->nr_channels && tsg->legacy == !!p->hContextShare)
+		return NV_ERR_INVALID_ARGUMENT;
+	if (p->hContextShare) {
+		share = nvmock_object_get(obj->client, p->hContextShare);
+		if (!share)
+			return NV_ERR_OBJECT_NOT_FOUND;
+		if (share->kind != NVMOCK_CTXSHARE)
+			return NV_ERR_INVALID_OBJECT_HANDLE;
+		if (share->parent != tsg_obj)
+			return NV_ERR_INVALID_OBJECT_PARENT;
+	} else {
+		if (!tsg->legacy) {
+			status = tsg_legacy_mode(tsg_obj);
+			if (status != NV_OK)
+				return status;
+		}
+		thread = (p->flags >> NVOS04_FLAGS_GROUP_CHANNEL_THREAD_SHIFT) &
+			 NVOS04_FLAGS_GROUP_CHANNEL_THREAD_MASK;
+		share = nvmock_object_get(obj->client, tsg->legacy_share[!!thread]);
+		if (!share)
+			return NV_ERR_OBJECT_NOT_FOUND;
+		if (share->kind != NVMOCK_CTXSHARE)
+			return NV_ERR_INVALID_OBJECT_HANDLE;
+	}
+	if (p->engineType && p->engineType < NV2080_ENGINE_TYPE_LAST &&
+	    p->engineType != tsg->engine_type)
+		return NV_ERR_INVALID_ARGUMENT;
+	obj->dep = share;
+	return NV_OK;
+}
+
 static u32 channel_construct(struct nvmock_object *obj, const void *params)
 {
 	const struct nv_channel_alloc_params *p = params;
@@ -361,6 +506,9 @@ static u32 channel_construct(struct nvmock_object *obj, const void *params)
 	if (p->gpFifoEntries < 2 || p->gpFifoEntries > (1u << 20) ||
 	    !is_power_of_2(p->gpFifoEntries))
 		return NV_ERR_INVALID_ARGUMENT;
+	status = channel_share(obj, p);
+	if (status != NV_OK)
+		return status;
 	ch = kzalloc(sizeof(*ch), GFP_KERNEL);
 	if (!ch)
 		return NV_ERR_NO_MEMORY;
@@ -389,6 +537,7 @@ static u32 channel_construct(struct nvmock_object *obj, const void *params)
 		}
 		ch->own_tsg = true;
 	}
+	ch->tsg->nr_channels++;
 	obj->channel = ch;
 	nvmock_engine_add_channel(ch);
 	return NV_OK;
@@ -403,6 +552,7 @@ static void channel_destroy(struct nvmock_channel *ch)
 	struct nvmock_gpu *gpu = ch->gpu;
 
 	nvmock_engine_remove_channel(ch);
+	ch->tsg->nr_channels--;
 	if (ch->own_tsg)
 		tsg_destroy(ch->tsg);
 	ida_free(&gpu->chids, ch->chid);
@@ -608,7 +758,7 @@ static u32 construct(const struct nvmock_caller *caller, struct nvmock_object *o
 	case NVMOCK_USERMODE:
 		return usermode_construct(caller, params);
 	case NVMOCK_TSG:
-		return tsg_construct(obj);
+		return tsg_construct(obj, params);
 	case NVMOCK_CHANNEL:
 		return channel_construct(obj, params);
 	case NVMOCK_CTXSHARE:
@@ -647,13 +797,40 @@ static void destruct(struct nvmock_object *obj)
 
 /* -- the tree -------------------------------------------------------------------------------- */
 
+/*
+ * An object that depends on @obj (its dep), in @obj's client. Only VA spaces and context shares
+ * have dependents here (tsg_construct(), ctxshare_construct(), channel_share()).
+ */
+static struct nvmock_object *dependent_of(struct nvmock_object *obj)
+{
+	struct nvmock_object *other;
+	unsigned long index;
+
+	if (obj->kind != NVMOCK_VASPACE && obj->kind != NVMOCK_CTXSHARE)
+		return NULL;
+	xa_for_each(&obj->client->objects, index, other)
+		if (other->dep == obj)
+			return other;
+	return NULL;
+}
+
+/*
+ * An object goes with its dependents, then its children, then itself, as RM orders its pending
+ * free list (clientUpdatePendingFreeList_IMPL, resserv's rs_server.c: children and dependents
+ * are moved ahead of what they belong to, recursively): freeing a VA space frees the TSGs and
+ * context shares made on it, freeing a context share frees the channels that run in it, each
+ * with what is under it. A dependent can be a sibling of the object or of an ancestor being
+ * freed, so each list is read again after every free.
+ */
 static void object_free(struct nvmock_object *obj)
 {
-	struct nvmock_object *child, *next;
+	struct nvmock_object *dep;
 
-	/* Children first: a channel goes before its TSG, a TSG before its device. */
-	list_for_each_entry_safe_reverse(child, next, &obj->children, sibling)
-		object_free(child);
+	while ((dep = dependent_of(obj)))
+		object_free(dep);
+	/* Children last made first: a channel goes before its TSG, a TSG before its device. */
+	while (!list_empty(&obj->children))
+		object_free(list_last_entry(&obj->children, struct nvmock_object, sibling));
 	if (obj->kind == NVMOCK_CLIENT)
 		return;
 	destruct(obj);
@@ -739,6 +916,44 @@ static u32 pick_handle(struct nvmock_client *client, u32 *hnew)
 	return NV_ERR_INSUFFICIENT_RESOURCES;
 }
 
+/*
+ * A new object at @handle under @parent: in the client's table, so its handle is taken, but not
+ * yet in the tree (object_attach() puts it there once constructed, object_discard() drops it).
+ */
+static struct nvmock_object *object_new(struct nvmock_client *client,
+					struct nvmock_object *parent, u32 handle, u32 hclass,
+					enum nvmock_kind kind)
+{
+	struct nvmock_object *obj = kzalloc(sizeof(*obj), GFP_KERNEL);
+
+	if (!obj)
+		return NULL;
+	obj->handle = handle;
+	obj->hclass = hclass;
+	obj->kind = kind;
+	obj->client = client;
+	obj->parent = parent;
+	obj->gpu = parent->gpu;
+	INIT_LIST_HEAD(&obj->children);
+	if (xa_insert(&client->objects, handle, obj, GFP_KERNEL)) {
+		kfree(obj);
+		return NULL;
+	}
+	return obj;
+}
+
+static void object_attach(struct nvmock_object *obj)
+{
+	list_add_tail(&obj->sibling, &obj->parent->children);
+	atomic_inc(&nvmock_counts[obj->kind]);
+}
+
+static void object_discard(struct nvmock_object *obj)
+{
+	xa_erase(&obj->client->objects, obj->handle);
+	kfree(obj);
+}
+
 static u32 copy_params(const struct class_desc *desc, const void __user *uparams,
 		       const void *kparams, void *buf)
 {
@@ -770,7 +985,6 @@ u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, 
 	struct nvmock_object *parent, *obj;
 	bool have_params = uparams || kparams;
 	u32 status;
-	int err;
 
 	if (hclass == NV_MEMORY_FABRIC)
 		return nvmock_fabric_alloc(caller, hroot, hparent, uparams || kparams);
@@ -831,29 +1045,15 @@ u32 nvmock_rm_alloc(const struct nvmock_caller *caller, u32 hroot, u32 hparent, 
 	if (status != NV_OK)
 		return status;
 
-	obj = kzalloc(sizeof(*obj), GFP_KERNEL);
+	obj = object_new(client, parent, *hnew, hclass, desc->kind);
 	if (!obj)
 		return NV_ERR_NO_MEMORY;
-	obj->handle = *hnew;
-	obj->hclass = hclass;
-	obj->kind = desc->kind;
-	obj->client = client;
-	obj->parent = parent;
-	obj->gpu = parent->gpu;
-	INIT_LIST_HEAD(&obj->children);
-	err = xa_insert(&client->objects, obj->handle, obj, GFP_KERNEL);
-	if (err) {
-		kfree(obj);
-		return NV_ERR_NO_MEMORY;
-	}
 	status = construct(caller, obj, have_params ? &params : NULL);
 	if (status != NV_OK) {
-		xa_erase(&client->objects, obj->handle);
-		kfree(obj);
+		object_discard(obj);
 		return status;
 	}
-	list_add_tail(&obj->sibling, &parent->children);
-	atomic_inc(&nvmock_counts[obj->kind]);
+	object_attach(obj);
 
 	/*
 	 * RM copies every class's parameters back on success (serverAllocApiCopyOut,

@@ -350,6 +350,12 @@ struct nv_channel_alloc_params {
 
 /* NVOS04 channel flag: not scheduled until GPFIFO_SCHEDULE(bEnable=1). */
 #define NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING	0x00000040u
+/*
+ * NVOS04_FLAGS_GROUP_CHANNEL_THREAD 29:28: which of the context shares RM makes for a TSG in
+ * legacy mode a channel without one runs in (0: the SYNC one, else the ASYNC one).
+ */
+#define NVOS04_FLAGS_GROUP_CHANNEL_THREAD_SHIFT	28
+#define NVOS04_FLAGS_GROUP_CHANNEL_THREAD_MASK	0x3u
 
 struct nv_memory_alloc_params {
 	__u32 owner;
@@ -396,6 +402,8 @@ struct nv_ctxshare_alloc_params {
 #define NV2080_ENGINE_TYPE_GRAPHICS	1
 #define NV2080_ENGINE_TYPE_COPY0	9
 #define NV2080_ENGINE_TYPE_COPY9	18
+/* Past the last engine type: a valid one lies strictly between NULL (0) and this. */
+#define NV2080_ENGINE_TYPE_LAST		0x54
 
 /* NVB0B5_ALLOCATION_PARAMETERS (8): a copy object's engine, a CE index (VERSION_0) or type. */
 #define NVB0B5_ALLOCATION_PARAMETERS_VERSION_0	0

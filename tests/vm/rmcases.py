@@ -887,15 +887,21 @@ def _tsg(s: Scope, engine: int, vaspace: int = 0) -> int:
     return s.rm.new(s.client, s.device, 0xA06C, params)
 
 
-def _channel(s: Scope, tsg: int, engine: int, share: int = 0) -> Alloc:
+DELAY = 0x40  # NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING: kept off the runlist
+
+
+def _channel(
+    s: Scope, tsg: int, engine: int, share: int = 0, flags: int = DELAY, vaspace: int = 0
+) -> Alloc:
     """A channel of ``tsg`` as libcuda makes one (its ring and USERD in 2 MiB of video memory of
     its own), but kept off the runlist (NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING): never run."""
     userd = s.rm.new(s.client, s.device, 0x40, memory_params(2 * MIB))
     params = abi.NV_CHANNEL_ALLOC_PARAMS.pack(
         gpFifoOffset=0x200600000,
         gpFifoEntries=1024,
-        flags=0x40,
+        flags=flags,
         hContextShare=share,
+        hVASpace=vaspace,
         hUserdMemory0=userd,
         userdOffset0=0x2000,
         engineType=engine,
@@ -1080,3 +1086,128 @@ def ecc_status(rm: Rm) -> Answers:
         "uncorrectable": out[tail + 1],
         "short": name(short),
     }
+
+
+def _there(s: Scope, handle: int) -> str:
+    """Whether the client still has ``handle``: CLIENT_GET_HANDLE_INFO's status for its class."""
+    return name(s.rm.handle_info(s.client, handle, abi.HANDLE_INFO_INDEX_CLASSID)[0])
+
+
+def _rm_made(s: Scope, handle: int, tsg: int) -> Answers:
+    """What RM made at ``handle`` (one of its own choosing): its class, and whether it is under
+    ``tsg``."""
+    status, cls = s.rm.handle_info(s.client, handle, abi.HANDLE_INFO_INDEX_CLASSID)
+    parent = s.rm.handle_info(s.client, handle, abi.HANDLE_INFO_INDEX_PARENT)[1]
+    return {"status": name(status), "class": hex(cls), "under the TSG": parent == tsg}
+
+
+THREAD = 28  # NVOS04_FLAGS_GROUP_CHANNEL_THREAD (29:28)
+
+# The two below are not cases yet: no GPU has answered them. tests/vm/test_nvmock_abi.py holds
+# nvmock to the answers 580.142's source gives until one has; then they join CASES.
+
+
+def legacy_context_shares(rm: Rm) -> Answers:
+    """A TSG whose channels name no context share, as libcuda's copy-engine TSGs' do: on its
+    first channel RM puts it in legacy mode (kchangrpapiSetLegacyMode_IMPL,
+    kernel_channel_group_api.c) and makes two shares of its own in the client, under the TSG,
+    at handles of its choosing: SYNC (VEID 0) and ASYNC (VEID 1), which a channel runs in by its
+    NVOS04_FLAGS_GROUP_CHANNEL_THREAD; no other share fits there. A TSG's channels all name a
+    share or none, and what a named share must be (kchannelConstruct_IMPL, kernel_channel.c).
+    RM's handles are compared only by how far past one taken just before they lie."""
+    answers: Answers = {}
+    with scope(rm, va_mode=2) as s:
+        vaspace = rm.new(s.client, s.device, 0x90F1, bytes(56))
+        before = rm.alloc(s.client, s.device, 0x40, memory_params(MIB), handle=0)
+        tsg = _tsg(s, COPY2, vaspace)
+        first = _channel(s, tsg, COPY2)
+        answers["channel"] = name(first.status)
+        after = rm.alloc(s.client, s.device, 0x40, memory_params(MIB), handle=0)
+        answers["RM's handles taken between"] = after.handle - before.handle - 1
+        answers["RM's next handle"] = _rm_made(s, before.handle + 1, tsg)
+        answers["RM's handle after it"] = _rm_made(s, before.handle + 2, tsg)
+        threads = [_channel(s, tsg, COPY2, flags=DELAY | n << THREAD) for n in (1, 2)]
+        answers["channel, thread 1"] = name(threads[0].status)
+        answers["channel, thread 2"] = name(threads[1].status)
+        for key, flags, subctx in (
+            ("sync share", abi.SUBCONTEXT_SYNC, 0),
+            ("async share", abi.SUBCONTEXT_ASYNC, 0),
+            ("specified 1", abi.SUBCONTEXT_SPECIFIED, 1),
+            ("specified 2", abi.SUBCONTEXT_SPECIFIED, 2),
+            ("prefer lower", abi.SUBCONTEXT_PREFER_LOWER, 0),
+        ):
+            answers[key] = _share(s, tsg, vaspace, flags, subctx)[0]
+        other = _tsg(s, GR, vaspace)
+        answers["other TSG's share"], share = _share(s, other, vaspace, abi.SUBCONTEXT_ASYNC)
+        answers["legacy TSG, a share named"] = name(_channel(s, tsg, COPY2, share).status)
+        answers["share named"] = name(_channel(s, other, GR, share).status)
+        answers["then none named"] = name(_channel(s, other, GR).status)
+        fresh = _tsg(s, GR, vaspace)
+        answers["another TSG's share"] = name(_channel(s, fresh, GR, share).status)
+        answers["a VA space as share"] = name(_channel(s, fresh, GR, vaspace).status)
+        answers["unknown share"] = name(_channel(s, fresh, GR, 0x5C0BAD0A).status)
+        answers["share and VA space"] = name(_channel(s, fresh, GR, share, vaspace=vaspace).status)
+        answers["VA space in a TSG"] = name(_channel(s, fresh, GR, vaspace=vaspace).status)
+        answers["engine not the TSG's"] = name(_channel(s, fresh, COPY2).status)
+        answers["after it, a sync share"] = _share(s, fresh, vaspace, abi.SUBCONTEXT_SYNC)[0]
+        shared = _tsg(s, GR, vaspace)
+        _share(s, shared, vaspace, abi.SUBCONTEXT_ASYNC)
+        answers["none named, a share there"] = name(_channel(s, shared, GR).status)
+        device_channel = abi.NV_CHANNEL_ALLOC_PARAMS.pack(
+            gpFifoEntries=1024, flags=DELAY, hContextShare=share, engineType=GR
+        )
+        answers["device's channel naming a share"] = name(
+            rm.alloc(s.client, s.device, 0xC86F, device_channel).status
+        )
+        no_engine = abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=0)
+        answers["TSG of engine 0"] = name(rm.alloc(s.client, s.device, 0xA06C, no_engine).status)
+        if first.status == abi.NvStatus.NV_OK and before.status == abi.NvStatus.NV_OK:
+            sync = before.handle + 1
+            answers["free RM's sync share"] = name(rm.free(s.client, tsg, sync))
+            answers["its channel"] = _there(s, first.handle)
+            answers["thread 1's channel"] = _there(s, threads[0].handle)
+            answers["a channel in it again"] = name(_channel(s, tsg, COPY2).status)
+    return answers
+
+
+def dependents_freed(rm: Rm) -> Answers:
+    """RM frees an object's dependents with it (clientUpdatePendingFreeList_IMPL, resserv's
+    rs_server.c): a channel with the context share it runs in (kchannelConstruct_IMPL), a TSG
+    and a context share with the VA space they were made on (kchangrpapiConstruct_IMPL,
+    kctxshareapiConstruct_IMPL), each with what is under it; USERD memory is no such thing. What
+    is still there is asked by handle (CLIENT_GET_HANDLE_INFO)."""
+    answers: Answers = {}
+    with scope(rm, va_mode=2) as s:
+        kept = rm.new(s.client, s.device, 0x90F1, bytes(56))
+        freed = rm.new(s.client, s.device, 0x90F1, bytes(56))
+        # libcuda's compute TSG names no VA space; its share does.
+        tsg = _tsg(s, GR)
+        share = _share(s, tsg, kept, abi.SUBCONTEXT_ASYNC)[1]
+        channel = _channel(s, tsg, GR, share).handle
+        answers["free the share"] = name(rm.free(s.client, tsg, share))
+        answers["its channel"] = _there(s, channel)
+        answers["its TSG"] = _there(s, tsg)
+        # A copy-engine TSG made on the VA space, and a share on it in a TSG that is not.
+        copy_tsg = _tsg(s, COPY2, freed)
+        userd = rm.new(s.client, s.device, 0x40, memory_params(2 * MIB))
+        params = abi.NV_CHANNEL_ALLOC_PARAMS.pack(
+            gpFifoOffset=0x200600000,
+            gpFifoEntries=1024,
+            flags=DELAY,
+            hUserdMemory0=userd,
+            userdOffset0=0x2000,
+            engineType=COPY2,
+        )
+        copy_channel = rm.new(s.client, copy_tsg, 0xC86F, params)
+        other = _tsg(s, GR)
+        other_share = _share(s, other, freed, abi.SUBCONTEXT_ASYNC)[1]
+        other_channel = _channel(s, other, GR, other_share).handle
+        answers["free the VA space"] = name(rm.free(s.client, s.device, freed))
+        answers["the TSG made on it"] = _there(s, copy_tsg)
+        answers["that TSG's channel"] = _there(s, copy_channel)
+        answers["the share made on it"] = _there(s, other_share)
+        answers["that share's channel"] = _there(s, other_channel)
+        answers["that share's TSG"] = _there(s, other)
+        answers["the channel's USERD memory"] = _there(s, userd)
+        answers["the other VA space"] = _there(s, kept)
+    return answers

@@ -721,8 +721,8 @@ static void alloc_channel(struct gpu *g)
 	ch.gpFifoEntries = GPFIFO_ENTRIES;
 	/* Like libcuda: not on the runlist until GPFIFO_SCHEDULE, once all is in place. */
 	ch.flags = NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING;
+	/* Its VA space is the context share's: RM refuses a channel that names both. */
 	ch.hContextShare = g->ctxshare;
-	ch.hVASpace = g->vaspace;
 	ch.hUserdMemory[0] = 0;		/* RM allocates USERD; we map the channel for it */
 	if (g->cfg->userd_client) {
 		struct nv_memory_alloc_params mem;
