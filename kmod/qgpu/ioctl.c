@@ -743,19 +743,106 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
 }
 
 /*
+ * Whether freeing @hobject may make RM free channels or TSGs that are not below it: RM frees an
+ * object's dependents with it (clientUpdatePendingFreeList_IMPL, resserv's rs_server.c), and
+ * those of a VA space are the TSGs and context shares made on it, those of a context share the
+ * channels that run in it (kchangrpapiConstruct_IMPL, kctxshareapiConstruct_IMPL,
+ * kchannelConstruct_IMPL), those of OS-descriptor memory the channels whose USERD it holds
+ * (kchannelCreateUserdMemDesc_GV100). A handle qgpu does not track may be one of RM's own: the
+ * two context shares of a TSG in legacy mode (kchangrpapiSetLegacyMode_IMPL), whose handles a
+ * tenant can guess. So: an untracked object, one of another class than qgpu's kinds, or memory
+ * some channel of the client keeps its USERD in.
+ * Context: qgpu_lock held.
+ */
+static bool frees_dependents(struct qgpu_client *client, u32 hobject)
+{
+	struct qgpu_obj *obj = qgpu_obj_find(client, hobject), *ch;
+
+	lockdep_assert_held(&qgpu_lock);
+	if (!obj || obj->kind == QGPU_OBJ_OTHER)
+		return true;
+	list_for_each_entry(ch, &client->objects, node)
+		if (ch->kind == QGPU_OBJ_CHANNEL && ch->userd_mem == hobject && ch != obj)
+			return true;
+	return false;
+}
+
+/*
+ * After a free that may have taken dependents with it (frees_dependents()): every TSG and
+ * channel qgpu tracks in the client is asked of RM, and those it no longer has are forgotten
+ * (with what is below them). A channel left tracked would be closed and opened in vain every
+ * turn (its failure fails the whole FIFO_DISABLE_CHANNELS batch, which sched.c then sends
+ * channel by channel), be read as busy from USERD memory that outlives it, and hold its record
+ * until the file closes. A record RM confirmed again meanwhile (a handle made again) is kept.
+ * Context: no qgpu lock held.
+ */
+static void untrack_dependents(struct file *file, u32 hclient)
+{
+	struct qgpu_client *client;
+	struct qgpu_obj *obj;
+	u32 *handles = NULL, cap = 0, n, i, cls;
+	int pass;
+	u64 seq;
+
+	for (;;) {
+		mutex_lock(&qgpu_lock);
+		client = qgpu_client_find(hclient);
+		n = 0;
+		/* TSGs first: a TSG found gone takes its channels with it. */
+		for (pass = 0; client && client->file == file && pass < 2; pass++) {
+			list_for_each_entry(obj, &client->objects, node) {
+				if (obj->kind != (pass ? QGPU_OBJ_CHANNEL : QGPU_OBJ_TSG))
+					continue;
+				if (n < cap)
+					handles[n] = obj->handle;
+				n++;
+			}
+		}
+		if (n <= cap)
+			break;
+		mutex_unlock(&qgpu_lock);
+		kfree(handles);
+		handles = kmalloc_array(n, sizeof(*handles), GFP_KERNEL);
+		if (!handles)
+			return;
+		cap = n;
+	}
+	seq = qgpu_track_seq();
+	mutex_unlock(&qgpu_lock);
+	for (i = 0; i < n; i++) {
+		mutex_lock(&qgpu_lock);
+		client = qgpu_client_find(hclient);
+		obj = client && client->file == file ? qgpu_obj_find(client, handles[i]) : NULL;
+		mutex_unlock(&qgpu_lock);
+		if (!obj || qgpu_rmapi_handle_info(hclient, handles[i],
+						   NV0000_HANDLE_INFO_INDEX_CLASSID,
+						   &cls) != NV_ERR_OBJECT_NOT_FOUND)
+			continue;
+		mutex_lock(&qgpu_lock);
+		client = qgpu_client_find(hclient);
+		if (client && client->file == file &&
+		    !qgpu_track_added_since(hclient, handles[i], seq))
+			qgpu_track_free(hclient, handles[i]);
+		mutex_unlock(&qgpu_lock);
+	}
+	kfree(handles);
+}
+
+/*
  * What an RM_FREE freed, as RM confirms it: the client is gone (NV_ERR_INVALID_CLIENT) or the
  * object is (NV_ERR_OBJECT_NOT_FOUND). Only this file's clients are looked at. An allocation in
  * the same client whose account is in flight learns of this free (qgpu_track_freeing()); if RM
  * confirmed what this would drop while it asked (a handle made again), RM is asked again, and
- * the record is kept if that goes on (charged too long rather than not at all).
+ * the record is kept if that goes on (charged too long rather than not at all). What RM freed
+ * with it as its dependents is looked for after (untrack_dependents()).
  * Context: no qgpu lock held.
  */
 static void untrack_if_gone(struct file *file, u32 hclient, u32 hobject)
 {
 	bool whole = hobject == hclient || !hobject;
 	struct qgpu_client *client;
+	bool known, dependents;
 	u32 status, cls;
-	bool known;
 	int tries;
 	u64 seq;
 
@@ -763,27 +850,29 @@ static void untrack_if_gone(struct file *file, u32 hclient, u32 hobject)
 	seq = qgpu_track_freeing(file, hclient, whole);
 	client = qgpu_client_find(hclient);
 	known = client && client->file == file && (whole || qgpu_obj_find(client, hobject));
+	dependents = client && client->file == file && !whole && frees_dependents(client, hobject);
 	mutex_unlock(&qgpu_lock);
-	if (!known)
-		return;
-	for (tries = 1; ; tries++) {
+	for (tries = 1; known; tries++) {
 		status = qgpu_rmapi_handle_info(hclient, whole ? hclient : hobject,
 						NV0000_HANDLE_INFO_INDEX_CLASSID, &cls);
 		if (status != NV_ERR_INVALID_CLIENT &&
 		    (whole || status != NV_ERR_OBJECT_NOT_FOUND))
-			return;
-		mutex_lock(&qgpu_lock);
-		if (!qgpu_track_added_since(hclient, hobject, seq))
 			break;
+		mutex_lock(&qgpu_lock);
+		if (!qgpu_track_added_since(hclient, hobject, seq)) {
+			client = qgpu_client_find(hclient);
+			if (client && client->file == file)
+				qgpu_track_free(hclient, hobject);
+			mutex_unlock(&qgpu_lock);
+			break;
+		}
 		seq = qgpu_track_seq();
 		mutex_unlock(&qgpu_lock);
 		if (tries >= ACCOUNT_TRIES)
-			return;
+			break;
 	}
-	client = qgpu_client_find(hclient);
-	if (client && client->file == file)
-		qgpu_track_free(hclient, hobject);
-	mutex_unlock(&qgpu_lock);
+	if (dependents)
+		untrack_dependents(file, hclient);
 }
 
 static long rm_free(long (*orig)(struct file *, unsigned int, unsigned long), struct file *file,

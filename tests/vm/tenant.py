@@ -15,7 +15,10 @@ their statuses as one JSON object.
                                                     object in its TSG, ``context`` a new TSG
                                                     with one (a second CUDA context); ``mode M``
                                                     sets its TSG's compute preemption mode as
-                                                    libcuda does (on the TSG's handle)
+                                                    libcuda does (on the TSG's handle);
+                                                    ``dependents`` makes objects RM frees with
+                                                    others (a VA space, a context share) and
+                                                    prints their handles, ``free H`` frees one
     python -m tests.vm.tenant hold --comm NAME      the same, named NAME (/proc/PID/comm) before
                                                     its first RM call: an MPS server's is
                                                     ``nvidia-cuda-mps``
@@ -117,6 +120,39 @@ def computing(rm: Rm, client: int, tsg: int, gpfifo_va: int) -> int:
     return channel
 
 
+def dependents(rm: Rm, client: int, device: int, gpfifo_va: int) -> dict[str, object]:
+    """Objects RM frees as dependents of others (kmod/nvmock/rm.c object_free()): a VA space, a
+    TSG made on it whose two channels name no context share (RM's legacy mode: two shares of
+    its own, at the two handles it picks after the memory allocated here with a zero handle,
+    SYNC then ASYNC), and a TSG not made on it with a share that is, two channels in that."""
+    vaspace = rm.new(client, device, 0x90F1, bytes(56))
+    marker = rm.alloc(client, device, 0x40, memory_params(1 << 20), handle=0).handle
+    tsg = abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=1, hVASpace=vaspace)
+    legacy_tsg = rm.new(client, device, 0xA06C, tsg)
+    legacy = [
+        rm.new(client, legacy_tsg, 0xC86F, channel_params(gpfifo_va + n * 0x10000, flags=n << 28))
+        for n in (0, 1)
+    ]
+    shared_tsg = rm.new(client, device, 0xA06C, tsg_params())
+    ctx = abi.NV_CTXSHARE_ALLOCATION_PARAMETERS.pack(hVASpace=vaspace, flags=1)
+    share = rm.new(client, shared_tsg, 0x9067, ctx)
+    shared = []
+    for n in (2, 3):
+        params = bytearray(channel_params(gpfifo_va + n * 0x10000))
+        struct.pack_into("<I", params, 24, share)  # hContextShare
+        shared.append(rm.new(client, shared_tsg, 0xC86F, bytes(params)))
+    return {
+        "vaspace": vaspace,
+        "legacy_tsg": legacy_tsg,
+        "sync_share": marker + 1,
+        "async_share": marker + 2,
+        "legacy_channels": legacy,
+        "shared_tsg": shared_tsg,
+        "share": share,
+        "shared_channels": shared,
+    }
+
+
 def hold(rm: Rm, client: int, device: int, subdevice: int) -> None:
     """A TSG that lives until told otherwise, and its tenant's own timeslice and preemption
     controls."""
@@ -132,6 +168,13 @@ def hold(rm: Rm, client: int, device: int, subdevice: int) -> None:
             target = tsg if words[0] == "compute" else rm.new(client, device, 0xA06C, tsg_params())
             channel = computing(rm, client, target, gpfifo_va)
             print(json.dumps({"tsg": target, "channel": channel}), flush=True)
+            continue
+        if words == ["dependents"]:
+            gpfifo_va += 0x100000
+            print(json.dumps(dependents(rm, client, device, gpfifo_va)), flush=True)
+            continue
+        if words[0] == "free":
+            print(json.dumps({"status": rm.free(client, device, int(words[1]))}), flush=True)
             continue
         if words[0] == "set":
             params = struct.pack("<Q", int(words[1]))
