@@ -4,8 +4,13 @@ RM names objects by (client handle, object handle). Per process the tracker keep
 client → device → subdevice / TSG → channel → engine objects (plus memory, VA spaces, events), the
 bytes of device and system memory live, and the fd each client was allocated through: closing that
 fd frees the client and everything under it, as the driver does. Failed calls change nothing. A
-free removes the whole subtree; a handle that is allocated again replaces the old object. Objects
-whose parents were allocated before tracing began hang under a placeholder client.
+free removes the whole subtree, and with it the objects RM frees as its dependents
+(clientUpdatePendingFreeList_IMPL in 580.142's resserv): the TSGs and context shares made on a
+freed VA space, the channels that run in a freed context share. A handle that is allocated again
+replaces the old object. Objects whose parents were allocated before tracing began hang under a
+placeholder client. What RM makes itself in a client (a TSG's graphics context, the two context
+shares of a TSG whose channels name none) is never seen allocated: a free of one of those leaves
+the channels RM freed with it in the tree.
 
 The same tracker is fed by ``qpolicy trace --replay`` (a recorded trace) and by the eBPF probe.
 """
@@ -23,6 +28,8 @@ from qpolicy.nvrm.decode import Ioctl, decode
 from qpolicy.nvrm.records import Record
 
 SLOWEST_KEPT = 10
+# The kinds RM frees other objects with (besides their children): see _depends_on.
+_HOLDS_DEPENDENTS = frozenset({Kind.VASPACE, Kind.CONTEXT_SHARE})
 # The handle fields each request needs to be applied to the object tree.
 _HANDLES: dict[Escape, tuple[str, ...]] = {
     Escape.RM_ALLOC: ("hRoot", "hObjectParent", "hObjectNew"),
@@ -43,6 +50,8 @@ class RmObject:
     bytes: int = 0
     dup: bool = False
     children: set[int] = field(default_factory=set)
+    #: What RM frees it with besides its parent (refAddDependant): a VA space, a context share.
+    depends_on: tuple[int, ...] = ()
     # What controls told us: timeslice_us, timeslice_sets, scheduled, work_submit_token.
     info: dict[str, int] = field(default_factory=dict)
 
@@ -319,6 +328,7 @@ class Tracker:
         if handle in client.objects:
             self._remove_subtree(proc, client, handle)
         obj = RmObject(root, handle, cls, kind, parent)
+        obj.depends_on = _depends_on(kind, params or {})
         if kind is Kind.DEVICE and params and "deviceId" in params:
             obj.info["device_instance"] = params["deviceId"]
         if kind in abi.MEMORY_KINDS:
@@ -386,6 +396,8 @@ class Tracker:
             if obj is None:
                 continue
             stack.extend(obj.children)
+            if obj.kind in _HOLDS_DEPENDENTS:
+                stack.extend(h for h, o in client.objects.items() if obj.handle in o.depends_on)
             if obj.bytes and not obj.dup:
                 self._add_bytes(proc, obj.kind, -obj.bytes)
             if obj.parent is not None and obj.parent in client.objects:
@@ -598,3 +610,18 @@ class Tracker:
         if proc is None:
             return []
         return sorted((obj.client, obj.handle) for obj in proc.objects(kind))
+
+
+def _depends_on(kind: Kind, params: dict[str, int]) -> tuple[int, ...]:
+    """The objects RM makes a new one the dependent of, from its allocation's parameters
+    (580.142): a TSG and a context share depend on the VA space they name
+    (kchangrpapiConstruct_IMPL, kctxshareapiConstruct_IMPL), a channel on the context share it
+    names or, made without a TSG, on its VA space (kchannelConstruct_IMPL)."""
+    names: tuple[str, ...]
+    if kind in (Kind.TSG, Kind.CONTEXT_SHARE):
+        names = ("hVASpace",)
+    elif kind is Kind.CHANNEL:
+        names = ("hContextShare", "hVASpace")
+    else:
+        return ()
+    return tuple(params[name] for name in names if params.get(name))

@@ -402,3 +402,30 @@ def test_the_generation_moves_with_the_tree_and_not_with_counting() -> None:
     moved = control(SUBDEVICE, disable, bytes(16))
     assert moves(dataclasses.replace(moved, cgroup=8))  # the same process, another cgroup
     assert moves(Record("exit", next(_ts), 100, pid=100))
+
+
+def test_a_free_takes_what_rm_frees_as_its_dependents() -> None:
+    """RM frees the TSGs and context shares made on a VA space with it, and the channels that
+    run in a context share with that (clientUpdatePendingFreeList_IMPL, 580.142); a TSG not made
+    on the VA space stays."""
+    vaspace, copy_tsg, copy_channel, share, shared_channel = 0x30, 0x31, 0x32, 0x33, 0x34
+    t = Tracker()
+    basic_tree(t)
+    t.feed(alloc(DEVICE, vaspace, 0x90F1))
+    on_vaspace = abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(hVASpace=vaspace, engineType=11)
+    t.feed(alloc(DEVICE, copy_tsg, 0xA06C, params=on_vaspace))
+    t.feed(alloc(copy_tsg, copy_channel, 0xC86F, params=bytes(96)))
+    share_params = abi.NV_CTXSHARE_ALLOCATION_PARAMETERS.pack(hVASpace=vaspace, flags=1)
+    t.feed(alloc(TSG, share, 0x9067, params=share_params))
+    in_share = abi.NV_CHANNEL_ALLOC_PARAMS.pack(hContextShare=share, engineType=1)
+    t.feed(alloc(TSG, shared_channel, 0xC86F, params=in_share))
+    assert t.summary(100).tsgs == 2 and t.summary(100).channel_count == 3
+
+    t.feed(freed(share, parent=TSG))
+    assert sorted(t.handles(100, Kind.CHANNEL)) == [(CLIENT, CHANNEL), (CLIENT, copy_channel)]
+    t.feed(alloc(TSG, share, 0x9067, params=share_params))
+    t.feed(alloc(TSG, shared_channel, 0xC86F, params=in_share))
+    t.feed(freed(vaspace, parent=DEVICE))
+    assert t.handles(100, Kind.TSG) == [(CLIENT, TSG)]
+    assert t.handles(100, Kind.CHANNEL) == [(CLIENT, CHANNEL)]
+    assert t.summary(100).engines == {"HOPPER_COMPUTE_A": 1}
