@@ -422,6 +422,21 @@ class Tracker:
             proc.system_bytes += delta
             proc.system_peak = max(proc.system_peak, proc.system_bytes)
 
+    def forget(self, pid: int | None, client: int, handles: Iterable[int]) -> bool:
+        """Drop objects RM says ``client`` of ``pid`` no longer has (with what is below them and
+        depends on them): what RM freed with an object the probe never saw made, such as a
+        TSG's graphics context. Whether anything was dropped."""
+        proc = self.processes.get(pid)
+        found = proc.clients.get(client) if proc is not None else None
+        if proc is None or found is None:
+            return False
+        gone = [handle for handle in handles if handle in found.objects and handle != client]
+        for handle in gone:
+            self._remove_subtree(proc, found, handle)
+        if gone:
+            self.generation += 1
+        return bool(gone)
+
     def close_fd(self, proc: ProcessState, fd: int) -> None:
         """The driver frees the clients allocated through an fd when it is closed."""
         proc.fds.pop(fd, None)

@@ -429,3 +429,16 @@ def test_a_free_takes_what_rm_frees_as_its_dependents() -> None:
     assert t.handles(100, Kind.TSG) == [(CLIENT, TSG)]
     assert t.handles(100, Kind.CHANNEL) == [(CLIENT, CHANNEL)]
     assert t.summary(100).engines == {"HOPPER_COMPUTE_A": 1}
+
+
+def test_forget_drops_what_rm_no_longer_has_and_moves_the_generation() -> None:
+    t = Tracker()
+    basic_tree(t)
+    before = t.generation
+    assert t.forget(100, CLIENT, [CHANNEL, 0xDEAD])
+    assert t.handles(100, Kind.CHANNEL) == [] and t.summary(100).engines == {}
+    assert t.generation > before
+    assert not t.forget(100, CLIENT, [CHANNEL])  # gone already
+    assert not t.forget(100, CLIENT, [CLIENT])  # never the client itself
+    assert not t.forget(999, CLIENT, [TSG])  # another process
+    assert t.handles(100, Kind.TSG) == [(CLIENT, TSG)]

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +81,9 @@ class FakeDriver:
     disabled: set[tuple[int, int]] = field(default_factory=set)  # closed at least once
     closes: dict[tuple[int, int], int] = field(default_factory=dict)
     fail_enables: dict[int, int] = field(default_factory=dict)  # client -> opens to refuse
+    # (client, channel) RM freed unseen (with its share or its TSG's graphics context): a list
+    # naming one is refused whole, as RM refuses it (kmod/nvmock/control.c: all or nothing).
+    gone: set[tuple[int, int]] = field(default_factory=set)
     timeslice: dict[int, int] = field(default_factory=dict)
     timeslice_log: list[int] = field(default_factory=list)  # TSGs, one per SET_TIMESLICE
     borrowed: list[tuple[int, int]] = field(default_factory=list)
@@ -106,6 +109,8 @@ class FakeDriver:
             if not disable and self.fail_enables.get(client):
                 self.fail_enables[client] -= 1
                 return rmctl.ControlResult(NvStatus.NV_ERR_INVALID_STATE, 600_000)
+            if any((client, channel) in self.gone for channel in channels):
+                return rmctl.ControlResult(NvStatus.NV_ERR_INVALID_OBJECT_HANDLE, 600_000)
             for channel in channels:
                 key = (client, channel)
                 self.closes[key] = max(0, self.closes.get(key, 0) + (1 if disable else -1))
@@ -141,6 +146,10 @@ class FakeDriver:
             self.mode_log.append((channel, mode))
             return rmctl.ControlResult(NvStatus.NV_OK, 1)
 
+        def handle_class(fd: int, client: int, handle: int) -> int | None:
+            return None if (client, handle) in self.gone else 0xC86F
+
+        monkeypatch.setattr(rmctl, "handle_class", handle_class)
         monkeypatch.setattr(rmctl, "get_compute_preemption", get_compute_preemption)
         monkeypatch.setattr(rmctl, "set_compute_preemption", set_compute_preemption)
         monkeypatch.setattr(rmctl, "disable_channels", disable_channels)
@@ -212,6 +221,16 @@ class FakeResolver:
 
     def groups(self, pod: str) -> list[ClientChannels]:
         return list(self._groups.get(pod, []))
+
+    def forget(self, pid: int, client: int, handles: Sequence[int]) -> bool:
+        forgot = False
+        for groups in self._groups.values():
+            for i, g in enumerate(groups):
+                left = tuple(c for c in g.channels if c not in handles)
+                if g.pid == pid and g.client == client and left != g.channels:
+                    groups[i] = dataclasses.replace(g, channels=left)
+                    forgot = True
+        return forgot
 
     def launches(self) -> dict[str, int]:
         for pod, groups in self._groups.items():
@@ -1591,3 +1610,28 @@ def test_a_mode_set_after_its_pod_left_is_given_back_at_the_next_period(
     assert r.driver.mode == {0x20: 1} and modes.pods() == {"/train"}
     r.loop.run_until(0.6e6)
     assert r.driver.mode == {0x20: 2} and modes.pods() == set()
+
+
+def test_a_channel_rm_freed_unseen_does_not_keep_its_neighbours_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RM frees a channel with its context share or its TSG's graphics context, which RM may
+    have made itself where the probe never sees it, and then refuses any channel list naming
+    it. The group's channels RM no longer has are forgotten and the rest closed again: the
+    pod's other channels do not run through the other pod's turns."""
+    caplog.set_level(logging.INFO)
+    r = rig(tmp_path, monkeypatch, [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)])
+    r.loop.run_until(1e6)
+    a, b = 0xC1D00000, 0xC1D00001
+    r.driver.gone.add((a, 0x101))
+    r.loop.run_until(1.2e6)
+    assert "0x101 are gone in RM" in caplog.text
+    assert r.resolver.groups("/a")[0].channels == (0x100, 0x102, 0x103)
+    overlaps = 0
+    while r.loop.now < 3e6:
+        r.loop.run_until(r.loop.now + 1000)
+        b_open = (b, 0x200) not in r.driver.disabled
+        a_open = (a, 0x100) not in r.driver.disabled
+        overlaps += a_open and b_open
+    assert overlaps == 0
+    assert r.enforcer.sensor.gpu_time_us("/b") / 3e6 == pytest.approx(0.5, abs=0.05)

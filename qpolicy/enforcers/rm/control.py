@@ -20,6 +20,7 @@ shut out while the slice scheduler believes it open.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -223,6 +224,7 @@ class RmChannelControl:
                             continue
                     self.record.closing(group)  # before: a kill after the close is undone
                 problem: str | None = None
+                fd: int | None = None
                 try:
                     fd = self.files.get(group.pid, group.fd)
                     result = rmctl.disable_channels(
@@ -248,6 +250,8 @@ class RmChannelControl:
                     refused = True
                     if not enabled:
                         self.record.channels_opened(group)  # rmctl opened what it sent
+                    if fd is not None:
+                        self._look_for_gone(pod, group, fd, enabled)
                     continue
                 key = group_key(group)
                 with self._lock:
@@ -264,6 +268,44 @@ class RmChannelControl:
             return float(sent)
 
         self.worker.submit(job)
+
+    def _look_for_gone(self, pod: str, group: ClientChannels, fd: int, enabled: bool) -> None:
+        """Called on the worker after RM refused a group: RM refuses the whole list where one
+        channel is gone, and it can be gone unseen. RM frees a channel with an object it depends
+        on (clientUpdatePendingFreeList_IMPL, 580.142): its context share, its TSG's graphics
+        context, each of which RM may have made itself, at a handle the probe never saw. The
+        group's channels RM no longer has are forgotten on the loop thread, and the pod's
+        channels sent again, so that one freed channel does not leave its neighbours open (a
+        tenant that freed its own TSG's graphics context would run its other TSGs outside its
+        turns) or closed."""
+        gone = tuple(c for c in group.channels if rmctl.handle_class(fd, group.client, c) is None)
+        if gone:
+            self.loop.at(self.loop.now, lambda: self._forget_gone(pod, group, gone, enabled))
+
+    def _forget_gone(
+        self, pod: str, group: ClientChannels, gone: tuple[int, ...], enabled: bool
+    ) -> None:
+        assert group.pid is not None
+        forgot = self.resolver.forget(group.pid, group.client, gone)
+        log.info(
+            "pod %s: pid %d client %#x: channels %s are gone in RM",
+            pod,
+            group.pid,
+            group.client,
+            ", ".join(f"{c:#x}" for c in gone),
+        )
+        key = group_key(group)
+        with self._lock:
+            closed = self._closed.get(pod, {})
+            if key in closed:
+                left = tuple(c for c in closed[key].channels if c not in gone)
+                if left:
+                    closed[key] = dataclasses.replace(closed[key], channels=left)
+                else:
+                    del closed[key]
+            wanted = self._wanted_open.get(pod, True)
+        if forgot and wanted == enabled:
+            self.set_enabled(pod, enabled)
 
     def _retry_open_later(self, pod: str) -> None:
         """Called on the worker: send ``pod``'s refused opens again, from the loop thread."""

@@ -40,6 +40,10 @@ class PodResolver(Protocol):
         """Cumulative CUDA launches per pod."""
         ...
 
+    def forget(self, pid: int, client: int, handles: Sequence[int]) -> bool:
+        """Forget objects RM no longer has; whether any was known."""
+        ...
+
     def launches_of(self, pods: AbstractSet[str]) -> Mapping[str, int]:
         """The same for ``pods`` only, from the cgroups already known to be theirs (a cgroup
         first seen by :meth:`launches`): cheaper where the probe reads single counters."""
@@ -160,6 +164,9 @@ class ProbeResolver:
         if not self._unresolved:  # a cgroup not named yet may be this pod's: ask again then
             self._groups[pod] = found
         return list(found)
+
+    def forget(self, pid: int, client: int, handles: Sequence[int]) -> bool:
+        return self.probe.view.tracker.forget(pid, client, handles)
 
     def launches(self) -> Mapping[str, int]:
         totals: dict[str, int] = {}
