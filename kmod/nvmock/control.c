@@ -981,6 +981,9 @@ u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *
 	obj = nvmock_object_get(client, p->hObject);
 	if (!obj)
 		return NV_ERR_OBJECT_NOT_FOUND;
+	/* An object RM invalidated with one it depended on (rm.c): serverControl, rs_server.c. */
+	if (obj->kind == NVMOCK_INVALID)
+		return NV_ERR_RESOURCE_LOST;
 	desc = control_of(p->cmd, obj->kind);
 	if (!desc)
 		return NV_ERR_NOT_SUPPORTED;

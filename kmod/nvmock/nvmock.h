@@ -57,6 +57,8 @@ enum nvmock_kind {
 	NVMOCK_COPY,
 	NVMOCK_SYSMEM,
 	NVMOCK_VIDMEM,
+	NVMOCK_GRCTX,		/* a TSG's graphics context: RM makes one with each TSG (rm.c) */
+	NVMOCK_INVALID,		/* invalidated: its resource gone, its handle kept (rm.c) */
 	NVMOCK_KINDS,
 };
 
@@ -84,6 +86,7 @@ struct nvmock_tsg {
 	u32 nr_channels;
 	bool legacy;		/* its channels name no context share: RM made two (rm.c) */
 	u32 legacy_share[2];	/* their handles, SYNC and ASYNC, in the TSG's client */
+	u32 grctx;		/* its graphics context's handle, in the TSG's client */
 	bool gr_ctx;		/* its GR context has its main buffer: a compute object came */
 	bool gone;
 	u64 gpu_ns;
@@ -136,8 +139,8 @@ struct nvmock_object {
 	struct list_head children;
 	struct list_head sibling;
 	struct nvmock_gpu *gpu;
-	/* The object it depends on besides its parent: freed with it (RM's refAddDependant). */
-	struct nvmock_object *dep;
+	/* The objects it depends on besides its parent: freed with them (RM's refAddDependant). */
+	struct nvmock_object *dep[2];
 	union {
 		struct nvmock_tsg *tsg;
 		struct nvmock_channel *channel;

@@ -73,6 +73,8 @@ static const char *const kind_names[NVMOCK_KINDS] = {
 	[NVMOCK_COPY] = "copy",
 	[NVMOCK_SYSMEM] = "sysmem",
 	[NVMOCK_VIDMEM] = "vidmem",
+	[NVMOCK_GRCTX] = "grctxs",
+	[NVMOCK_INVALID] = "invalid",
 };
 
 const char *nvmock_kind_name(enum nvmock_kind kind)
@@ -226,6 +228,44 @@ static void tsg_destroy(struct nvmock_tsg *tsg)
 	kfree(tsg);
 }
 
+static u32 pick_handle(struct nvmock_client *client, u32 *hnew);
+static struct nvmock_object *object_new(struct nvmock_client *client,
+					struct nvmock_object *parent, u32 handle, u32 hclass,
+					enum nvmock_kind kind);
+static void object_attach(struct nvmock_object *obj);
+static void object_discard(struct nvmock_object *obj);
+
+/*
+ * An object RM makes itself in a client (an allocation with a zero handle, from inside another):
+ * at the next handle RM would give, under @parent, not yet constructed (the caller does, then
+ * object_attach()). NULL with *status set where no handle or memory is left.
+ */
+static struct nvmock_object *rm_made(struct nvmock_object *parent, u32 hclass,
+				     enum nvmock_kind kind, u32 *status)
+{
+	struct nvmock_object *obj;
+	u32 handle = 0;
+
+	*status = pick_handle(parent->client, &handle);
+	if (*status != NV_OK)
+		return NULL;
+	obj = object_new(parent->client, parent, handle, hclass, kind);
+	if (!obj)
+		*status = NV_ERR_NO_MEMORY;
+	return obj;
+}
+
+/*
+ * The graphics context of a TSG's client that RM looks up (NULL where the client freed it): a
+ * channel or context share made in the TSG is its dependent.
+ */
+static struct nvmock_object *grctx_of(struct nvmock_object *tsg_obj)
+{
+	struct nvmock_object *obj = nvmock_object_get(tsg_obj->client, tsg_obj->tsg->grctx);
+
+	return obj && obj->kind == NVMOCK_GRCTX ? obj : NULL;
+}
+
 /* The VA space a handle names in the client, or NULL. */
 static struct nvmock_object *vaspace_of(struct nvmock_client *client, u32 handle)
 {
@@ -239,17 +279,32 @@ static struct nvmock_object *vaspace_of(struct nvmock_client *client, u32 handle
  * a channel RAM per runlist (Hopper), refuses an engine type that is not valid
  * (NV_ERR_INVALID_ARGUMENT, RM_ENGINE_TYPE_IS_VALID): the TSG's runlist comes from it, and its
  * channels must be of it (channel_share()). A VA space named makes the TSG its dependent
- * (refAddDependant): freeing the VA space frees the TSG with everything under it.
+ * (refAddDependant): freeing the VA space frees the TSG with everything under it. Without MIG,
+ * RM then makes the TSG's graphics context (KERNEL_GRAPHICS_CONTEXT, RS_FLAGS_INTERNAL_ONLY in
+ * resource_list.h) as an object of the client under the TSG, at the next handle it would give;
+ * the channels and context shares made in the TSG depend on it (kchannelConstruct_IMPL,
+ * kctxshareapiConstruct_IMPL).
  */
 static u32 tsg_construct(struct nvmock_object *obj, const struct nv_channel_group_alloc_params *p)
 {
+	struct nvmock_object *grctx;
+	u32 status;
+
 	if (!p->engineType || p->engineType >= NV2080_ENGINE_TYPE_LAST)
 		return NV_ERR_INVALID_ARGUMENT;
 	obj->tsg = tsg_create(obj->gpu, obj->client->tgid);
 	if (!obj->tsg)
 		return NV_ERR_NO_MEMORY;
 	obj->tsg->engine_type = p->engineType;
-	obj->dep = vaspace_of(obj->client, p->hVASpace);
+	obj->dep[0] = vaspace_of(obj->client, p->hVASpace);
+	grctx = rm_made(obj, KERNEL_GRAPHICS_CONTEXT, NVMOCK_GRCTX, &status);
+	if (!grctx) {
+		tsg_destroy(obj->tsg);
+		obj->tsg = NULL;
+		return status;
+	}
+	object_attach(grctx);
+	obj->tsg->grctx = grctx->handle;
 	return NV_OK;
 }
 
@@ -261,14 +316,17 @@ static u32 tsg_construct(struct nvmock_object *obj, const struct nv_channel_grou
  * flags NV_ERR_INVALID_ARGUMENT; the ID is written back into subctxId. Measured on an H100
  * (rmcases.py context_shares): 63, 62, then SYNC 0 and again NV_ERR_NO_MEMORY, SPECIFIED 5 and
  * again NV_ERR_NO_MEMORY, 64 NV_ERR_NO_MEMORY, PREFER_LOWER 0x80000001 and 0x80000002, flags 4
- * NV_ERR_INVALID_ARGUMENT, and 63 again once its share was freed. A VA space named makes the
- * share its dependent (kctxshareapiConstruct_IMPL: refAddDependant), freed with it. In a TSG in
+ * NV_ERR_INVALID_ARGUMENT, and 63 again once its share was freed. A VA space named and the TSG's
+ * graphics context make the share their dependent (kctxshareapiConstruct_IMPL:
+ * refAddDependant), freed with either; with the graphics context freed the share is
+ * NV_ERR_OBJECT_NOT_FOUND (its lookup, after the heap's). In a TSG in
  * legacy mode (channel_share()) the heap holds 2 IDs, both RM's own shares': any other share
  * there is NV_ERR_NO_MEMORY.
  */
 static u32 ctxshare_construct(struct nvmock_object *obj, struct nv_ctxshare_alloc_params *p)
 {
 	struct nvmock_tsg *tsg = obj->parent->tsg;
+	struct nvmock_object *grctx;
 	u64 taken = tsg->subctx_ids | ~GENMASK_ULL(tsg->subctx_max - 1, 0);
 	u64 above_0 = ~taken & ~BIT_ULL(0);
 	u32 id;
@@ -295,9 +353,13 @@ static u32 ctxshare_construct(struct nvmock_object *obj, struct nv_ctxshare_allo
 	}
 	if (taken & BIT_ULL(id))
 		return NV_ERR_NO_MEMORY;
+	grctx = grctx_of(obj->parent);
+	if (!grctx)
+		return NV_ERR_OBJECT_NOT_FOUND;
 	tsg->subctx_ids |= BIT_ULL(id);
 	obj->subctx_id = id;
-	obj->dep = vaspace_of(obj->client, p->hVASpace);
+	obj->dep[0] = vaspace_of(obj->client, p->hVASpace);
+	obj->dep[1] = grctx;
 	p->subctxId = id;
 	if (p->flags == NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC_PREFER_LOWER)
 		p->subctxId |= NV_CTXSHARE_SUBCTXID_PREFER_LOWER_SUCCESS;
@@ -377,13 +439,6 @@ static void channel_free(struct nvmock_channel *ch)
 	kfree(ch);
 }
 
-static u32 pick_handle(struct nvmock_client *client, u32 *hnew);
-static struct nvmock_object *object_new(struct nvmock_client *client,
-					struct nvmock_object *parent, u32 handle, u32 hclass,
-					enum nvmock_kind kind);
-static void object_attach(struct nvmock_object *obj);
-static void object_discard(struct nvmock_object *obj);
-
 /* One of the context shares RM makes for a TSG in legacy mode, at a handle of RM's choosing. */
 static u32 legacy_share(struct nvmock_object *tsg_obj, u32 flags, u32 *handle)
 {
@@ -391,14 +446,10 @@ static u32 legacy_share(struct nvmock_object *tsg_obj, u32 flags, u32 *handle)
 	struct nvmock_object *obj;
 	u32 status;
 
-	*handle = 0;
-	status = pick_handle(tsg_obj->client, handle);
-	if (status != NV_OK)
-		return status;
-	obj = object_new(tsg_obj->client, tsg_obj, *handle, FERMI_CONTEXT_SHARE_A,
-			 NVMOCK_CTXSHARE);
+	obj = rm_made(tsg_obj, FERMI_CONTEXT_SHARE_A, NVMOCK_CTXSHARE, &status);
 	if (!obj)
-		return NV_ERR_NO_MEMORY;
+		return status;
+	*handle = obj->handle;
 	status = ctxshare_construct(obj, &p);
 	if (status != NV_OK) {
 		object_discard(obj);
@@ -444,21 +495,25 @@ static u32 tsg_legacy_mode(struct nvmock_object *tsg_obj)
  * is not a context share (NV_ERR_INVALID_OBJECT_HANDLE, clientGetResourceRefByType) or is not
  * under this TSG (NV_ERR_INVALID_OBJECT_PARENT); with none named, the TSG's legacy share by
  * NVOS04_FLAGS_GROUP_CHANNEL_THREAD (0 SYNC, else ASYNC; tsg_legacy_mode()); then an engine
- * type that is valid and not the TSG's. The channel depends on its context share, or on the VA
- * space a channel under the device names (refAddDependant): freed with it.
+ * type that is valid and not the TSG's; the TSG's graphics context freed NV_ERR_OBJECT_NOT_FOUND
+ * (kgrctxFromKernelChannel). The channel depends on its context share and on the TSG's graphics
+ * context, or on the VA space a channel under the device names (refAddDependant): freed with
+ * either.
  */
 static u32 channel_share(struct nvmock_object *obj, const struct nv_channel_alloc_params *p)
 {
+	u32 thread = (p->flags >> NVOS04_FLAGS_GROUP_CHANNEL_THREAD_SHIFT) &
+		     NVOS04_FLAGS_GROUP_CHANNEL_THREAD_MASK;
 	struct nvmock_object *tsg_obj = obj->parent, *share;
 	struct nvmock_tsg *tsg;
-	u32 thread, status;
+	u32 status;
 
 	if (p->hContextShare && p->hVASpace)
 		return NV_ERR_INVALID_ARGUMENT;
 	if (tsg_obj->kind != NVMOCK_TSG) {
 		if (p->hContextShare)
 			return NV_ERR_INVALID_ARGUMENT;
-		obj->dep = vaspace_of(obj->client, p->hVASpace);
+		obj->dep[0] = vaspace_of(obj->client, p->hVASpace);
 		return NV_OK;
 	}
 	tsg = tsg_obj->tsg;
@@ -480,8 +535,6 @@ static u32 channel_share(struct nvmock_object *obj, const struct nv_channel_allo
 			if (status != NV_OK)
 				return status;
 		}
-		thread = (p->flags >> NVOS04_FLAGS_GROUP_CHANNEL_THREAD_SHIFT) &
-			 NVOS04_FLAGS_GROUP_CHANNEL_THREAD_MASK;
 		share = nvmock_object_get(obj->client, tsg->legacy_share[!!thread]);
 		if (!share)
 			return NV_ERR_OBJECT_NOT_FOUND;
@@ -491,8 +544,17 @@ static u32 channel_share(struct nvmock_object *obj, const struct nv_channel_allo
 	if (p->engineType && p->engineType < NV2080_ENGINE_TYPE_LAST &&
 	    p->engineType != tsg->engine_type)
 		return NV_ERR_INVALID_ARGUMENT;
-	obj->dep = share;
-	return NV_OK;
+	/*
+	 * kchannelAllocMem_GM107 (arch/maxwell/kernel_channel_gm107.c):
+	 * kfifoValidateSCGTypeAndRunqueue_GP102 refuses SCG type COMPUTE1 (thread 1) on runqueue 0.
+	 * Measured on an H100: thread 1 NV_ERR_INVALID_ARGUMENT, thread 2 NV_OK (rmcases.py
+	 * legacy_context_shares).
+	 */
+	if (thread == 1 && !(p->flags & NVOS04_FLAGS_GROUP_CHANNEL_RUNQUEUE))
+		return NV_ERR_INVALID_ARGUMENT;
+	obj->dep[0] = share;
+	obj->dep[1] = grctx_of(tsg_obj);
+	return obj->dep[1] ? NV_OK : NV_ERR_OBJECT_NOT_FOUND;
 }
 
 static u32 channel_construct(struct nvmock_object *obj, const void *params)
@@ -798,36 +860,62 @@ static void destruct(struct nvmock_object *obj)
 /* -- the tree -------------------------------------------------------------------------------- */
 
 /*
- * An object that depends on @obj (its dep), in @obj's client. Only VA spaces and context shares
- * have dependents here (tsg_construct(), ctxshare_construct(), channel_share()).
+ * An object that depends on @obj (one of its dep), in @obj's client. Only VA spaces, context
+ * shares and graphics contexts have dependents here (tsg_construct(), ctxshare_construct(),
+ * channel_share()).
  */
 static struct nvmock_object *dependent_of(struct nvmock_object *obj)
 {
 	struct nvmock_object *other;
 	unsigned long index;
 
-	if (obj->kind != NVMOCK_VASPACE && obj->kind != NVMOCK_CTXSHARE)
+	if (obj->kind != NVMOCK_VASPACE && obj->kind != NVMOCK_CTXSHARE &&
+	    obj->kind != NVMOCK_GRCTX)
 		return NULL;
 	xa_for_each(&obj->client->objects, index, other)
-		if (other->dep == obj)
+		if (other->kind != NVMOCK_INVALID && (other->dep[0] == obj || other->dep[1] == obj))
 			return other;
 	return NULL;
 }
 
 /*
- * An object goes with its dependents, then its children, then itself, as RM orders its pending
- * free list (clientUpdatePendingFreeList_IMPL, resserv's rs_server.c: children and dependents
- * are moved ahead of what they belong to, recursively): freeing a VA space frees the TSGs and
- * context shares made on it, freeing a context share frees the channels that run in it, each
- * with what is under it. A dependent can be a sibling of the object or of an ancestor being
- * freed, so each list is read again after every free.
+ * Invalidate an object with what is under it and what depends on it: each is destructed (a
+ * channel leaves the engine, a TSG goes, a share gives back its VEID), and keeps its handle,
+ * class and parent as kind NVMOCK_INVALID until the client frees it. Children before their
+ * parent, as RM's pending free list orders them.
+ */
+static void object_invalidate(struct nvmock_object *obj)
+{
+	struct nvmock_object *child, *dep;
+
+	while ((dep = dependent_of(obj)))
+		object_invalidate(dep);
+	list_for_each_entry_reverse(child, &obj->children, sibling)
+		if (child->kind != NVMOCK_INVALID)
+			object_invalidate(child);
+	destruct(obj);
+	atomic_dec(&nvmock_counts[obj->kind]);
+	atomic_inc(&nvmock_counts[NVMOCK_INVALID]);
+	obj->kind = NVMOCK_INVALID;
+}
+
+/*
+ * RM frees an object with its children, and invalidates what depends on it that is not below
+ * it (serverFreeResourceTree, resserv's rs_server.c: clientUpdatePendingFreeList_IMPL puts the
+ * children and the dependents, with theirs, ahead of the object on the pending free list, and
+ * each entry that is not a descendant of the object freed is freed with bInvalidateOnly): the
+ * TSGs and context shares made on a VA space, the channels that run in a context share and the
+ * channels and shares of a TSG whose graphics context goes are destroyed, and their handles
+ * stay in the client, which must free them (measured on an H100: rmcases.py dependents_freed,
+ * where each still answered CLIENT_GET_HANDLE_INFO). A dependent can be a sibling of the object
+ * or of an ancestor being freed, so each list is read again after every free.
  */
 static void object_free(struct nvmock_object *obj)
 {
 	struct nvmock_object *dep;
 
 	while ((dep = dependent_of(obj)))
-		object_free(dep);
+		object_invalidate(dep);
 	/* Children last made first: a channel goes before its TSG, a TSG before its device. */
 	while (!list_empty(&obj->children))
 		object_free(list_last_entry(&obj->children, struct nvmock_object, sibling));
@@ -1135,6 +1223,9 @@ u32 nvmock_rm_dup(const struct nvmock_caller *caller, u32 hclient, u32 hparent, 
 	parent = nvmock_object_get(client, hparent);
 	if (!src || !parent)
 		return NV_ERR_OBJECT_NOT_FOUND;
+	/* serverCopyResource (rs_server.c): a source RM invalidated is lost. */
+	if (src->kind == NVMOCK_INVALID)
+		return NV_ERR_RESOURCE_LOST;
 	if (src->kind != NVMOCK_VIDMEM && src->kind != NVMOCK_SYSMEM)
 		return NV_ERR_INVALID_ARGUMENT;
 	desc = class_of(src->hclass);

@@ -89,6 +89,7 @@
 #define NV_ERR_OUT_OF_RANGE			0x5B
 #define NV_ERR_STATE_IN_USE			0x63
 #define NV_ERR_UVM_ADDRESS_IN_USE		0x68
+#define NV_ERR_RESOURCE_LOST			0x6E
 #define NV_ERR_GENERIC				0xFFFF
 
 /* Classes. */
@@ -99,6 +100,7 @@
 #define NV01_MEMORY_LOCAL_USER		0x0040
 #define NV01_DEVICE_0			0x0080
 #define NV20_SUBDEVICE_0		0x2080
+#define KERNEL_GRAPHICS_CONTEXT		0x0090
 #define FERMI_CONTEXT_SHARE_A		0x9067
 #define FERMI_VASPACE_A			0x90F1
 #define KEPLER_CHANNEL_GROUP_A		0xA06C
@@ -356,6 +358,8 @@ struct nv_channel_alloc_params {
  */
 #define NVOS04_FLAGS_GROUP_CHANNEL_THREAD_SHIFT	28
 #define NVOS04_FLAGS_GROUP_CHANNEL_THREAD_MASK	0x3u
+/* NVOS04_FLAGS_GROUP_CHANNEL_RUNQUEUE 4:4: runqueue 1 (libcuda's odd compute channels). */
+#define NVOS04_FLAGS_GROUP_CHANNEL_RUNQUEUE	0x00000010u
 
 struct nv_memory_alloc_params {
 	__u32 owner;

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qpolicy.nvrm import abi
+from qpolicy.nvrm import abi, rmctl
 from tests.vm.rmclient import (
     MEMORY_OWNER,
     Alloc,
@@ -1103,16 +1103,33 @@ def _rm_made(s: Scope, handle: int, tsg: int) -> Answers:
 
 THREAD = 28  # NVOS04_FLAGS_GROUP_CHANNEL_THREAD (29:28)
 
-# The two below are not cases yet: no GPU has answered them. tests/vm/test_nvmock_abi.py holds
-# nvmock to the answers 580.142's source gives until one has; then they join CASES.
+
+def _lost(s: Scope, channel: int) -> str:
+    """A control on the channel itself: its work-submit token (answered by the host)."""
+    cmd = abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN
+    return name(s.rm.control(s.client, channel, cmd, bytes(abi.CONTROLS[cmd].params.size))[0])
 
 
+def _close(s: Scope, channels: list[int]) -> str:
+    """FIFO_DISABLE_CHANNELS closing ``channels`` (never scheduled), then opening them again
+    whatever it answered: the close's status."""
+    cmd = abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS
+    close = rmctl.disable_channels_params(s.client, channels, disable=True)
+    status = s.rm.control(s.client, s.subdevice, cmd, bytes(close))[0]
+    for channel in channels:
+        reopen = rmctl.disable_channels_params(s.client, [channel], disable=False)
+        s.rm.control(s.client, s.subdevice, cmd, bytes(reopen))
+    return name(status)
+
+
+@case
 def legacy_context_shares(rm: Rm) -> Answers:
     """A TSG whose channels name no context share, as libcuda's copy-engine TSGs' do: on its
     first channel RM puts it in legacy mode (kchangrpapiSetLegacyMode_IMPL,
     kernel_channel_group_api.c) and makes two shares of its own in the client, under the TSG,
     at handles of its choosing: SYNC (VEID 0) and ASYNC (VEID 1), which a channel runs in by its
-    NVOS04_FLAGS_GROUP_CHANNEL_THREAD; no other share fits there. A TSG's channels all name a
+    NVOS04_FLAGS_GROUP_CHANNEL_THREAD; no other share fits there. Before them, the TSG itself
+    took one for its graphics context (kchangrpapiConstruct_IMPL). A TSG's channels all name a
     share or none, and what a named share must be (kchannelConstruct_IMPL, kernel_channel.c).
     RM's handles are compared only by how far past one taken just before they lie."""
     answers: Answers = {}
@@ -1123,9 +1140,11 @@ def legacy_context_shares(rm: Rm) -> Answers:
         first = _channel(s, tsg, COPY2)
         answers["channel"] = name(first.status)
         after = rm.alloc(s.client, s.device, 0x40, memory_params(MIB), handle=0)
-        answers["RM's handles taken between"] = after.handle - before.handle - 1
-        answers["RM's next handle"] = _rm_made(s, before.handle + 1, tsg)
-        answers["RM's handle after it"] = _rm_made(s, before.handle + 2, tsg)
+        between = after.handle - before.handle - 1
+        answers["RM's handles taken between"] = between
+        answers["RM's handles"] = [
+            _rm_made(s, before.handle + n, tsg) for n in range(1, min(between, 4) + 1)
+        ]
         threads = [_channel(s, tsg, COPY2, flags=DELAY | n << THREAD) for n in (1, 2)]
         answers["channel, thread 1"] = name(threads[0].status)
         answers["channel, thread 2"] = name(threads[1].status)
@@ -1161,21 +1180,28 @@ def legacy_context_shares(rm: Rm) -> Answers:
         )
         no_engine = abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=0)
         answers["TSG of engine 0"] = name(rm.alloc(s.client, s.device, 0xA06C, no_engine).status)
-        if first.status == abi.NvStatus.NV_OK and before.status == abi.NvStatus.NV_OK:
-            sync = before.handle + 1
-            answers["free RM's sync share"] = name(rm.free(s.client, tsg, sync))
+        shares = [
+            before.handle + n
+            for n, made in enumerate(answers["RM's handles"], 1)
+            if made["class"] == hex(0x9067)
+        ]
+        if first.status == abi.NvStatus.NV_OK and shares:
+            answers["free RM's sync share"] = name(rm.free(s.client, tsg, shares[0]))
             answers["its channel"] = _there(s, first.handle)
             answers["thread 1's channel"] = _there(s, threads[0].handle)
             answers["a channel in it again"] = name(_channel(s, tsg, COPY2).status)
     return answers
 
 
+@case
 def dependents_freed(rm: Rm) -> Answers:
-    """RM frees an object's dependents with it (clientUpdatePendingFreeList_IMPL, resserv's
-    rs_server.c): a channel with the context share it runs in (kchannelConstruct_IMPL), a TSG
-    and a context share with the VA space they were made on (kchangrpapiConstruct_IMPL,
-    kctxshareapiConstruct_IMPL), each with what is under it; USERD memory is no such thing. What
-    is still there is asked by handle (CLIENT_GET_HANDLE_INFO)."""
+    """What RM does with an object's dependents when it is freed (clientUpdatePendingFreeList_IMPL,
+    resserv's rs_server.c): a channel depends on the context share it runs in
+    (kchannelConstruct_IMPL), a TSG and a context share on the VA space they were made on
+    (kchangrpapiConstruct_IMPL, kctxshareapiConstruct_IMPL), the channels and shares of a TSG on
+    the graphics context RM made for it; USERD memory is no such thing. Whether each is still
+    there is asked by handle (CLIENT_GET_HANDLE_INFO): a dependent that is not below the object
+    freed is only invalidated (serverFreeResourceTree's bInvalidateOnly), and keeps its handle."""
     answers: Answers = {}
     with scope(rm, va_mode=2) as s:
         kept = rm.new(s.client, s.device, 0x90F1, bytes(56))
@@ -1210,4 +1236,48 @@ def dependents_freed(rm: Rm) -> Answers:
         answers["that share's TSG"] = _there(s, other)
         answers["the channel's USERD memory"] = _there(s, userd)
         answers["the other VA space"] = _there(s, kept)
+        # The graphics context RM made with a TSG, at the handle after one taken just before.
+        marker = rm.alloc(s.client, s.device, 0x40, memory_params(MIB), handle=0).handle
+        third = _tsg(s, GR)
+        grctx = marker + 1
+        answers["RM's handle after the TSG's"] = _rm_made(s, grctx, third)
+        third_share = _share(s, third, kept, abi.SUBCONTEXT_ASYNC)[1]
+        third_channel = _channel(s, third, GR, third_share).handle
+        answers["free the graphics context"] = name(rm.free(s.client, third, grctx))
+        answers["a channel of its TSG"] = _there(s, third_channel)
+        answers["a share of its TSG"] = _there(s, third_share)
+        answers["the graphics context's TSG"] = _there(s, third)
+        answers["a share made after"] = _share(s, third, kept, abi.SUBCONTEXT_ASYNC)[0]
+    return answers
+
+
+# Not a case yet: no GPU has answered it. tests/vm/test_nvmock_abi.py holds nvmock to the
+# answers 580.142's source gives (GSP's closed ones as nvmock answers them) until one has.
+def invalidated_objects(rm: Rm) -> Answers:
+    """What RM answers about objects it invalidated, not freed, with one they depended on
+    (serverFreeResourceTree, rs_server.c: a dependent that is not below the object freed is
+    freed with bInvalidateOnly, its handle kept; dependents_freed): a control on the channel
+    itself and on a TSG (serverControl: NV_ERR_RESOURCE_LOST), FIFO_DISABLE_CHANNELS naming the
+    channel alone and beside a live one (sent to GSP, whose answer is closed), and its free."""
+    answers: Answers = {}
+    with scope(rm, va_mode=2) as s:
+        vaspace = rm.new(s.client, s.device, 0x90F1, bytes(56))
+        freed = rm.new(s.client, s.device, 0x90F1, bytes(56))
+        tsg = _tsg(s, GR)
+        share = _share(s, tsg, vaspace, abi.SUBCONTEXT_ASYNC)[1]
+        channel = _channel(s, tsg, GR, share).handle
+        live_tsg = _tsg(s, GR)
+        live = _channel(s, live_tsg, GR, _share(s, live_tsg, vaspace, abi.SUBCONTEXT_ASYNC)[1])
+        answers["free the share"] = name(rm.free(s.client, tsg, share))
+        answers["its channel's token"] = _lost(s, channel)
+        answers["a live channel's token"] = _lost(s, live.handle)
+        answers["close it"] = _close(s, [channel])
+        answers["close a live one and it"] = _close(s, [live.handle, channel])
+        answers["close the live one"] = _close(s, [live.handle])
+        answers["free it"] = name(rm.free(s.client, tsg, channel))
+        answers["it, freed"] = _there(s, channel)
+        copy_tsg = _tsg(s, COPY2, freed)
+        answers["free the VA space"] = name(rm.free(s.client, s.device, freed))
+        status, _ = rm.control(s.client, copy_tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE, bytes(8))
+        answers["the TSG made on it, its timeslice"] = name(status)
     return answers

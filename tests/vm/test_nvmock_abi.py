@@ -568,60 +568,24 @@ def test_the_nice_controls_gsp_carries_out_answer_as_the_gpus_did(rm: Rm) -> Non
     )
 
 
-# What 580.142's source says RM answers to tests/vm/rmcases.py's legacy_context_shares and
-# dependents_freed (kmod/nvmock/CONFORMANCE.md, the rows on context shares, legacy mode and
-# RM_FREE), until a GPU has answered them.
-LEGACY_FROM_SOURCE = {
-    "channel": "NV_OK",
-    "RM's handles taken between": 2,
-    "RM's next handle": {"status": "NV_OK", "class": "0x9067", "under the TSG": True},
-    "RM's handle after it": {"status": "NV_OK", "class": "0x9067", "under the TSG": True},
-    "channel, thread 1": "NV_OK",
-    "channel, thread 2": "NV_OK",
-    **{
-        key: {"status": "NV_ERR_NO_MEMORY", "subctxId": "-"}
-        for key in ("sync share", "async share", "specified 1", "specified 2", "prefer lower")
-    },
-    "other TSG's share": {"status": "NV_OK", "subctxId": "0x3f"},
-    "legacy TSG, a share named": "NV_ERR_INVALID_ARGUMENT",
-    "share named": "NV_OK",
-    "then none named": "NV_ERR_INVALID_ARGUMENT",
-    "another TSG's share": "NV_ERR_INVALID_OBJECT_PARENT",
-    "a VA space as share": "NV_ERR_INVALID_OBJECT_HANDLE",
-    "unknown share": "NV_ERR_OBJECT_NOT_FOUND",
-    "share and VA space": "NV_ERR_INVALID_ARGUMENT",
-    "VA space in a TSG": "NV_ERR_INVALID_ARGUMENT",
-    "engine not the TSG's": "NV_ERR_INVALID_ARGUMENT",
-    "after it, a sync share": {"status": "NV_ERR_NO_MEMORY", "subctxId": "-"},
-    "none named, a share there": "NV_ERR_INVALID_STATE",
-    "device's channel naming a share": "NV_ERR_INVALID_ARGUMENT",
-    "TSG of engine 0": "NV_ERR_INVALID_ARGUMENT",
-    "free RM's sync share": "NV_OK",
-    "its channel": "NV_ERR_OBJECT_NOT_FOUND",
-    "thread 1's channel": "NV_OK",
-    "a channel in it again": "NV_ERR_OBJECT_NOT_FOUND",
-}
-DEPENDENTS_FROM_SOURCE = {
+# What 580.142's source says RM answers to tests/vm/rmcases.py's invalidated_objects, and what
+# nvmock answers where GSP answers (closed), until a GPU has answered it (CONFORMANCE.md, the
+# RM_FREE row).
+INVALIDATED_FROM_SOURCE = {
     "free the share": "NV_OK",
-    "its channel": "NV_ERR_OBJECT_NOT_FOUND",
-    "its TSG": "NV_OK",
+    "its channel's token": "NV_ERR_RESOURCE_LOST",
+    "a live channel's token": "NV_OK",
+    "close it": "NV_ERR_INVALID_OBJECT_HANDLE",
+    "close a live one and it": "NV_ERR_INVALID_OBJECT_HANDLE",
+    "close the live one": "NV_OK",
+    "free it": "NV_OK",
+    "it, freed": "NV_ERR_OBJECT_NOT_FOUND",
     "free the VA space": "NV_OK",
-    "the TSG made on it": "NV_ERR_OBJECT_NOT_FOUND",
-    "that TSG's channel": "NV_ERR_OBJECT_NOT_FOUND",
-    "the share made on it": "NV_ERR_OBJECT_NOT_FOUND",
-    "that share's channel": "NV_ERR_OBJECT_NOT_FOUND",
-    "that share's TSG": "NV_OK",
-    "the channel's USERD memory": "NV_OK",
-    "the other VA space": "NV_OK",
+    "the TSG made on it, its timeslice": "NV_ERR_RESOURCE_LOST",
 }
 
 
-def test_a_tsg_whose_channels_name_no_context_share_runs_them_in_rms_own(rm: Rm) -> None:
-    """Legacy mode (kchangrpapiSetLegacyMode_IMPL) and what kchannelConstruct_IMPL requires of a
-    channel's context share, as libcuda's copy-engine TSGs meet them."""
-    assert rmcases.legacy_context_shares(rm) == LEGACY_FROM_SOURCE
-
-
-def test_freeing_a_share_or_a_va_space_frees_what_depends_on_it(rm: Rm) -> None:
-    """RM frees an object's dependents with it (clientUpdatePendingFreeList_IMPL)."""
-    assert rmcases.dependents_freed(rm) == DEPENDENTS_FROM_SOURCE
+def test_what_rm_invalidated_with_an_object_it_depended_on_is_lost(rm: Rm) -> None:
+    """RM invalidates an object's dependents with it (serverFreeResourceTree's bInvalidateOnly):
+    their handles stay, a control on them is NV_ERR_RESOURCE_LOST (serverControl)."""
+    assert rmcases.invalidated_objects(rm) == INVALIDATED_FROM_SOURCE

@@ -334,6 +334,7 @@ CONSTANT_ALIAS = {
     ),
     # DRF field ranges ("6:6"): the flag is the bit at the range's low end.
     "NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING": "(1u << (0 ? NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING))",
+    "NVOS04_FLAGS_GROUP_CHANNEL_RUNQUEUE": "(1u << (0 ? NVOS04_FLAGS_GROUP_CHANNEL_RUNQUEUE))",
     "NVOS04_FLAGS_GROUP_CHANNEL_THREAD_SHIFT": "(0 ? NVOS04_FLAGS_GROUP_CHANNEL_THREAD)",
     "NVOS04_FLAGS_GROUP_CHANNEL_THREAD_MASK": (
         "((1u << ((1 ? NVOS04_FLAGS_GROUP_CHANNEL_THREAD)"
@@ -504,6 +505,7 @@ PROBE_HEADERS = (
     "class/cl003e.h",
     "class/cl0040.h",
     "class/cl0080.h",
+    "class/cl0090.h",
     "class/cl2080.h",
     "class/cl9067.h",
     "class/cl90f1.h",
