@@ -743,15 +743,17 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
 }
 
 /*
- * Whether freeing @hobject may make RM free channels or TSGs that are not below it: RM frees an
- * object's dependents with it (clientUpdatePendingFreeList_IMPL, resserv's rs_server.c), and
+ * Whether freeing @hobject may make RM destroy channels or TSGs that are not below it: RM
+ * invalidates an object's dependents with it (serverFreeResourceTree, resserv's rs_server.c), and
  * those of a VA space are the TSGs and context shares made on it, those of a context share the
  * channels that run in it (kchangrpapiConstruct_IMPL, kctxshareapiConstruct_IMPL,
- * kchannelConstruct_IMPL), those of OS-descriptor memory the channels whose USERD it holds
- * (kchannelCreateUserdMemDesc_GV100). A handle qgpu does not track may be one of RM's own: the
- * two context shares of a TSG in legacy mode (kchangrpapiSetLegacyMode_IMPL), whose handles a
- * tenant can guess. So: an untracked object, one of another class than qgpu's kinds, or memory
- * some channel of the client keeps its USERD in.
+ * kchannelConstruct_IMPL), those of a TSG's graphics context the channels and shares made in the
+ * TSG, those of OS-descriptor memory the channels whose USERD it holds
+ * (kchannelCreateUserdMemDesc_GV100). A handle qgpu does not track may be one of RM's own: a
+ * TSG's graphics context (kchangrpapiConstruct_IMPL) or the two context shares of a TSG in
+ * legacy mode (kchangrpapiSetLegacyMode_IMPL), whose handles a tenant can guess. So: an
+ * untracked object, one of another class than qgpu's kinds, or memory some channel of the
+ * client keeps its USERD in.
  * Context: qgpu_lock held.
  */
 static bool frees_dependents(struct qgpu_client *client, u32 hobject)
@@ -769,18 +771,20 @@ static bool frees_dependents(struct qgpu_client *client, u32 hobject)
 
 /*
  * After a free that may have taken dependents with it (frees_dependents()): every TSG and
- * channel qgpu tracks in the client is asked of RM, and those it no longer has are forgotten
- * (with what is below them). A channel left tracked would be closed and opened in vain every
- * turn (its failure fails the whole FIFO_DISABLE_CHANNELS batch, which sched.c then sends
- * channel by channel), be read as busy from USERD memory that outlives it, and hold its record
- * until the file closes. A record RM confirmed again meanwhile (a handle made again) is kept.
+ * channel qgpu tracks in the client is asked of RM, and those it no longer has working, freed or
+ * invalidated (qgpu_rmapi_object_lost()), are forgotten with what is below them. A channel left
+ * tracked would be closed and opened in vain every turn (its failure fails the whole
+ * FIFO_DISABLE_CHANNELS batch, which sched.c then sends channel by channel), be read as busy
+ * from USERD memory that outlives it, and hold its record until the file closes. A record RM
+ * confirmed again meanwhile (a handle made again) is kept.
  * Context: no qgpu lock held.
  */
 static void untrack_dependents(struct file *file, u32 hclient)
 {
 	struct qgpu_client *client;
 	struct qgpu_obj *obj;
-	u32 *handles = NULL, cap = 0, n, i, cls;
+	u32 *handles = NULL, cap = 0, n, i;
+	bool channel;
 	int pass;
 	u64 seq;
 
@@ -813,10 +817,9 @@ static void untrack_dependents(struct file *file, u32 hclient)
 		mutex_lock(&qgpu_lock);
 		client = qgpu_client_find(hclient);
 		obj = client && client->file == file ? qgpu_obj_find(client, handles[i]) : NULL;
+		channel = obj && obj->kind == QGPU_OBJ_CHANNEL;
 		mutex_unlock(&qgpu_lock);
-		if (!obj || qgpu_rmapi_handle_info(hclient, handles[i],
-						   NV0000_HANDLE_INFO_INDEX_CLASSID,
-						   &cls) != NV_ERR_OBJECT_NOT_FOUND)
+		if (!obj || !qgpu_rmapi_object_lost(hclient, handles[i], channel))
 			continue;
 		mutex_lock(&qgpu_lock);
 		client = qgpu_client_find(hclient);

@@ -271,6 +271,7 @@ u32 qgpu_rmapi_set_channels(u32 hclient, u32 hsubdevice, bool disable,
 			    const u32 *clients, const u32 *channels, u32 n);
 u32 qgpu_rmapi_free(u32 hclient, u32 hobject);
 u32 qgpu_rmapi_get_timeslice(u32 hclient, u32 htsg, u64 *us);
+bool qgpu_rmapi_object_lost(u32 hclient, u32 hobject, bool channel);
 u32 qgpu_rmapi_preemption_saves(u32 hclient, u32 hsubdevice, u32 htsg, u32 *saves);
 u32 qgpu_rmapi_set_timeslice(u32 hclient, u32 htsg, u64 us);
 u32 qgpu_rmapi_get_compute_preemption(u32 hclient, u32 hsubdevice, u32 hchannel, u32 *mode);

@@ -384,6 +384,39 @@ u32 qgpu_rmapi_get_timeslice(u32 hclient, u32 htsg, u64 *us)
 }
 
 /**
+ * qgpu_rmapi_object_lost() - whether RM no longer has a tenant's TSG or channel working
+ * @hclient: the tenant's client
+ * @hobject: the TSG or channel
+ * @channel: whether @hobject is a channel (else a TSG)
+ *
+ * RM frees an object's dependents with it by invalidating them (serverFreeResourceTree,
+ * resserv's rs_server.c, bInvalidateOnly): their handles stay in the client, so
+ * CLIENT_GET_HANDLE_INFO still answers NV_OK (measured on an H100: kmod/nvmock/CONFORMANCE.md),
+ * while a control on one answers NV_ERR_RESOURCE_LOST before it is looked at (serverControl).
+ * A control the host answers on each is asked: a channel's work-submit token, a TSG's
+ * timeslice.
+ *
+ * Context: process context, qgpu_lock not held (RM sleeps).
+ * Return: true where RM answered NV_ERR_RESOURCE_LOST or NV_ERR_OBJECT_NOT_FOUND.
+ */
+bool qgpu_rmapi_object_lost(u32 hclient, u32 hobject, bool channel)
+{
+	struct nvc36f_work_submit_token_params token = { 0 };
+	struct nva06c_timeslice_params slice = { 0 };
+	u32 status;
+
+	if (!bound)
+		return false;
+	if (channel)
+		status = rm_control(hclient, hobject, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN,
+				    &token, sizeof(token));
+	else
+		status = rm_control(hclient, hobject, NVA06C_CTRL_CMD_GET_TIMESLICE, &slice,
+				    sizeof(slice));
+	return status == NV_ERR_RESOURCE_LOST || status == NV_ERR_OBJECT_NOT_FOUND;
+}
+
+/**
  * qgpu_rmapi_preemption_saves() - how often GR took a TSG's context off the engine mid-work
  * @hclient: the client the TSG belongs to (a tenant's)
  * @hsubdevice: that client's subdevice on the TSG's GPU (RM finds @htsg in its client)

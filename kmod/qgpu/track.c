@@ -24,10 +24,10 @@
  * cgroup governing a process without qgpu_lock (qgpu_current_cgroup_id()).
  *
  * Objects are dropped with RM_FREE (with their descendants, as RM frees them, and with the TSGs
- * and channels RM freed as the object's dependents, which ioctl.c asks RM about after a free that
- * can have any) and with the file their client lives on. A channel is also on its GPU's list
- * (qgpu_gpu_channels), which the scheduler walks instead of every object. All of it runs under
- * qgpu_lock.
+ * and channels RM invalidated as the object's dependents, which ioctl.c asks RM about after a
+ * free that can have any) and with the file their client lives on. A channel is also on its
+ * GPU's list (qgpu_gpu_channels), which the scheduler walks instead of every object. All of it
+ * runs under qgpu_lock.
  *
  * What RM says about an object is learnt through the kernel client with no lock held (ioctl.c),
  * so an RM_ALLOC's account and an RM_FREE's of the same client can cross: a free can end at RM

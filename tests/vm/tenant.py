@@ -123,15 +123,17 @@ def computing(rm: Rm, client: int, tsg: int, gpfifo_va: int) -> int:
 def dependents(rm: Rm, client: int, device: int, gpfifo_va: int) -> dict[str, object]:
     """Objects RM frees as dependents of others (kmod/nvmock/rm.c object_free()): a VA space, a
     TSG made on it whose two channels name no context share (RM's legacy mode: two shares of
-    its own, at the two handles it picks after the memory allocated here with a zero handle,
-    SYNC then ASYNC), and a TSG not made on it with a share that is, two channels in that."""
+    its own, SYNC then ASYNC, at the handles it picks after the TSG's graphics context, which
+    takes the one after the memory allocated here with a zero handle), and a TSG not made on it
+    with a share that is, two channels in that."""
     vaspace = rm.new(client, device, 0x90F1, bytes(56))
     marker = rm.alloc(client, device, 0x40, memory_params(1 << 20), handle=0).handle
     tsg = abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=1, hVASpace=vaspace)
     legacy_tsg = rm.new(client, device, 0xA06C, tsg)
     legacy = [
+        # Threads 0 and 2: thread 1 (SCG type COMPUTE1) needs runqueue 1 (rmcases.py).
         rm.new(client, legacy_tsg, 0xC86F, channel_params(gpfifo_va + n * 0x10000, flags=n << 28))
-        for n in (0, 1)
+        for n in (0, 2)
     ]
     shared_tsg = rm.new(client, device, 0xA06C, tsg_params())
     ctx = abi.NV_CTXSHARE_ALLOCATION_PARAMETERS.pack(hVASpace=vaspace, flags=1)
@@ -144,8 +146,9 @@ def dependents(rm: Rm, client: int, device: int, gpfifo_va: int) -> dict[str, ob
     return {
         "vaspace": vaspace,
         "legacy_tsg": legacy_tsg,
-        "sync_share": marker + 1,
-        "async_share": marker + 2,
+        "graphics_context": marker + 1,
+        "sync_share": marker + 2,
+        "async_share": marker + 3,
         "legacy_channels": legacy,
         "shared_tsg": shared_tsg,
         "share": share,

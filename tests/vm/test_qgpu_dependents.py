@@ -2,7 +2,8 @@
 
 RM frees an object's dependents with it (clientUpdatePendingFreeList_IMPL, resserv's
 rs_server.c): the TSGs and context shares made on a VA space, and the channels that run in a
-context share, RM's own two of a TSG in legacy mode included (kmod/nvmock/CONFORMANCE.md;
+context share (RM's own two of a TSG in legacy mode included) and with the graphics context RM
+made for their TSG (kmod/nvmock/CONFORMANCE.md;
 tests/vm/rmcases.py ``dependents_freed``, ``legacy_context_shares``). qgpu tracks objects by
 their parents; a channel RM freed this way that qgpu kept would be closed and opened in vain
 every turn and read as busy from USERD that outlives it. Ground truth is nvmock's channel table
@@ -56,6 +57,9 @@ def test_channels_and_tsgs_rm_frees_as_dependents_are_forgotten() -> None:
         # The tenant's own share: both its channels.
         free(tree["share"])
         assert held(client, tenant, cg) == (3, 1, 1)
-        # The VA space: the TSG made on it, with its last channel.
+        # The legacy TSG's graphics context, which RM made with it: its last channel.
+        free(tree["graphics_context"])
+        assert held(client, tenant, cg) == (3, 0, 0)
+        # The VA space: the TSG made on it.
         free(tree["vaspace"])
         assert held(client, tenant, cg) == (2, 0, 0)
