@@ -474,6 +474,19 @@ def handle_class(fd: int, client: int, handle: int) -> int | None:
     return answer["data"] if result.ok else None
 
 
+def channel_lost(fd: int, client: int, channel: int) -> bool:
+    """Whether RM no longer has ``client``'s ``channel`` working: freed, or invalidated with an
+    object it depended on (serverFreeResourceTree in 580.142's resserv frees such a dependent
+    with bInvalidateOnly: its handle stays, so ``GET_HANDLE_INFO`` still answers, measured on an
+    H100; a control on it answers ``NV_ERR_RESOURCE_LOST``, serverControl). Asked with the
+    channel's work-submit token, which the host answers."""
+    result, _ = control(fd, client, channel, abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN)
+    return result.status in (
+        abi.NvStatus.NV_ERR_RESOURCE_LOST,
+        abi.NvStatus.NV_ERR_OBJECT_NOT_FOUND,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class PciAddress:
     domain: int

@@ -4,13 +4,14 @@ RM names objects by (client handle, object handle). Per process the tracker keep
 client → device → subdevice / TSG → channel → engine objects (plus memory, VA spaces, events), the
 bytes of device and system memory live, and the fd each client was allocated through: closing that
 fd frees the client and everything under it, as the driver does. Failed calls change nothing. A
-free removes the whole subtree, and with it the objects RM frees as its dependents
-(clientUpdatePendingFreeList_IMPL in 580.142's resserv): the TSGs and context shares made on a
-freed VA space, the channels that run in a freed context share. A handle that is allocated again
-replaces the old object. Objects whose parents were allocated before tracing began hang under a
-placeholder client. What RM makes itself in a client (a TSG's graphics context, the two context
-shares of a TSG whose channels name none) is never seen allocated: a free of one of those leaves
-the channels RM freed with it in the tree.
+free removes the whole subtree, and with it the objects RM destroys as its dependents
+(serverFreeResourceTree in 580.142's resserv invalidates them: their handles stay until freed,
+but they no longer run): the TSGs and context shares made on a freed VA space, the channels that
+run in a freed context share. A handle that is allocated again replaces the old object. Objects
+whose parents were allocated before tracing began hang under a placeholder client. What RM makes
+itself in a client (a TSG's graphics context, the two context shares of a TSG whose channels
+name none) is never seen allocated: a free of one of those leaves the channels RM destroyed with
+it in the tree, until the rm enforcer finds them lost (Tracker.forget).
 
 The same tracker is fed by ``qpolicy trace --replay`` (a recorded trace) and by the eBPF probe.
 """

@@ -81,8 +81,8 @@ class FakeDriver:
     disabled: set[tuple[int, int]] = field(default_factory=set)  # closed at least once
     closes: dict[tuple[int, int], int] = field(default_factory=dict)
     fail_enables: dict[int, int] = field(default_factory=dict)  # client -> opens to refuse
-    # (client, channel) RM freed unseen (with its share or its TSG's graphics context): a list
-    # naming one is refused whole, as RM refuses it (kmod/nvmock/control.c: all or nothing).
+    # (client, channel) RM invalidated unseen (with its share or its TSG's graphics context): a
+    # list naming one is refused whole (kmod/nvmock/control.c: all or nothing).
     gone: set[tuple[int, int]] = field(default_factory=set)
     timeslice: dict[int, int] = field(default_factory=dict)
     timeslice_log: list[int] = field(default_factory=list)  # TSGs, one per SET_TIMESLICE
@@ -146,10 +146,10 @@ class FakeDriver:
             self.mode_log.append((channel, mode))
             return rmctl.ControlResult(NvStatus.NV_OK, 1)
 
-        def handle_class(fd: int, client: int, handle: int) -> int | None:
-            return None if (client, handle) in self.gone else 0xC86F
+        def channel_lost(fd: int, client: int, channel: int) -> bool:
+            return (client, channel) in self.gone
 
-        monkeypatch.setattr(rmctl, "handle_class", handle_class)
+        monkeypatch.setattr(rmctl, "channel_lost", channel_lost)
         monkeypatch.setattr(rmctl, "get_compute_preemption", get_compute_preemption)
         monkeypatch.setattr(rmctl, "set_compute_preemption", set_compute_preemption)
         monkeypatch.setattr(rmctl, "disable_channels", disable_channels)
@@ -1612,12 +1612,12 @@ def test_a_mode_set_after_its_pod_left_is_given_back_at_the_next_period(
     assert r.driver.mode == {0x20: 2} and modes.pods() == set()
 
 
-def test_a_channel_rm_freed_unseen_does_not_keep_its_neighbours_open(
+def test_a_channel_rm_lost_unseen_does_not_keep_its_neighbours_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """RM frees a channel with its context share or its TSG's graphics context, which RM may
-    have made itself where the probe never sees it, and then refuses any channel list naming
-    it. The group's channels RM no longer has are forgotten and the rest closed again: the
+    """RM invalidates a channel with its context share or its TSG's graphics context, which RM
+    may have made itself where the probe never sees it, and then refuses any channel list
+    naming it. The group's channels RM no longer has are forgotten and the rest closed again: the
     pod's other channels do not run through the other pod's turns."""
     caplog.set_level(logging.INFO)
     r = rig(tmp_path, monkeypatch, [PodSpec("/a", 0, share=50), PodSpec("/b", 0, share=50)])
@@ -1625,7 +1625,7 @@ def test_a_channel_rm_freed_unseen_does_not_keep_its_neighbours_open(
     a, b = 0xC1D00000, 0xC1D00001
     r.driver.gone.add((a, 0x101))
     r.loop.run_until(1.2e6)
-    assert "0x101 are gone in RM" in caplog.text
+    assert "0x101 are lost in RM" in caplog.text
     assert r.resolver.groups("/a")[0].channels == (0x100, 0x102, 0x103)
     overlaps = 0
     while r.loop.now < 3e6:

@@ -271,14 +271,14 @@ class RmChannelControl:
 
     def _look_for_gone(self, pod: str, group: ClientChannels, fd: int, enabled: bool) -> None:
         """Called on the worker after RM refused a group: RM refuses the whole list where one
-        channel is gone, and it can be gone unseen. RM frees a channel with an object it depends
-        on (clientUpdatePendingFreeList_IMPL, 580.142): its context share, its TSG's graphics
+        channel is gone, and it can be gone unseen. RM invalidates a channel with an object it
+        depends on (serverFreeResourceTree, 580.142): its context share, its TSG's graphics
         context, each of which RM may have made itself, at a handle the probe never saw. The
-        group's channels RM no longer has are forgotten on the loop thread, and the pod's
-        channels sent again, so that one freed channel does not leave its neighbours open (a
-        tenant that freed its own TSG's graphics context would run its other TSGs outside its
-        turns) or closed."""
-        gone = tuple(c for c in group.channels if rmctl.handle_class(fd, group.client, c) is None)
+        group's channels RM no longer has working (rmctl.channel_lost) are forgotten on the loop
+        thread, and the pod's channels sent again, so that one lost channel does not leave its
+        neighbours open (a tenant that freed its own TSG's graphics context would run its other
+        TSGs outside its turns) or closed."""
+        gone = tuple(c for c in group.channels if rmctl.channel_lost(fd, group.client, c))
         if gone:
             self.loop.at(self.loop.now, lambda: self._forget_gone(pod, group, gone, enabled))
 
@@ -288,7 +288,7 @@ class RmChannelControl:
         assert group.pid is not None
         forgot = self.resolver.forget(group.pid, group.client, gone)
         log.info(
-            "pod %s: pid %d client %#x: channels %s are gone in RM",
+            "pod %s: pid %d client %#x: channels %s are lost in RM",
             pod,
             group.pid,
             group.client,
