@@ -393,23 +393,26 @@ u32 qgpu_rmapi_get_timeslice(u32 hclient, u32 htsg, u64 *us)
  * resserv's rs_server.c, bInvalidateOnly): their handles stay in the client, so
  * CLIENT_GET_HANDLE_INFO still answers NV_OK (measured on an H100: kmod/nvmock/CONFORMANCE.md),
  * while a control on one answers NV_ERR_RESOURCE_LOST before it is looked at (serverControl).
- * A control the host answers on each is asked: a channel's work-submit token, a TSG's
- * timeslice.
+ * A control the host answers, with no effect, is asked of each: of a TSG its timeslice; of a
+ * channel the engine of the object named by the client's own handle, which a working channel
+ * refuses with NV_ERR_INVALID_ARGUMENT (kchannelCtrlCmdGetClassEngineid_IMPL; measured on an
+ * H100, tests/vm/rmcases.py channel_queries). Its work-submit token would do too, but RM
+ * writes that into the tenant's notifier (kchannelNotifyWorkSubmitToken).
  *
  * Context: process context, qgpu_lock not held (RM sleeps).
  * Return: true where RM answered NV_ERR_RESOURCE_LOST or NV_ERR_OBJECT_NOT_FOUND.
  */
 bool qgpu_rmapi_object_lost(u32 hclient, u32 hobject, bool channel)
 {
-	struct nvc36f_work_submit_token_params token = { 0 };
+	struct nv906f_class_engineid_params engine = { .hObject = hclient };
 	struct nva06c_timeslice_params slice = { 0 };
 	u32 status;
 
 	if (!bound)
 		return false;
 	if (channel)
-		status = rm_control(hclient, hobject, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN,
-				    &token, sizeof(token));
+		status = rm_control(hclient, hobject, NV906F_CTRL_GET_CLASS_ENGINEID, &engine,
+				    sizeof(engine));
 	else
 		status = rm_control(hclient, hobject, NVA06C_CTRL_CMD_GET_TIMESLICE, &slice,
 				    sizeof(slice));

@@ -478,9 +478,12 @@ def channel_lost(fd: int, client: int, channel: int) -> bool:
     """Whether RM no longer has ``client``'s ``channel`` working: freed, or invalidated with an
     object it depended on (serverFreeResourceTree in 580.142's resserv frees such a dependent
     with bInvalidateOnly: its handle stays, so ``GET_HANDLE_INFO`` still answers, measured on an
-    H100; a control on it answers ``NV_ERR_RESOURCE_LOST``, serverControl). Asked with the
-    channel's work-submit token, which the host answers."""
-    result, _ = control(fd, client, channel, abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN)
+    H100; a control on it answers ``NV_ERR_RESOURCE_LOST``, serverControl). Asked with a control
+    the host answers with no effect: the engine of the object the client's own handle names,
+    which a working channel refuses with ``NV_ERR_INVALID_ARGUMENT`` (measured on an H100:
+    tests/vm/rmcases.py ``channel_queries``). Not its work-submit token: RM writes that into the
+    tenant's notifier (kchannelNotifyWorkSubmitToken)."""
+    result, _ = control(fd, client, channel, abi.NV906F_CTRL_GET_CLASS_ENGINEID, hObject=client)
     return result.status in (
         abi.NvStatus.NV_ERR_RESOURCE_LOST,
         abi.NvStatus.NV_ERR_OBJECT_NOT_FOUND,

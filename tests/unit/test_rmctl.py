@@ -141,6 +141,29 @@ def test_handle_class_asks_the_client_for_its_objects_class(
     assert asked[0] == (0xC1D0001B, 0xC1D0001B, 0xD02, struct.pack("<II", 0x5C000010, 2))
 
 
+def test_a_channel_is_lost_where_rm_freed_or_invalidated_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GET_CLASS_ENGINEID on the channel, naming the client's own handle: a working channel
+    refuses it (NV_ERR_INVALID_ARGUMENT, measured), an invalidated one is NV_ERR_RESOURCE_LOST,
+    a freed one NV_ERR_OBJECT_NOT_FOUND."""
+    answers = {
+        0x5C000020: abi.NvStatus.NV_ERR_INVALID_ARGUMENT,
+        0x5C000021: abi.NvStatus.NV_ERR_RESOURCE_LOST,
+        0x5C000022: abi.NvStatus.NV_ERR_OBJECT_NOT_FOUND,
+    }
+    asked: list[tuple[int, int, int, int]] = []
+
+    def control(fd: int, client: int, obj: int, cmd: int, params: bytearray) -> ControlResult:
+        asked.append((client, obj, cmd, struct.unpack_from("<I", params, 0)[0]))
+        return ControlResult(answers[obj], 1)
+
+    monkeypatch.setattr(rmctl, "rm_control", control)
+    lost = [rmctl.channel_lost(9, 0xC1D0001B, channel) for channel in answers]
+    assert lost == [False, True, True]
+    assert asked[0] == (0xC1D0001B, 0x5C000020, 0x906F0101, 0xC1D0001B)
+
+
 def test_the_request_is_rm_control_on_nvidiactl() -> None:
     assert RM_CONTROL_REQUEST == 0xC020462A
 

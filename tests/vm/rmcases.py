@@ -1105,9 +1105,11 @@ THREAD = 28  # NVOS04_FLAGS_GROUP_CHANNEL_THREAD (29:28)
 
 
 def _lost(s: Scope, channel: int) -> str:
-    """A control on the channel itself: its work-submit token (answered by the host)."""
-    cmd = abi.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN
-    return name(s.rm.control(s.client, channel, cmd, bytes(abi.CONTROLS[cmd].params.size))[0])
+    """The control qgpu and the rm enforcer ask a channel whether RM still has it working: the
+    engine of the object the client's own handle names (answered by the host, no effect)."""
+    layout = abi.CONTROLS[abi.NV906F_CTRL_GET_CLASS_ENGINEID].params
+    cmd, params = abi.NV906F_CTRL_GET_CLASS_ENGINEID, layout.pack(hObject=s.client)
+    return name(s.rm.control(s.client, channel, cmd, params)[0])
 
 
 def _close(s: Scope, channels: list[int]) -> str:
@@ -1256,9 +1258,10 @@ def dependents_freed(rm: Rm) -> Answers:
 def invalidated_objects(rm: Rm) -> Answers:
     """What RM answers about objects it invalidated, not freed, with one they depended on
     (serverFreeResourceTree, rs_server.c: a dependent that is not below the object freed is
-    freed with bInvalidateOnly, its handle kept; dependents_freed): a control on the channel
-    itself and on a TSG (serverControl: NV_ERR_RESOURCE_LOST), FIFO_DISABLE_CHANNELS naming the
-    channel alone and beside a live one (sent to GSP, whose answer is closed), and its free."""
+    freed with bInvalidateOnly, its handle kept; dependents_freed): the control qgpu and the rm
+    enforcer ask a channel, and one on a TSG (serverControl: NV_ERR_RESOURCE_LOST),
+    FIFO_DISABLE_CHANNELS naming the channel alone and beside a live one (sent to GSP, whose
+    answer is closed), and its free."""
     answers: Answers = {}
     with scope(rm, va_mode=2) as s:
         vaspace = rm.new(s.client, s.device, 0x90F1, bytes(56))
@@ -1269,8 +1272,8 @@ def invalidated_objects(rm: Rm) -> Answers:
         live_tsg = _tsg(s, GR)
         live = _channel(s, live_tsg, GR, _share(s, live_tsg, vaspace, abi.SUBCONTEXT_ASYNC)[1])
         answers["free the share"] = name(rm.free(s.client, tsg, share))
-        answers["its channel's token"] = _lost(s, channel)
-        answers["a live channel's token"] = _lost(s, live.handle)
+        answers["its channel, asked"] = _lost(s, channel)
+        answers["a live channel, asked"] = _lost(s, live.handle)
         answers["close it"] = _close(s, [channel])
         answers["close a live one and it"] = _close(s, [live.handle, channel])
         answers["close the live one"] = _close(s, [live.handle])

@@ -573,8 +573,8 @@ def test_the_nice_controls_gsp_carries_out_answer_as_the_gpus_did(rm: Rm) -> Non
 # RM_FREE row).
 INVALIDATED_FROM_SOURCE = {
     "free the share": "NV_OK",
-    "its channel's token": "NV_ERR_RESOURCE_LOST",
-    "a live channel's token": "NV_OK",
+    "its channel, asked": "NV_ERR_RESOURCE_LOST",
+    "a live channel, asked": "NV_ERR_INVALID_ARGUMENT",
     "close it": "NV_ERR_INVALID_OBJECT_HANDLE",
     "close a live one and it": "NV_ERR_INVALID_OBJECT_HANDLE",
     "close the live one": "NV_OK",
