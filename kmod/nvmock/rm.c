@@ -521,26 +521,20 @@ static u32 channel_share(struct nvmock_object *obj, const struct nv_channel_allo
 		return NV_ERR_INVALID_ARGUMENT;
 	if (tsg->nr_channels && tsg->legacy == !!p->hContextShare)
 		return NV_ERR_INVALID_ARGUMENT;
-	if (p->hContextShare) {
-		share = nvmock_object_get(obj->client, p->hContextShare);
-		if (!share)
-			return NV_ERR_OBJECT_NOT_FOUND;
-		if (share->kind != NVMOCK_CTXSHARE)
-			return NV_ERR_INVALID_OBJECT_HANDLE;
-		if (share->parent != tsg_obj)
-			return NV_ERR_INVALID_OBJECT_PARENT;
-	} else {
-		if (!tsg->legacy) {
-			status = tsg_legacy_mode(tsg_obj);
-			if (status != NV_OK)
-				return status;
-		}
-		share = nvmock_object_get(obj->client, tsg->legacy_share[!!thread]);
-		if (!share)
-			return NV_ERR_OBJECT_NOT_FOUND;
-		if (share->kind != NVMOCK_CTXSHARE)
-			return NV_ERR_INVALID_OBJECT_HANDLE;
+	if (!p->hContextShare && !tsg->legacy) {
+		status = tsg_legacy_mode(tsg_obj);
+		if (status != NV_OK)
+			return status;
 	}
+	/* The share named, or RM's own by thread: looked up alike (its own are under the TSG). */
+	share = nvmock_object_get(obj->client,
+				  p->hContextShare ?: tsg->legacy_share[!!thread]);
+	if (!share)
+		return NV_ERR_OBJECT_NOT_FOUND;
+	if (share->kind != NVMOCK_CTXSHARE)
+		return NV_ERR_INVALID_OBJECT_HANDLE;
+	if (share->parent != tsg_obj)
+		return NV_ERR_INVALID_OBJECT_PARENT;
 	if (p->engineType && p->engineType < NV2080_ENGINE_TYPE_LAST &&
 	    p->engineType != tsg->engine_type)
 		return NV_ERR_INVALID_ARGUMENT;
@@ -1211,7 +1205,6 @@ u32 nvmock_rm_dup(const struct nvmock_caller *caller, u32 hclient, u32 hparent, 
 	struct nvmock_object *parent, *src, *obj;
 	const struct class_desc *desc;
 	u32 status;
-	int err;
 
 	src_client = nvmock_client_get(hclient_src);
 	if (!src_client)
@@ -1236,25 +1229,13 @@ u32 nvmock_rm_dup(const struct nvmock_caller *caller, u32 hclient, u32 hparent, 
 		return status;
 	if (!caller->kernel && src_client->tgid != current->tgid)
 		return NV_ERR_INSUFFICIENT_PERMISSIONS;
-	obj = kzalloc(sizeof(*obj), GFP_KERNEL);
+	/* On the source's GPU: the parent's, as checked above. */
+	obj = object_new(client, parent, *hobject, src->hclass, src->kind);
 	if (!obj)
 		return NV_ERR_NO_MEMORY;
-	obj->handle = *hobject;
-	obj->hclass = src->hclass;
-	obj->kind = src->kind;
-	obj->client = client;
-	obj->parent = parent;
-	obj->gpu = src->gpu;
-	INIT_LIST_HEAD(&obj->children);
-	err = xa_insert(&client->objects, obj->handle, obj, GFP_KERNEL);
-	if (err) {
-		kfree(obj);
-		return NV_ERR_NO_MEMORY;
-	}
 	obj->mem = src->mem;
 	obj->mem->refs++;
-	list_add_tail(&obj->sibling, &parent->children);
-	atomic_inc(&nvmock_counts[obj->kind]);
+	object_attach(obj);
 	return NV_OK;
 }
 

@@ -29,7 +29,7 @@ from qpolicy.nvrm.decode import Ioctl, decode
 from qpolicy.nvrm.records import Record
 
 SLOWEST_KEPT = 10
-# The kinds RM frees other objects with (besides their children): see _depends_on.
+# The kinds RM destroys other objects with (besides their children): see _depends_on.
 _HOLDS_DEPENDENTS = frozenset({Kind.VASPACE, Kind.CONTEXT_SHARE})
 # The handle fields each request needs to be applied to the object tree.
 _HANDLES: dict[Escape, tuple[str, ...]] = {
@@ -51,7 +51,7 @@ class RmObject:
     bytes: int = 0
     dup: bool = False
     children: set[int] = field(default_factory=set)
-    #: What RM frees it with besides its parent (refAddDependant): a VA space, a context share.
+    #: What RM destroys it with besides its parent (refAddDependant): a VA space, a share.
     depends_on: tuple[int, ...] = ()
     # What controls told us: timeslice_us, timeslice_sets, scheduled, work_submit_token.
     info: dict[str, int] = field(default_factory=dict)
@@ -425,7 +425,7 @@ class Tracker:
 
     def forget(self, pid: int | None, client: int, handles: Iterable[int]) -> bool:
         """Drop objects RM says ``client`` of ``pid`` no longer has (with what is below them and
-        depends on them): what RM freed with an object the probe never saw made, such as a
+        depends on them): what RM destroyed with an object the probe never saw made, such as a
         TSG's graphics context. Whether anything was dropped."""
         proc = self.processes.get(pid)
         found = proc.clients.get(client) if proc is not None else None

@@ -1104,6 +1104,14 @@ def _rm_made(s: Scope, handle: int, tsg: int) -> Answers:
 THREAD = 28  # NVOS04_FLAGS_GROUP_CHANNEL_THREAD (29:28)
 
 
+def _context(s: Scope, vaspace: int) -> tuple[int, int, int]:
+    """A TSG as libcuda makes its compute one (naming no VA space), an ASYNC context share in it
+    on ``vaspace``, and a channel in that share: their handles."""
+    tsg = _tsg(s, GR)
+    share = _share(s, tsg, vaspace, abi.SUBCONTEXT_ASYNC)[1]
+    return tsg, share, _channel(s, tsg, GR, share).handle
+
+
 def _lost(s: Scope, channel: int) -> str:
     """The control qgpu and the rm enforcer ask a channel whether RM still has it working: the
     engine of the object the client's own handle names (answered by the host, no effect)."""
@@ -1208,10 +1216,7 @@ def dependents_freed(rm: Rm) -> Answers:
     with scope(rm, va_mode=2) as s:
         kept = rm.new(s.client, s.device, 0x90F1, bytes(56))
         freed = rm.new(s.client, s.device, 0x90F1, bytes(56))
-        # libcuda's compute TSG names no VA space; its share does.
-        tsg = _tsg(s, GR)
-        share = _share(s, tsg, kept, abi.SUBCONTEXT_ASYNC)[1]
-        channel = _channel(s, tsg, GR, share).handle
+        tsg, share, channel = _context(s, kept)
         answers["free the share"] = name(rm.free(s.client, tsg, share))
         answers["its channel"] = _there(s, channel)
         answers["its TSG"] = _there(s, tsg)
@@ -1227,9 +1232,7 @@ def dependents_freed(rm: Rm) -> Answers:
             engineType=COPY2,
         )
         copy_channel = rm.new(s.client, copy_tsg, 0xC86F, params)
-        other = _tsg(s, GR)
-        other_share = _share(s, other, freed, abi.SUBCONTEXT_ASYNC)[1]
-        other_channel = _channel(s, other, GR, other_share).handle
+        other, other_share, other_channel = _context(s, freed)
         answers["free the VA space"] = name(rm.free(s.client, s.device, freed))
         answers["the TSG made on it"] = _there(s, copy_tsg)
         answers["that TSG's channel"] = _there(s, copy_channel)
@@ -1240,11 +1243,9 @@ def dependents_freed(rm: Rm) -> Answers:
         answers["the other VA space"] = _there(s, kept)
         # The graphics context RM made with a TSG, at the handle after one taken just before.
         marker = rm.alloc(s.client, s.device, 0x40, memory_params(MIB), handle=0).handle
-        third = _tsg(s, GR)
+        third, third_share, third_channel = _context(s, kept)
         grctx = marker + 1
         answers["RM's handle after the TSG's"] = _rm_made(s, grctx, third)
-        third_share = _share(s, third, kept, abi.SUBCONTEXT_ASYNC)[1]
-        third_channel = _channel(s, third, GR, third_share).handle
         answers["free the graphics context"] = name(rm.free(s.client, third, grctx))
         answers["a channel of its TSG"] = _there(s, third_channel)
         answers["a share of its TSG"] = _there(s, third_share)
@@ -1266,17 +1267,14 @@ def invalidated_objects(rm: Rm) -> Answers:
     with scope(rm, va_mode=2) as s:
         vaspace = rm.new(s.client, s.device, 0x90F1, bytes(56))
         freed = rm.new(s.client, s.device, 0x90F1, bytes(56))
-        tsg = _tsg(s, GR)
-        share = _share(s, tsg, vaspace, abi.SUBCONTEXT_ASYNC)[1]
-        channel = _channel(s, tsg, GR, share).handle
-        live_tsg = _tsg(s, GR)
-        live = _channel(s, live_tsg, GR, _share(s, live_tsg, vaspace, abi.SUBCONTEXT_ASYNC)[1])
+        tsg, share, channel = _context(s, vaspace)
+        live = _context(s, vaspace)[2]
         answers["free the share"] = name(rm.free(s.client, tsg, share))
         answers["its channel, asked"] = _lost(s, channel)
-        answers["a live channel, asked"] = _lost(s, live.handle)
+        answers["a live channel, asked"] = _lost(s, live)
         answers["close it"] = _close(s, [channel])
-        answers["close a live one and it"] = _close(s, [live.handle, channel])
-        answers["close the live one"] = _close(s, [live.handle])
+        answers["close a live one and it"] = _close(s, [live, channel])
+        answers["close the live one"] = _close(s, [live])
         answers["free it"] = name(rm.free(s.client, tsg, channel))
         answers["it, freed"] = _there(s, channel)
         copy_tsg = _tsg(s, COPY2, freed)
