@@ -635,7 +635,11 @@ static u32 subdevice_query_ecc_status(const struct nvmock_caller *caller,
  * FIFO_DISABLE_CHANNELS (kernel_fifo_ctrl.c: subdeviceCtrlCmdFifoDisableChannels_IMPL): a process
  * may not pass pRunlistPreemptEvent; on a GSP GPU the rest is sent to GSP, whose code is not
  * published. What it does is modelled on ctrl2080fifo.h's description of
- * NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS and on the H200's hard stop (h200-findings.md).
+ * NV2080_CTRL_FIFO_DISABLE_CHANNELS_PARAMS and on the H200's hard stop (h200-findings.md). A list
+ * naming a channel RM invalidated (its handle kept, the channel gone in GSP) is answered
+ * NV_ERR_INVALID_CHANNEL, alone or beside a live one (an H100, rmcases.py invalidated_objects,
+ * call 50A); whether the live one was closed then is not measured (nvmock: all or nothing), nor
+ * the answer for a handle never made (nvmock: NV_ERR_INVALID_OBJECT_HANDLE).
  */
 #define DISABLE_WAIT_MS	10
 
@@ -688,6 +692,10 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 		if (status != NV_OK)
 			return status;
 		ch = nvmock_object_get(client, p->hChannelList[i]);
+		if (ch && ch->kind == NVMOCK_INVALID &&
+		    (ch->hclass == HOPPER_CHANNEL_GPFIFO_A ||
+		     ch->hclass == AMPERE_CHANNEL_GPFIFO_A))
+			return NV_ERR_INVALID_CHANNEL;
 		if (!ch || ch->kind != NVMOCK_CHANNEL)
 			return NV_ERR_INVALID_OBJECT_HANDLE;
 		if (ch->gpu != obj->gpu)

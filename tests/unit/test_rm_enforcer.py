@@ -109,8 +109,10 @@ class FakeDriver:
             if not disable and self.fail_enables.get(client):
                 self.fail_enables[client] -= 1
                 return rmctl.ControlResult(NvStatus.NV_ERR_INVALID_STATE, 600_000)
+            # A list naming a channel RM invalidated: refused whole, NV_ERR_INVALID_CHANNEL
+            # (an H100, rmcases.py invalidated_objects, call 50A).
             if any((client, channel) in self.gone for channel in channels):
-                return rmctl.ControlResult(NvStatus.NV_ERR_INVALID_OBJECT_HANDLE, 600_000)
+                return rmctl.ControlResult(NvStatus.NV_ERR_INVALID_CHANNEL, 600_000)
             for channel in channels:
                 key = (client, channel)
                 self.closes[key] = max(0, self.closes.get(key, 0) + (1 if disable else -1))

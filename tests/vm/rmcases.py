@@ -1254,8 +1254,7 @@ def dependents_freed(rm: Rm) -> Answers:
     return answers
 
 
-# Not a case yet: no GPU has answered it. tests/vm/test_nvmock_abi.py holds nvmock to the
-# answers 580.142's source gives (GSP's closed ones as nvmock answers them) until one has.
+@case
 def invalidated_objects(rm: Rm) -> Answers:
     """What RM answers about objects it invalidated, not freed, with one they depended on
     (serverFreeResourceTree, rs_server.c: a dependent that is not below the object freed is

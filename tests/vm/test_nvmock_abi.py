@@ -13,7 +13,6 @@ import pytest
 
 from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.abi import Escape, NvStatus
-from tests.vm import rmcases
 from tests.vm.conftest import nvmock_param
 from tests.vm.gpuload import Gpuload
 from tests.vm.rmclient import (
@@ -566,26 +565,3 @@ def test_the_nice_controls_gsp_carries_out_answer_as_the_gpus_did(rm: Rm) -> Non
     assert (
         struct.unpack(f"<{len(got) // 4}I", got) == (NvStatus.NV_ERR_INSUFFICIENT_PERMISSIONS,) * 4
     )
-
-
-# What 580.142's source says RM answers to tests/vm/rmcases.py's invalidated_objects, and what
-# nvmock answers where GSP answers (closed), until a GPU has answered it (CONFORMANCE.md, the
-# RM_FREE row).
-INVALIDATED_FROM_SOURCE = {
-    "free the share": "NV_OK",
-    "its channel, asked": "NV_ERR_RESOURCE_LOST",
-    "a live channel, asked": "NV_ERR_INVALID_ARGUMENT",
-    "close it": "NV_ERR_INVALID_OBJECT_HANDLE",
-    "close a live one and it": "NV_ERR_INVALID_OBJECT_HANDLE",
-    "close the live one": "NV_OK",
-    "free it": "NV_OK",
-    "it, freed": "NV_ERR_OBJECT_NOT_FOUND",
-    "free the VA space": "NV_OK",
-    "the TSG made on it, its timeslice": "NV_ERR_RESOURCE_LOST",
-}
-
-
-def test_what_rm_invalidated_with_an_object_it_depended_on_is_lost(rm: Rm) -> None:
-    """RM invalidates an object's dependents with it (serverFreeResourceTree's bInvalidateOnly):
-    their handles stay, a control on them is NV_ERR_RESOURCE_LOST (serverControl)."""
-    assert rmcases.invalidated_objects(rm) == INVALIDATED_FROM_SOURCE
