@@ -139,6 +139,15 @@ def controls_of(lab: Sends, group: ClientChannels, extra: bool = False) -> dict[
         for c in (
             Control("NULL", group.client, 0),
             Control("GET_TIMESLICE", tsg, abi.NVA06C_CTRL_CMD_GET_TIMESLICE),
+            # What qgpu.ko and the rm enforcer ask a channel RM may have destroyed unseen (qgpu:
+            # per TSG and channel of a client after a free that may have): the engine of the
+            # object the client's own handle names, which a working channel refuses.
+            Control(
+                "GET_CLASS_ENGINEID",
+                channel,
+                abi.NV906F_CTRL_GET_CLASS_ENGINEID,
+                {"hObject": group.client},
+            ),
             Control(
                 "SET_TIMESLICE",
                 tsg,
