@@ -752,8 +752,12 @@ static long rm_dup(long (*orig)(struct file *, unsigned int, unsigned long), str
  * (kchannelCreateUserdMemDesc_GV100). A handle qgpu does not track may be one of RM's own: a
  * TSG's graphics context (kchangrpapiConstruct_IMPL) or the two context shares of a TSG in
  * legacy mode (kchangrpapiSetLegacyMode_IMPL), whose handles a tenant can guess. So: an
- * untracked object, one of another class than qgpu's kinds, or memory some channel of the
- * client keeps its USERD in.
+ * untracked object, a VA space or context share, or memory some channel of the client keeps its
+ * USERD in. Nothing else the tenant makes has a TSG or channel as a dependent in 580.142 (every
+ * refAddDependant() with one: those above, and a TSG RM made for a channel made outside one,
+ * which qgpu does not track), and each free that may costs a control per TSG and channel of the
+ * client (untrack_dependents()), where a free of system memory, such as each of libcuda's
+ * channels' error notifiers (tools/gpuload/CUDA_SEQUENCE.md), needs none.
  * Context: qgpu_lock held.
  */
 static bool frees_dependents(struct qgpu_client *client, u32 hobject)
@@ -761,7 +765,7 @@ static bool frees_dependents(struct qgpu_client *client, u32 hobject)
 	struct qgpu_obj *obj = qgpu_obj_find(client, hobject), *ch;
 
 	lockdep_assert_held(&qgpu_lock);
-	if (!obj || obj->kind == QGPU_OBJ_OTHER)
+	if (!obj || obj->depended_on)
 		return true;
 	list_for_each_entry(ch, &client->objects, node)
 		if (ch->kind == QGPU_OBJ_CHANNEL && ch->userd_mem == hobject && ch != obj)

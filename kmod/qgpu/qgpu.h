@@ -115,6 +115,7 @@ struct qgpu_obj {
 	u64 seq;			/* when RM last confirmed it (qgpu_track_seq()) */
 	bool enabled;			/* channel: as qgpu last left it (RM's default: on) */
 	bool computes;			/* TSG: a compute object is on one of its channels */
+	bool depended_on;		/* a VA space or context share (frees_dependents()) */
 
 	/* channel: its USERD and what qgpu makes of it (userd.c) */
 	u32 userd_mem;			/* the object it is in; the channel itself when RM's */

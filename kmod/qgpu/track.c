@@ -453,6 +453,7 @@ struct qgpu_obj *qgpu_track_alloc(struct qgpu_cg *cg, struct file *file, u32 hcl
 	obj->handle = hnew;
 	obj->parent = hparent;
 	obj->kind = kind_of(hclass);
+	obj->depended_on = hclass == FERMI_VASPACE_A || hclass == FERMI_CONTEXT_SHARE_A;
 	obj->enabled = true;
 	obj->client = client;
 	obj->seq = ++obj_seq;

@@ -34,7 +34,7 @@ import sys
 
 from qpolicy.nvrm import abi
 from tests.vm.conftest import DEBUGFS, tsg_rows
-from tests.vm.rmclient import Rm, channel_params, ioctl, memory_params, tsg_params
+from tests.vm.rmclient import Rm, channel_params, ioctl, memory_params, sysmem_params, tsg_params
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
@@ -125,7 +125,9 @@ def dependents(rm: Rm, client: int, device: int, gpfifo_va: int) -> dict[str, ob
     TSG made on it whose two channels name no context share (RM's legacy mode: two shares of
     its own, SYNC then ASYNC, at the handles it picks after the TSG's graphics context, which
     takes the one after the memory allocated here with a zero handle), and a TSG not made on it
-    with a share that is, two channels in that."""
+    with a share that is, two channels in that; and system memory, as libcuda's error notifier
+    for each channel, which has no dependents."""
+    notifier = rm.new(client, device, 0x3E, sysmem_params(4096))
     vaspace = rm.new(client, device, 0x90F1, bytes(56))
     marker = rm.alloc(client, device, 0x40, memory_params(1 << 20), handle=0).handle
     tsg = abi.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS.pack(engineType=1, hVASpace=vaspace)
@@ -144,6 +146,7 @@ def dependents(rm: Rm, client: int, device: int, gpfifo_va: int) -> dict[str, ob
         struct.pack_into("<I", params, 24, share)  # hContextShare
         shared.append(rm.new(client, shared_tsg, 0xC86F, bytes(params)))
     return {
+        "notifier": notifier,
         "vaspace": vaspace,
         "legacy_tsg": legacy_tsg,
         "graphics_context": marker + 1,

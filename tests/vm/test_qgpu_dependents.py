@@ -12,9 +12,11 @@ every turn and read as busy from USERD that outlives it. Ground truth is nvmock'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 
 from qpolicy.enforcers.kmod.client import QgpuClient
+from qpolicy.nvrm import abi
 from tests.vm.conftest import channel_rows
 from tests.vm.qgpu_env import (
     Cgroup,
@@ -26,6 +28,9 @@ from tests.vm.qgpu_env import (
     rmmod,
     stats_of,
 )
+from tests.vm.test_qgpu_rmapi import OP_CONTROL, kapi
+
+KAPI_LOG = 16  # NVMOCK_KAPI_LOG: the controls nvmock's debugfs lists
 
 
 def held(client: QgpuClient, tenant: HeldTenant, cgroup: Cgroup) -> tuple[int, int, int]:
@@ -33,6 +38,18 @@ def held(client: QgpuClient, tenant: HeldTenant, cgroup: Cgroup) -> tuple[int, i
     stats = stats_of(client, cgroup)
     real = sum(1 for row in channel_rows() if row["pid"] == tenant.pid)
     return stats.tsgs, stats.channels, real
+
+
+def channels_asked(free: Callable[[], None]) -> int:
+    """How many channels qgpu asked RM about (GET_CLASS_ENGINEID, qgpu_rmapi_object_lost())
+    while ``free`` ran."""
+    before, _ = kapi()
+    free()
+    after, ops = kapi()
+    new = after["controls"] - before["controls"]
+    assert new <= KAPI_LOG, f"{new} kernel controls in the free: more than nvmock lists"
+    controls = [op for op in ops if op.op == OP_CONTROL][-new:] if new else []
+    return sum(1 for op in controls if op.what == abi.NV906F_CTRL_GET_CLASS_ENGINEID)
 
 
 def test_channels_and_tsgs_rm_frees_as_dependents_are_forgotten() -> None:
@@ -51,8 +68,12 @@ def test_channels_and_tsgs_rm_frees_as_dependents_are_forgotten() -> None:
         def free(handle: int) -> None:
             assert tenant.ask(f"free {handle}")["status"] == 0
 
-        # RM's SYNC share of the legacy TSG: the channel of thread 0 runs in it.
-        free(tree["sync_share"])
+        # System memory has no dependents: its free costs no question to RM per channel.
+        assert channels_asked(lambda: free(tree["notifier"])) == 0
+        assert held(client, tenant, cg) == (3, 4, 4)
+        # RM's SYNC share of the legacy TSG: the channel of thread 0 runs in it. qgpu asks
+        # about each of the client's channels.
+        assert channels_asked(lambda: free(tree["sync_share"])) == 4
         assert held(client, tenant, cg) == (3, 3, 3)
         # The tenant's own share: both its channels.
         free(tree["share"])

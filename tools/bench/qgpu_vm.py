@@ -11,9 +11,12 @@ Run by ``make bench-vm`` (through tools/vm/run); writes build/vm/bench-qgpu.json
    bench-vm BEFORE=rev``: a recent commit's qgpu.ko, which follows the cgroup hierarchy) each
    round also runs hooked by that one, gated as the current module is: a change's before and
    after from the same run.
-   BENCH_ONLY=hook stops after this part; BENCH_ONLY=online skips it and part 2's shares (the
-   online-offline scenario alone, REPEAT times, to see how much it moves between runs);
-   BENCH_ONLY=userd runs part 3 alone.
+   Then RM_FREE's cost in a client shaped as libcuda's (tools/bench/free_sweep.py): after a
+   free that may have destroyed TSGs or channels as its dependents, qgpu asks RM about each of
+   the client's; unhooked, hooked, and hooked by QGPU_BEFORE's module, rounds alternating.
+   BENCH_ONLY=hook stops after this part; BENCH_ONLY=frees runs its RM_FREE costs alone;
+   BENCH_ONLY=online skips it and part 2's shares (the online-offline scenario alone, REPEAT
+   times, to see how much it moves between runs); BENCH_ONLY=userd runs part 3 alone.
 2. The kmod issue's targets on nvmock's engine (ground truth: its debugfs): fixed-share 50/30/20,
    a lone fixed-share pod, burst-share hand-back, and online requests next to an offline
    trainer, native and gated, between two solos of the same 1 001 requests (solo_of()); each
@@ -32,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +81,7 @@ OUT = ROOT / "build" / "vm" / "bench-qgpu.json"
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 ITERATIONS = os.environ.get("ITERATIONS", "20000")
 KEYS = ("control_ns", "alloc_free_ns", "sysparams_ns")
+FREE_PAIRS = os.environ.get("FREE_PAIRS", "300")
 PERIOD_US = 50_000
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
 # --timeline: each request's latency and completion time are kept in the result, as `make
@@ -108,24 +113,36 @@ REPEAT = int(os.environ.get("REPEAT", "1"))
 GSP_PCT = os.environ.get("GSP_PCT")
 
 
-def run_bench(in_cgroup: bool) -> dict[str, float]:
+def run_in(in_cgroup: bool, command: list[str]) -> dict[str, Any]:
+    """``command``'s JSON output, run in the container cgroup or not."""
+
     def enter() -> None:
         if in_cgroup:
             (CONTAINER / "cgroup.procs").write_text(str(os.getpid()))
 
     out = subprocess.run(
-        [str(BENCH), ITERATIONS], capture_output=True, text=True, check=True, preexec_fn=enter
+        command, capture_output=True, text=True, check=True, preexec_fn=enter, cwd=ROOT
     )
     return dict(json.loads(out.stdout))
 
 
-def hooked_by(module: Path, gated: Path) -> dict[str, float]:
-    """One ioctlbench run with ``module`` loaded and the cgroup ``gated`` configured."""
+def run_bench(in_cgroup: bool) -> dict[str, Any]:
+    return run_in(in_cgroup, [str(BENCH), ITERATIONS])
+
+
+def run_frees(in_cgroup: bool) -> dict[str, Any]:
+    return run_in(in_cgroup, [sys.executable, "-m", "tools.bench.free_sweep", FREE_PAIRS])
+
+
+def hooked_by(
+    module: Path, gated: Path, run: Callable[[bool], dict[str, Any]] = run_bench
+) -> dict[str, Any]:
+    """One run of ``run`` with ``module`` loaded and the cgroup ``gated`` configured."""
     subprocess.run(["insmod", str(module), "target=nvmock"], check=True)
     try:
         with QgpuClient.open() as client:
             client.set_cgroup(cgroup_id(gated), 0, "offline", 100)
-            result = run_bench(True)
+            result = run(True)
             client.del_cgroup(cgroup_id(gated))
     finally:
         subprocess.run(["rmmod", "qgpu"], check=True)
@@ -173,6 +190,47 @@ def hook_overhead() -> dict[str, object]:
             row.update({"before_hooked_ns": d, "before_ratio": d / a})
             line += f" {d:>12.0f} {d / a:>6.2f}"
         result[key] = row
+        print(line)
+    return result
+
+
+def free_costs() -> dict[str, Any]:
+    """RM_FREE in a client shaped as libcuda's (free_sweep.py): unhooked, hooked by this
+    qgpu.ko and, with QGPU_BEFORE, by that one, rounds alternating; the medians of ns and of
+    kernel controls (qgpu's questions to RM) a pair of RM_ALLOC + RM_FREE."""
+    CONTAINER.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[dict[str, Any]]] = {"nvmock": [], "hooked": []}
+    if BEFORE is not None:
+        runs[BEFORE_REV] = []
+    run_frees(False)  # warm up
+    for _ in range(ROUNDS):
+        runs["nvmock"].append(run_frees(False))
+        runs["hooked"].append(hooked_by(QGPU, CGROUP, run_frees))
+        if BEFORE is not None:
+            runs[BEFORE_REV].append(hooked_by(BEFORE, CGROUP, run_frees))
+    CONTAINER.rmdir()
+    CGROUP.rmdir()
+    first = runs["nvmock"][0]
+    result: dict[str, Any] = {
+        "rounds": ROUNDS,
+        "pairs": first["pairs"],
+        "tsgs": first["tsgs"],
+        "channels": first["channels"],
+    }
+    print(
+        f"RM_ALLOC + RM_FREE in a client of {first['tsgs']} TSGs and {first['channels']}"
+        f" channels (libcuda's), {first['pairs']} pairs a run, medians of {ROUNDS} runs:"
+    )
+    print(f"  {'freed':<8} " + " ".join(f"{name + ' us':>12} {'controls':>8}" for name in runs))
+    for freed in ("sysmem", "vaspace"):
+        row: dict[str, Any] = {}
+        line = f"  {freed:<8} "
+        for name, results in runs.items():
+            us = statistics.median(r[freed]["ns"] for r in results) / 1000
+            controls = statistics.median(r[freed]["kernel_controls"] for r in results)
+            row[name] = {"us": us, "kernel_controls": controls}
+            line += f" {us:>12.1f} {controls:>8.2f}"
+        result[freed] = row
         print(line)
     return result
 
@@ -422,13 +480,17 @@ def load_nvmock(**params: int) -> None:
 
 def main() -> int:
     load_nvmock(**({} if GSP_PCT is None else {"gsp_pct": int(GSP_PCT)}))
-    result: dict[str, object] = {} if ONLY in ("online", "userd") else {"hook": hook_overhead()}
+    result: dict[str, object] = {}
+    if ONLY in ("", "hook"):
+        result["hook"] = hook_overhead()
+    if ONLY in ("", "hook", "frees"):
+        result["frees"] = free_costs()
     result["nvmock_gsp_pct"] = read_nvmock_param("gsp_pct")
     # The VM's size is part of the result: a lone online stream's p99 was 3.9-4.9 x its p50
     # with two vCPUs on this machine's two cores and 1.09-1.37 x with one (`make bench-vm`'s).
     result["vcpus"] = os.cpu_count()
     print(f"VM of {result['vcpus']} vCPU(s)")
-    if ONLY == "hook":
+    if ONLY in ("hook", "frees"):
         subprocess.run(["rmmod", "nvmock"], check=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps(result, indent=2) + "\n")
