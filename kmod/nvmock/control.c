@@ -693,8 +693,7 @@ static u32 subdevice_disable_channels(const struct nvmock_caller *caller,
 			return status;
 		ch = nvmock_object_get(client, p->hChannelList[i]);
 		if (ch && ch->kind == NVMOCK_INVALID &&
-		    (ch->hclass == HOPPER_CHANNEL_GPFIFO_A ||
-		     ch->hclass == AMPERE_CHANNEL_GPFIFO_A))
+		    nvmock_class_kind(ch->hclass) == NVMOCK_CHANNEL)
 			return NV_ERR_INVALID_CHANNEL;
 		if (!ch || ch->kind != NVMOCK_CHANNEL)
 			return NV_ERR_INVALID_OBJECT_HANDLE;

@@ -256,6 +256,7 @@ u32 nvmock_heap_info(const struct nvmock_caller *caller, u32 hroot, u32 hparent,
 u32 nvmock_caller_client(const struct nvmock_caller *caller, u32 hclient,
 			 struct nvmock_client **client);
 const char *nvmock_kind_name(enum nvmock_kind kind);
+enum nvmock_kind nvmock_class_kind(u32 hclass);
 
 /* control.c */
 u32 nvmock_rm_control(const struct nvmock_caller *caller, struct nvos54_params *p,

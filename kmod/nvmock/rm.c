@@ -92,6 +92,14 @@ static const struct class_desc *class_of(u32 hclass)
 	return NULL;
 }
 
+/* The kind of object a class makes (class_table), NVMOCK_KINDS for a class nvmock lacks. */
+enum nvmock_kind nvmock_class_kind(u32 hclass)
+{
+	const struct class_desc *desc = class_of(hclass);
+
+	return desc ? desc->kind : NVMOCK_KINDS;
+}
+
 struct nvmock_client *nvmock_client_get(u32 handle)
 {
 	return xa_load(&clients, handle);
