@@ -20,40 +20,35 @@ import time
 
 from qpolicy.nvrm import abi
 from tests.vm import rmcases
-from tests.vm.conftest import DEBUGFS
 from tests.vm.rmclient import Rm, sysmem_params
+from tests.vm.test_qgpu_rmapi import kapi
 
-# rmcases' builders make each object as libcuda does (its channels kept off the runlist).
 COMPUTE_CHANNELS, COPY_TSGS, COPY_CHANNELS = 8, 3, 4
+TSGS, CHANNELS = 1 + COPY_TSGS, COMPUTE_CHANNELS + COPY_TSGS * COPY_CHANNELS
 
 
 def kernel_controls() -> int:
-    for line in (DEBUGFS / "kapi").read_text().splitlines():
-        if line.startswith("controls "):
-            return int(line.split()[1])
-    raise RuntimeError("nvmock's kapi lists no controls count")
+    return kapi()[0]["controls"]
 
 
-def cuda_shaped(s: rmcases.Scope) -> tuple[int, int]:
-    """libcuda's TSGs and channels in the scope's client, a notifier for each channel: how many
-    TSGs and channels."""
+def cuda_shaped(s: rmcases.Scope) -> None:
+    """libcuda's TSGs and channels in the scope's client, made by rmcases' builders as libcuda
+    makes them (the channels kept off the runlist), a notifier for each channel."""
+
+    def channel(tsg: int, engine: int, share: int = 0) -> None:
+        s.rm.new(s.client, s.device, 0x3E, sysmem_params(4096))
+        rmcases._channel(s, tsg, engine, share)
+
     vaspace = s.rm.new(s.client, s.device, 0x90F1, bytes(56))
     tsg = rmcases._tsg(s, rmcases.GR)
     share = rmcases._share(s, tsg, vaspace, abi.SUBCONTEXT_ASYNC)[1]
-    tsgs, channels = 1, 0
     for _ in range(COMPUTE_CHANNELS):
-        s.rm.new(s.client, s.device, 0x3E, sysmem_params(4096))
-        rmcases._channel(s, tsg, rmcases.GR, share)
-        channels += 1
+        channel(tsg, rmcases.GR, share)
     for copy in range(COPY_TSGS):
         engine = rmcases.COPY2 + copy
         copy_tsg = rmcases._tsg(s, engine, vaspace)
-        tsgs += 1
         for _ in range(COPY_CHANNELS):
-            s.rm.new(s.client, s.device, 0x3E, sysmem_params(4096))
-            rmcases._channel(s, copy_tsg, engine)
-            channels += 1
-    return tsgs, channels
+            channel(copy_tsg, engine)
 
 
 def pairs(s: rmcases.Scope, n: int, cls: int, params: bytes) -> dict[str, float]:
@@ -70,15 +65,15 @@ def pairs(s: rmcases.Scope, n: int, cls: int, params: bytes) -> dict[str, float]
 
 
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     rm = Rm(0)
     try:
         with rmcases.scope(rm, va_mode=2) as s:
-            tsgs, channels = cuda_shaped(s)
+            cuda_shaped(s)
             out = {
                 "pairs": n,
-                "tsgs": tsgs,
-                "channels": channels,
+                "tsgs": TSGS,
+                "channels": CHANNELS,
                 "sysmem": pairs(s, n, 0x3E, sysmem_params(4096)),
                 "vaspace": pairs(s, n, 0x90F1, bytes(56)),
             }
