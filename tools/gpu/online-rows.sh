@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# On a lent GPU machine, as root: issue 14's online rows as BENCHMARKS.md records them since the
+# forty-sixth session, the doctor's FECS read beside them, and what says which host ran them.
+# Until 2026-12-06 this lived untracked (.gpu-carry/s/rows.sh); the entries naming that script ran
+# these steps.
+#
+#   ROWS     rows to run, in order: 8192, 2048 (issue 14's two trainer shapes) and 10pods (the
+#            daemon's CPU with ten busy pods); default "8192 2048"
+#   DOCTOR   a trainer size for `qpolicy doctor` with the engine's pair only (its FECS read of the
+#            switch), or empty for none; default empty
+#   ROW_S    seconds a row may take before it is stopped (default 300)
+#   REV      the commit the tree is (the device copy has no .git), written to host.txt
+#   DEBS     where the bcc carry is (default: joined from .gpu-carry/bcc-part2 and the half that
+#            `tools/gpu/carry-parts.sh stash` left on this machine)
+#
+# Writes under $OUT: <row>-bench.json.xz (tools/bench/gpu.py's JSON: 3 001 requests a run, solos
+# before and after, native, MPS and qpolicy), doctor-<n>.json, smi.csv.xz (nvidia-smi every
+# 250 ms for the whole call, for tools/gpu/row_clocks.py) and logs.tar.xz (host.txt, the daemons'
+# debug logs, the doctor's stderr).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=${OUT:?set OUT to the folder the results go to}
+rows=${ROWS:-8192 2048}
+doctor=${DOCTOR:-}
+row_s=${ROW_S:-300}
+
+for row in $rows; do
+    case $row in
+    8192 | 2048 | 10pods) ;;
+    *)
+        echo "online-rows: unknown row '$row' (8192, 2048 or 10pods)" >&2
+        exit 2
+        ;;
+    esac
+done
+if [ -n "$doctor" ] && ! [[ $doctor =~ ^[0-9]+$ ]]; then
+    echo "online-rows: DOCTOR must be a matrix size, not '$doctor'" >&2
+    exit 2
+fi
+
+if [ -z "${DEBS:-}" ] && ! python3 -c 'import bcc' 2>/dev/null; then
+    DEBS=$(bash "$here/tools/gpu/carry-parts.sh" join "$here/.gpu-carry/bcc-part2")
+    export DEBS
+fi
+# shellcheck source=tools/gpu/bcc-env.sh
+source "$here/tools/gpu/bcc-env.sh"
+cd "$here"
+
+mkdir -p "$out/logs"
+{
+    date
+    echo "rev ${REV:-unknown}"
+    uname -r
+    nproc
+    nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv ||
+        echo "nvidia-smi failed"
+    # Where a line cannot be read, host.txt says so and the rows still run.
+    head -1 /proc/driver/nvidia/version 2>/dev/null || echo "no /proc/driver/nvidia/version"
+    grep -m1 'model name' /proc/cpuinfo || echo "no CPU model name"
+} >"$out/logs/host.txt"
+
+nvidia-smi -lms 250 --format=csv --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active \
+    >"$out/smi.csv" 2>/dev/null &
+smi=$!
+trap 'kill $smi 2>/dev/null || true' EXIT
+
+status=0
+for row in $rows; do
+    case $row in
+    8192) only="online 4096 @ 150 Hz next to an offline 8192 trainer" modes=native,mps,qpolicy ;;
+    2048) only="online 4096 @ 150 Hz next to an offline 2048 trainer (short kernels)" modes=native,mps,qpolicy ;;
+    10pods) only="daemon CPU, 10 pods" modes=qpolicy ;;
+    esac
+    mkdir -p "$out/logs/$row"
+    # A row that fails or runs over is reported and the next one still runs.
+    if ! timeout "$row_s" python3 tools/bench/gpu.py --sizes 4096 --modes "$modes" --only "$only" \
+        --daemon-logs --out "$out/logs/$row/bench.json"; then
+        echo "online-rows: row $row failed or ran over ${row_s}s" >&2
+        status=1
+    fi
+    if [ -f "$out/logs/$row/bench.json" ]; then
+        xz -9 -c "$out/logs/$row/bench.json" >"$out/$row-bench.json.xz"
+        rm "$out/logs/$row/bench.json"
+    fi
+done
+
+if [ -n "$doctor" ]; then
+    if ! python3 -m qpolicy doctor --gpu 0 --trainer-n "$doctor" --levers timeslice-1us-8ms \
+        --no-mps --no-cache --json >"$out/doctor-$doctor.json" 2>"$out/logs/doctor-$doctor.err"; then
+        echo "online-rows: the doctor failed (logs/doctor-$doctor.err)" >&2
+        status=1
+    fi
+fi
+
+kill "$smi" 2>/dev/null || true
+wait "$smi" 2>/dev/null || true
+xz -9 -f "$out/smi.csv"
+tar -C "$out/logs" -cJf "$out/logs.tar.xz" .
+rm -rf "$out/logs"
+exit "$status"
