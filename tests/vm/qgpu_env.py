@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -307,7 +308,9 @@ def burst_hand_back(
     client.set_cgroup(a_cg.id, 0, "offline", 30)
     client.set_cgroup(b_cg.id, 0, "offline", 70)
     reset()
-    a = in_cgroup(a_cg, [*saturate, "--seconds", "18"]).ready()
+    # A runs until it is told to stop: a fixed length (18 s until 2026-12-06) ended it before the
+    # last window where starting each B took longer (a slower TCG host: A's share read 0.000).
+    a = in_cgroup(a_cg, [*saturate, "--seconds", "600"]).ready()
     time.sleep(1.0)
     # B idle: A gets the GPU, not just its 30 % (a saturating process alone keeps the VM's
     # engine busy about 90 % of the time).
@@ -334,6 +337,7 @@ def burst_hand_back(
     # Over 3 s: a TCG guest's timing makes a shorter window noisy by a few points.
     both = gpu_rates([a.pid, b.pid], 3.0, 0.5)
     b.result()
-    a.result()
+    a.proc.send_signal(signal.SIGTERM)
+    assert a.result()["interrupted"]
     a_share = sum(r[0] for r in both) / sum(r[0] + r[1] for r in both)
     return lent, a_share, firsts
