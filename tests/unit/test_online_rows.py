@@ -12,8 +12,11 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from tools.bench import gpu
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "gpu" / "online-rows.sh"
+SCENARIO_NAMES = {s.name for s in gpu.SCENARIOS}
 
 # Stands in for python3: `import bcc` succeeds (bcc-env.sh then unpacks nothing); gpu.py writes
 # its arguments as its JSON and a daemon log beside it, and fails where its --only names the 2048
@@ -97,6 +100,8 @@ def test_it_runs_the_rows_and_the_doctor_and_leaves_what_benchmarks_md_cites(
     ]:  # fmt: skip
         argv = _bench(out, row)
         assert argv[argv.index("--only") + 1] == only
+        # gpu.py runs what --only starts: the name must be one of its scenarios, or none runs.
+        assert only in SCENARIO_NAMES
         assert argv[argv.index("--modes") + 1] == modes
         assert "--daemon-logs" in argv
     doctor = json.loads((out / "doctor-8192.json").read_text())["argv"]
@@ -122,18 +127,17 @@ def test_a_failing_row_is_reported_and_the_next_still_runs(tmp_path: Path) -> No
     assert "online-rows: row 2048 failed" in done.stderr
     out = tmp_path / "out"
     assert not (out / "2048-bench.json.xz").exists()
-    assert _bench(out, "8192")[_bench(out, "8192").index("--sizes") + 1] == "4096"
+    argv = _bench(out, "8192")
+    assert argv[argv.index("--sizes") + 1] == "4096"
     assert not list(out.glob("doctor-*"))
 
 
 def test_it_refuses_an_unknown_row_or_doctor_size_before_starting(tmp_path: Path) -> None:
     for env, says in [
-        ({"ROWS": "8192 4096"}, "unknown row '4096'"),
-        ({"DOCTOR": "big"}, "DOCTOR must be a matrix size, not 'big'"),
+        ({"ROWS": "8192 4096"}, "online-rows: unknown row '4096' (8192, 2048 or 10pods)"),
+        ({"DOCTOR": "big"}, "online-rows: DOCTOR must be a matrix size, not 'big'"),
     ]:
         done = _run(tmp_path, **env)
         assert done.returncode == 2
-        assert done.stderr.strip().splitlines() == [f"online-rows: {says}" + (
-            " (8192, 2048 or 10pods)" if "row" in says else ""
-        )]  # fmt: skip
+        assert done.stderr.strip().splitlines() == [says]
         assert not (tmp_path / "out").exists()

@@ -24,14 +24,21 @@ rows=${ROWS:-8192 2048}
 doctor=${DOCTOR:-}
 row_s=${ROW_S:-300}
 
+# A row's tools/bench/gpu.py scenario and modes, in $only and $modes; false for an unknown row.
+row_args() {
+    case $1 in
+    8192) only="online 4096 @ 150 Hz next to an offline 8192 trainer" modes=native,mps,qpolicy ;;
+    2048) only="online 4096 @ 150 Hz next to an offline 2048 trainer (short kernels)" modes=native,mps,qpolicy ;;
+    10pods) only="daemon CPU, 10 pods" modes=qpolicy ;;
+    *) return 1 ;;
+    esac
+}
+
 for row in $rows; do
-    case $row in
-    8192 | 2048 | 10pods) ;;
-    *)
+    if ! row_args "$row"; then
         echo "online-rows: unknown row '$row' (8192, 2048 or 10pods)" >&2
         exit 2
-        ;;
-    esac
+    fi
 done
 if [ -n "$doctor" ] && ! [[ $doctor =~ ^[0-9]+$ ]]; then
     echo "online-rows: DOCTOR must be a matrix size, not '$doctor'" >&2
@@ -66,11 +73,7 @@ trap 'kill $smi 2>/dev/null || true' EXIT
 
 status=0
 for row in $rows; do
-    case $row in
-    8192) only="online 4096 @ 150 Hz next to an offline 8192 trainer" modes=native,mps,qpolicy ;;
-    2048) only="online 4096 @ 150 Hz next to an offline 2048 trainer (short kernels)" modes=native,mps,qpolicy ;;
-    10pods) only="daemon CPU, 10 pods" modes=qpolicy ;;
-    esac
+    row_args "$row"
     mkdir -p "$out/logs/$row"
     # A row that fails or runs over is reported and the next one still runs.
     if ! timeout "$row_s" python3 tools/bench/gpu.py --sizes 4096 --modes "$modes" --only "$only" \
