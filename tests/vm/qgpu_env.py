@@ -6,6 +6,7 @@ import json
 import os
 import select
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -279,15 +280,20 @@ def refcount(module: str) -> int:
 
 
 def gpu_rates(pids: list[int], seconds: float, step: float) -> list[list[float]]:
-    """GPU time each process got in consecutive windows of ``step`` seconds."""
+    """The fraction of each window's wall time that each process had the engine, in consecutive
+    windows of about ``step`` seconds. Each window is divided by its own length as the clock
+    measured it: on a slow TCG host a 0.5 s sleep returned late enough that dividing by 0.5 read
+    a lone process at 1.06-1.18 of the engine (CI, 2026-12-06)."""
     rows = []
     last = [processes().get(p, 0) for p in pids]
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    t_last = time.monotonic()
+    end = t_last + seconds
+    while t_last < end:
         time.sleep(step)
         now = [processes().get(p, 0) for p in pids]
-        rows.append([(n - o) / 1e9 for n, o in zip(now, last, strict=True)])
-        last = now
+        t_now = time.monotonic()
+        rows.append([(n - o) / 1e9 / (t_now - t_last) for n, o in zip(now, last, strict=True)])
+        last, t_last = now, t_now
     return rows
 
 
@@ -315,10 +321,13 @@ def burst_hand_back(
     # B idle: A gets the GPU, not just its 30 % (a saturating process alone keeps the VM's
     # engine busy about 90 % of the time).
     alone = gpu_rates([a.pid], 2.0, 0.5)
-    lent = sum(r[0] for r in alone) / (0.5 * len(alone))
+    lent = statistics.mean(r[0] for r in alone)
 
-    def b_has_work(seconds: str) -> Gpuload:
-        b = in_cgroup(b_cg, [*saturate, "--seconds", seconds]).ready()
+    def b_has_work() -> Gpuload:
+        # B runs until it is stopped, as A does: with a fixed length (1.2 s until 2026-12-07)
+        # starting B and waiting for its first work took long enough on a slower TCG host (CI)
+        # that B had ended inside the window, and A's share there read 1.000.
+        b = in_cgroup(b_cg, [*saturate, "--seconds", "600"]).ready()
         start = processes().get(b.pid, 0)
         while processes().get(b.pid, 0) == start:
             time.sleep(0.005)
@@ -326,18 +335,21 @@ def burst_hand_back(
         time.sleep(period_us / 1e6)
         return b
 
+    def stop(p: Gpuload) -> None:
+        p.proc.send_signal(signal.SIGTERM)
+        assert p.result()["interrupted"], "a process ended before it was stopped"
+
     firsts = []
     for _ in range(HAND_BACKS):
-        b = b_has_work("1.2")
+        b = b_has_work()
         (window,) = gpu_rates([a.pid, b.pid], 0.5, 0.5)
+        stop(b)
         firsts.append(window[0] / (window[0] + window[1]))
-        b.result()
         time.sleep(0.5)  # A alone again
-    b = b_has_work("5")
+    b = b_has_work()
     # Over 3 s: a TCG guest's timing makes a shorter window noisy by a few points.
     both = gpu_rates([a.pid, b.pid], 3.0, 0.5)
-    b.result()
-    a.proc.send_signal(signal.SIGTERM)
-    assert a.result()["interrupted"]
+    stop(b)
+    stop(a)
     a_share = sum(r[0] for r in both) / sum(r[0] + r[1] for r in both)
     return lent, a_share, firsts
