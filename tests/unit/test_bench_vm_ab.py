@@ -8,7 +8,7 @@ import re
 import pytest
 
 from qpolicy.enforcers.kmod.sysfs import PARAMS_ROOT
-from tests.vm.conftest import NVMOCK_PARAMS
+from tests.vm.nvmock import NVMOCK_PARAMS
 from tools.bench import qgpu_vm, qgpu_vm_ab
 
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.vm.conftest import GPULOAD
+from tests.vm.nvmock import GPULOAD
 
 READY = re.compile(
     r"gpuload: ready pid=(\d+) client=(0x[0-9a-f]+) subdevice=(0x[0-9a-f]+) "

@@ -13,7 +13,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from tests.vm.conftest import ROOT
+from tests.vm.nvmock import ROOT
 
 
 class LineTenant:

@@ -84,7 +84,7 @@ import time
 
 from qpolicy.nvrm import abi
 from tests.vm import rmcases
-from tests.vm.conftest import tsg_rows
+from tests.vm.nvmock import tsg_rows
 from tests.vm.rmclient import (
     MEMORY_OWNER,
     NVOS00,

@@ -21,9 +21,9 @@ from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient, QgpuEvent
 from qpolicy.enforcers.kmod.sysfs import PARAMS_ROOT
 from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.telemetry.cgroups import cgroup_id
-from tests.vm.conftest import ROOT, processes, reset
 from tests.vm.gpuload import Gpuload, start_together
 from tests.vm.linetenant import LineTenant
+from tests.vm.nvmock import ROOT, processes, reset
 
 QGPU = ROOT / "kmod" / "qgpu" / "qgpu.ko"
 SYSFS = Path("/sys/kernel/qgpu")

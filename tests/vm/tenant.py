@@ -33,7 +33,7 @@ import struct
 import sys
 
 from qpolicy.nvrm import abi
-from tests.vm.conftest import DEBUGFS, tsg_rows
+from tests.vm.nvmock import DEBUGFS, tsg_rows
 from tests.vm.rmclient import Rm, channel_params, ioctl, memory_params, sysmem_params, tsg_params
 
 DEVICE_PARAMS = struct.pack("<IIIIII QQQII", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)

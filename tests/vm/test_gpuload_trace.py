@@ -30,8 +30,8 @@ from qpolicy.nvrm.decode import Ioctl, decode
 from qpolicy.nvrm.records import Record
 from qpolicy.nvrm.replay import builtin_records
 from qpolicy.telemetry.probe import NvProbe
-from tests.vm.conftest import ROOT
 from tests.vm.gpuload import Gpuload
+from tests.vm.nvmock import ROOT
 
 CONFORMANCE = ROOT / "kmod" / "nvmock" / "CONFORMANCE.md"
 SECTION = "## gpuload against the H200 trace"

@@ -13,8 +13,8 @@ import pytest
 
 from qpolicy.nvrm import abi, rmctl
 from qpolicy.nvrm.abi import Escape, NvStatus
-from tests.vm.conftest import nvmock_param
 from tests.vm.gpuload import Gpuload
+from tests.vm.nvmock import nvmock_param
 from tests.vm.rmclient import (
     CARD,
     NVOS54,
@@ -237,7 +237,7 @@ def test_a_device_needs_its_gpu_file_open() -> None:
 
 
 def test_closing_the_control_file_frees_its_clients() -> None:
-    from tests.vm.conftest import objects
+    from tests.vm.nvmock import objects
 
     rm = Rm()
     client = rm.new(0, 0, 0x41)

@@ -14,8 +14,9 @@ import time
 import pytest
 
 from qpolicy.nvrm import rmctl
-from tests.vm.conftest import (
-    HOST_TIMED,
+from tests.vm.conftest import HOST_TIMED
+from tests.vm.gpuload import Gpuload, start_together
+from tests.vm.nvmock import (
     channel_rows,
     engine_account,
     nvmock_param,
@@ -25,7 +26,6 @@ from tests.vm.conftest import (
     reset,
     threads_named,
 )
-from tests.vm.gpuload import Gpuload, start_together
 
 SATURATE = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "4", "--queue", "2"]
 

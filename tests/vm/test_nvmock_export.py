@@ -7,7 +7,7 @@ answers. Also the answers of a GPU with neither dma-buf support nor an NVLink fa
 from __future__ import annotations
 
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import objects
+from tests.vm.nvmock import objects
 from tests.vm.qgpu_env import cgroups
 from tests.vm.test_qgpu_memory import fb_used, mem_tenants
 

@@ -15,8 +15,8 @@ import time
 
 from qpolicy.nvrm import abi
 from qpolicy.nvrm.abi import Escape
-from tests.vm.conftest import BAD_KERNEL_LOG, GPULOAD, kernel_log, objects
 from tests.vm.gpuload import Gpuload
+from tests.vm.nvmock import BAD_KERNEL_LOG, GPULOAD, kernel_log, objects
 from tests.vm.rmclient import Rm, sysmem_params, tsg_params
 
 KNOWN = [int(e) for e in Escape]

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.vm.conftest import DEBUGFS, ROOT, channel_rows, reset
 from tests.vm.gpuload import Gpuload
+from tests.vm.nvmock import DEBUGFS, ROOT, channel_rows, reset
 
 SLOT = 0x2200  # not page-aligned: the slot is 512 bytes
 CLIENT_USERD = ["--userd", "client", "--userd-offset", str(SLOT)]

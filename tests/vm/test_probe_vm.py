@@ -10,7 +10,7 @@ from pathlib import Path
 from qpolicy.nvrm.abi import Escape
 from qpolicy.telemetry.cgroups import CgroupMap
 from qpolicy.telemetry.probe import NvProbe
-from tests.vm.conftest import GPULOAD
+from tests.vm.nvmock import GPULOAD
 
 
 def test_probe_counts_gpuloads_ioctls_exactly() -> None:

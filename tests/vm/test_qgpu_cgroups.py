@@ -22,7 +22,7 @@ import pytest
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.enforcers.kmod.uapi import EVENT_RATE_PER_SEC, Event
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import DEBUGFS, reset
+from tests.vm.nvmock import DEBUGFS, reset
 from tests.vm.qgpu_env import (
     CGROUP_ROOT,
     SYSFS,

@@ -44,7 +44,7 @@ from qpolicy.enforcers.kmod.uapi import (
     Policy,
     Preemption,
 )
-from tests.vm.conftest import BAD_KERNEL_LOG, kernel_log
+from tests.vm.nvmock import BAD_KERNEL_LOG, kernel_log
 from tests.vm.qgpu_env import SYSFS, Cgroup, cgroups, module_loaded
 
 # -- a raw generic netlink socket --------------------------------------------------------------

@@ -14,8 +14,8 @@ import pytest
 
 from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import kernel_log, reset
 from tests.vm.gpuload import start_together
+from tests.vm.nvmock import kernel_log, reset
 from tests.vm.qgpu_env import (
     Cgroup,
     burst_hand_back,

@@ -17,7 +17,7 @@ from contextlib import ExitStack
 
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.nvrm import abi
-from tests.vm.conftest import channel_rows
+from tests.vm.nvmock import channel_rows
 from tests.vm.qgpu_env import (
     Cgroup,
     HeldTenant,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.vm.conftest import BAD_KERNEL_LOG, ROOT, kernel_log, objects, reset
+from tests.vm.nvmock import BAD_KERNEL_LOG, ROOT, kernel_log, objects, reset
 from tests.vm.qgpu_env import cgroups, in_cgroup, qgpu_loaded, stats_of
 
 CUDA_SATURATE = [

@@ -8,7 +8,7 @@ import pytest
 
 from qpolicy.enforcers.kmod.error import KmodError
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import DEBUGFS, kernel_log
+from tests.vm.nvmock import DEBUGFS, kernel_log
 from tests.vm.qgpu_env import cgroups, qgpu_loaded, refcount, stats_of, tenant
 
 GIB = 1 << 30

@@ -12,8 +12,9 @@ from typing import Any
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.nvrm.abi import PREEMPTION_MODE_CILP, NvStatus
-from tests.vm.conftest import DEBUGFS, HOST_TIMED, objects, reset
+from tests.vm.conftest import HOST_TIMED
 from tests.vm.linetenant import LineTenant
+from tests.vm.nvmock import DEBUGFS, objects, reset
 from tests.vm.qgpu_env import (
     SYSFS,
     Cgroup,

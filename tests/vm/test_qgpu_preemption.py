@@ -23,7 +23,7 @@ from qpolicy.enforcers.kmod.error import KmodError
 from qpolicy.enforcers.kmod.uapi import Preemption
 from qpolicy.nvrm import abi
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import DEBUGFS, nvmock_param, tsg_rows
+from tests.vm.nvmock import DEBUGFS, nvmock_param, tsg_rows
 from tests.vm.qgpu_env import (
     SYSFS,
     HeldTenant,

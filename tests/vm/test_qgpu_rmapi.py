@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qpolicy.nvrm import abi
-from tests.vm.conftest import DEBUGFS, kernel_log
+from tests.vm.nvmock import DEBUGFS, kernel_log
 from tests.vm.qgpu_env import cgroups, in_cgroup, qgpu_loaded, stats_of
 
 OP_FREE, OP_ALLOC, OP_CONTROL = 0x00, 0x15, 0x36

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.vm.conftest import DEBUGFS, kernel_log
+from tests.vm.nvmock import DEBUGFS, kernel_log
 from tests.vm.qgpu_env import SYSFS, module_loaded
 
 NVMOCK_VERSION = "580.159.04"  # kmod/uapi/nvmock.h: NVMOCK_VERSION_STRING

@@ -37,7 +37,8 @@ from qpolicy.enforcers.kmod.client import CgroupStats, QgpuClient, QgpuEvent
 from qpolicy.enforcers.kmod.error import KmodError
 from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import (
+from tests.vm.gpuload import Gpuload
+from tests.vm.nvmock import (
     BAD_KERNEL_LOG,
     DEBUGFS,
     GPUS,
@@ -49,7 +50,6 @@ from tests.vm.conftest import (
     processes,
     unload,
 )
-from tests.vm.gpuload import Gpuload
 from tests.vm.qgpu_env import (
     CGROUP_ROOT,
     QGPU,

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from tests.vm.conftest import HOST_TIMED, nvmock_param, reset
+from tests.vm.conftest import HOST_TIMED
 from tests.vm.gpuload import Gpuload, start_together
+from tests.vm.nvmock import nvmock_param, reset
 from tests.vm.qgpu_env import (
     burst_hand_back,
     cgroups,

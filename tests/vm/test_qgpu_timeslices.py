@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.enforcers.kmod.uapi import OFFLINE_TIMESLICE_DEFAULT_US, ONLINE_TIMESLICE_DEFAULT_US
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import DEBUGFS, tsg_rows
+from tests.vm.nvmock import DEBUGFS, tsg_rows
 from tests.vm.qgpu_env import (
     SYSFS,
     HeldTenant,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from qpolicy.enforcers.kmod.client import QgpuClient
-from tests.vm.conftest import DEBUGFS, kernel_log, objects
+from tests.vm.nvmock import DEBUGFS, kernel_log, objects
 from tests.vm.qgpu_env import Cgroup, cgroups, insmod, loaded, qgpu_loaded, rmmod
 from tests.vm.test_qgpu_rmapi import FIFO_DISABLE_CHANNELS, OP_CONTROL, kapi
 from tests.vm.worker import Worker

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import HOST_TIMED, nvmock_param, processes, reset, threads_named
+from tests.vm.conftest import HOST_TIMED
 from tests.vm.gpuload import start_together
 from tests.vm.linetenant import LineTenant
+from tests.vm.nvmock import nvmock_param, processes, reset, threads_named
 from tests.vm.qgpu_env import (
     COLD_AFTER_S,
     COLD_LOOK,

@@ -12,7 +12,7 @@ from typing import Any
 from qpolicy.enforcers.kmod.client import QgpuClient
 from qpolicy.enforcers.kmod.uapi import Event
 from qpolicy.nvrm.abi import NvStatus
-from tests.vm.conftest import ROOT
+from tests.vm.nvmock import ROOT
 from tests.vm.qgpu_env import (
     SYSFS,
     Cgroup,

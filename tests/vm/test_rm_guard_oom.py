@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from qpolicy.enforcers.rm.record import parse_stat
-from tests.vm.conftest import BAD_KERNEL_LOG, ROOT, kernel_log, processes, read_counts
 from tests.vm.gpuload import Gpuload
+from tests.vm.nvmock import BAD_KERNEL_LOG, ROOT, kernel_log, processes, read_counts
 
 SATURATE = ["--shape", "saturate", "--kernel-us", "1000", "--sync-every", "4", "--queue", "2"]
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from tests.vm.conftest import objects
+from tests.vm.nvmock import objects
 from tests.vm.uvmcalls import (
     POOL_BYTES,
     alloc_pool,

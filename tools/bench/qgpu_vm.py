@@ -45,14 +45,8 @@ sys.path.insert(0, str(ROOT))
 from qpolicy.doctor.targets import P99_BOUND, stricter_solo  # noqa: E402
 from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup_id  # noqa: E402
-from tests.vm.conftest import (  # noqa: E402
-    engine_account,
-    load,
-    make_nodes,
-    read_nvmock_param,
-    reset,
-)
 from tests.vm.gpuload import start_together  # noqa: E402
+from tests.vm.nvmock import engine_account, load, make_nodes, read_nvmock_param, reset  # noqa: E402
 from tests.vm.qgpu_env import (  # noqa: E402
     COLD_AFTER_S,
     COLD_LOOK,

@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from qpolicy.enforcers.kmod.client import QgpuClient  # noqa: E402
 from qpolicy.enforcers.kmod.sysfs import PARAMS_ROOT  # noqa: E402
-from tests.vm.conftest import NVMOCK_PARAMS, reset, threads_named  # noqa: E402
 from tests.vm.gpuload import start_together  # noqa: E402
+from tests.vm.nvmock import NVMOCK_PARAMS, reset, threads_named  # noqa: E402
 from tests.vm.qgpu_env import cgroups, in_cgroup, sched_counts  # noqa: E402
 from tools.bench.qgpu_vm import (  # noqa: E402
     PERIOD_US,

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.vm.conftest import GPUS, load, make_nodes
 from tests.vm.gpuload import Gpuload
+from tests.vm.nvmock import GPUS, load, make_nodes
 
 TRACING = Path("/sys/kernel/tracing")
 SATURATE = ["--shape", "saturate", "--kernel-us", "500", "--sync-every", "4", "--queue", "4"]
