@@ -47,10 +47,33 @@ exit 3
 """
 
 
+# Stand in for pgrep and py-spy: the daemon is pid 4242 and pod p0 starts now for 6 s (or, with
+# NO_PODS set, nothing runs); py-spy writes its arguments where -o says.
+FAKE_PGREP = """#!/bin/sh
+if [ -n "$NO_PODS" ]; then exit 1; fi
+case "$*" in
+*qpolicy*) echo 4242 ;;
+*matmul*) echo "4243 sh -c echo python3 tools/gpu/matmul.py --n 4096 --label p0 \\
+--start-at $(date +%s) --seconds 6.0 --timeline" ;;
+*) exit 1 ;;
+esac
+"""
+FAKE_PYSPY = """#!/bin/sh
+while [ $# -gt 0 ]; do
+    if [ "$1" = -o ]; then out=$2; fi
+    args="$args $1"
+    shift
+done
+echo "thread (1): MainThread;main (qpolicy/daemon.py:1) 1 #$args" > "$out"
+"""
+
+
 def _run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, text in {
+        "pgrep": FAKE_PGREP,
+        "py-spy": FAKE_PYSPY,
         "python3": FAKE_PYTHON,
         # A sampler that says which query it was given, then samples until killed.
         "nvidia-smi": '#!/bin/sh\necho "query: $*"\ncase "$*" in *-lms*) exec sleep 600;; esac\n',
@@ -68,6 +91,7 @@ def _run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
             "REAL_PYTHON": real_python,
             "OUT": str(tmp_path / "out"),
             "DEBS": str(tmp_path / "no-debs"),
+            "PYSPY": str(bin_dir / "py-spy"),
             **env,
         },
         capture_output=True, text=True, timeout=60, check=False,
@@ -132,10 +156,51 @@ def test_a_failing_row_is_reported_and_the_next_still_runs(tmp_path: Path) -> No
     assert not list(out.glob("doctor-*"))
 
 
+def test_the_profiled_row_samples_its_daemon_in_the_pods_steady_state(tmp_path: Path) -> None:
+    done = _run(tmp_path, ROWS="10pods-profiled")
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "10pods-profiled-bench.json.xz", "10pods-profiled-daemon.raw.xz", "logs.tar.xz",
+        "smi.csv.xz",
+    ]  # fmt: skip
+    argv = _bench(out, "10pods-profiled")
+    assert argv[argv.index("--only") + 1] == "daemon CPU, 10 pods"
+    raw = lzma.decompress((out / "10pods-profiled-daemon.raw.xz").read_bytes()).decode()
+    spy = raw.split("#", 1)[1].split()
+    # The daemon's pid; from 2 s after the pods start to 2 s before their 6 s end; native frames
+    # and thread names, as tools/gpu/profile_summary.py reads them.
+    assert spy[:5] == ["record", "-p", "4242", "-r", "500"]
+    assert spy[spy.index("-d") + 1] == "2"
+    assert {"--native", "--threads", "--function"} <= set(spy)
+    assert spy[spy.index("-f") + 1] == "raw"
+
+
+def test_a_profiled_row_with_no_daemon_to_sample_is_reported(tmp_path: Path) -> None:
+    done = _run(tmp_path, ROWS="10pods-profiled", NO_PODS="1")
+    assert done.returncode == 1
+    assert "online-rows: the profile of row 10pods-profiled failed" in done.stderr
+    out = tmp_path / "out"
+    assert (out / "10pods-profiled-bench.json.xz").exists()
+    assert not (out / "10pods-profiled-daemon.raw.xz").exists()
+    with tarfile.open(out / "logs.tar.xz") as tar:
+        log = tar.extractfile("./10pods-profiled/py-spy.log")
+        assert log is not None
+        assert log.read().decode().strip() == "online-rows: no daemon and pods to profile"
+
+
 def test_it_refuses_an_unknown_row_or_doctor_size_before_starting(tmp_path: Path) -> None:
     for env, says in [
-        ({"ROWS": "8192 4096"}, "online-rows: unknown row '4096' (8192, 2048 or 10pods)"),
+        (
+            {"ROWS": "8192 4096"},
+            "online-rows: unknown row '4096' (8192, 2048, 10pods or 10pods-profiled)",
+        ),
         ({"DOCTOR": "big"}, "online-rows: DOCTOR must be a matrix size, not 'big'"),
+        (
+            {"ROWS": "10pods-profiled", "PYSPY": str(tmp_path / "none")},
+            f"online-rows: row 10pods-profiled needs py-spy, and '{tmp_path / 'none'}' is not"
+            " executable",
+        ),
     ]:
         done = _run(tmp_path, **env)
         assert done.returncode == 2
