@@ -168,11 +168,12 @@ def test_the_profiled_row_samples_its_daemon_in_the_pods_steady_state(tmp_path: 
     assert argv[argv.index("--only") + 1] == "daemon CPU, 10 pods"
     raw = lzma.decompress((out / "10pods-profiled-daemon.raw.xz").read_bytes()).decode()
     spy = raw.split("#", 1)[1].split()
-    # The daemon's pid; from 2 s after the pods start to 2 s before their 6 s end; native frames
-    # and thread names, as tools/gpu/profile_summary.py reads them.
-    assert spy[:5] == ["record", "-p", "4242", "-r", "500"]
+    # The daemon's pid; from 2 s after the pods start to 2 s before their 6 s end; not stopped
+    # (no --native), thread names, as tools/gpu/profile_summary.py reads them.
+    assert spy[:5] == ["record", "-p", "4242", "-r", "1000"]
     assert spy[spy.index("-d") + 1] == "2"
-    assert {"--native", "--threads", "--function"} <= set(spy)
+    assert {"--nonblocking", "--threads", "--function"} <= set(spy)
+    assert "--native" not in spy
     assert spy[spy.index("-f") + 1] == "raw"
 
 

@@ -6,8 +6,8 @@
 #
 #   ROWS     rows to run, in order: 8192, 2048 (issue 14's two trainer shapes), 10pods (the
 #            daemon's CPU with ten busy pods) and 10pods-profiled (10pods again, its daemon
-#            sampled by py-spy, native frames included, in the pods' steady state: where the
-#            CPU goes; the sampling costs the daemon CPU, so 10pods gives the number);
+#            sampled by py-spy in the pods' steady state, without stopping it: where the CPU
+#            goes; tools/gpu/profile_summary.py says why not with native frames);
 #            default "8192 2048"
 #   PYSPY    the py-spy binary for 10pods-profiled (default .gpu-carry/pyspy/py-spy: the device
 #            image has none and reaches no network)
@@ -109,7 +109,7 @@ profile_daemon() {
     wait_s=$(awk -v s="$start" -v now="$now" 'BEGIN { w = s + 2 - now; print (w > 0 ? w : 0) }')
     length_s=$(awk -v s="$seconds" 'BEGIN { d = int(s) - 4; print (d > 1 ? d : 1) }')
     sleep "$wait_s"
-    "$pyspy" record -p "$pid" -r 500 -d "$length_s" --native --threads --function -f raw \
+    "$pyspy" record -p "$pid" -r 1000 -d "$length_s" --nonblocking --threads --function -f raw \
         -o "$dest"
 }
 

@@ -2,22 +2,32 @@
 
 The daemon's CPU target (issue 14: <= 2 % of one core with 10 busy pods, GSP control time
 included) sat at 1.6-2.1 % on the GPU hosts, and the in-process bench (tools/bench/daemon.py)
-reads less, because its probe and driver are stand-ins. The part only a GPU host shows (bcc's
-map reads and event polls, the ioctls' own cost, RM's busy wait on GSP) is in native frames,
-which cProfile cannot see and which py-spy samples with ``--native``. On the GPU host:
+reads less, because its probe and driver are stand-ins. On the GPU host (tools/gpu/online-rows.sh,
+row 10pods-profiled):
 
-    py-spy record -p PID -r 200 -d 25 --native --threads --function -f raw -o FILE
+    py-spy record -p PID -r 1000 -d 28 --nonblocking --threads --function -f raw -o FILE
 
 and here:
 
     python3 tools/gpu/profile_summary.py [--top 30] [--thread NAME] [--json] FILE[.xz]
 
+Sample without ``--native`` and without stopping the daemon: py-spy unwinds native frames only
+with the process stopped, and on an H100 host (call 53B, 2026-12-07) asked for 500 samples a
+second it took 2 082 in 28 s, about 13 ms each, most of it with the daemon stopped: its CPU read
+3.9 % against 1.9 % unprofiled, its main thread was seen active in a fifth of the samples while
+it used 1.9 % of a core, and the samples put 7 % of that thread in the state file's stat, which
+costs 8 us ten times a second (0.01 % of a core; measured here on Python 3.12). With
+``--nonblocking`` py-spy reads the daemon's memory while it runs: on this machine, sampling the
+in-process bench's daemon (tools/bench/daemon.py) at 200 Hz, the daemon read 1.28 % of a core
+against 1.38 % unprofiled, and py-spy found it active in 0.9 % of its ticks. Time in a C call or
+a syscall is then the calling Python frame's.
+
 A raw profile is one line per distinct stack: the frames outermost first, separated by ``;``,
 then a space and the number of samples. With ``--threads`` the outermost frame names the thread
-(``thread (0x7f...)``, or the thread's name where py-spy knows it). Samples of a thread
-blocked (its innermost Python frame a wait, or a native call below it that blocks: a lock, a
-sleep, epoll) are counted apart as waiting: py-spy reported such threads as active here (with
-``--native`` on this machine's Python 3.11), and a blocked thread uses no CPU.
+(``thread (TID): name``). Samples of a thread blocked (its innermost Python frame a wait, or,
+with native frames, a native call below it that blocks: a lock, a sleep, epoll) are counted apart
+as waiting: py-spy reported such threads as active (with ``--native`` on this machine's Python
+3.11), and a blocked thread uses no CPU.
 """
 
 from __future__ import annotations
