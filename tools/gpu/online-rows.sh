@@ -10,7 +10,9 @@
 #            goes; tools/gpu/profile_summary.py says why not with native frames);
 #            default "8192 2048"
 #   PYSPY    the py-spy binary for 10pods-profiled (default .gpu-carry/pyspy/py-spy: the device
-#            image has none and reaches no network)
+#            image has none and reaches no network; beside the tree and .gpu-carry/bcc-part2
+#            its 8 MB pass the 64 MiB a call carries, so carry it xz-compressed, 2 MB, and unpack
+#            it there first)
 #   DOCTOR   a trainer size for `qpolicy doctor` with the engine's pair only (its FECS read of the
 #            switch), or empty for none; default empty
 #   ROW_S    seconds a row may take before it is stopped (default 300)
