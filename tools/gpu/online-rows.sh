@@ -115,6 +115,14 @@ profile_daemon() {
         -o "$dest"
 }
 
+# Keeps $1 compressed as $2, where the row left it.
+keep() {
+    if [ -f "$1" ]; then
+        xz -9 -c "$1" >"$2"
+        rm "$1"
+    fi
+}
+
 status=0
 for row in $rows; do
     row_args "$row"
@@ -138,15 +146,9 @@ for row in $rows; do
             status=1
         fi
         rm -f "$out/logs/$row/ended"
-        if [ -f "$out/logs/$row/daemon.raw" ]; then
-            xz -9 -c "$out/logs/$row/daemon.raw" >"$out/$row-daemon.raw.xz"
-            rm "$out/logs/$row/daemon.raw"
-        fi
+        keep "$out/logs/$row/daemon.raw" "$out/$row-daemon.raw.xz"
     fi
-    if [ -f "$out/logs/$row/bench.json" ]; then
-        xz -9 -c "$out/logs/$row/bench.json" >"$out/$row-bench.json.xz"
-        rm "$out/logs/$row/bench.json"
-    fi
+    keep "$out/logs/$row/bench.json" "$out/$row-bench.json.xz"
 done
 
 if [ -n "$doctor" ]; then
