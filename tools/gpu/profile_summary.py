@@ -46,7 +46,7 @@ from typing import Any
 # frames), and the native calls below it that block (with them).
 WAITING = re.compile(
     r"^(Condition\.wait|Event\.wait|Thread\.join|BaseSelector\.select|EpollSelector\.select|"
-    r"PollSelector\.select|SelectSelector\.select|_wait_for_tstate_lock|SimpleQueue\.get) "
+    r"PollSelector\.select|SelectSelector\.select|_wait_for_tstate_lock) "
 )
 BLOCKING = frozenset(
     {
@@ -143,10 +143,8 @@ def summarise(lines: list[str], top: int, thread_name: str | None = None) -> Sum
 
 
 def read(path: Path) -> list[str]:
-    if path.suffix == ".xz":
-        with lzma.open(path, "rt") as f:
-            return f.readlines()
-    return path.read_text().splitlines()
+    text = lzma.decompress(path.read_bytes()).decode() if path.suffix == ".xz" else path.read_text()
+    return text.splitlines()
 
 
 def render(summary: Summary) -> str:
