@@ -2,6 +2,9 @@ import os
 
 from hypothesis import settings
 
+# A rerun's first failure goes in the log (tests/rerun_reasons.py).
+pytest_plugins = ["tests.rerun_reasons"]
+
 # CI runs the same examples every time so a red build can be reproduced; set
 # HYPOTHESIS_PROFILE=explore locally to search further.
 settings.register_profile("ci", derandomize=True, max_examples=300, deadline=None)
