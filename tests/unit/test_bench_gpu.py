@@ -695,6 +695,46 @@ def test_the_daemon_row_says_what_its_cpu_window_paid_for() -> None:
     ) == ("; turns ended: none; periods 1 (0 stretched)")
 
 
+def test_the_daemon_row_runs_the_probe_alone_beside_it_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--modes qpolicy,probe runs the 10 pods twice, enforced and only watched, and the row's
+    cell gives the watching daemon's CPU beside the enforcing one's: how much of the 2 % the
+    probe takes before the enforcer does anything. --modes qpolicy runs it once, as before."""
+    ran: list[str] = []
+    cpu = {"qpolicy": (1.9, {"main": 1.33, "qp-controls": 0.5}), "probe": (0.85, {"main": 0.8})}
+
+    def run_once(scenario: gpu.Scenario, n: int, mode: str, *_: Any) -> dict[str, Any]:
+        ran.append(mode)
+        total, threads = cpu[mode]
+        daemon = {"cpu_percent_of_one_core": total, "cpu_threads_percent": threads}
+        return {"mode": mode, "n": n, "pods": {}, "daemon": daemon}
+
+    class NoCgroups:
+        def clean(self) -> None:
+            pass
+
+    monkeypatch.setattr(gpu, "run_once", run_once)
+    monkeypatch.setattr(gpu, "Cgroups", NoCgroups)
+    monkeypatch.setattr(gpu, "solo", lambda *_: 100.0)
+    monkeypatch.setattr(gpu, "summarise", lambda *_: {})
+    monkeypatch.setattr(gpu.subprocess, "run", lambda *a, **k: type("R", (), {"stdout": ""})())
+    out = tmp_path / "r.json"
+    argv = ["gpu.py", "--out", str(out), "--sizes", "4096", "--only", "daemon CPU, 10 pods"]
+    monkeypatch.setattr("sys.argv", [*argv, "--modes", "qpolicy,probe"])
+    assert gpu.main() == 0
+    assert ran == ["qpolicy", "probe"]
+    line = gpu.table(json.loads(out.read_text()))[-1]
+    assert line.startswith("| daemon CPU, 10 pods | 4096 |")
+    assert "1.9 % (< 2): meets; main 1.33, qp-controls 0.50" in line
+    assert line.endswith("; probe only 0.85 % (main 0.80) | see CPU column |")
+    ran.clear()
+    monkeypatch.setattr("sys.argv", [*argv, "--modes", "qpolicy"])
+    assert gpu.main() == 0
+    assert ran == ["qpolicy"]
+    assert "probe only" not in gpu.table(json.loads(out.read_text()))[-1]
+
+
 def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
     status = tmp_path / "daemon-status.json"
 

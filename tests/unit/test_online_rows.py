@@ -120,7 +120,7 @@ def test_it_runs_the_rows_and_the_doctor_and_leaves_what_benchmarks_md_cites(
         ("8192", "online 4096 @ 150 Hz next to an offline 8192 trainer", "native,mps,qpolicy"),
         ("2048", "online 4096 @ 150 Hz next to an offline 2048 trainer (short kernels)",
          "native,mps,qpolicy"),
-        ("10pods", "daemon CPU, 10 pods", "qpolicy"),
+        ("10pods", "daemon CPU, 10 pods", "qpolicy,probe"),
     ]:  # fmt: skip
         argv = _bench(out, row)
         assert argv[argv.index("--only") + 1] == only
@@ -166,6 +166,8 @@ def test_the_profiled_row_samples_its_daemon_in_the_pods_steady_state(tmp_path: 
     ]  # fmt: skip
     argv = _bench(out, "10pods-profiled")
     assert argv[argv.index("--only") + 1] == "daemon CPU, 10 pods"
+    # The enforcing daemon alone: the watching one would be sampled too, under the same name.
+    assert argv[argv.index("--modes") + 1] == "qpolicy"
     raw = lzma.decompress((out / "10pods-profiled-daemon.raw.xz").read_bytes()).decode()
     spy = raw.split("#", 1)[1].split()
     # The daemon's pid; from 2 s after the pods start to 2 s before their 6 s end; not stopped

@@ -1271,6 +1271,13 @@ def table(report: dict[str, Any]) -> list[str]:
                 if threads:
                     cpu_cell += "; " + ", ".join(f"{k} {v:.2f}" for k, v in threads.items())
                 cpu_cell += turns_cell(daemon)
+                floor = by_mode.get("probe", {}).get("daemon", {})
+                if floor.get("cpu_percent_of_one_core") is not None:
+                    cpu_cell += f"; probe only {floor['cpu_percent_of_one_core']:.2f} %"
+                    threads = floor.get("cpu_threads_percent") or {}
+                    if threads:
+                        cpu_cell += " (" + ", ".join(f"{k} {v:.2f}" for k, v in threads.items())
+                        cpu_cell += ")"
             summary = by_mode.get("qpolicy", {}).get("summary")
             verdict = "-" if summary is None else _verdict(scenario, summary, report, n)
             lines.append(f"| {scenario.name} | {n or '-'} | {' | '.join(cells)} | {cpu_cell} "
@@ -1531,7 +1538,11 @@ def main() -> int:
                 if n and n not in sizes:
                     continue
                 extra = ["probe", "qpolicy-pod-mps", *MPS_MODES.keys() - {"mps"}]
-                if not is_online(scenario):
+                if scenario.name.startswith("daemon CPU"):
+                    # The same pods watched by a daemon that enforces nothing: the probe's
+                    # share of the daemon's CPU, the floor under what the enforcer adds.
+                    extra = ["probe"]
+                elif not is_online(scenario):
                     extra = []
                 for mode in [*scenario.modes, *extra]:
                     if mode not in modes:

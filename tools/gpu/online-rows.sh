@@ -5,7 +5,8 @@
 # these steps.
 #
 #   ROWS     rows to run, in order: 8192, 2048 (issue 14's two trainer shapes), 10pods (the
-#            daemon's CPU with ten busy pods) and 10pods-profiled (10pods again, its daemon
+#            daemon's CPU with ten busy pods, then the same pods watched by a daemon that
+#            enforces nothing: the probe's part) and 10pods-profiled (10pods again, its daemon
 #            sampled by py-spy in the pods' steady state, without stopping it: where the CPU
 #            goes; tools/gpu/profile_summary.py says why not with native frames);
 #            default "8192 2048"
@@ -38,7 +39,8 @@ row_args() {
     case $1 in
     8192) only="online 4096 @ 150 Hz next to an offline 8192 trainer" modes=native,mps,qpolicy ;;
     2048) only="online 4096 @ 150 Hz next to an offline 2048 trainer (short kernels)" modes=native,mps,qpolicy ;;
-    10pods | 10pods-profiled) only="daemon CPU, 10 pods" modes=qpolicy ;;
+    10pods) only="daemon CPU, 10 pods" modes=qpolicy,probe ;;
+    10pods-profiled) only="daemon CPU, 10 pods" modes=qpolicy ;;
     *) return 1 ;;
     esac
 }
