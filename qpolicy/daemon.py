@@ -257,6 +257,7 @@ class Daemon:
             "sources": dict(self._view.sources),
             "probe_error": self.probe_error,
             "probe_lost_events": self._view.probe_lost_events,
+            "annotations": self._annotations_status(),
             "pods": [
                 {
                     "gpu": pod.gpu,
@@ -292,6 +293,15 @@ class Daemon:
         except OSError as error:
             log.debug("cannot write %s: %s", path, error)
 
+    def _annotations_status(self) -> dict[str, Any]:
+        """How cgroup annotations are kept: watched (inotify) or walked every second, and why."""
+        watch = self.desired.watch
+        if watch is None:
+            return {}
+        if watch.unwatched is not None:
+            return {"walked": watch.unwatched}
+        return {"watched_directories": watch.watches}
+
     # -- running -------------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -322,6 +332,7 @@ class Daemon:
         try:
             self.backend.close()
         finally:
+            self.desired.close()
             for source in self.desired.sources:
                 try:
                     source.close()

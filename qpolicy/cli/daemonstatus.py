@@ -51,6 +51,14 @@ def render(doc: dict[str, Any]) -> None:
         f"daemon pid {pid} · enforcer [b]{escape(str(doc.get('enforcer')))}[/b] · {sources}{stale}",
         soft_wrap=True,
     )
+    annotations = doc.get("annotations")
+    if isinstance(annotations, dict) and annotations.get("walked"):
+        # The walk's cost grows with the cgroups on the node (qpolicy.desired.annotationwatch).
+        console.print(
+            "[yellow]annotations: the cgroup hierarchy is walked every second[/yellow] ("
+            f"{escape(str(annotations['walked']))})",
+            soft_wrap=True,
+        )
     pods = doc.get("pods", [])
     if pods:
         table = Table("pod", "GPU", "class", "GPU time", "throttled", "planned", "closed",

@@ -13,8 +13,9 @@ host that delegates cgroups to tenants is the tenant: there, use ``trusted.qpoli
 Where a directory carries any ``trusted.qpolicy.*`` attribute, its ``user.qpolicy.*`` ones are not
 read at all.
 
-The daemon walks the hierarchy on each refresh (attribute changes do not change a directory's
-times, so there is nothing cheaper to watch). What it reads is untrusted input: a value that is not
+The daemon reads them once by a walk of the hierarchy and then as inotify reports new directories
+and attribute changes (:mod:`qpolicy.desired.annotationwatch`); where inotify cannot watch, it
+walks the hierarchy every second. What it reads is untrusted input: a value that is not
 UTF-8, not printable, or not valid is reported for that cgroup and the cgroup is skipped; nothing
 here raises.
 """
@@ -88,25 +89,41 @@ def pod_of(path: str, values: dict[str, str]) -> PodSpec:
         raise ValidationError(f"{path}: {error}") from None
 
 
+def annotation_of(directory: str, path: str) -> PodSpec | str | None:
+    """The pod the cgroup ``directory`` (named ``path`` under the mount) declares, the one line
+    saying why its annotations cannot be taken, or None: no ``qpolicy.*`` attribute, or the
+    directory is gone."""
+    try:
+        names = os.listxattr(directory)
+    except OSError:
+        return None  # removed since it was seen
+    prefix = next((p for p in NAMESPACES if any(n.startswith(p) for n in names)), None)
+    if prefix is None:
+        return None
+    try:
+        return pod_of(path, _read(directory, names, prefix))
+    except _Unreadable as error:
+        return f"{path}: {error}"
+    except ValidationError as error:
+        return str(error)
+
+
+def path_under(directory: str, top: str) -> str:
+    """``directory``'s cgroup path: relative to the mount ``top``, with a leading slash."""
+    rel = os.path.relpath(directory, top)
+    return "/" if rel == "." else "/" + rel
+
+
 def scan(root: Path) -> Annotations:
     """Every annotated cgroup under the cgroup v2 mount ``root``."""
     pods: dict[str, PodSpec] = {}
     errors: dict[str, str] = {}
     top = str(root)
     for directory, _subdirs, _files in os.walk(top):
-        try:
-            names = os.listxattr(directory)
-        except OSError:
-            continue  # removed while we walked
-        prefix = next((p for p in NAMESPACES if any(n.startswith(p) for n in names)), None)
-        if prefix is None:
-            continue
-        rel = os.path.relpath(directory, top)
-        path = "/" if rel == "." else "/" + rel
-        try:
-            pods[path] = pod_of(path, _read(directory, names, prefix))
-        except _Unreadable as error:
-            errors[path] = f"{path}: {error}"
-        except ValidationError as error:
-            errors[path] = str(error)
+        path = path_under(directory, top)
+        found = annotation_of(directory, path)
+        if isinstance(found, PodSpec):
+            pods[path] = found
+        elif found is not None:
+            errors[path] = found
     return Annotations(pods, errors)

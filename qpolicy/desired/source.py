@@ -1,7 +1,7 @@
 """The node's desired state: the state file, cgroup annotations and other pod sources, admitted.
 
 :class:`DesiredSource` reads each source when it may have changed (the state file on every tick,
-cheaply; annotations once a second, since a walk of the hierarchy is the only way to see them; a
+cheaply; annotations as inotify reports them changed, :mod:`qpolicy.desired.annotationwatch`; a
 :class:`PodSource` such as Kubernetes whenever it says it has news) and admits the union
 (:mod:`qpolicy.desired.admission`): what comes out always plans. Refusals and unreadable
 annotations are logged once each, when they appear or change; the daemon shows them in ``qpolicy
@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import Protocol
 
 from qpolicy.desired.admission import Admission, Candidate, Origin, Refusal
-from qpolicy.desired.annotations import Annotations, scan
+from qpolicy.desired.annotations import Annotations
+from qpolicy.desired.annotationwatch import AnnotationWatch
 from qpolicy.desired.statefile import StateFileSource
 from qpolicy.model import GpuConfig, PodSpec
 from qpolicy.state import DesiredState, StateStore
 
 log = logging.getLogger(__name__)
-
-# How often the cgroup hierarchy is walked for annotations.
-ANNOTATIONS_EVERY_S = 1.0
 
 
 class PodSource(Protocol):
@@ -82,7 +80,7 @@ class DesiredSource:
         self._unenforceable = unenforceable
         self._clock = clock
         self._admission = Admission()
-        self._annotated_at: float | None = None
+        self.watch: AnnotationWatch | None = None  # once the cgroup mount is known
         self._first_seen: dict[str, float] = {}
         self.annotations = Annotations()
         self.state = DesiredState()
@@ -93,11 +91,13 @@ class DesiredSource:
         changed = self.file.refresh()
         now = self._clock()
         root = self._cgroup_root()
-        if root is not None and (
-            self._annotated_at is None or now - self._annotated_at >= ANNOTATIONS_EVERY_S
-        ):
-            self._annotated_at = now
-            annotations = scan(root)
+        if root is not None:
+            if self.watch is None or self.watch.root != root:
+                self.close()
+                self.watch = AnnotationWatch(root, clock=self._clock)
+            else:
+                self.watch.refresh()
+            annotations = self.watch.annotations
             if annotations != self.annotations:
                 for path, error in annotations.errors.items():
                     if self.annotations.errors.get(path) != error:
@@ -109,6 +109,12 @@ class DesiredSource:
         if changed:
             self._admit(now)
         return changed
+
+    def close(self) -> None:
+        """Lets go of the annotation watch's inotify instance."""
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
 
     def _admit(self, now: float) -> None:
         gpus: dict[int, GpuConfig] = {}

@@ -779,6 +779,24 @@ def test_status_says_which_pods_keep_their_own_timeslices(
     assert "own timeslices" not in capsys.readouterr().out
 
 
+def test_daemon_status_says_when_annotations_are_walked_rather_than_watched(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from qpolicy.cli import daemonstatus
+
+    doc = {"pid": 7, "enforcer": "rm", "sources": {}}
+    daemonstatus.render(
+        {**doc, "annotations": {"walked": "no inotify instance (Too many open files)"}}
+    )
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "annotations: the cgroup hierarchy is walked every second (no inotify instance (Too many"
+        " open files))" in out
+    )
+    daemonstatus.render({**doc, "annotations": {"watched_directories": 40}})
+    assert "annotations" not in capsys.readouterr().out
+
+
 def test_status_says_which_pods_the_cta_strategy_set(capsys: pytest.CaptureFixture[str]) -> None:
     from qpolicy.cli import daemonstatus
 

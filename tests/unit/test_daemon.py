@@ -206,6 +206,31 @@ def test_the_daemon_writes_what_status_shows_and_removes_it_when_it_stops(
     assert not (tmp_path / "daemon-status.json").exists()
 
 
+def test_annotations_are_watched_and_the_watch_is_given_back_at_close(tmp_path: Path) -> None:
+    """The daemon finds annotated cgroups by inotify (qpolicy.desired.annotationwatch), says so
+    in its status, and closes the inotify descriptor when it stops."""
+    cgroups = tmp_path / "cgroup"
+    (cgroups / "kube" / "web").mkdir(parents=True)
+    try:
+        os.setxattr(cgroups / "kube" / "web", "user.qpolicy.class", b"online")
+    except OSError:
+        pytest.skip(f"{cgroups} does not take user.* extended attributes")
+    state = tmp_path / "state"
+    state.mkdir()
+    fds = len(os.listdir("/proc/self/fd"))
+    agent = daemon(state, cgroup_root=cgroups)
+    agent.tick()
+    assert [p.pod for p in agent.snapshot().pods] == ["/kube/web"]
+    (cgroups / "kube" / "batch").mkdir()
+    os.setxattr(cgroups / "kube" / "batch", "user.qpolicy.share", b"20")
+    agent.tick()
+    assert [p.pod for p in agent.snapshot().pods] == ["/kube/batch", "/kube/web"]
+    document = json.loads((state / "daemon-status.json").read_text())
+    assert document["annotations"] == {"watched_directories": 4}
+    agent.close()
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
 def test_daemon_serves_metrics_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     script = Path(sys.executable).with_name("qpolicy")

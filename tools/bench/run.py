@@ -1,6 +1,7 @@
 """`make bench`: run the benchmarks, print a summary, write bench-results/<name>.json.
 
 python tools/bench/run.py [engine] [sim] [targets] [exporter] [probe] [probemaps] [daemon]
+    [annotations]
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.bench import daemon, engine, exporter, probe, probemaps, sim, targets
+from tools.bench import annotations, daemon, engine, exporter, probe, probemaps, sim, targets
 from tools.bench.common import machine
 
 BENCHES = {
@@ -23,6 +24,7 @@ BENCHES = {
     "probe": probe.run,
     "probemaps": probemaps.run,
     "daemon": daemon.run,
+    "annotations": annotations.run,
 }
 
 

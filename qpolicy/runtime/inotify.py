@@ -1,0 +1,115 @@
+"""inotify(7) through libc, non-blocking: Python's standard library has no binding.
+
+Only what the daemon's watch of the cgroup hierarchy needs (qpolicy.desired.annotationwatch): an
+instance, watches added and removed, and the events that arrived, read without waiting.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import struct
+from dataclasses import dataclass
+
+# <sys/inotify.h>
+IN_ATTRIB = 0x00000004
+IN_MOVED_FROM = 0x00000040
+IN_MOVED_TO = 0x00000080
+IN_CREATE = 0x00000100
+IN_DELETE = 0x00000200
+IN_DELETE_SELF = 0x00000400
+IN_MOVE_SELF = 0x00000800
+IN_Q_OVERFLOW = 0x00004000
+IN_IGNORED = 0x00008000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000
+IN_ISDIR = 0x40000000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+# struct inotify_event: wd, mask, cookie, len, then len bytes of NUL-padded name.
+_HEADER = struct.Struct("=iIII")
+# Room for many events a read; an event is at most the header and NAME_MAX + 1 bytes.
+_READ_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    wd: int
+    mask: int
+    cookie: int
+    name: str  # the entry's name within a watched directory; "" for the directory itself
+
+
+def parse(buffer: bytes) -> list[Event]:
+    """The events in what one read(2) of an inotify descriptor returned (whole events only:
+    the kernel never splits one across reads)."""
+    events = []
+    offset = 0
+    while offset + _HEADER.size <= len(buffer):
+        wd, mask, cookie, length = _HEADER.unpack_from(buffer, offset)
+        offset += _HEADER.size
+        raw = buffer[offset : offset + length].split(b"\0", 1)[0]
+        offset += length
+        events.append(Event(wd, mask, cookie, os.fsdecode(raw)))
+    return events
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _lib() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return _libc
+
+
+class Inotify:
+    """One inotify instance. Raises OSError where the kernel refuses one (EMFILE: the user's
+    ``fs.inotify.max_user_instances`` are taken) or a watch (ENOSPC: ``max_user_watches``)."""
+
+    def __init__(self) -> None:
+        fd = _lib().inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"inotify_init1: {os.strerror(code)}")
+        self._fd: int | None = fd
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise ValueError("the inotify instance is closed")
+        return self._fd
+
+    def add(self, path: str, mask: int) -> int:
+        """Watches ``path`` for ``mask``; the watch descriptor (the same one again for an inode
+        already watched)."""
+        wd = _lib().inotify_add_watch(self.fileno(), os.fsencode(path), ctypes.c_uint32(mask))
+        if wd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), path)
+        return int(wd)
+
+    def remove(self, wd: int) -> None:
+        """Stops a watch; one the kernel already dropped (its inode gone) is no error."""
+        _lib().inotify_rm_watch(self.fileno(), wd)
+
+    def read(self) -> list[Event]:
+        """Every event that has arrived, without waiting."""
+        events: list[Event] = []
+        while True:
+            try:
+                buffer = os.read(self.fileno(), _READ_BYTES)
+            except BlockingIOError:
+                return events
+            except InterruptedError:
+                continue
+            if not buffer:
+                return events
+            events += parse(buffer)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)

@@ -1,0 +1,319 @@
+"""Annotations kept by inotify (qpolicy.desired.annotationwatch) are what a walk would find, and a
+refresh with nothing changed walks nothing. Real inotify on a directory of this machine that takes
+user.* attributes; tests/vm/test_annotation_watch.py does the same on cgroupfs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import struct
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from qpolicy.desired import annotationwatch
+from qpolicy.desired.annotations import scan
+from qpolicy.desired.annotationwatch import AnnotationWatch
+from qpolicy.model import PodClass, PodSpec
+from qpolicy.runtime import inotify
+from qpolicy.runtime.inotify import Event, Inotify
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    try:
+        os.setxattr(root, "user.qpolicy.x", b"1")
+        os.removexattr(root, "user.qpolicy.x")
+    except OSError:
+        pytest.skip(f"{root} does not take user.* extended attributes")
+    return root
+
+
+@pytest.fixture
+def walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The directories the watch walked from (os.walk's tops; a walk of the tests' own, by
+    scan(), is not counted)."""
+    tops: list[str] = []
+    real = os.walk
+
+    def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+        if sys._getframe(1).f_code.co_filename == annotationwatch.__file__:
+            tops.append(top)
+        return real(top)
+
+    monkeypatch.setattr(annotationwatch.os, "walk", walk)
+    return tops
+
+
+def annotate(directory: Path, **values: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for key, value in values.items():
+        os.setxattr(directory, f"user.qpolicy.{key}", value.encode())
+
+
+def test_it_starts_with_what_a_walk_finds(root: Path) -> None:
+    annotate(root / "kube" / "web", **{"class": "online", "share": "30"})
+    annotate(root / "kube" / "bad", share="150")
+    (root / "kube" / "plain" / "c1").mkdir(parents=True)
+    watch = AnnotationWatch(root)
+    assert watch.annotations == scan(root)
+    assert list(watch.annotations.pods) == ["/kube/web"]
+    assert list(watch.annotations.errors) == ["/kube/bad"]
+    assert watch.watches == 6 and watch.unwatched is None
+    assert watch.refresh() is False
+    watch.close()
+
+
+def test_a_refresh_with_nothing_changed_walks_nothing(root: Path, walks: list[str]) -> None:
+    (root / "kube" / "pod").mkdir(parents=True)
+    for i in range(60):  # a cgroup's control files: written to, never annotated
+        (root / "kube" / "pod" / f"file{i}").write_text("")
+    clock = Clock()
+    watch = AnnotationWatch(root, clock=clock)
+    assert walks == [str(root)]
+    for _ in range(30):
+        clock.now += 1.0
+        (root / "kube" / "pod" / "file0").write_text("1")  # like cgroup.procs
+        assert watch.refresh() is False
+    assert walks == [str(root)]
+    watch.close()
+
+
+def test_an_attribute_written_on_a_directory_is_read_there_alone(
+    root: Path, walks: list[str]
+) -> None:
+    (root / "kube" / "web").mkdir(parents=True)
+    watch = AnnotationWatch(root)
+    annotate(root / "kube" / "web", **{"class": "online"})
+    assert watch.refresh() is True
+    assert watch.annotations.pods == {"/kube/web": PodSpec("/kube/web", 0, PodClass.ONLINE)}
+    os.setxattr(root / "kube" / "web", "user.qpolicy.share", b"40")
+    assert watch.refresh() is True
+    assert watch.annotations.pods["/kube/web"].share == 40
+    os.removexattr(root / "kube" / "web", "user.qpolicy.share")
+    os.removexattr(root / "kube" / "web", "user.qpolicy.class")
+    assert watch.refresh() is True and watch.annotations.pods == {}
+    assert walks == [str(root)]
+    watch.close()
+
+
+def test_a_new_subtree_is_walked_alone_and_watched(root: Path, walks: list[str]) -> None:
+    (root / "kube").mkdir()
+    watch = AnnotationWatch(root)
+    # A pod's slice and its containers made at once, before the watch reads its events.
+    (root / "kube" / "pod1" / "ctr-a").mkdir(parents=True)
+    (root / "kube" / "pod1" / "ctr-b").mkdir()
+    annotate(root / "kube" / "pod1", share="20")
+    assert watch.refresh() is True
+    assert list(watch.annotations.pods) == ["/kube/pod1"]
+    assert walks == [str(root), str(root / "kube" / "pod1")]
+    # Now watched: a container made later, annotated, is seen too.
+    annotate(root / "kube" / "pod1" / "ctr-c", **{"class": "online"})
+    assert watch.refresh() is True
+    assert list(watch.annotations.pods) == ["/kube/pod1", "/kube/pod1/ctr-c"]
+    assert watch.watches == 6
+    watch.close()
+
+
+def test_removed_and_renamed_directories_take_their_pods_with_them(root: Path) -> None:
+    annotate(root / "kube" / "a" / "x", share="10")
+    annotate(root / "kube" / "b", share="20")
+    watch = AnnotationWatch(root)
+    shutil.rmtree(root / "kube" / "b")
+    assert watch.refresh() is True
+    assert list(watch.annotations.pods) == ["/kube/a/x"]
+    (root / "kube" / "a").rename(root / "kube" / "c")
+    assert watch.refresh() is True
+    assert list(watch.annotations.pods) == ["/kube/c/x"]
+    # The renamed subtree is watched under its new name.
+    os.setxattr(root / "kube" / "c" / "x", "user.qpolicy.share", b"30")
+    assert watch.refresh() is True
+    assert watch.annotations.pods == {"/kube/c/x": PodSpec("/kube/c/x", 0, share=30)}
+    assert watch.watches == 4  # /, /kube, /kube/c, /kube/c/x
+    # Moved out of the tree (cgroupfs renames only within it; any other filesystem can).
+    (root / "kube" / "c").rename(root.parent / "outside")
+    assert watch.refresh() is True
+    assert watch.annotations.pods == {} and watch.watches == 2
+    watch.close()
+
+
+def test_any_sequence_of_changes_ends_where_a_walk_would(root: Path, walks: list[str]) -> None:
+    """300 random mkdir, rmdir, rename, setxattr and removexattr, a refresh after each one to
+    five of them: the watch always equals a fresh walk, and never walked the whole tree again."""
+    rng = random.Random(20261207)
+    clock = Clock()
+    watch = AnnotationWatch(root, clock=clock)
+    dirs = [root]
+    values = {"class": ["online", "offline", "urgent"], "share": ["10", "30", "150"], "gpu": ["0"]}
+    for step in range(300):
+        live = [d for d in dirs if d.exists()]
+        choice = rng.random()
+        if choice < 0.3 or len(live) < 3:
+            parent = rng.choice(live)
+            child = parent / f"d{step}"
+            child.mkdir()
+            dirs.append(child)
+            if rng.random() < 0.5:  # made and annotated at once
+                annotate(child, share=rng.choice(values["share"]))
+        elif choice < 0.45:
+            victim = rng.choice([d for d in live if d != root])
+            shutil.rmtree(victim)
+        elif choice < 0.55:
+            moved = rng.choice([d for d in live if d != root])
+            target = moved.parent / f"r{step}"
+            moved.rename(target)
+            dirs.append(target)
+            dirs += [Path(p) for p, _, _ in os.walk(target)]
+        elif choice < 0.85:
+            key = rng.choice(list(values))
+            annotate(rng.choice(live), **{key: rng.choice(values[key])})
+        else:
+            target = rng.choice(live)
+            names = [n for n in os.listxattr(target) if n.startswith("user.qpolicy.")]
+            if names:
+                os.removexattr(target, rng.choice(names))
+        if rng.random() < 0.4:
+            clock.now += 0.1  # 12 s in all: no safety walk comes due
+            watch.refresh()
+            assert watch.annotations == scan(root), step
+    watch.refresh()
+    assert watch.annotations == scan(root)
+    assert watch.annotations.pods and watch.annotations.errors  # the run made both
+    assert walks.count(str(root)) == 1
+    watch.close()
+
+
+def test_the_tree_is_walked_again_after_a_safety_interval(root: Path, walks: list[str]) -> None:
+    clock = Clock()
+    watch = AnnotationWatch(root, clock=clock)
+    clock.now += annotationwatch.RESCAN_EVERY_S - 1
+    watch.refresh()
+    assert walks == [str(root)]
+    clock.now += 1
+    watch.refresh()
+    assert walks == [str(root), str(root)]
+    watch.close()
+
+
+class Overflowing(Inotify):
+    """Real inotify whose next read reports the queue overflowed."""
+
+    overflow = False
+
+    def read(self) -> list[Event]:
+        events = super().read()
+        if Overflowing.overflow:
+            Overflowing.overflow = False
+            return [Event(-1, inotify.IN_Q_OVERFLOW, 0, "")]
+        return events
+
+
+def test_an_overflowed_queue_is_made_good_by_a_walk(root: Path, walks: list[str]) -> None:
+    watch = AnnotationWatch(root, inotify=Overflowing)
+    annotate(root / "lost", share="10")
+    Overflowing.overflow = True  # its events dropped: only a walk can see /lost
+    assert watch.refresh() is True
+    assert list(watch.annotations.pods) == ["/lost"]
+    assert walks == [str(root), str(root)]
+    watch.close()
+
+
+def test_without_inotify_the_tree_is_walked_every_second_and_the_reason_logged_once(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refused() -> Inotify:
+        raise OSError(24, "Too many open files")
+
+    clock = Clock()
+    with caplog.at_level(logging.WARNING):
+        watch = AnnotationWatch(root, clock=clock, inotify=refused)
+        annotate(root / "pod", share="10")
+        assert watch.refresh() is False  # within the second
+        clock.now += 1.0
+        assert watch.refresh() is True
+    assert list(watch.annotations.pods) == ["/pod"]
+    assert watch.unwatched == "no inotify instance (Too many open files)"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"annotations: no inotify instance (Too many open files); walking {root} every 1 s"
+        " instead (raise fs.inotify.max_user_watches or max_user_instances to watch it)"
+    ]
+
+
+class Limited(Inotify):
+    """Real inotify that refuses a third watch, as the kernel does past max_user_watches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added = 0
+
+    def add(self, path: str, mask: int) -> int:
+        self.added += 1
+        if self.added > 2:
+            raise OSError(28, "No space left on device", path)
+        return super().add(path, mask)
+
+
+def test_a_watch_limit_reached_falls_back_to_walking_with_nothing_missed(root: Path) -> None:
+    for name in ("a", "b", "c", "d"):
+        annotate(root / name, share="10")
+    clock = Clock()
+    watch = AnnotationWatch(root, clock=clock, inotify=Limited)
+    assert watch.annotations == scan(root) and len(watch.annotations.pods) == 4
+    assert watch.unwatched is not None and "No space left on device" in watch.unwatched
+    assert watch.watches == 0
+    annotate(root / "e", share="10")
+    clock.now += 1.0
+    assert watch.refresh() is True and len(watch.annotations.pods) == 5
+
+
+def test_parse_reads_names_and_nul_padding() -> None:
+    def event(wd: int, mask: int, name: bytes, pad: int) -> bytes:
+        raw = name + b"\0" * pad
+        return struct.pack("=iIII", wd, mask, 0, len(raw)) + raw
+
+    buffer = event(1, inotify.IN_CREATE | inotify.IN_ISDIR, b"pod-a", 11) + event(
+        2, inotify.IN_ATTRIB, b"", 0
+    )
+    assert inotify.parse(buffer) == [
+        Event(1, inotify.IN_CREATE | inotify.IN_ISDIR, 0, "pod-a"),
+        Event(2, inotify.IN_ATTRIB, 0, ""),
+    ]
+
+
+def test_a_closed_watch_holds_no_descriptor(root: Path) -> None:
+    before = len(os.listdir("/proc/self/fd"))
+    watch = AnnotationWatch(root)
+    assert len(os.listdir("/proc/self/fd")) == before + 1
+    watch.close()
+    watch.close()  # twice is no error
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_the_bench_builds_a_node_shaped_tree_and_checks_the_watch_against_a_walk(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make bench`'s annotations row (tools/bench/annotations.py) on a small tree: its counts
+    are the tree's, and the watch it times found what a walk finds (measure() asserts it)."""
+    from tools.bench import annotations as bench
+
+    monkeypatch.setattr(bench, "FILES", 2)
+    row = bench.measure(root, 3)
+    # /, system.slice, 40 units, kubepods.slice, burstable, 3 pods of 1 + 3 containers.
+    assert row["directories"] == 1 + 1 + 40 + 1 + 1 + 3 * 4
+    assert row["entries"] == row["directories"] * 3
+    assert set(row) >= {"walk_per_s_percent", "watch_idle_per_s_percent", "watch_new_pod_ms"}
+    assert list(root.iterdir()) == []  # the tree is taken down
