@@ -1,0 +1,88 @@
+"""The annotation watch on a real cgroup v2 mount (the VM's kernel): cgroupfs's mkdir, rmdir and
+setxattr reach inotify, and a process moving between cgroups (a write to cgroup.procs, the
+kernel's notification on cgroup.events) wakes nothing. tests/unit/test_annotation_watch.py holds
+the watch to a walk on an ordinary filesystem."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from qpolicy.desired import annotationwatch
+from qpolicy.desired.annotations import scan
+from qpolicy.desired.annotationwatch import AnnotationWatch
+from qpolicy.model import PodClass, PodSpec
+from tests.vm.qgpu_env import CGROUP_ROOT, ensure_cgroup2, remove_tree
+
+
+@pytest.fixture
+def walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    tops: list[str] = []
+    real = os.walk
+
+    def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+        if sys._getframe(1).f_code.co_filename == annotationwatch.__file__:
+            tops.append(top)
+        return real(top)
+
+    monkeypatch.setattr(annotationwatch.os, "walk", walk)
+    return tops
+
+
+@pytest.fixture
+def slice_() -> Iterator[Path]:
+    ensure_cgroup2()
+    path = CGROUP_ROOT / f"qpolicy-watch-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+
+
+def test_cgroupfs_changes_reach_the_watch_and_nothing_else_wakes_it(
+    slice_: Path, walks: list[str]
+) -> None:
+    watch = AnnotationWatch(CGROUP_ROOT)
+    try:
+        assert watch.unwatched is None and watch.watches >= 2
+        assert walks == [str(CGROUP_ROOT)]
+        rel = "/" + slice_.name
+        pod = slice_ / "pod-web"
+        (pod / "ctr").mkdir(parents=True)  # a pod and its container, as the kubelet makes them
+        os.setxattr(pod, "user.qpolicy.class", b"online")
+        os.setxattr(pod, "user.qpolicy.share", b"30")
+        assert watch.refresh() is True
+        assert watch.annotations.pods[f"{rel}/pod-web"] == PodSpec(
+            f"{rel}/pod-web", 0, PodClass.ONLINE, 30
+        )
+        assert walks == [str(CGROUP_ROOT), str(pod)]
+        # A process moved in and out: cgroup.procs written, cgroup.events notified.
+        sleeper = subprocess.Popen(["sleep", "30"])
+        try:
+            (pod / "ctr" / "cgroup.procs").write_text(f"{sleeper.pid}\n")
+            (slice_ / "cgroup.procs").write_text(f"{sleeper.pid}\n")
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        assert watch.refresh() is False
+        os.setxattr(pod, "user.qpolicy.share", b"150")
+        assert watch.refresh() is True
+        assert f"{rel}/pod-web" not in watch.annotations.pods
+        assert "invalid share '150'" in watch.annotations.errors[f"{rel}/pod-web"]
+        (pod / "ctr").rmdir()
+        pod.rmdir()
+        assert watch.refresh() is True
+        assert not any(
+            p.startswith(rel) for p in (*watch.annotations.pods, *watch.annotations.errors)
+        )
+        assert walks == [str(CGROUP_ROOT), str(pod)]
+        assert watch.annotations == scan(CGROUP_ROOT)
+    finally:
+        watch.close()
