@@ -9,8 +9,6 @@ import os
 import random
 import shutil
 import struct
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,48 +19,17 @@ from qpolicy.desired.annotationwatch import AnnotationWatch
 from qpolicy.model import PodClass, PodSpec
 from qpolicy.runtime import inotify
 from qpolicy.runtime.inotify import Event, Inotify
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.annotated_tree import Clock, annotate, record_watch_walks, xattr_root
 
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    try:
-        os.setxattr(root, "user.qpolicy.x", b"1")
-        os.removexattr(root, "user.qpolicy.x")
-    except OSError:
-        pytest.skip(f"{root} does not take user.* extended attributes")
-    return root
+    return xattr_root(tmp_path / "cgroup")
 
 
 @pytest.fixture
 def walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The directories the watch walked from (os.walk's tops; a walk of the tests' own, by
-    scan(), is not counted)."""
-    tops: list[str] = []
-    real = os.walk
-
-    def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
-        if sys._getframe(1).f_code.co_filename == annotationwatch.__file__:
-            tops.append(top)
-        return real(top)
-
-    monkeypatch.setattr(annotationwatch.os, "walk", walk)
-    return tops
-
-
-def annotate(directory: Path, **values: str) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for key, value in values.items():
-        os.setxattr(directory, f"user.qpolicy.{key}", value.encode())
+    return record_watch_walks(monkeypatch)
 
 
 def test_it_starts_with_what_a_walk_finds(root: Path) -> None:
@@ -82,7 +49,7 @@ def test_a_refresh_with_nothing_changed_walks_nothing(root: Path, walks: list[st
     (root / "kube" / "pod").mkdir(parents=True)
     for i in range(60):  # a cgroup's control files: written to, never annotated
         (root / "kube" / "pod" / f"file{i}").write_text("")
-    clock = Clock()
+    clock = Clock(1000.0)
     watch = AnnotationWatch(root, clock=clock)
     assert walks == [str(root)]
     for _ in range(30):
@@ -155,7 +122,7 @@ def test_any_sequence_of_changes_ends_where_a_walk_would(root: Path, walks: list
     """300 random mkdir, rmdir, rename, setxattr and removexattr, a refresh after each one to
     five of them: the watch always equals a fresh walk, and never walked the whole tree again."""
     rng = random.Random(20261207)
-    clock = Clock()
+    clock = Clock(1000.0)
     watch = AnnotationWatch(root, clock=clock)
     dirs = [root]
     values = {"class": ["online", "offline", "urgent"], "share": ["10", "30", "150"], "gpu": ["0"]}
@@ -198,7 +165,7 @@ def test_any_sequence_of_changes_ends_where_a_walk_would(root: Path, walks: list
 
 
 def test_the_tree_is_walked_again_after_a_safety_interval(root: Path, walks: list[str]) -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     watch = AnnotationWatch(root, clock=clock)
     clock.now += annotationwatch.RESCAN_EVERY_S - 1
     watch.refresh()
@@ -238,7 +205,7 @@ def test_without_inotify_the_tree_is_walked_every_second_and_the_reason_logged_o
     def refused() -> Inotify:
         raise OSError(24, "Too many open files")
 
-    clock = Clock()
+    clock = Clock(1000.0)
     with caplog.at_level(logging.WARNING):
         watch = AnnotationWatch(root, clock=clock, inotify=refused)
         annotate(root / "pod", share="10")
@@ -270,7 +237,7 @@ class Limited(Inotify):
 def test_a_watch_limit_reached_falls_back_to_walking_with_nothing_missed(root: Path) -> None:
     for name in ("a", "b", "c", "d"):
         annotate(root / name, share="10")
-    clock = Clock()
+    clock = Clock(1000.0)
     watch = AnnotationWatch(root, clock=clock, inotify=Limited)
     assert watch.annotations == scan(root) and len(watch.annotations.pods) == 4
     assert watch.unwatched is not None and "No space left on device" in watch.unwatched

@@ -10,22 +10,12 @@ import pytest
 from qpolicy.desired.annotations import MAX_VALUE_BYTES, pod_of, scan
 from qpolicy.errors import ValidationError
 from qpolicy.model import PodClass, PodSpec
-
-
-def annotate(directory: Path, **values: str) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for key, value in values.items():
-        os.setxattr(directory, f"user.qpolicy.{key}", value.encode())
+from tests.annotated_tree import annotate, xattr_root
 
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    try:
-        os.setxattr(tmp_path, "user.qpolicy.probe", b"1")
-        os.removexattr(tmp_path, "user.qpolicy.probe")
-    except OSError:
-        pytest.skip(f"{tmp_path} does not take user.* extended attributes")
-    return tmp_path
+    return xattr_root(tmp_path)
 
 
 def test_annotated_cgroups_become_pods(root: Path) -> None:

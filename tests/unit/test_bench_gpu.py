@@ -695,6 +695,20 @@ def test_the_daemon_row_says_what_its_cpu_window_paid_for() -> None:
     ) == ("; turns ended: none; periods 1 (0 stretched)")
 
 
+class NoCgroups:
+    def clean(self) -> None:
+        pass
+
+
+def without_a_gpu(monkeypatch: pytest.MonkeyPatch, run_once: Any) -> None:
+    """gpu.main() with ``run_once`` for every run and nothing of the host touched."""
+    monkeypatch.setattr(gpu, "run_once", run_once)
+    monkeypatch.setattr(gpu, "Cgroups", NoCgroups)
+    monkeypatch.setattr(gpu, "solo", lambda *_: 100.0)
+    monkeypatch.setattr(gpu, "summarise", lambda *_: {})
+    monkeypatch.setattr(gpu.subprocess, "run", lambda *a, **k: type("R", (), {"stdout": ""})())
+
+
 def test_the_daemon_row_runs_the_probe_alone_beside_it_when_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -710,15 +724,7 @@ def test_the_daemon_row_runs_the_probe_alone_beside_it_when_asked(
         daemon = {"cpu_percent_of_one_core": total, "cpu_threads_percent": threads}
         return {"mode": mode, "n": n, "pods": {}, "daemon": daemon}
 
-    class NoCgroups:
-        def clean(self) -> None:
-            pass
-
-    monkeypatch.setattr(gpu, "run_once", run_once)
-    monkeypatch.setattr(gpu, "Cgroups", NoCgroups)
-    monkeypatch.setattr(gpu, "solo", lambda *_: 100.0)
-    monkeypatch.setattr(gpu, "summarise", lambda *_: {})
-    monkeypatch.setattr(gpu.subprocess, "run", lambda *a, **k: type("R", (), {"stdout": ""})())
+    without_a_gpu(monkeypatch, run_once)
     out = tmp_path / "r.json"
     argv = ["gpu.py", "--out", str(out), "--sizes", "4096", "--only", "daemon CPU, 10 pods"]
     monkeypatch.setattr("sys.argv", [*argv, "--modes", "qpolicy,probe"])
@@ -935,15 +941,7 @@ def test_the_bench_measures_the_online_solo_again_after_the_rows(
             return {"pods": {"online": dict(next(solos))}}
         return {"mode": mode, "n": n, "pods": {}}
 
-    class NoCgroups:
-        def clean(self) -> None:
-            pass
-
-    monkeypatch.setattr(gpu, "run_once", run_once)
-    monkeypatch.setattr(gpu, "Cgroups", NoCgroups)
-    monkeypatch.setattr(gpu, "solo", lambda *_: 100.0)
-    monkeypatch.setattr(gpu, "summarise", lambda *_: {})
-    monkeypatch.setattr(gpu.subprocess, "run", lambda *a, **k: type("R", (), {"stdout": ""})())
+    without_a_gpu(monkeypatch, run_once)
     out = tmp_path / "r.json"
     argv = ["gpu.py", "--out", str(out), "--sizes", "4096", "--modes", "native,qpolicy"]
     monkeypatch.setattr("sys.argv", [*argv, "--only", TRAINER_8192.name])

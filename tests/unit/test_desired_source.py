@@ -4,7 +4,6 @@ admitted so that it always plans, with every problem logged once."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -15,34 +14,12 @@ from qpolicy.desired.source import DesiredSource
 from qpolicy.engine import plan_node
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.state import StateStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.annotated_tree import Clock, annotate, xattr_root
 
 
 @pytest.fixture
 def cgroups(tmp_path: Path) -> Path:
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    try:
-        os.setxattr(root, "user.qpolicy.x", b"1")
-        os.removexattr(root, "user.qpolicy.x")
-    except OSError:
-        pytest.skip(f"{root} does not take user.* extended attributes")
-    return root
-
-
-def annotate(directory: Path, **values: str | bytes) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for key, value in values.items():
-        os.setxattr(
-            directory, f"user.qpolicy.{key}", value if isinstance(value, bytes) else value.encode()
-        )
+    return xattr_root(tmp_path / "cgroup")
 
 
 def source(tmp_path: Path, cgroups: Path, clock: Clock, **kw: object) -> DesiredSource:

@@ -7,32 +7,22 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from qpolicy.desired import annotationwatch
 from qpolicy.desired.annotations import scan
 from qpolicy.desired.annotationwatch import AnnotationWatch
 from qpolicy.model import PodClass, PodSpec
+from tests.annotated_tree import record_watch_walks
 from tests.vm.qgpu_env import CGROUP_ROOT, ensure_cgroup2, remove_tree
 
 
 @pytest.fixture
 def walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    tops: list[str] = []
-    real = os.walk
-
-    def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
-        if sys._getframe(1).f_code.co_filename == annotationwatch.__file__:
-            tops.append(top)
-        return real(top)
-
-    monkeypatch.setattr(annotationwatch.os, "walk", walk)
-    return tops
+    return record_watch_walks(monkeypatch)
 
 
 @pytest.fixture

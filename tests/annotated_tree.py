@@ -1,0 +1,55 @@
+"""Helpers for tests of cgroup annotations on a directory tree: one that takes user.* extended
+attributes (skipped where the filesystem takes none), attributes written on it, a clock the
+test moves, and a record of the walks the annotation watch makes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from qpolicy.desired import annotationwatch
+
+
+class Clock:
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def xattr_root(path: Path) -> Path:
+    """``path``, made, where it takes user.* attributes; else the test is skipped."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        os.setxattr(path, "user.qpolicy.x", b"1")
+        os.removexattr(path, "user.qpolicy.x")
+    except OSError:
+        pytest.skip(f"{path} does not take user.* extended attributes")
+    return path
+
+
+def annotate(directory: Path, **values: str | bytes) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for key, value in values.items():
+        raw = value if isinstance(value, bytes) else value.encode()
+        os.setxattr(directory, f"user.qpolicy.{key}", raw)
+
+
+def record_watch_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The directories the annotation watch walks from (os.walk's tops) from now on; a walk of
+    the test's own, by scan(), is not counted."""
+    tops: list[str] = []
+    real = os.walk
+
+    def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+        if sys._getframe(1).f_code.co_filename == annotationwatch.__file__:
+            tops.append(top)
+        return real(top)
+
+    monkeypatch.setattr(annotationwatch.os, "walk", walk)
+    return tops
