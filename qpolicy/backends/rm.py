@@ -303,6 +303,8 @@ class RmBackend:
 
     def status(self) -> dict[str, Any]:
         return {
+            # How often the handle file was rewritten: what moves the tracker moves it.
+            "handle_writes": self.handles.writes,
             "recovered": {
                 "channel_groups_opened": self.recovery.opened,
                 "timeslices_restored": self.recovery.restored,

@@ -689,6 +689,8 @@ def test_the_daemon_row_says_what_its_cpu_window_paid_for() -> None:
         "; GPU handed over 68 times (2.27/s); turns ended: budget 68, burst deadline 2; "
         "periods 8 (7 stretched)"
     )
+    daemon["window_turns"]["handle_writes"] = 29  # type: ignore[index]
+    assert gpu.turns_cell(daemon) == cell + "; handle file written 29 times"
     assert gpu.turns_cell({}) == ""
     assert gpu.turns_cell(
         {"window_turns": {"periods": 1, "periods_stretched": 0, "turn_ends": {}}}
@@ -744,19 +746,25 @@ def test_the_daemon_row_runs_the_probe_alone_beside_it_when_asked(
 def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
     status = tmp_path / "daemon-status.json"
 
-    def write(periods: int, stretched: int, ends: dict[str, int]) -> None:
+    def write(periods: int, stretched: int, ends: dict[str, int], writes: int | None) -> None:
         gpu0 = {"periods": periods, "periods_stretched": stretched, "turn_ends": ends}
-        status.write_text(json.dumps({"backend": {"gpus": {"0": gpu0}}}))
+        backend: dict[str, Any] = {"gpus": {"0": gpu0}}
+        if writes is not None:
+            backend["handle_writes"] = writes
+        status.write_text(json.dumps({"backend": backend}))
 
-    write(30, 2, {"budget": 100, "burst deadline": 201})
+    write(30, 2, {"budget": 100, "burst deadline": 201}, 12)
     before = gpu.turn_counts(status)
-    write(38, 9, {"budget": 168, "burst deadline": 201, "idle": 1})
+    write(38, 9, {"budget": 168, "burst deadline": 201, "idle": 1}, 40)
     after = gpu.turn_counts(status)
     assert gpu.counts_difference(before, after) == {
         "periods": 8,
         "periods_stretched": 7,
         "turn_ends": {"budget": 68, "idle": 1},
+        "handle_writes": 28,
     }
+    write(38, 9, {}, None)  # a daemon from before the count
+    assert gpu.counts_difference(before, gpu.turn_counts(status))["handle_writes"] is None  # type: ignore[index]
     status.write_text("{")  # caught mid-write, or a tree before the counts
     assert gpu.turn_counts(status) is None
     assert gpu.counts_difference(before, None) is None

@@ -191,6 +191,7 @@ def test_the_book_writes_when_the_handles_changed_at_most_once_a_second(
     book = HandleBook(path, tracker, lambda: now[0], start_time=lambda pid: STARTED)
     book.maybe_write()
     assert json.loads(path.read_text())["processes"][0]["pid"] == PID
+    assert book.writes == 1
     path.unlink()
     now[0] = 5.0
     book.maybe_write()  # nothing changed: nothing written
@@ -207,6 +208,7 @@ def test_the_book_writes_when_the_handles_changed_at_most_once_a_second(
     now[0] = 6.6
     book.maybe_write()
     assert path.exists()
+    assert book.writes == 3  # the writes that happened, and only those
     # A write that fails is said once, and the daemon goes on.
     broken = HandleBook(tmp_path / "gone" / HANDLES_NAME, tracker, lambda: now[0])
     with caplog.at_level(logging.WARNING):
@@ -279,6 +281,7 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
     groups = seen.view.tracker.channel_groups(10)
     assert len(groups[0].channels) == 6
     one.close()  # writes what it knows
+    assert one.status()["handle_writes"] == one.handles.writes == 1
     held = Rm(seen.view.tracker)
     monkeypatch.setattr(rmctl, "borrow_fd", held.borrow)
     monkeypatch.setattr(rmctl, "handle_class", held.class_of)

@@ -443,14 +443,18 @@ def turn_counts(status_path: Path) -> dict[str, Any] | None:
     """GPU 0's periods, stretched periods and turn ends so far, from the daemon's status file
     (written about once a second), or None where it cannot be read."""
     try:
-        gpu_status = json.loads(status_path.read_text())["backend"]["gpus"]["0"]
+        backend = json.loads(status_path.read_text())["backend"]
+        gpu_status = backend["gpus"]["0"]
         period = gpu_status.get("period_us")
+        writes = backend.get("handle_writes")
         return {
             "periods": int(gpu_status["periods"]),
             "periods_stretched": int(gpu_status["periods_stretched"]),
             "turn_ends": {str(k): int(v) for k, v in gpu_status["turn_ends"].items()},
             # The period in force at the read (older daemons did not say: None).
             "period_us": None if period is None else float(period),
+            # The handle file's rewrites (older daemons did not count them: None).
+            "handle_writes": None if writes is None else int(writes),
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -467,10 +471,14 @@ def counts_difference(
         for reason, count in after["turn_ends"].items()
         if count != before["turn_ends"].get(reason, 0)
     }
+    writes = None
+    if before.get("handle_writes") is not None and after.get("handle_writes") is not None:
+        writes = after["handle_writes"] - before["handle_writes"]
     return {
         "periods": after["periods"] - before["periods"],
         "periods_stretched": after["periods_stretched"] - before["periods_stretched"],
         "turn_ends": ends,
+        "handle_writes": writes,
     }
 
 
@@ -1304,6 +1312,8 @@ def turns_cell(daemon: dict[str, Any]) -> str:
             f"; turns ended: {told or 'none'}; periods {counts['periods']} "
             f"({counts['periods_stretched']} stretched)"
         )
+        if counts.get("handle_writes") is not None:
+            cell += f"; handle file written {counts['handle_writes']} times"
     return cell
 
 
