@@ -1277,20 +1277,24 @@ def table(report: dict[str, Any]) -> list[str]:
                 cpu_cell += " (< 2): " + ("meets" if cpu < 2 else "MISSES")
                 threads = daemon.get("cpu_threads_percent") or {}
                 if threads:
-                    cpu_cell += "; " + ", ".join(f"{k} {v:.2f}" for k, v in threads.items())
+                    cpu_cell += "; " + threads_text(threads)
                 cpu_cell += turns_cell(daemon)
                 floor = by_mode.get("probe", {}).get("daemon", {})
                 if floor.get("cpu_percent_of_one_core") is not None:
                     cpu_cell += f"; probe only {floor['cpu_percent_of_one_core']:.2f} %"
                     threads = floor.get("cpu_threads_percent") or {}
                     if threads:
-                        cpu_cell += " (" + ", ".join(f"{k} {v:.2f}" for k, v in threads.items())
-                        cpu_cell += ")"
+                        cpu_cell += f" ({threads_text(threads)})"
             summary = by_mode.get("qpolicy", {}).get("summary")
             verdict = "-" if summary is None else _verdict(scenario, summary, report, n)
             lines.append(f"| {scenario.name} | {n or '-'} | {' | '.join(cells)} | {cpu_cell} "
                          f"| {verdict} |")  # fmt: skip
     return lines
+
+
+def threads_text(threads: dict[str, float]) -> str:
+    """A daemon's CPU by thread, as the daemon CPU cell gives it: "main 1.10, qp-controls 0.43"."""
+    return ", ".join(f"{name} {percent:.2f}" for name, percent in threads.items())
 
 
 def turns_cell(daemon: dict[str, Any]) -> str:
