@@ -95,10 +95,11 @@ class DesiredSource:
             if self.watch is None or self.watch.root != root:
                 self.close()
                 self.watch = AnnotationWatch(root, clock=self._clock)
+                moved = self.watch.annotations != self.annotations
             else:
-                self.watch.refresh()
+                moved = self.watch.refresh()  # False: the watch's annotations are ours already
             annotations = self.watch.annotations
-            if annotations != self.annotations:
+            if moved:
                 for path, error in annotations.errors.items():
                     if self.annotations.errors.get(path) != error:
                         log.warning("ignoring the annotations of %s", error)
