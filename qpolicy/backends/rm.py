@@ -31,6 +31,7 @@ from qpolicy.enforcers.strategy import strategy_for
 from qpolicy.errors import QPolicyError
 from qpolicy.model import PodIdKind, PodSpec, pod_id_kind
 from qpolicy.nvrm.discover import AskerFactory
+from qpolicy.nvrm.tracker import Tracker
 from qpolicy.runtime.worker import Worker
 from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import cgroup_of_process
@@ -68,6 +69,28 @@ class _Gpu:
 #: pods, at 200 ms ~0.8 %. The price: a pod waits (pods - 1) x 400 ms between turns, and a pod
 #: that wakes while a repeating plan runs may wait up to one turn for the GPU.
 DEFAULT_MIN_TURN_MS = 400.0
+
+
+def tracker_changes(tracker: Tracker, busiest: int = 32) -> dict[str, Any]:
+    """What changed the tracker so far, by cause, and the live processes that changed it most
+    (their names from /proc, None where gone; at most ``busiest``): on a node whose pods are
+    steady, what keeps the daemon rebuilding its summaries and rewriting its handle file."""
+    return {
+        "by_cause": dict(tracker.changes),
+        "busiest": [
+            {"pid": pid, "comm": process_name(pid), "changes": count}
+            for pid, count in tracker.changes_by_pid.most_common(busiest)
+        ],
+    }
+
+
+def process_name(pid: int | None) -> str | None:
+    if pid is None:
+        return None
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 class RmBackendFactory:
@@ -303,8 +326,10 @@ class RmBackend:
 
     def status(self) -> dict[str, Any]:
         return {
-            # How often the handle file was rewritten: what moves the tracker moves it.
+            # How often the handle file was rewritten, and why: what moves the tracker moves it.
             "handle_writes": self.handles.writes,
+            "handle_writes_why": dict(self.handles.writes_why),
+            "tracker_changes": tracker_changes(self.handles.tracker),
             "recovered": {
                 "channel_groups_opened": self.recovery.opened,
                 "timeslices_restored": self.recovery.restored,

@@ -191,10 +191,25 @@ class Tracker:
         #: second with ten busy pods, made every publish rebuild every summary (py-spy, H100,
         #: 2026-11-27).
         self.generation = 0
+        #: What moved the generation, by cause: what makes everything derived from the tree
+        #: (and the rm enforcer's handle file) be built again.
+        self.changes: Counter[str] = Counter()
+        #: The same per live process (dropped at its exit): which process keeps changing it.
+        self.changes_by_pid: Counter[int | None] = Counter()
         #: The handle of the last client seen allocated, by any process: where a search of RM
         #: starts when the daemon cannot make a client of its own (qpolicy.enforcers.rm.unseen).
         #: Not a mark for the next daemon: a tenant may name its client's handle.
         self.newest_client: int | None = None
+
+    def changed(self, cause: str, pid: int | None = None) -> None:
+        """Note a change to the processes, their files or their object trees (moves the
+        generation)."""
+        self.generation += 1
+        self.changes[cause] += 1
+        if cause == "exit":
+            self.changes_by_pid.pop(pid, None)
+        else:
+            self.changes_by_pid[pid] += 1
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -204,22 +219,22 @@ class Tracker:
         Returns the decoded ioctl for ioctl records on NVIDIA nodes.
         """
         if record.kind == "exit":
-            self.generation += 1
+            self.changed("exit", record.pid)
             self.processes.pop(record.pid, None)
             return None
         known = self.processes.get(record.pid)
         if known is None or (record.cgroup is not None and record.cgroup != known.cgroup):
-            self.generation += 1  # a new process, or one moved to another cgroup
+            self.changed("process", record.pid)  # a new process, or one moved to another cgroup
         proc = self._process(record.pid, record.cgroup)
         if record.kind == "open":
             if record.ret >= 0:
-                self.generation += 1
+                self.changed("open", record.pid)
                 opened = node or Node.of_path(record.s)
                 proc.fds[record.ret] = opened
                 proc.opens[opened] += 1
             return None
         if record.kind == "close":
-            self.generation += 1
+            self.changed("close", record.pid)
             self.close_fd(proc, record.a1)
             return None
         fd_node = node or proc.fds.get(record.fd)
@@ -233,8 +248,9 @@ class Tracker:
         ioctl = decode(fd_node, record.cmd, record.p, record.q)
         self._count(proc, record, ioctl)
         if ioctl.succeeded(record.ret):
-            if self._apply(proc, record.fd, ioctl):
-                self.generation += 1
+            cause = self._apply(proc, record.fd, ioctl)
+            if cause is not None:
+                self.changed(cause, record.pid)
         else:
             proc.failed += 1
         return ioctl
@@ -271,16 +287,17 @@ class Tracker:
 
     # -- the object tree -----------------------------------------------------------------------
 
-    def _apply(self, proc: ProcessState, fd: int, ioctl: Ioctl) -> bool:
-        """Follow a call that succeeded in the object tree; whether the tree may have changed."""
+    def _apply(self, proc: ProcessState, fd: int, ioctl: Ioctl) -> str | None:
+        """Follow a call that succeeded in the object tree; what changed in it, if anything may
+        have (the request's kind), else None."""
         f = ioctl.fields
         # A capture may hold only a prefix of the argument (and a tenant may send anything):
         # without its handles a request changes nothing the tracker can name.
         if ioctl.escape is None or any(key not in f for key in _HANDLES.get(ioctl.escape, ())):
-            return False
+            return None
         if ioctl.escape in (Escape.RM_ALLOC, Escape.RM_ALLOC_MEMORY):
             if ioctl.alloc_class is None:
-                return False
+                return None
             # RM_ALLOC_MEMORY describes memory by its last byte (limit), RM_ALLOC by its size.
             if ioctl.escape is Escape.RM_ALLOC:
                 size = ioctl.params.get("size", 0)
@@ -288,16 +305,19 @@ class Tracker:
                 size = f["limit"] + 1 if "limit" in f else 0
             new = (f["hRoot"], f["hObjectParent"], f["hObjectNew"])
             self._alloc(proc, fd, *new, ioctl.alloc_class, size, ioctl.params)
-            return True
+            return "alloc"
         if ioctl.escape is Escape.RM_FREE:
             self._free(proc, f["hRoot"], f["hObjectOld"])
-            return True
+            return "free"
         if ioctl.escape is Escape.RM_DUP_OBJECT:
             self._dup(proc, f)
-            return True
-        if ioctl.escape is Escape.RM_CONTROL and ioctl.control is not None:
-            return self._control(proc, f["hClient"], f["hObject"], ioctl.control, ioctl.params)
-        return False
+            return "dup"
+        control = ioctl.control if ioctl.escape is Escape.RM_CONTROL else None
+        if control is not None and self._control(
+            proc, f["hClient"], f["hObject"], control, ioctl.params
+        ):
+            return "control"
+        return None
 
     def _alloc(
         self,
@@ -435,7 +455,7 @@ class Tracker:
         for handle in gone:
             self._remove_subtree(proc, found, handle)
         if gone:
-            self.generation += 1
+            self.changed("forget", pid)
         return bool(gone)
 
     def close_fd(self, proc: ProcessState, fd: int) -> None:
@@ -448,7 +468,7 @@ class Tracker:
         """Take ``proc`` whole, its object tree learnt elsewhere (a previous daemon's tracker,
         checked against RM), in place of whatever is known of its pid. Its objects' children and
         its bytes are derived here from the objects' parent links and sizes."""
-        self.generation += 1
+        self.changed("adopt", proc.pid)
         self._derive(proc)
         self.processes[proc.pid] = proc
 
@@ -461,7 +481,7 @@ class Tracker:
         if known is None:
             self.adopt(proc)
             return
-        self.generation += 1
+        self.changed("found", proc.pid)
         known.incomplete = proc.incomplete
         if known.cgroup is None:
             known.cgroup = proc.cgroup

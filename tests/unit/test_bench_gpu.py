@@ -746,25 +746,68 @@ def test_the_daemon_row_runs_the_probe_alone_beside_it_when_asked(
 def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
     status = tmp_path / "daemon-status.json"
 
-    def write(periods: int, stretched: int, ends: dict[str, int], writes: int | None) -> None:
+    def write(
+        periods: int,
+        stretched: int,
+        ends: dict[str, int],
+        writes: int | None,
+        why: dict[str, int] | None = None,
+        changes: dict[str, Any] | None = None,
+    ) -> None:
         gpu0 = {"periods": periods, "periods_stretched": stretched, "turn_ends": ends}
         backend: dict[str, Any] = {"gpus": {"0": gpu0}}
         if writes is not None:
             backend["handle_writes"] = writes
+        if why is not None:
+            backend["handle_writes_why"] = why
+        if changes is not None:
+            backend["tracker_changes"] = changes
         status.write_text(json.dumps({"backend": backend}))
 
-    write(30, 2, {"budget": 100, "burst deadline": 201}, 12)
+    def busiest(*rows: tuple[int, str | None, int]) -> list[dict[str, Any]]:
+        return [{"pid": pid, "comm": comm, "changes": n} for pid, comm, n in rows]
+
+    write(
+        30,
+        2,
+        {"budget": 100, "burst deadline": 201},
+        12,
+        {"first": 1, "tracker": 11},
+        {"by_cause": {"alloc": 900, "open": 20}, "busiest": busiest((7, "python3", 450))},
+    )
     before = gpu.turn_counts(status)
-    write(38, 9, {"budget": 168, "burst deadline": 201, "idle": 1}, 40)
+    write(
+        38,
+        9,
+        {"budget": 168, "burst deadline": 201, "idle": 1},
+        40,
+        {"first": 1, "tracker": 30, "mark": 9},
+        {
+            "by_cause": {"alloc": 912, "open": 20, "free": 12},
+            "busiest": busiest((7, "python3", 450), (90, "nvidia-smi", 24), (91, None, 2)),
+        },
+    )
     after = gpu.turn_counts(status)
-    assert gpu.counts_difference(before, after) == {
+    grown = gpu.counts_difference(before, after)
+    assert grown == {
         "periods": 8,
         "periods_stretched": 7,
         "turn_ends": {"budget": 68, "idle": 1},
         "handle_writes": 28,
+        # Only what grew, the most first; a process that changed nothing in the window is left
+        # out, one that appeared counts from nothing.
+        "handle_writes_why": {"tracker": 19, "mark": 9},
+        "tracker_changes": {"alloc": 12, "free": 12},
+        "tracker_changes_by_process": {"nvidia-smi 90": 24, "? 91": 2},
     }
-    write(38, 9, {}, None)  # a daemon from before the count
-    assert gpu.counts_difference(before, gpu.turn_counts(status))["handle_writes"] is None  # type: ignore[index]
+    cell = gpu.turns_cell({"window_turns": grown})
+    assert "handle file written 28 times (tracker 19, mark 9)" in cell
+    assert "tracker changed: alloc 12, free 12 (by nvidia-smi 90 24, ? 91 2)" in cell
+    write(38, 9, {}, None)  # a daemon from before the counts
+    older = gpu.counts_difference(before, gpu.turn_counts(status))
+    assert older is not None
+    assert older["handle_writes"] is older["tracker_changes"] is None
+    assert "tracker changed" not in gpu.turns_cell({"window_turns": older})
     status.write_text("{")  # caught mid-write, or a tree before the counts
     assert gpu.turn_counts(status) is None
     assert gpu.counts_difference(before, None) is None

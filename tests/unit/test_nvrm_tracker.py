@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -383,25 +384,39 @@ def test_the_generation_moves_with_the_tree_and_not_with_counting() -> None:
     t = Tracker()
     basic_tree(t)
 
-    def moves(record: Record) -> bool:
-        before = t.generation
+    def moves(record: Record, cause: str = "") -> bool:
+        """Whether ``record`` moved the generation, checking it was counted under ``cause``, for
+        its process, and nothing else."""
+        before, causes, by_pid = t.generation, Counter(t.changes), Counter(t.changes_by_pid)
         t.feed(record)
-        return t.generation != before
+        if t.generation == before:
+            assert (t.changes, t.changes_by_pid) == (causes, by_pid)
+            return False
+        assert t.changes - causes == Counter({cause: t.generation - before})
+        if cause != "exit":
+            assert t.changes_by_pid - by_pid == Counter({record.pid: t.generation - before})
+        return True
 
     disable = abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS
     assert not moves(control(SUBDEVICE, disable, bytes(16)))
     assert not moves(alloc(DEVICE, 0x30, 0x40, size=1 << 20, status=0x1F))  # refused by RM
     assert not moves(Record("mmap", next(_ts), 100, a1=GPU_FD, pid=100, cgroup=7))
     assert not moves(control(0x99, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, bytes(8)))  # no object
-    assert moves(control(TSG, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, (64).to_bytes(8, "little")))
-    assert moves(alloc(DEVICE, 0x31, 0x40, size=1 << 20))
-    assert moves(freed(0x31))
-    assert moves(Record("open", next(_ts), 100, ret=9, s="/dev/nvidia0", pid=100, cgroup=7))
-    assert moves(Record("close", next(_ts), 100, a1=9, pid=100, cgroup=7))
-    assert moves(control(SUBDEVICE, disable, bytes(16), pid=200))  # a process not seen before
+    timeslice = (64).to_bytes(8, "little")
+    assert moves(control(TSG, abi.NVA06C_CTRL_CMD_SET_TIMESLICE, timeslice), "control")
+    assert moves(alloc(DEVICE, 0x31, 0x40, size=1 << 20), "alloc")
+    assert moves(freed(0x31), "free")
+    opened = Record("open", next(_ts), 100, ret=9, s="/dev/nvidia0", pid=100, cgroup=7)
+    assert moves(opened, "open")
+    assert moves(Record("close", next(_ts), 100, a1=9, pid=100, cgroup=7), "close")
+    # A process not seen before.
+    assert moves(control(SUBDEVICE, disable, bytes(16), pid=200), "process")
     moved = control(SUBDEVICE, disable, bytes(16))
-    assert moves(dataclasses.replace(moved, cgroup=8))  # the same process, another cgroup
-    assert moves(Record("exit", next(_ts), 100, pid=100))
+    assert moves(dataclasses.replace(moved, cgroup=8), "process")  # the same one, another cgroup
+    assert t.changes_by_pid[100] > 0
+    assert moves(Record("exit", next(_ts), 100, pid=100), "exit")
+    assert 100 not in t.changes_by_pid  # only live processes are kept per process
+    assert t.changes_by_pid[200] == 1
 
 
 def test_a_free_takes_what_rm_frees_as_its_dependents() -> None:
@@ -438,6 +453,7 @@ def test_forget_drops_what_rm_no_longer_has_and_moves_the_generation() -> None:
     assert t.forget(100, CLIENT, [CHANNEL, 0xDEAD])
     assert t.handles(100, Kind.CHANNEL) == [] and t.summary(100).engines == {}
     assert t.generation > before
+    assert t.changes["forget"] == 1
     assert not t.forget(100, CLIENT, [CHANNEL])  # gone already
     assert not t.forget(100, CLIENT, [CLIENT])  # never the client itself
     assert not t.forget(999, CLIENT, [TSG])  # another process

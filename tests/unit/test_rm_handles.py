@@ -282,6 +282,11 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
     assert len(groups[0].channels) == 6
     one.close()  # writes what it knows
     assert one.status()["handle_writes"] == one.handles.writes == 1
+    assert one.status()["handle_writes_why"] == {"close": 1}
+    changes = one.status()["tracker_changes"]
+    tree = seen.view.tracker.changes
+    assert changes["by_cause"] == dict(tree) and tree["alloc"] > 0
+    assert [(p["pid"], p["changes"]) for p in changes["busiest"]] == [(10, sum(tree.values()))]
     held = Rm(seen.view.tracker)
     monkeypatch.setattr(rmctl, "borrow_fd", held.borrow)
     monkeypatch.setattr(rmctl, "handle_class", held.class_of)
@@ -345,13 +350,36 @@ def test_the_mark_is_what_the_daemon_vouches_for_and_a_change_of_it_is_written(
     book.maybe_write()
     written = json.loads((tmp_path / HANDLES_NAME).read_text())
     assert written["newest_client"] == 0xC1D00002
-    # The mark alone changed: written again, at most once a second.
+
+    def written_mark() -> int:
+        return int(json.loads((tmp_path / HANDLES_NAME).read_text())["newest_client"])
+
+    # The mark alone moved on (each look for unseen processes makes a client): the older one
+    # written is still true, so it is rewritten only once a minute.
     mark[0] = 0xC1D00009
-    book.maybe_write()
-    assert json.loads((tmp_path / HANDLES_NAME).read_text())["newest_client"] == 0xC1D00002
     clock[0] += handles.WRITE_EVERY_S
     book.maybe_write()
-    assert json.loads((tmp_path / HANDLES_NAME).read_text())["newest_client"] == 0xC1D00009
+    assert written_mark() == 0xC1D00002
+    clock[0] = handles.NEWER_MARK_EVERY_S - 0.1
+    book.maybe_write()
+    assert written_mark() == 0xC1D00002
+    clock[0] = handles.NEWER_MARK_EVERY_S
+    book.maybe_write()
+    assert written_mark() == 0xC1D00009
+    assert book.writes_why == {"first": 1, "mark": 1}
+    # With the tracker changed it goes with the tracker's write, a second later.
+    mark[0] = 0xC1D0000B
+    tracker.changed("alloc", 5)
+    clock[0] += handles.WRITE_EVERY_S
+    book.maybe_write()
+    assert written_mark() == 0xC1D0000B
+    # A mark that goes back (a search of a gap started) is no longer true of the file: written
+    # a second later, not a minute.
+    mark[0] = 0xC1D00009
+    clock[0] += handles.WRITE_EVERY_S
+    book.maybe_write()
+    assert written_mark() == 0xC1D00009
+    assert book.writes_why == {"first": 1, "mark": 2, "tracker": 1}
     # The next daemon reads it back (an older file without it gives no mark).
     assert adopt(tmp_path, Tracker(), lambda pid: None).newest_client == 0xC1D00009
     written.pop("newest_client")

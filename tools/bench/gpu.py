@@ -447,6 +447,7 @@ def turn_counts(status_path: Path) -> dict[str, Any] | None:
         gpu_status = backend["gpus"]["0"]
         period = gpu_status.get("period_us")
         writes = backend.get("handle_writes")
+        changes = backend.get("tracker_changes")
         return {
             "periods": int(gpu_status["periods"]),
             "periods_stretched": int(gpu_status["periods_stretched"]),
@@ -455,9 +456,28 @@ def turn_counts(status_path: Path) -> dict[str, Any] | None:
             "period_us": None if period is None else float(period),
             # The handle file's rewrites (older daemons did not count them: None).
             "handle_writes": None if writes is None else int(writes),
+            # Why it was written, and what changed the tracker, by cause and by process (older
+            # daemons did not say: None).
+            "handle_writes_why": _counts(backend.get("handle_writes_why")),
+            "tracker_changes": None if changes is None else _counts(changes["by_cause"]),
+            "tracker_changes_by_process": None
+            if changes is None
+            else {f"{p['comm'] or '?'} {p['pid']}": int(p["changes"]) for p in changes["busiest"]},
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _counts(counts: Any) -> dict[str, int] | None:
+    return None if counts is None else {str(k): int(v) for k, v in counts.items()}
+
+
+def _grown(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, int] | None:
+    """What each count of ``after`` grew by since ``before`` (those that grew, largest first)."""
+    if before is None or after is None:
+        return None
+    grown = {key: count - before.get(key, 0) for key, count in after.items()}
+    return dict(sorted(((k, v) for k, v in grown.items() if v > 0), key=lambda kv: -kv[1]))
 
 
 def counts_difference(
@@ -479,6 +499,10 @@ def counts_difference(
         "periods_stretched": after["periods_stretched"] - before["periods_stretched"],
         "turn_ends": ends,
         "handle_writes": writes,
+        **{
+            key: _grown(before.get(key), after.get(key))
+            for key in ("handle_writes_why", "tracker_changes", "tracker_changes_by_process")
+        },
     }
 
 
@@ -1318,7 +1342,20 @@ def turns_cell(daemon: dict[str, Any]) -> str:
         )
         if counts.get("handle_writes") is not None:
             cell += f"; handle file written {counts['handle_writes']} times"
+            why = counts.get("handle_writes_why")
+            if why:
+                cell += f" ({_listed(why)})"
+        changes = counts.get("tracker_changes")
+        if changes is not None:
+            cell += f"; tracker changed: {_listed(changes) or 'never'}"
+            by_process = counts.get("tracker_changes_by_process")
+            if by_process:
+                cell += f" (by {_listed(by_process)})"
     return cell
+
+
+def _listed(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key} {count}" for key, count in counts.items())
 
 
 def _issued_late(solo: dict[str, Any]) -> str:

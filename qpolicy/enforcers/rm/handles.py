@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import stat
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,12 @@ VERSION = 1
 #: How often, at most, the handles are written while they change (a CUDA process's start-up is
 #: a few thousand allocations over a second or two; one write a second, not one per event).
 WRITE_EVERY_S = 1.0
+#: How often, at most, the file is written for a newer mark alone. Every look for unseen
+#: processes (every 10 s) makes a client, so its own mark moves at each: a file written for that
+#: alone was a third of the writes with ten steady pods (call 55B, an H100). A mark older than
+#: the newest is still true (every client after it was seen made); the successor searches a few
+#: more handles. A mark that goes back (a search started) or goes away is written at once.
+NEWER_MARK_EVERY_S = 60.0
 #: The major number of NVIDIA's character devices (/dev/nvidiactl, /dev/nvidiaN).
 NVIDIA_MAJOR = 195
 
@@ -110,16 +117,28 @@ class HandleBook:
         #: Files written: each costs the loop a dump and an encode of every process's objects
         #: (about 0.1 % of a core once a second with 10 pods, BENCHMARKS.md 2026-12-07).
         self.writes = 0
+        #: Why they were written: "tracker" (the processes or their objects changed), "mark"
+        #: (only the mark), "first", "close".
+        self.writes_why: Counter[str] = Counter()
 
     def maybe_write(self) -> None:
-        if self._written == (self.tracker.generation, self._mark()):
+        mark = self._mark()
+        if self._written == (self.tracker.generation, mark):
             return
         now = self._clock()
-        if self._written_at is not None and now - self._written_at < WRITE_EVERY_S:
+        since = None if self._written_at is None else now - self._written_at
+        if since is not None and since < WRITE_EVERY_S:
             return
-        self.write()
+        why = "first"
+        if self._written is not None:
+            why = "tracker" if self._written[0] != self.tracker.generation else "mark"
+            old = self._written[1]
+            newer = mark is not None and old is not None and mark > old
+            if why == "mark" and newer and since is not None and since < NEWER_MARK_EVERY_S:
+                return
+        self.write(why)
 
-    def write(self) -> None:
+    def write(self, why: str = "close") -> None:
         written = (self.tracker.generation, self._mark())
         self._written_at = self._clock()
         tmp = self.path.with_suffix(".tmp")
@@ -135,6 +154,7 @@ class HandleBook:
         self._failed = False
         self._written = written
         self.writes += 1
+        self.writes_why[why] += 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -341,7 +341,7 @@ class UnseenProcesses:
             # Searched to the end: all there is to find is known (written so, for a next
             # daemon, which would otherwise search it again).
             known.incomplete = False
-            tracker.generation += 1
+            tracker.changed("searched", pid)
         if any(c.channels for c in search.found):
             outcome = "found"
         else:
