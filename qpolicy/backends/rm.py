@@ -71,26 +71,19 @@ class _Gpu:
 DEFAULT_MIN_TURN_MS = 400.0
 
 
-def tracker_changes(tracker: Tracker, busiest: int = 32) -> dict[str, Any]:
-    """What changed the tracker so far, by cause, and the live processes that changed it most
-    (their names from /proc, None where gone; at most ``busiest``): on a node whose pods are
-    steady, what keeps the daemon rebuilding its summaries and rewriting its handle file."""
+def tracker_changes(
+    tracker: Tracker, path_of: Callable[[int], str | None], busiest: int = 16
+) -> dict[str, Any]:
+    """What changed the tracker so far, by cause, and the cgroups whose processes changed it
+    most (by path where known, else the id; None: not known): on a node whose pods are steady,
+    what keeps the daemon rebuilding its summaries and rewriting its handle file."""
     return {
         "by_cause": dict(tracker.changes),
         "busiest": [
-            {"pid": pid, "comm": process_name(pid), "changes": count}
-            for pid, count in tracker.changes_by_pid.most_common(busiest)
+            {"cgroup": None if cgid is None else path_of(cgid) or str(cgid), "changes": count}
+            for cgid, count in tracker.changes_by_cgroup.most_common(busiest)
         ],
     }
-
-
-def process_name(pid: int | None) -> str | None:
-    if pid is None:
-        return None
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return None
 
 
 class RmBackendFactory:
@@ -324,12 +317,15 @@ class RmBackend:
     def up(self) -> bool | None:
         return all(driven.periodic.failing is None for driven in self._gpus.values())
 
+    def _cgroup_path(self, cgid: int) -> str | None:
+        return self.probe.view.cgroups.path_of(cgid)
+
     def status(self) -> dict[str, Any]:
         return {
             # How often the handle file was rewritten, and why: what moves the tracker moves it.
             "handle_writes": self.handles.writes,
             "handle_writes_why": dict(self.handles.writes_why),
-            "tracker_changes": tracker_changes(self.handles.tracker),
+            "tracker_changes": tracker_changes(self.probe.view.tracker, self._cgroup_path),
             "recovered": {
                 "channel_groups_opened": self.recovery.opened,
                 "timeslices_restored": self.recovery.restored,

@@ -29,6 +29,8 @@ from qpolicy.nvrm.decode import Ioctl, decode
 from qpolicy.nvrm.records import Record
 
 SLOWEST_KEPT = 10
+# The cgroups whose changes to the tracker are counted, at most (Tracker.changes_by_cgroup).
+CGROUPS_COUNTED = 1024
 # The kinds RM destroys other objects with (besides their children): see _depends_on.
 _HOLDS_DEPENDENTS = frozenset({Kind.VASPACE, Kind.CONTEXT_SHARE})
 # The handle fields each request needs to be applied to the object tree.
@@ -194,22 +196,24 @@ class Tracker:
         #: What moved the generation, by cause: what makes everything derived from the tree
         #: (and the rm enforcer's handle file) be built again.
         self.changes: Counter[str] = Counter()
-        #: The same per live process (dropped at its exit): which process keeps changing it.
-        self.changes_by_pid: Counter[int | None] = Counter()
+        #: The same per cgroup (None: not known): where the processes that keep changing it run,
+        #: also those that exit at once (a monitoring agent's short queries).
+        self.changes_by_cgroup: Counter[int | None] = Counter()
         #: The handle of the last client seen allocated, by any process: where a search of RM
         #: starts when the daemon cannot make a client of its own (qpolicy.enforcers.rm.unseen).
         #: Not a mark for the next daemon: a tenant may name its client's handle.
         self.newest_client: int | None = None
 
-    def changed(self, cause: str, pid: int | None = None) -> None:
+    def changed(self, cause: str, cgroup: int | None = None) -> None:
         """Note a change to the processes, their files or their object trees (moves the
-        generation)."""
+        generation), made by a process of ``cgroup``."""
         self.generation += 1
         self.changes[cause] += 1
-        if cause == "exit":
-            self.changes_by_pid.pop(pid, None)
-        else:
-            self.changes_by_pid[pid] += 1
+        self.changes_by_cgroup[cgroup] += 1
+        if len(self.changes_by_cgroup) > CGROUPS_COUNTED:
+            # Pods come and go for weeks: the busiest half is kept.
+            kept = self.changes_by_cgroup.most_common(CGROUPS_COUNTED // 2)
+            self.changes_by_cgroup = Counter(dict(kept))
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -218,23 +222,23 @@ class Tracker:
 
         Returns the decoded ioctl for ioctl records on NVIDIA nodes.
         """
+        known = self.processes.get(record.pid)
         if record.kind == "exit":
-            self.changed("exit", record.pid)
+            self.changed("exit", known.cgroup if known is not None else record.cgroup)
             self.processes.pop(record.pid, None)
             return None
-        known = self.processes.get(record.pid)
         if known is None or (record.cgroup is not None and record.cgroup != known.cgroup):
-            self.changed("process", record.pid)  # a new process, or one moved to another cgroup
+            self.changed("process", record.cgroup)  # a new process, or one moved to another cgroup
         proc = self._process(record.pid, record.cgroup)
         if record.kind == "open":
             if record.ret >= 0:
-                self.changed("open", record.pid)
+                self.changed("open", proc.cgroup)
                 opened = node or Node.of_path(record.s)
                 proc.fds[record.ret] = opened
                 proc.opens[opened] += 1
             return None
         if record.kind == "close":
-            self.changed("close", record.pid)
+            self.changed("close", proc.cgroup)
             self.close_fd(proc, record.a1)
             return None
         fd_node = node or proc.fds.get(record.fd)
@@ -250,7 +254,7 @@ class Tracker:
         if ioctl.succeeded(record.ret):
             cause = self._apply(proc, record.fd, ioctl)
             if cause is not None:
-                self.changed(cause, record.pid)
+                self.changed(cause, proc.cgroup)
         else:
             proc.failed += 1
         return ioctl
@@ -455,7 +459,7 @@ class Tracker:
         for handle in gone:
             self._remove_subtree(proc, found, handle)
         if gone:
-            self.changed("forget", pid)
+            self.changed("forget", proc.cgroup)
         return bool(gone)
 
     def close_fd(self, proc: ProcessState, fd: int) -> None:
@@ -468,7 +472,7 @@ class Tracker:
         """Take ``proc`` whole, its object tree learnt elsewhere (a previous daemon's tracker,
         checked against RM), in place of whatever is known of its pid. Its objects' children and
         its bytes are derived here from the objects' parent links and sizes."""
-        self.changed("adopt", proc.pid)
+        self.changed("adopt", proc.cgroup)
         self._derive(proc)
         self.processes[proc.pid] = proc
 
@@ -481,7 +485,7 @@ class Tracker:
         if known is None:
             self.adopt(proc)
             return
-        self.changed("found", proc.pid)
+        self.changed("found", known.cgroup or proc.cgroup)
         known.incomplete = proc.incomplete
         if known.cgroup is None:
             known.cgroup = proc.cgroup

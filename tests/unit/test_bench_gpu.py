@@ -764,8 +764,8 @@ def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
             backend["tracker_changes"] = changes
         status.write_text(json.dumps({"backend": backend}))
 
-    def busiest(*rows: tuple[int, str | None, int]) -> list[dict[str, Any]]:
-        return [{"pid": pid, "comm": comm, "changes": n} for pid, comm, n in rows]
+    def busiest(*rows: tuple[str | None, int]) -> list[dict[str, Any]]:
+        return [{"cgroup": cgroup, "changes": n} for cgroup, n in rows]
 
     write(
         30,
@@ -773,7 +773,7 @@ def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
         {"budget": 100, "burst deadline": 201},
         12,
         {"first": 1, "tracker": 11},
-        {"by_cause": {"alloc": 900, "open": 20}, "busiest": busiest((7, "python3", 450))},
+        {"by_cause": {"alloc": 900, "open": 20}, "busiest": busiest(("/pods/a", 450))},
     )
     before = gpu.turn_counts(status)
     write(
@@ -784,7 +784,7 @@ def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
         {"first": 1, "tracker": 30, "mark": 9},
         {
             "by_cause": {"alloc": 912, "open": 20, "free": 12},
-            "busiest": busiest((7, "python3", 450), (90, "nvidia-smi", 24), (91, None, 2)),
+            "busiest": busiest(("/pods/a", 450), ("/system.slice/dcgm.service", 24), (None, 2)),
         },
     )
     after = gpu.turn_counts(status)
@@ -794,15 +794,15 @@ def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
         "periods_stretched": 7,
         "turn_ends": {"budget": 68, "idle": 1},
         "handle_writes": 28,
-        # Only what grew, the most first; a process that changed nothing in the window is left
+        # Only what grew, the most first; a cgroup that changed nothing in the window is left
         # out, one that appeared counts from nothing.
         "handle_writes_why": {"tracker": 19, "mark": 9},
         "tracker_changes": {"alloc": 12, "free": 12},
-        "tracker_changes_by_process": {"nvidia-smi 90": 24, "? 91": 2},
+        "tracker_changes_by_cgroup": {"/system.slice/dcgm.service": 24, "?": 2},
     }
     cell = gpu.turns_cell({"window_turns": grown})
     assert "handle file written 28 times (tracker 19, mark 9)" in cell
-    assert "tracker changed: alloc 12, free 12 (by nvidia-smi 90 24, ? 91 2)" in cell
+    assert "tracker changed: alloc 12, free 12 (in /system.slice/dcgm.service 24, ? 2)" in cell
     write(38, 9, {}, None)  # a daemon from before the counts
     older = gpu.counts_difference(before, gpu.turn_counts(status))
     assert older is not None

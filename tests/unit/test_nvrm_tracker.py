@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qpolicy.nvrm import abi
+from qpolicy.nvrm import abi, tracker
 from qpolicy.nvrm.abi import Escape, Kind, Node
 from qpolicy.nvrm.decode import decode
 from qpolicy.nvrm.records import Record
@@ -384,17 +384,16 @@ def test_the_generation_moves_with_the_tree_and_not_with_counting() -> None:
     t = Tracker()
     basic_tree(t)
 
-    def moves(record: Record, cause: str = "") -> bool:
+    def moves(record: Record, cause: str = "", cgroup: int | None = 7) -> bool:
         """Whether ``record`` moved the generation, checking it was counted under ``cause``, for
-        its process, and nothing else."""
-        before, causes, by_pid = t.generation, Counter(t.changes), Counter(t.changes_by_pid)
+        ``cgroup``, and nothing else."""
+        before, causes, by_cgroup = t.generation, Counter(t.changes), Counter(t.changes_by_cgroup)
         t.feed(record)
         if t.generation == before:
-            assert (t.changes, t.changes_by_pid) == (causes, by_pid)
+            assert (t.changes, t.changes_by_cgroup) == (causes, by_cgroup)
             return False
         assert t.changes - causes == Counter({cause: t.generation - before})
-        if cause != "exit":
-            assert t.changes_by_pid - by_pid == Counter({record.pid: t.generation - before})
+        assert t.changes_by_cgroup - by_cgroup == Counter({cgroup: t.generation - before})
         return True
 
     disable = abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS
@@ -410,13 +409,12 @@ def test_the_generation_moves_with_the_tree_and_not_with_counting() -> None:
     assert moves(opened, "open")
     assert moves(Record("close", next(_ts), 100, a1=9, pid=100, cgroup=7), "close")
     # A process not seen before.
-    assert moves(control(SUBDEVICE, disable, bytes(16), pid=200), "process")
+    assert moves(control(SUBDEVICE, disable, bytes(16), pid=200), "process", None)
     moved = control(SUBDEVICE, disable, bytes(16))
-    assert moves(dataclasses.replace(moved, cgroup=8), "process")  # the same one, another cgroup
-    assert t.changes_by_pid[100] > 0
-    assert moves(Record("exit", next(_ts), 100, pid=100), "exit")
-    assert 100 not in t.changes_by_pid  # only live processes are kept per process
-    assert t.changes_by_pid[200] == 1
+    assert moves(dataclasses.replace(moved, cgroup=8), "process", 8)  # the same, another cgroup
+    # Its exit is its cgroup's, though the record does not say it.
+    assert moves(Record("exit", next(_ts), 100, pid=100), "exit", 8)
+    assert 100 not in t.processes
 
 
 def test_a_free_takes_what_rm_frees_as_its_dependents() -> None:
@@ -458,3 +456,16 @@ def test_forget_drops_what_rm_no_longer_has_and_moves_the_generation() -> None:
     assert not t.forget(100, CLIENT, [CLIENT])  # never the client itself
     assert not t.forget(999, CLIENT, [TSG])  # another process
     assert t.handles(100, Kind.TSG) == [(CLIENT, TSG)]
+
+
+def test_the_changes_per_cgroup_are_bounded_and_keep_the_busiest() -> None:
+    """Pods come and go for weeks: the count per cgroup keeps the busiest half once it holds
+    more than CGROUPS_COUNTED cgroups, so a churning cgroup is still named."""
+    t = Tracker()
+    for _ in range(50):
+        t.changed("alloc", 1)  # the churner
+    for cgroup in range(2, tracker.CGROUPS_COUNTED + 10):
+        t.changed("open", cgroup)
+    assert len(t.changes_by_cgroup) <= tracker.CGROUPS_COUNTED
+    assert t.changes_by_cgroup.most_common(1) == [(1, 50)]
+    assert t.changes == {"alloc": 50, "open": tracker.CGROUPS_COUNTED + 8}

@@ -456,13 +456,13 @@ def turn_counts(status_path: Path) -> dict[str, Any] | None:
             "period_us": None if period is None else float(period),
             # The handle file's rewrites (older daemons did not count them: None).
             "handle_writes": None if writes is None else int(writes),
-            # Why it was written, and what changed the tracker, by cause and by process (older
+            # Why it was written, and what changed the tracker, by cause and by cgroup (older
             # daemons did not say: None).
             "handle_writes_why": _counts(backend.get("handle_writes_why")),
             "tracker_changes": None if changes is None else _counts(changes["by_cause"]),
-            "tracker_changes_by_process": None
+            "tracker_changes_by_cgroup": None
             if changes is None
-            else {f"{p['comm'] or '?'} {p['pid']}": int(p["changes"]) for p in changes["busiest"]},
+            else {c["cgroup"] or "?": int(c["changes"]) for c in changes["busiest"]},
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -501,7 +501,7 @@ def counts_difference(
         "handle_writes": writes,
         **{
             key: _grown(before.get(key), after.get(key))
-            for key in ("handle_writes_why", "tracker_changes", "tracker_changes_by_process")
+            for key in ("handle_writes_why", "tracker_changes", "tracker_changes_by_cgroup")
         },
     }
 
@@ -1348,9 +1348,9 @@ def turns_cell(daemon: dict[str, Any]) -> str:
         changes = counts.get("tracker_changes")
         if changes is not None:
             cell += f"; tracker changed: {_listed(changes) or 'never'}"
-            by_process = counts.get("tracker_changes_by_process")
-            if by_process:
-                cell += f" (by {_listed(by_process)})"
+            by_cgroup = counts.get("tracker_changes_by_cgroup")
+            if by_cgroup:
+                cell += f" (in {_listed(by_cgroup)})"
     return cell
 
 

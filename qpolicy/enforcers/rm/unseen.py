@@ -341,7 +341,7 @@ class UnseenProcesses:
             # Searched to the end: all there is to find is known (written so, for a next
             # daemon, which would otherwise search it again).
             known.incomplete = False
-            tracker.changed("searched", pid)
+            tracker.changed("searched", known.cgroup)
         if any(c.channels for c in search.found):
             outcome = "found"
         else:
