@@ -46,10 +46,10 @@ VERSION = 1
 #: a few thousand allocations over a second or two; one write a second, not one per event).
 WRITE_EVERY_S = 1.0
 #: How often, at most, the file is written for a newer mark alone. Every look for unseen
-#: processes (every 10 s) makes a client, so its own mark moves at each: a file written for that
-#: alone was a third of the writes with ten steady pods (call 55B, an H100). A mark older than
+#: processes (every 10 s) makes a client, so its own mark moves at each: 3 writes in 30 s for
+#: that alone, where ten steady pods gave 6-9 in all (calls 55B-55D, H100s). A mark older than
 #: the newest is still true (every client after it was seen made); the successor searches a few
-#: more handles. A mark that goes back (a search started) or goes away is written at once.
+#: more handles. A mark that goes back (a search started) or goes away is written within a second.
 NEWER_MARK_EVERY_S = 60.0
 #: The major number of NVIDIA's character devices (/dev/nvidiactl, /dev/nvidiaN).
 NVIDIA_MAJOR = 195
