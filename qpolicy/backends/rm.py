@@ -325,6 +325,8 @@ class RmBackend:
             # How often the handle file was rewritten, and why: what moves the tracker moves it.
             "handle_writes": self.handles.writes,
             "handle_writes_why": dict(self.handles.writes_why),
+            # Tracker changes the file would not show (processes that came and went unwritten).
+            "handle_unchanged": self.handles.unchanged,
             "tracker_changes": tracker_changes(self.probe.view.tracker, self._cgroup_path),
             "recovered": {
                 "channel_groups_opened": self.recovery.opened,

@@ -95,6 +95,9 @@ class ProcessState:
     #: Clients may be missing: what is known was found by a search of RM that had not finished
     #: (qpolicy.nvrm.discover); such a process is searched again rather than taken as known.
     incomplete: bool = False
+    #: The tracker's generation at this process's last change (Tracker.changed): what was
+    #: written of it holds while this is unchanged.
+    changed_at: int = 0
 
     def objects(self, kind: Kind) -> list[RmObject]:
         return [
@@ -204,10 +207,14 @@ class Tracker:
         #: Not a mark for the next daemon: a tenant may name its client's handle.
         self.newest_client: int | None = None
 
-    def changed(self, cause: str, cgroup: int | None = None) -> None:
+    def changed(
+        self, cause: str, cgroup: int | None = None, proc: ProcessState | None = None
+    ) -> None:
         """Note a change to the processes, their files or their object trees (moves the
-        generation), made by a process of ``cgroup``."""
+        generation), made by a process of ``cgroup``: ``proc``, unless it is gone."""
         self.generation += 1
+        if proc is not None:
+            proc.changed_at = self.generation
         self.changes[cause] += 1
         self.changes_by_cgroup[cgroup] += 1
         if len(self.changes_by_cgroup) > CGROUPS_COUNTED:
@@ -227,18 +234,20 @@ class Tracker:
             self.changed("exit", known.cgroup if known is not None else record.cgroup)
             self.processes.pop(record.pid, None)
             return None
-        if known is None or (record.cgroup is not None and record.cgroup != known.cgroup):
-            self.changed("process", record.cgroup)  # a new process, or one moved to another cgroup
+        # A new process, or one moved to another cgroup.
+        moved = known is None or (record.cgroup is not None and record.cgroup != known.cgroup)
         proc = self._process(record.pid, record.cgroup)
+        if moved:
+            self.changed("process", record.cgroup, proc)
         if record.kind == "open":
             if record.ret >= 0:
-                self.changed("open", proc.cgroup)
+                self.changed("open", proc.cgroup, proc)
                 opened = node or Node.of_path(record.s)
                 proc.fds[record.ret] = opened
                 proc.opens[opened] += 1
             return None
         if record.kind == "close":
-            self.changed("close", proc.cgroup)
+            self.changed("close", proc.cgroup, proc)
             self.close_fd(proc, record.a1)
             return None
         fd_node = node or proc.fds.get(record.fd)
@@ -254,7 +263,7 @@ class Tracker:
         if ioctl.succeeded(record.ret):
             cause = self._apply(proc, record.fd, ioctl)
             if cause is not None:
-                self.changed(cause, proc.cgroup)
+                self.changed(cause, proc.cgroup, proc)
         else:
             proc.failed += 1
         return ioctl
@@ -459,7 +468,7 @@ class Tracker:
         for handle in gone:
             self._remove_subtree(proc, found, handle)
         if gone:
-            self.changed("forget", proc.cgroup)
+            self.changed("forget", proc.cgroup, proc)
         return bool(gone)
 
     def close_fd(self, proc: ProcessState, fd: int) -> None:
@@ -472,7 +481,7 @@ class Tracker:
         """Take ``proc`` whole, its object tree learnt elsewhere (a previous daemon's tracker,
         checked against RM), in place of whatever is known of its pid. Its objects' children and
         its bytes are derived here from the objects' parent links and sizes."""
-        self.changed("adopt", proc.cgroup)
+        self.changed("adopt", proc.cgroup, proc)
         self._derive(proc)
         self.processes[proc.pid] = proc
 
@@ -485,7 +494,7 @@ class Tracker:
         if known is None:
             self.adopt(proc)
             return
-        self.changed("found", known.cgroup or proc.cgroup)
+        self.changed("found", known.cgroup or proc.cgroup, known)
         known.incomplete = proc.incomplete
         if known.cgroup is None:
             known.cgroup = proc.cgroup

@@ -753,6 +753,7 @@ def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
         writes: int | None,
         why: dict[str, int] | None = None,
         changes: dict[str, Any] | None = None,
+        unchanged: int | None = None,
     ) -> None:
         gpu0 = {"periods": periods, "periods_stretched": stretched, "turn_ends": ends}
         backend: dict[str, Any] = {"gpus": {"0": gpu0}}
@@ -762,6 +763,8 @@ def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
             backend["handle_writes_why"] = why
         if changes is not None:
             backend["tracker_changes"] = changes
+        if unchanged is not None:
+            backend["handle_unchanged"] = unchanged
         status.write_text(json.dumps({"backend": backend}))
 
     def busiest(*rows: tuple[str | None, int]) -> list[dict[str, Any]]:
@@ -774,6 +777,7 @@ def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
         12,
         {"first": 1, "tracker": 11},
         {"by_cause": {"alloc": 900, "open": 20}, "busiest": busiest(("/pods/a", 450))},
+        3,
     )
     before = gpu.turn_counts(status)
     write(
@@ -786,6 +790,7 @@ def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
             "by_cause": {"alloc": 912, "open": 20, "free": 12},
             "busiest": busiest(("/pods/a", 450), ("/system.slice/dcgm.service", 24), (None, 2)),
         },
+        8,
     )
     after = gpu.turn_counts(status)
     grown = gpu.counts_difference(before, after)
@@ -794,6 +799,7 @@ def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
         "periods_stretched": 7,
         "turn_ends": {"budget": 68, "idle": 1},
         "handle_writes": 28,
+        "handle_unchanged": 5,
         # Only what grew, the most first; a cgroup that changed nothing in the window is left
         # out, one that appeared counts from nothing.
         "handle_writes_why": {"tracker": 19, "mark": 9},
@@ -801,12 +807,12 @@ def test_the_window_counts_are_what_the_status_grew_by(tmp_path: Path) -> None:
         "tracker_changes_by_cgroup": {"/system.slice/dcgm.service": 24, "?": 2},
     }
     cell = gpu.turns_cell({"window_turns": grown})
-    assert "handle file written 28 times (tracker 19, mark 9)" in cell
+    assert "handle file written 28 times (tracker 19, mark 9), left as it was 5 times" in cell
     assert "tracker changed: alloc 12, free 12 (in /system.slice/dcgm.service 24, ? 2)" in cell
     write(38, 9, {}, None)  # a daemon from before the counts
     older = gpu.counts_difference(before, gpu.turn_counts(status))
     assert older is not None
-    assert older["handle_writes"] is older["tracker_changes"] is None
+    assert older["handle_writes"] is older["handle_unchanged"] is older["tracker_changes"] is None
     assert "tracker changed" not in gpu.turns_cell({"window_turns": older})
     status.write_text("{")  # caught mid-write, or a tree before the counts
     assert gpu.turn_counts(status) is None

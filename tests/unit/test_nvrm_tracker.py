@@ -394,6 +394,8 @@ def test_the_generation_moves_with_the_tree_and_not_with_counting() -> None:
             return False
         assert t.changes - causes == Counter({cause: t.generation - before})
         assert t.changes_by_cgroup - by_cgroup == Counter({cgroup: t.generation - before})
+        if cause != "exit":  # what the handle file holds of it is stale from now on
+            assert t.processes[record.pid].changed_at == t.generation
         return True
 
     disable = abi.NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS

@@ -20,6 +20,7 @@ from qpolicy.enforcers.rm.handles import HANDLES_NAME, HandleBook, adopt, dump
 from qpolicy.model import GpuConfig, GpuPolicy, PodSpec
 from qpolicy.nvrm import rmctl
 from qpolicy.nvrm.abi import Node
+from qpolicy.nvrm.records import Record
 from qpolicy.nvrm.replay import builtin_records
 from qpolicy.nvrm.tracker import Tracker
 from qpolicy.runtime.realtime import RealtimeLoop
@@ -189,6 +190,10 @@ def test_the_book_writes_when_the_handles_changed_at_most_once_a_second(
     now = [0.0]
     path = tmp_path / HANDLES_NAME
     book = HandleBook(path, tracker, lambda: now[0], start_time=lambda pid: STARTED)
+
+    def change() -> None:
+        tracker.changed("alloc", 55, tracker.processes[PID])
+
     book.maybe_write()
     assert json.loads(path.read_text())["processes"][0]["pid"] == PID
     assert book.writes == 1
@@ -196,12 +201,12 @@ def test_the_book_writes_when_the_handles_changed_at_most_once_a_second(
     now[0] = 5.0
     book.maybe_write()  # nothing changed: nothing written
     assert not path.exists()
-    tracker.generation += 1
+    change()
     now[0] = 5.5
     book.maybe_write()  # changed, but written 5 s ago: now
     assert path.exists()
     path.unlink()
-    tracker.generation += 1
+    change()
     now[0] = 5.9
     book.maybe_write()  # changed, written 0.4 s ago: later
     assert not path.exists()
@@ -209,16 +214,62 @@ def test_the_book_writes_when_the_handles_changed_at_most_once_a_second(
     book.maybe_write()
     assert path.exists()
     assert book.writes == 3  # the writes that happened, and only those
+    assert book.writes_why == {"first": 1, "tracker": 2}
     # A write that fails is said once, and the daemon goes on.
     broken = HandleBook(tmp_path / "gone" / HANDLES_NAME, tracker, lambda: now[0])
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
-            tracker.generation += 1
+            change()
             now[0] += 2
             broken.maybe_write()
     assert [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()] == [
         caplog.records[0].getMessage()
     ]
+
+
+def test_a_process_that_came_and_went_between_two_writes_writes_nothing(tmp_path: Path) -> None:
+    """Calls 55C and 55D (H100s): with ten steady pods, all that changed the tracker was a check
+    of the host's own, a process every 5 s that opened the GPU, made a few objects and exited,
+    often within one refresh; each such process rewrote the file with what it held already."""
+    tracker = traced()
+    now = [0.0]
+    path = tmp_path / HANDLES_NAME
+    book = HandleBook(path, tracker, lambda: now[0], start_time=lambda pid: STARTED)
+
+    def pids() -> list[int]:
+        return [p["pid"] for p in json.loads(path.read_text())["processes"]]
+
+    book.maybe_write()
+    path.unlink()
+    for record in process(99, 7, tsgs=1, channels_per_tsg=1, vidmem=0):
+        tracker.feed(record)
+    tracker.feed(Record("exit", 0, 99, pid=99))
+    now[0] = 2.0
+    book.maybe_write()
+    assert not path.exists()
+    assert (book.writes, book.unchanged) == (1, 1)
+    book.maybe_write()  # compared once: nothing changed since
+    assert book.unchanged == 1
+    # One that lives is written; and so is its exit.
+    for record in process(98, 7, tsgs=1, channels_per_tsg=1, vidmem=0):
+        tracker.feed(record)
+    now[0] = 4.0
+    book.maybe_write()
+    assert pids() == [PID, 98]
+    tracker.feed(Record("exit", 0, 98, pid=98))
+    now[0] = 6.0
+    book.maybe_write()
+    assert pids() == [PID]
+    # A change to a process written is written, whatever came and went beside it.
+    path.unlink()
+    tracker.feed(rm_alloc(PID, 55, 0xBEEF, 0xC1D00001, 0x40), node=Node.GPU)
+    for record in process(97, 7, tsgs=1, channels_per_tsg=1, vidmem=0):
+        tracker.feed(record)
+    tracker.feed(Record("exit", 0, 97, pid=97))
+    now[0] = 8.0
+    book.maybe_write()
+    assert pids() == [PID]
+    assert book.writes_why == {"first": 1, "tracker": 3}
 
 
 def test_the_cgroup_of_a_process_is_read_from_proc(tmp_path: Path) -> None:
@@ -283,6 +334,7 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
     one.close()  # writes what it knows
     assert one.status()["handle_writes"] == one.handles.writes == 1
     assert one.status()["handle_writes_why"] == {"close": 1}
+    assert one.status()["handle_unchanged"] == 0
     changes = one.status()["tracker_changes"]
     tree = seen.view.tracker.changes
     assert changes["by_cause"] == dict(tree) and tree["alloc"] > 0
@@ -369,7 +421,7 @@ def test_the_mark_is_what_the_daemon_vouches_for_and_a_change_of_it_is_written(
     assert book.writes_why == {"first": 1, "mark": 1}
     # With the tracker changed it goes with the tracker's write, a second later.
     mark[0] = 0xC1D0000B
-    tracker.changed("alloc", 5)
+    tracker.changed("alloc", 5, tracker.processes[1])
     clock[0] += handles.WRITE_EVERY_S
     book.maybe_write()
     assert written_mark() == 0xC1D0000B

@@ -448,6 +448,7 @@ def turn_counts(status_path: Path) -> dict[str, Any] | None:
         period = gpu_status.get("period_us")
         writes = backend.get("handle_writes")
         changes = backend.get("tracker_changes")
+        unchanged = backend.get("handle_unchanged")
         return {
             "periods": int(gpu_status["periods"]),
             "periods_stretched": int(gpu_status["periods_stretched"]),
@@ -459,6 +460,8 @@ def turn_counts(status_path: Path) -> dict[str, Any] | None:
             # Why it was written, and what changed the tracker, by cause and by cgroup (older
             # daemons did not say: None).
             "handle_writes_why": _counts(backend.get("handle_writes_why")),
+            # Tracker changes that left the file as it was (older daemons wrote it: None).
+            "handle_unchanged": None if unchanged is None else int(unchanged),
             "tracker_changes": None if changes is None else _counts(changes["by_cause"]),
             "tracker_changes_by_cgroup": None
             if changes is None
@@ -491,14 +494,16 @@ def counts_difference(
         for reason, count in after["turn_ends"].items()
         if count != before["turn_ends"].get(reason, 0)
     }
-    writes = None
-    if before.get("handle_writes") is not None and after.get("handle_writes") is not None:
-        writes = after["handle_writes"] - before["handle_writes"]
+    writes, unchanged = (
+        None if before.get(key) is None or after.get(key) is None else after[key] - before[key]
+        for key in ("handle_writes", "handle_unchanged")
+    )
     return {
         "periods": after["periods"] - before["periods"],
         "periods_stretched": after["periods_stretched"] - before["periods_stretched"],
         "turn_ends": ends,
         "handle_writes": writes,
+        "handle_unchanged": unchanged,
         **{
             key: _grown(before.get(key), after.get(key))
             for key in ("handle_writes_why", "tracker_changes", "tracker_changes_by_cgroup")
@@ -1345,6 +1350,8 @@ def turns_cell(daemon: dict[str, Any]) -> str:
             why = counts.get("handle_writes_why")
             if why:
                 cell += f" ({_listed(why)})"
+            if counts.get("handle_unchanged") is not None:
+                cell += f", left as it was {counts['handle_unchanged']} times"
         changes = counts.get("tracker_changes")
         if changes is not None:
             cell += f"; tracker changed: {_listed(changes) or 'never'}"

@@ -109,7 +109,10 @@ class HandleBook:
         self._clock = clock
         self._start_time = start_time or (lambda pid: process_start_time(pid))
         #: The generation and mark last written.
+        #: The generation and mark last seen written (or found unchanged since).
         self._written: tuple[int, int | None] | None = None
+        #: What the file holds, in short: each process written and its last change, and the mark.
+        self._held: tuple[frozenset[tuple[int, int]], int | None] | None = None
         self._written_at: float | None = None
         self._failed = False
         #: The mark to write, as it is now (the backend's: UnseenProcesses.mark_to_write).
@@ -120,6 +123,17 @@ class HandleBook:
         #: Why they were written: "tracker" (the processes or their objects changed), "mark"
         #: (only the mark), "first", "close".
         self.writes_why: Counter[str] = Counter()
+        #: Times the tracker changed and the file would not have: only processes that were
+        #: never written changed, and are gone (a monitoring agent's query of a second).
+        self.unchanged = 0
+
+    def _processes(self) -> frozenset[tuple[int, int]]:
+        """The processes :func:`dump` writes, each with its last change (cheap: no objects)."""
+        return frozenset(
+            (pid, proc.changed_at)
+            for pid, proc in self.tracker.processes.items()
+            if pid is not None and any(c.fd is not None for c in proc.clients.values())
+        )
 
     def maybe_write(self) -> None:
         mark = self._mark()
@@ -130,9 +144,14 @@ class HandleBook:
         if since is not None and since < WRITE_EVERY_S:
             return
         why = "first"
-        if self._written is not None:
-            why = "tracker" if self._written[0] != self.tracker.generation else "mark"
-            old = self._written[1]
+        if self._held is not None:
+            processes = self._processes()
+            if self._held == (processes, mark):
+                self._written = (self.tracker.generation, mark)
+                self.unchanged += 1
+                return
+            why = "tracker" if self._held[0] != processes else "mark"
+            old = self._held[1]
             newer = mark is not None and old is not None and mark > old
             if why == "mark" and newer and since is not None and since < NEWER_MARK_EVERY_S:
                 return
@@ -140,6 +159,7 @@ class HandleBook:
 
     def write(self, why: str = "close") -> None:
         written = (self.tracker.generation, self._mark())
+        held = (self._processes(), written[1])
         self._written_at = self._clock()
         tmp = self.path.with_suffix(".tmp")
         try:
@@ -152,7 +172,7 @@ class HandleBook:
             self._failed = True
             return
         self._failed = False
-        self._written = written
+        self._written, self._held = written, held
         self.writes += 1
         self.writes_why[why] += 1
 

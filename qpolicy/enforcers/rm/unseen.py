@@ -341,7 +341,7 @@ class UnseenProcesses:
             # Searched to the end: all there is to find is known (written so, for a next
             # daemon, which would otherwise search it again).
             known.incomplete = False
-            tracker.changed("searched", known.cgroup)
+            tracker.changed("searched", known.cgroup, known)
         if any(c.channels for c in search.found):
             outcome = "found"
         else:
