@@ -114,6 +114,10 @@ class CgroupMap:
         self._paths[cgid] = rel
         return cgid
 
+    def known_path(self, cgid: int) -> str | None:
+        """The path of ``cgid`` if known already; never walks (for what is only shown)."""
+        return self._paths.get(cgid)
+
     def path_of(self, cgid: int) -> str | None:
         found = self._paths.get(cgid)
         if found is not None:

@@ -339,6 +339,12 @@ def test_a_restarted_backend_governs_the_processes_its_predecessor_saw(
     tree = seen.view.tracker.changes
     assert changes["by_cause"] == dict(tree) and tree["alloc"] > 0
     assert changes["busiest"] == [{"cgroup": "/a", "changes": sum(tree.values())}]
+    # A cgroup whose path was never learnt (removed since) is shown by its id, and the status,
+    # written every second, does not walk the hierarchy to look for it.
+    seen.view.tracker.changes_by_cgroup[987654321] = 1
+    walked = cgroups._walked_at
+    assert one.status()["tracker_changes"]["busiest"][-1] == {"cgroup": "987654321", "changes": 1}
+    assert cgroups._walked_at == walked
     held = Rm(seen.view.tracker)
     monkeypatch.setattr(rmctl, "borrow_fd", held.borrow)
     monkeypatch.setattr(rmctl, "handle_class", held.class_of)

@@ -90,3 +90,16 @@ def test_a_miss_walks_again_at_most_every_half_second(tmp_path: Path) -> None:
     clock.now += 1
     cgroups.refresh()
     assert cgroups.path_of(late) == "/late"
+
+
+def test_a_known_path_is_only_what_was_learnt(tmp_path: Path) -> None:
+    """What is only shown (the rm backend's busiest cgroups, in every status write) must not walk
+    the hierarchy for an id it never learnt: a removed cgroup stays among the busiest."""
+    (tmp_path / "pod").mkdir()
+    clock = Clock()
+    cgroups = CgroupMap(tmp_path, clock=clock)
+    pod = os.stat(tmp_path / "pod").st_ino
+    assert cgroups.known_path(pod) is None
+    assert cgroups._walked_at is None  # not walked
+    assert cgroups.path_of(pod) == "/pod"
+    assert cgroups.known_path(pod) == "/pod"
