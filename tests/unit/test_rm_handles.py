@@ -418,9 +418,11 @@ def test_the_mark_is_what_the_daemon_vouches_for_and_a_change_of_it_is_written(
     clock[0] += handles.WRITE_EVERY_S
     book.maybe_write()
     assert written_mark() == 0xC1D00002
+    assert book.unchanged == 1  # put off, and not looked at again every tick until due
     clock[0] = handles.NEWER_MARK_EVERY_S - 0.1
     book.maybe_write()
     assert written_mark() == 0xC1D00002
+    assert book.unchanged == 1
     clock[0] = handles.NEWER_MARK_EVERY_S
     book.maybe_write()
     assert written_mark() == 0xC1D00009

@@ -114,6 +114,8 @@ class HandleBook:
         #: What the file holds, in short: each process written and its last change, and the mark.
         self._held: tuple[frozenset[tuple[int, int]], int | None] | None = None
         self._written_at: float | None = None
+        #: When a newer mark alone, put off, is written (None: nothing put off).
+        self._due: float | None = None
         self._failed = False
         #: The mark to write, as it is now (the backend's: UnseenProcesses.mark_to_write).
         self._mark = mark
@@ -123,8 +125,9 @@ class HandleBook:
         #: Why they were written: "tracker" (the processes or their objects changed), "mark"
         #: (only the mark), "first", "close".
         self.writes_why: Counter[str] = Counter()
-        #: Times the tracker changed and the file would not have: only processes that were
-        #: never written changed, and are gone (a monitoring agent's query of a second).
+        #: Times the tracker changed, or the mark, and the file was left as it was: only
+        #: processes never written changed, and are gone (a monitoring agent's query of a
+        #: second), or only the mark moved on, and its write was put off.
         self.unchanged = 0
 
     def _processes(self) -> frozenset[tuple[int, int]]:
@@ -137,24 +140,32 @@ class HandleBook:
 
     def maybe_write(self) -> None:
         mark = self._mark()
-        if self._written == (self.tracker.generation, mark):
+        state = (self.tracker.generation, mark)
+        if self._written == state and (self._due is None or self._clock() < self._due):
             return
         now = self._clock()
         since = None if self._written_at is None else now - self._written_at
         if since is not None and since < WRITE_EVERY_S:
             return
         why = "first"
-        if self._held is not None:
+        if self._held is not None and since is not None:
             processes = self._processes()
-            if self._held == (processes, mark):
-                self._written = (self.tracker.generation, mark)
+            if processes != self._held[0]:
+                why = "tracker"
+            elif mark == self._held[1]:
+                self._written, self._due = state, None
                 self.unchanged += 1
                 return
-            why = "tracker" if self._held[0] != processes else "mark"
-            old = self._held[1]
-            newer = mark is not None and old is not None and mark > old
-            if why == "mark" and newer and since is not None and since < NEWER_MARK_EVERY_S:
-                return
+            else:
+                old = self._held[1]
+                newer = mark is not None and old is not None and mark > old
+                if newer and since < NEWER_MARK_EVERY_S:
+                    # The file's mark is still true: it goes with the next change, or when due;
+                    # until then nothing is looked at again.
+                    self._written, self._due = state, now - since + NEWER_MARK_EVERY_S
+                    self.unchanged += 1
+                    return
+                why = "mark"
         self.write(why)
 
     def write(self, why: str = "close") -> None:
@@ -172,7 +183,7 @@ class HandleBook:
             self._failed = True
             return
         self._failed = False
-        self._written, self._held = written, held
+        self._written, self._held, self._due = written, held, None
         self.writes += 1
         self.writes_why[why] += 1
 
