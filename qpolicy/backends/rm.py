@@ -327,7 +327,8 @@ class RmBackend:
             # How often the handle file was rewritten, and why: what moves the tracker moves it.
             "handle_writes": self.handles.writes,
             "handle_writes_why": dict(self.handles.writes_why),
-            # Tracker changes the file would not show (processes that came and went unwritten).
+            # Looks that left the file as it was (processes that came and went unwritten, a
+            # newer mark put off).
             "handle_unchanged": self.handles.unchanged,
             "tracker_changes": tracker_changes(self.probe.view.tracker, self._cgroup_path),
             "recovered": {

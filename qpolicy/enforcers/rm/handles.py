@@ -108,8 +108,7 @@ class HandleBook:
         self.tracker = tracker
         self._clock = clock
         self._start_time = start_time or (lambda pid: process_start_time(pid))
-        #: The generation and mark last written.
-        #: The generation and mark last seen written (or found unchanged since).
+        #: The generation and mark last written, or looked at since and found nothing to write.
         self._written: tuple[int, int | None] | None = None
         #: What the file holds, in short: each process written and its last change, and the mark.
         self._held: tuple[frozenset[tuple[int, int]], int | None] | None = None
