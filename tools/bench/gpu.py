@@ -460,7 +460,7 @@ def turn_counts(status_path: Path) -> dict[str, Any] | None:
             # Why it was written, and what changed the tracker, by cause and by cgroup (older
             # daemons did not say: None).
             "handle_writes_why": _counts(backend.get("handle_writes_why")),
-            # Tracker changes that left the file as it was (older daemons wrote it: None).
+            # Looks that left the file as it was (older daemons did not count them: None).
             "handle_unchanged": None if unchanged is None else int(unchanged),
             "tracker_changes": None if changes is None else _counts(changes["by_cause"]),
             "tracker_changes_by_cgroup": None
@@ -1340,7 +1340,7 @@ def turns_cell(daemon: dict[str, Any]) -> str:
         cell += f"; GPU handed over {seen} times ({seen / window:.2f}/s)"
     counts = daemon.get("window_turns")
     if isinstance(counts, dict):
-        told = ", ".join(f"{reason} {count}" for reason, count in counts["turn_ends"].items())
+        told = _listed(counts["turn_ends"])
         cell += (
             f"; turns ended: {told or 'none'}; periods {counts['periods']} "
             f"({counts['periods_stretched']} stretched)"
