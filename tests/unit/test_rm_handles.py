@@ -559,3 +559,19 @@ def test_searches_get_a_share_of_the_time_however_often_the_backend_refreshes(
     finally:
         backend.close()
     assert given == pytest.approx([0.005, 0.0025, 0.0025, 0.005, 0.01, 0.005])
+
+
+def test_the_book_compares_the_processes_that_dump_writes(tmp_path: Path) -> None:
+    """The book decides on what :func:`dump` would write without dumping: the same processes (a
+    process with clients on known files), no more and no fewer, or a change would be missed or
+    written for nothing."""
+    tracker = traced()
+    for record in process(98, 7, tsgs=1, channels_per_tsg=1, vidmem=0):
+        tracker.feed(record)
+    # Objects seen under a client whose making was not: a stand-in client with no file.
+    tracker.feed(rm_alloc(97, 7, 0xD0, 0xC1D00001, 0x80), node=Node.CTL)
+    tracker.feed(Record("open", 0, 96, ret=5, s="/dev/nvidiactl", pid=96, cgroup=7))  # no client
+    assert {97, 96} <= set(tracker.processes)
+    book = HandleBook(tmp_path / HANDLES_NAME, tracker, lambda: 0.0, start_time=lambda pid: 1)
+    written = {p["pid"] for p in dump(tracker, lambda pid: 1)["processes"]}
+    assert {pid for pid, _ in book._processes()} == written == {PID, 98}
