@@ -356,18 +356,22 @@ def test_burst_share_lends_idle_time_and_takes_it_back_within_a_period() -> None
 
 
 REQUEST = ["--shape", "requests", "--rate-hz", "50", "--kernel-us", "2000", "--poll-us", "20"]
+# 1 000 requests a run: a p99 of 300 (6 s) is their third-slowest, and two VM stalls decided it
+# (CI at 72d2750: 5.35 ms against 2 x solo's 2.60; the same test passed on its rerun, and twelve
+# times in a row before with 4.21 against 5.16 at the closest).
+REQUEST_S = "20"
 
 
 def test_online_requests_go_first_and_offline_keeps_what_they_leave() -> None:
     """Against native time-slicing in the same VM: the online pod's p50 and p99 come down, its
     p99 stays within 2 x solo's, and the offline pod keeps more, not less. The kmod issue's
     targets (p99 <= 1.5x solo, offline >= 90 % of what online leaves) are measured by `make
-    bench-vm` over 1 001 requests and reported in BENCHMARKS.md; this run has 300."""
+    bench-vm` over 1 001 requests and reported in BENCHMARKS.md; each run here has 1 000."""
     with qgpu_loaded() as client, cgroups(2) as (online, offline):
-        solo = in_cgroup(online, [*REQUEST, "--seconds", "5"]).ready().result()
+        solo = in_cgroup(online, [*REQUEST, "--seconds", REQUEST_S]).ready().result()
         native, native_offline, gated, gated_offline = native_then_online(
-            client, online, offline, [*REQUEST, "--seconds", "6"],
-            [*SATURATE, "--seconds", "6"], PERIOD_US,
+            client, online, offline, [*REQUEST, "--seconds", REQUEST_S],
+            [*SATURATE, "--seconds", REQUEST_S], PERIOD_US,
         )  # fmt: skip
         print(
             f"online p50/p99: solo {solo['p50_ms']:.2f}/{solo['p99_ms']:.2f} ms, native"
