@@ -28,7 +28,7 @@ import logging
 import os
 import stat
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,19 @@ NEWER_MARK_EVERY_S = 60.0
 NVIDIA_MAJOR = 195
 
 
+#: The processes a file holds, each with the tracker's generation at its last change.
+Processes = frozenset[tuple[int, int]]
+
+
+def written_processes(tracker: Tracker) -> Iterator[tuple[int, ProcessState, list[Client]]]:
+    """The processes the file holds, each with its clients on known files: those that have any
+    (a client known only from objects seen under it has no file for a successor to borrow)."""
+    for pid, proc in tracker.processes.items():
+        clients = [c for c in proc.clients.values() if c.fd is not None]
+        if pid is not None and clients:
+            yield pid, proc, clients
+
+
 def dump(
     tracker: Tracker, start_time: Callable[[int], int | None], mark: int | None = None
 ) -> dict[str, Any]:
@@ -62,10 +75,7 @@ def dump(
     files, and per client (on a known fd) its objects as [handle, class, parent, bytes, dup,
     info]; and ``mark``, below which the next daemon need not search RM."""
     processes = []
-    for pid, proc in tracker.processes.items():
-        clients = [c for c in proc.clients.values() if c.fd is not None]
-        if pid is None or not clients:
-            continue
+    for pid, proc, clients in written_processes(tracker):
         started = start_time(pid)
         if started is None:
             continue  # gone already
@@ -111,7 +121,7 @@ class HandleBook:
         #: The generation and mark last written, or looked at since and found nothing to write.
         self._written: tuple[int, int | None] | None = None
         #: What the file holds, in short: each process written and its last change, and the mark.
-        self._held: tuple[frozenset[tuple[int, int]], int | None] | None = None
+        self._held: tuple[Processes, int | None] | None = None
         self._written_at: float | None = None
         #: When a newer mark alone, put off, is written (None: nothing put off).
         self._due: float | None = None
@@ -129,13 +139,9 @@ class HandleBook:
         #: second), or only the mark moved on, and its write was put off.
         self.unchanged = 0
 
-    def _processes(self) -> frozenset[tuple[int, int]]:
+    def _processes(self) -> Processes:
         """The processes :func:`dump` writes, each with its last change (cheap: no objects)."""
-        return frozenset(
-            (pid, proc.changed_at)
-            for pid, proc in self.tracker.processes.items()
-            if pid is not None and any(c.fd is not None for c in proc.clients.values())
-        )
+        return frozenset((pid, proc.changed_at) for pid, proc, _ in written_processes(self.tracker))
 
     def maybe_write(self) -> None:
         mark = self._mark()
@@ -146,7 +152,7 @@ class HandleBook:
         since = None if self._written_at is None else now - self._written_at
         if since is not None and since < WRITE_EVERY_S:
             return
-        why = "first"
+        why, processes = "first", None
         if self._held is not None and since is not None:
             processes = self._processes()
             if processes != self._held[0]:
@@ -165,11 +171,12 @@ class HandleBook:
                     self.unchanged += 1
                     return
                 why = "mark"
-        self.write(why)
+        self.write(why, processes)
 
-    def write(self, why: str = "close") -> None:
+    def write(self, why: str = "close", processes: Processes | None = None) -> None:
+        """Write the file now; ``processes``: :meth:`_processes`, where the caller has it."""
         written = (self.tracker.generation, self._mark())
-        held = (self._processes(), written[1])
+        held = (self._processes() if processes is None else processes, written[1])
         self._written_at = self._clock()
         tmp = self.path.with_suffix(".tmp")
         try:
