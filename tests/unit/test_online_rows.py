@@ -108,12 +108,12 @@ def _bench(out: Path, row: str) -> list[str]:
 def test_it_runs_the_rows_and_the_doctor_and_leaves_what_benchmarks_md_cites(
     tmp_path: Path,
 ) -> None:
-    done = _run(tmp_path, ROWS="8192 2048 10pods", DOCTOR="8192", REV="c18f9ae")
+    done = _run(tmp_path, ROWS="8192 2048 10pods 8192-annotated", DOCTOR="8192", REV="c18f9ae")
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == [
-        "10pods-bench.json.xz", "2048-bench.json.xz", "8192-bench.json.xz",
-        "doctor-8192.json", "logs.tar.xz", "smi.csv.xz",
+        "10pods-bench.json.xz", "2048-bench.json.xz", "8192-annotated-bench.json.xz",
+        "8192-bench.json.xz", "doctor-8192.json", "logs.tar.xz", "smi.csv.xz",
     ]  # fmt: skip
     # Each row is gpu.py's scenario of that name, with native and MPS beside qpolicy's rows.
     for row, only, modes in [
@@ -121,6 +121,9 @@ def test_it_runs_the_rows_and_the_doctor_and_leaves_what_benchmarks_md_cites(
         ("2048", "online 4096 @ 150 Hz next to an offline 2048 trainer (short kernels)",
          "native,mps,qpolicy"),
         ("10pods", "daemon CPU, 10 pods", "qpolicy,probe"),
+        # The pods told by the state file and by annotations, side by side, with native.
+        ("8192-annotated", "online 4096 @ 150 Hz next to an offline 8192 trainer",
+         "native,qpolicy,qpolicy-annotated"),
     ]:  # fmt: skip
         argv = _bench(out, row)
         assert argv[argv.index("--only") + 1] == only
@@ -138,7 +141,8 @@ def test_it_runs_the_rows_and_the_doctor_and_leaves_what_benchmarks_md_cites(
         names = sorted(n.removeprefix("./") for n in tar.getnames() if n not in (".", "./"))
         assert names == [
             "10pods", "10pods/daemon-0.log", "2048", "2048/daemon-0.log", "8192",
-            "8192/daemon-0.log", "doctor-8192.err", "host.txt",
+            "8192-annotated", "8192-annotated/daemon-0.log", "8192/daemon-0.log",
+            "doctor-8192.err", "host.txt",
         ]  # fmt: skip
         host = tar.extractfile("./host.txt")
         assert host is not None
@@ -196,7 +200,8 @@ def test_it_refuses_an_unknown_row_or_doctor_size_before_starting(tmp_path: Path
     for env, says in [
         (
             {"ROWS": "8192 4096"},
-            "online-rows: unknown row '4096' (8192, 2048, 10pods or 10pods-profiled)",
+            "online-rows: unknown row '4096' (8192, 2048, 10pods, 10pods-profiled or"
+            " 8192-annotated)",
         ),
         ({"DOCTOR": "big"}, "online-rows: DOCTOR must be a matrix size, not 'big'"),
         (

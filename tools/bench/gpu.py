@@ -14,7 +14,10 @@ lent GPU machine). For each scenario and matrix size the same PyTorch processes 
   offline pod of several run as clients of an MPS server of that pod's own, started in its
   cgroup: one context for the pod, which the offline timeslice then switches against the online
   pod alone;
-* **qpolicy**: ``qpolicy daemon --enforcer rm`` with the scenario's policy and the pods' cgroups.
+* **qpolicy**: ``qpolicy daemon --enforcer rm`` with the scenario's policy and the pods' cgroups;
+* **qpolicy-annotated** (online rows, asked for with ``--modes``): the same, the pods told to the
+  running daemon by annotations on their cgroups instead of its state file (the GPU host's
+  kernel keeping and reporting them: tools/gpu/annotated_pods.py).
 
 A pod's achieved share is its throughput divided by the same process's throughput alone on the GPU
 (measured first, in the same run); an online row's latency is held against the online stream alone,
@@ -73,7 +76,7 @@ from qpolicy.enforcers.strategy import (  # noqa: E402
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec  # noqa: E402
 from qpolicy.state import DesiredState, StateStore, default_state_dir  # noqa: E402
 from qpolicy.telemetry.cgroups import cgroup2_mount  # noqa: E402
-from tools.gpu import late_tails  # noqa: E402
+from tools.gpu import annotated_pods, late_tails  # noqa: E402
 from tools.gpu.host_noise import StealWatch  # noqa: E402
 
 MATMUL = ROOT / "tools" / "gpu" / "matmul.py"
@@ -712,13 +715,16 @@ def qpolicy_daemon(
     keep_log: Path | None = None,
     profile: Path | None = None,
     enforcer: str = "rm",
+    annotated: bool = False,
 ) -> Iterator[dict[str, Any]]:
+    """A daemon told of ``scenario``'s pods by its state file, or, ``annotated``, by annotations
+    on their cgroups once it runs (its state file then holds the GPU's policy alone)."""
     with tempfile.TemporaryDirectory(prefix="qpolicy-bench-state-") as state_dir:
         # The daemon chooses its online timeslices from a doctor result (--strategy).
         place_doctor_cache(Path(state_dir))
         pods = desired_pods(scenario, cgroups)
         state = DesiredState().with_gpu(GpuConfig(0, scenario.policy))
-        for pod in pods:
+        for pod in [] if annotated else pods:
             state = state.with_pod(pod)
         StateStore(state_dir).update(lambda _: state)
         port = free_port()
@@ -768,9 +774,23 @@ def qpolicy_daemon(
             target=scrape_every, args=(port, SCRAPE_EVERY_S, stop_scraping, info), daemon=True
         )
         scraper.start()
+        # One cgroup per pod (desired_pods()); a second process of a pod runs in its pod's.
+        annotated_cgroups = [cgroups.path(p.name) for p in scenario.pods if p.pod is None]
         try:
+            if annotated:
+                for directory, spec in zip(annotated_cgroups, pods, strict=True):
+                    annotated_pods.annotate(directory, spec)
+                # How long the running daemon took to list them (its status is written once a
+                # second), and whether it watched or walked the hierarchy to learn of them.
+                info["annotations_listed_after_s"] = annotated_pods.wait_until_listed(
+                    status_path, pods
+                )
+                info["annotations"] = annotated_pods.watch_status(status_path)
             yield info
         finally:
+            if annotated:
+                for directory in annotated_cgroups:
+                    annotated_pods.unannotate(directory)
             stop_scraping.set()
             scraper.join(timeout=10)
             try:
@@ -822,12 +842,19 @@ def run_once(
         daemon_info: dict[str, Any] | None = None
         if mode in MPS_MODES:
             stack.enter_context(mps_server())
-        if mode in ("qpolicy", "probe", "qpolicy-pod-mps"):
+        if mode in ("qpolicy", "probe", "qpolicy-pod-mps", "qpolicy-annotated"):
             # probe: the daemon watching with nothing enforced (--enforcer none), to tell what
             # the probe alone costs the pods from what the enforcer does.
             enforcer = "none" if mode == "probe" else "rm"
             daemon_info = stack.enter_context(
-                qpolicy_daemon(scenario, cgroups, keep_log, profile, enforcer)
+                qpolicy_daemon(
+                    scenario,
+                    cgroups,
+                    keep_log,
+                    profile,
+                    enforcer,
+                    annotated=mode == "qpolicy-annotated",
+                )
             )
             start_at = time.time() + INIT_S
         if mode == "qpolicy-pod-mps":
@@ -1432,6 +1459,29 @@ def other_modes(report: dict[str, Any]) -> list[str]:
     return head + lines
 
 
+def annotation_lines(report: dict[str, Any]) -> list[str]:
+    """How each qpolicy-annotated run's daemon learnt of its pods: the seconds from the last
+    annotation written to its status listing them all, and whether it watched the hierarchy
+    (inotify) or walked it."""
+    lines = []
+    for name, runs in report.get("scenarios", {}).items():
+        for run in runs:
+            if run.get("mode") != "qpolicy-annotated":
+                continue
+            daemon = run.get("daemon") or {}
+            after = daemon.get("annotations_listed_after_s")
+            listed = "not listed in time" if after is None else f"listed after {after:.2f} s"
+            watch = daemon.get("annotations") or {}
+            if "watched_directories" in watch:
+                how = f"watched ({watch['watched_directories']} directories)"
+            elif "walked" in watch:
+                how = f"walked: {watch['walked']}"
+            else:
+                how = "the daemon did not say"
+            lines.append(f"- {name}, n={run.get('n')}: pods by annotations {listed}, {how}")
+    return ["", *lines] if lines else []
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench-results/gpu.json")
@@ -1455,7 +1505,7 @@ def main() -> int:
         default="native,mps,qpolicy",
         help="also, for online rows, 'probe' (the daemon's probe attached, nothing enforced) "
         "the uncapped MPS modes (" + ", ".join(m for m in MPS_MODES if m != "mps") + "), "
-        "and qpolicy-pod-mps",
+        "qpolicy-pod-mps, and qpolicy-annotated (the pods told by cgroup annotations)",
     )
     parser.add_argument("--only", action="append", default=None, help="scenario name prefix")
     parser.add_argument(
@@ -1514,7 +1564,14 @@ def main() -> int:
     ONLINE_ARGS.extend(online_args(args.online_timed))
     if args.table:
         earlier = resummarise(json.loads(Path(args.table).read_text()))
-        print("\n".join(table(earlier) + solo_lines(earlier) + other_modes(earlier)))
+        print(
+            "\n".join(
+                table(earlier)
+                + solo_lines(earlier)
+                + other_modes(earlier)
+                + annotation_lines(earlier)
+            )
+        )
         return 0
     if args.list:
         print(
@@ -1595,7 +1652,12 @@ def main() -> int:
             for n in scenario.sizes if scenario.sizes != (0,) else (0,):
                 if n and n not in sizes:
                     continue
-                extra = ["probe", "qpolicy-pod-mps", *MPS_MODES.keys() - {"mps"}]
+                extra = [
+                    "probe",
+                    "qpolicy-pod-mps",
+                    "qpolicy-annotated",
+                    *MPS_MODES.keys() - {"mps"},
+                ]
                 if scenario.name.startswith("daemon CPU"):
                     # The same pods watched by a daemon that enforces nothing: the probe's
                     # share of the daemon's CPU, the floor under what the enforcer adds.
@@ -1607,7 +1669,11 @@ def main() -> int:
                         continue
                     keep_log = profile = None
                     slug = "".join(c if c.isalnum() else "-" for c in scenario.name)
-                    if args.daemon_logs and mode in ("qpolicy", "qpolicy-pod-mps"):
+                    if args.daemon_logs and mode in (
+                        "qpolicy",
+                        "qpolicy-pod-mps",
+                        "qpolicy-annotated",
+                    ):
                         which = "" if mode == "qpolicy" else f"-{mode}"
                         keep_log = out.parent / f"daemon-{slug}-{n}{which}.log"
                     if args.profile_daemon and mode == "qpolicy":
@@ -1645,7 +1711,11 @@ def main() -> int:
     finally:
         cgroups.clean()
         out.write_text(json.dumps(report, indent=1))
-    print("\n".join(table(report) + solo_lines(report) + other_modes(report)))
+    print(
+        "\n".join(
+            table(report) + solo_lines(report) + other_modes(report) + annotation_lines(report)
+        )
+    )
     return 0
 
 

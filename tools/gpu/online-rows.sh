@@ -8,8 +8,11 @@
 #            daemon's CPU with ten busy pods, then the same pods watched by a daemon that
 #            enforces nothing: the probe's part) and 10pods-profiled (10pods again, its daemon
 #            sampled by py-spy in the pods' steady state, without stopping it: where the CPU
-#            goes; tools/gpu/profile_summary.py says why not with native frames);
-#            default "8192 2048"
+#            goes; tools/gpu/profile_summary.py says why not with native frames) and
+#            8192-annotated (the 8192 row's online stream and trainer under native
+#            time-slicing, qpolicy as the state file tells it the pods, and qpolicy as
+#            annotations on their cgroups tell the running daemon: the annotation watch on the
+#            GPU host's kernel, tools/gpu/annotated_pods.py); default "8192 2048"
 #   PYSPY    the py-spy binary for 10pods-profiled (default .gpu-carry/pyspy/py-spy: the device
 #            image has none and reaches no network; beside the tree and .gpu-carry/bcc-part2
 #            its 8 MB pass the 64 MiB a call carries, so carry it xz-compressed, 2 MB, and unpack
@@ -41,13 +44,17 @@ row_args() {
     2048) only="online 4096 @ 150 Hz next to an offline 2048 trainer (short kernels)" modes=native,mps,qpolicy ;;
     10pods) only="daemon CPU, 10 pods" modes=qpolicy,probe ;;
     10pods-profiled) only="daemon CPU, 10 pods" modes=qpolicy ;;
+    8192-annotated)
+        only="online 4096 @ 150 Hz next to an offline 8192 trainer"
+        modes=native,qpolicy,qpolicy-annotated
+        ;;
     *) return 1 ;;
     esac
 }
 
 for row in $rows; do
     if ! row_args "$row"; then
-        echo "online-rows: unknown row '$row' (8192, 2048, 10pods or 10pods-profiled)" >&2
+        echo "online-rows: unknown row '$row' (8192, 2048, 10pods, 10pods-profiled or 8192-annotated)" >&2
         exit 2
     fi
     if [ "$row" = 10pods-profiled ] && ! [ -x "$pyspy" ]; then
