@@ -75,6 +75,33 @@ def test_it_waits_until_the_status_lists_every_pod_with_its_class(tmp_path: Path
     assert writes == []
 
 
+def test_a_pod_is_dropped_once_no_class_is_listed_for_it(tmp_path: Path) -> None:
+    """Annotations taken off: the pod may stay listed as an unmanaged cgroup (its processes
+    still hold the GPU), never as a pod of a class."""
+    status = tmp_path / "daemon-status.json"
+    specs = [PodSpec("/b/online", 0, PodClass.ONLINE), PodSpec("/b/trainer", 0, PodClass.OFFLINE)]
+    clock = Clock()
+    writes = [
+        {"/b/online": "online", "/b/trainer": "offline"},
+        {"/b/online": "unmanaged", "/b/trainer": "offline"},
+        {"/b/online": "unmanaged"},
+    ]
+    _status(status, writes.pop(0))
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+        _status(status, writes.pop(0))
+
+    took = annotated_pods.wait_until_dropped(status, specs, clock=clock, sleep=sleep)
+    assert took == pytest.approx(2 * annotated_pods.POLL_S)
+    assert writes == []
+    # Still a pod (of another class than asked, too): not dropped.
+    _status(status, {"/b/trainer": "online"})
+    writes.extend([{"/b/trainer": "online"}] * 20)
+    took = annotated_pods.wait_until_dropped(status, specs, timeout_s=0.5, clock=clock, sleep=sleep)
+    assert took is None
+
+
 def test_a_daemon_that_never_lists_them_is_reported_not_waited_for(tmp_path: Path) -> None:
     status = tmp_path / "daemon-status.json"
     _status(status, {"/b/online": "offline"})
@@ -119,11 +146,14 @@ def test_the_running_daemon_learns_the_bench_pods_from_annotations_alone(
         assert not _stored_pods(stored)
         assert written == {p.id: sorted(annotated_pods.attributes(p)) for p in pods}
         assert info["annotations_listed_after_s"] is not None
+        # Taken off after the run, the daemon let the pods go.
+        assert info["annotations_dropped_after_s"] is not None
         assert info["annotations"]["watched_directories"] >= len(pods) + 2
     else:
         assert len(_stored_pods(stored)) == len(pods)
         assert written == {p.id: [] for p in pods}
         assert "annotations_listed_after_s" not in info
+        assert "annotations_dropped_after_s" not in info
     assert listed == {p.id: str(p.pod_class) for p in pods}
     assert all(os.listxattr(cgroups.path(p.id.rsplit("/", 1)[1])) == [] for p in pods)
 
@@ -143,6 +173,7 @@ def test_the_table_says_how_each_annotated_run_learnt_its_pods() -> None:
                     "n": 4096,
                     "daemon": {
                         "annotations_listed_after_s": 0.714,
+                        "annotations_dropped_after_s": 1.02,
                         "annotations": {"watched_directories": 31},
                     },
                 },
@@ -159,8 +190,8 @@ def test_the_table_says_how_each_annotated_run_learnt_its_pods() -> None:
     }
     assert gpu.annotation_lines(report) == [
         "",
-        f"- {TRAINER_8192.name}, n=4096: pods by annotations listed after 0.71 s, watched (31"
-        " directories)",
+        f"- {TRAINER_8192.name}, n=4096: pods by annotations listed after 0.71 s, dropped 1.02"
+        " s after they were taken off, watched (31 directories)",
         f"- {TRAINER_8192.name}, n=4096: pods by annotations not listed in time, walked: no"
         " inotify instance (Too many open files)",
     ]

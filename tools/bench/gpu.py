@@ -791,6 +791,11 @@ def qpolicy_daemon(
             if annotated:
                 for directory in annotated_cgroups:
                     annotated_pods.unannotate(directory)
+                # Annotations taken off end the pods: the daemon lets them go (and gives their
+                # TSGs their own timeslices back) as it would a pod deleted from its state file.
+                info["annotations_dropped_after_s"] = annotated_pods.wait_until_dropped(
+                    status_path, pods
+                )
             stop_scraping.set()
             scraper.join(timeout=10)
             try:
@@ -1471,6 +1476,13 @@ def annotation_lines(report: dict[str, Any]) -> list[str]:
             daemon = run.get("daemon") or {}
             after = daemon.get("annotations_listed_after_s")
             listed = "not listed in time" if after is None else f"listed after {after:.2f} s"
+            if "annotations_dropped_after_s" in daemon:
+                gone = daemon["annotations_dropped_after_s"]
+                listed += (
+                    ", still listed once they were taken off"
+                    if gone is None
+                    else f", dropped {gone:.2f} s after they were taken off"
+                )
             watch = daemon.get("annotations") or {}
             if "watched_directories" in watch:
                 how = f"watched ({watch['watched_directories']} directories)"

@@ -8,8 +8,9 @@ both on the VM's kernel; this checks them where the pods are, on the GPU host's 
 cgroup mount, with the rm enforcer acting on what the annotations asked for. The daemon starts
 knowing no pods (its state file holds the GPU's policy only); once its probe is up the bench
 writes each pod's annotations on its cgroup, and times how long the daemon took to list them in
-its status (written once a second) with the class they ask for. Where the watch could not watch,
-the status says it walks the hierarchy instead, and the bench records that too.
+its status (written once a second) with the class they ask for; after the run it takes them off
+and times how long the daemon took to drop the pods. Where the watch could not watch, the status
+says it walks the hierarchy instead, and the bench records that too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from qpolicy.model import PodSpec
+from qpolicy.model import PodClass, PodSpec
 
 # README's first example: the namespace whoever owns the cgroup can write.
 PREFIX = "user.qpolicy."
@@ -87,10 +88,49 @@ def wait_until_listed(
     """Seconds until the daemon's status lists every pod of ``specs`` with its class, or None
     where it had not within ``timeout_s``."""
     wanted = {spec.id: str(spec.pod_class) for spec in specs}
+    return _wait(
+        status_path,
+        lambda seen: all(seen.get(pod) == pod_class for pod, pod_class in wanted.items()),
+        timeout_s,
+        clock,
+        sleep,
+    )
+
+
+def wait_until_dropped(
+    status_path: Path,
+    specs: Iterable[PodSpec],
+    *,
+    timeout_s: float = SEEN_TIMEOUT_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float | None:
+    """Seconds until the daemon's status lists none of ``specs`` as a pod of a class (their
+    annotations taken off: ``removexattr``'s ``IN_ATTRIB``), or None where it still did after
+    ``timeout_s``. A cgroup whose processes still hold the GPU may stay listed as unmanaged."""
+    ids = {spec.id for spec in specs}
+    return _wait(
+        status_path,
+        lambda seen: not any(seen.get(pod) in CLASSES for pod in ids),
+        timeout_s,
+        clock,
+        sleep,
+    )
+
+
+CLASSES = frozenset(str(c) for c in PodClass)
+
+
+def _wait(
+    status_path: Path,
+    done: Callable[[dict[str, str]], bool],
+    timeout_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> float | None:
     start = clock()
     while True:
-        seen = listed(status_path)
-        if all(seen.get(pod) == pod_class for pod, pod_class in wanted.items()):
+        if done(listed(status_path)):
             return clock() - start
         if clock() - start >= timeout_s:
             return None
