@@ -788,14 +788,6 @@ def qpolicy_daemon(
                 info["annotations"] = annotated_pods.watch_status(status_path)
             yield info
         finally:
-            if annotated:
-                for directory in annotated_cgroups:
-                    annotated_pods.unannotate(directory)
-                # Annotations taken off end the pods: the daemon lets them go (and gives their
-                # TSGs their own timeslices back) as it would a pod deleted from its state file.
-                info["annotations_dropped_after_s"] = annotated_pods.wait_until_dropped(
-                    status_path, pods
-                )
             stop_scraping.set()
             scraper.join(timeout=10)
             try:
@@ -818,6 +810,16 @@ def qpolicy_daemon(
                     ]
             except OSError as error:
                 info["metrics_error"] = str(error)
+            if annotated:
+                # Last, once its status and metrics with the pods are read (a GPU without pods
+                # drops out of the rm enforcer's status: call 56B, 2026-12-07, kept none).
+                for directory in annotated_cgroups:
+                    annotated_pods.unannotate(directory)
+                # Annotations taken off end the pods: the daemon lets them go (and gives their
+                # TSGs their own timeslices back) as it would a pod deleted from its state file.
+                info["annotations_dropped_after_s"] = annotated_pods.wait_until_dropped(
+                    status_path, pods
+                )
             daemon.send_signal(signal.SIGTERM)
             try:
                 info["exit_code"] = daemon.wait(timeout=30)
