@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from qpolicy.demand import estimate_demand
@@ -22,6 +22,13 @@ log = logging.getLogger(__name__)
 
 #: How far allocations may move between two plans that still count as the same.
 STEADY_TOLERANCE = 0.02
+#: The period of a steady plan with nothing to gate (one offline pod at most, work conserving,
+#: no online cap) where switches are expensive: the loop's steps then only keep the demand
+#: and the metrics current, and a step 20 times a second cost the rm enforcer's daemon 0.4 %
+#: of a core (tools/bench/daemon.py, BENCHMARKS.md 2026-12-07, fifty-sixth session). A second
+#: offline pod, a pod that wakes with nothing planned, or a change of the desired state steps
+#: sooner (PeriodicControl.wake).
+QUIET_PERIOD_US = 1_000_000
 
 
 class ControlLoop:
@@ -30,8 +37,9 @@ class ControlLoop:
     ``min_turn_us`` bounds how often an enforcer whose switches are expensive hands the GPU over:
     when offline pods take turns and the plan repeats the last one, the period is stretched so
     that each turn is about that long (as CFS stretches its latency period with the number of
-    runnable tasks). The plan then carries the stretched period, and the caller steps again when
-    it ends.
+    runnable tasks). A repeating plan in which ``quiet`` (the enforcer's) finds nothing to gate
+    between steps is stretched to ``QUIET_PERIOD_US``. The plan then carries the stretched
+    period, and the caller steps again when it ends.
     """
 
     def __init__(
@@ -41,14 +49,16 @@ class ControlLoop:
         enforcer: Enforcer,
         *,
         min_turn_us: float | None = None,
+        quiet: Callable[[Plan], bool] | None = None,
     ) -> None:
         self.gpu = gpu
         self.pods = [p for p in pods if p.gpu == gpu.index]
         self.enforcer = enforcer
         self.min_turn_us = min_turn_us
+        self.quiet = quiet
         self.last_plan: Plan | None = None
-        #: Periods stretched for ``min_turn_us``; the rest ran as configured (a plan that
-        #: changed, or nothing to stretch).
+        #: Periods stretched for ``min_turn_us`` or as quiet; the rest ran as configured (a plan
+        #: that changed, or nothing to stretch).
         self.stretched = 0
 
     def step(self, elapsed_us: float | None = None) -> Plan:
@@ -70,15 +80,20 @@ class ControlLoop:
     def _stretched(self, p: Plan) -> Plan:
         # Only a plan that repeats the last one is stretched: after a change (a pod woke, went
         # idle, started), demand is still settling and must be measured again a period later.
-        if self.min_turn_us is None or not self._repeats(p):
+        if not self._repeats(p):
             return p
-        offline = [s for s in p.slices if s.pod_class is PodClass.OFFLINE and s.allocation > 0]
-        edges = len(offline)
-        if edges == 1 and not p.work_conserving and p.allocated < 1.0:
-            edges = 2  # a lone capped pod is opened and closed once a period
-        if edges < 2:
+        if self.quiet is not None and self.quiet(p):
+            period = max(p.period_us, QUIET_PERIOD_US)
+        elif self.min_turn_us is not None:
+            offline = [s for s in p.slices if s.pod_class is PodClass.OFFLINE and s.allocation > 0]
+            edges = len(offline)
+            if edges == 1 and not p.work_conserving and p.allocated < 1.0:
+                edges = 2  # a lone capped pod is opened and closed once a period
+            if edges < 2:
+                return p
+            period = max(p.period_us, round(edges * self.min_turn_us))
+        else:
             return p
-        period = max(p.period_us, round(edges * self.min_turn_us))
         if period == p.period_us:
             return p
         self.stretched += 1

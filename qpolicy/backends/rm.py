@@ -178,6 +178,8 @@ class RmBackend:
         self._reconciled_at = context.clock()
         self._searched_at: float | None = None
         self._advanced_at: float | None = None
+        # The tracker's generation the levers last followed (refresh()).
+        self._followed = -1
         self.unseen_processes = UnseenProcesses(
             lambda: self.probe.view.tracker,
             context.cgroup_root,
@@ -231,12 +233,16 @@ class RmBackend:
                 continue
             control = driven.periodic.control
             period_changed = control.gpu.period_ms != gpu.period_ms
+            pods_changed = control.pods != pods
             control.gpu = gpu
             # Pods that left are opened and their timeslices restored at the next step, at the
-            # latest one configured period from now (the slice scheduler lets go of them).
+            # latest one configured period from now (the slice scheduler lets go of them), and
+            # pods that came are planned then: a stretched period is cut short for them.
             control.pods = pods
             if period_changed:
                 driven.periodic.step()
+            elif pods_changed:
+                driven.periodic.wake()
 
     def _start(self, index: int, pods: list[PodSpec]) -> _Gpu:
         resolver = ProbeResolver(self.probe, lambda: self._state.pods, index, self.shared.locator)
@@ -251,13 +257,28 @@ class RmBackend:
             strategy.source,
         )
         enforcer = RmEnforcer(self.shared, resolver, strategy=strategy)
-        control = ControlLoop(self._state.gpu(index), pods, enforcer, min_turn_us=self.min_turn_us)
+        control = ControlLoop(
+            self._state.gpu(index),
+            pods,
+            enforcer,
+            min_turn_us=self.min_turn_us,
+            quiet=enforcer.scheduler.nothing_to_gate,
+        )
         driven = _Gpu(PeriodicControl(self.context.loop, control), enforcer)
         enforcer.scheduler.on_wake = driven.periodic.wake
         return driven
 
     def refresh(self) -> None:
         self.handles.maybe_write()
+        generation = self.probe.view.tracker.generation
+        if generation != self._followed:
+            # A process, TSG or channel came, or a tenant set a timeslice or preemption mode of
+            # its own (libcuda does, ~110 ms after making a TSG): the levers follow within a
+            # tick, not at the next period's start, which a stretched period puts up to seconds
+            # away.
+            self._followed = generation
+            for driven in self._gpus.values():
+                driven.enforcer.follow_processes()
         now = self.context.clock()
         if now - self._reconciled_at >= RECONCILE_EVERY_S:
             self._reconciled_at = now

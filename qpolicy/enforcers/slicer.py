@@ -38,7 +38,9 @@ GSP control per change (BENCHMARKS.md, 2026-11-25). A look at the holder while e
 pod is offline, closed and busy asks for the holder alone: nothing another pod does can change
 what the look decides (a closed pod cannot go idle), and the turn's end, which reads everyone,
 comes at most a turn later; such a look that finds the holder still busy changes nothing and
-skips the tick.
+skips the tick. Where nothing can be closed before the period ends (a work-conserving plan with
+one offline pod at most and no online cap), there are no looks at all: the period's end reads
+the sensor.
 """
 
 from __future__ import annotations
@@ -68,6 +70,19 @@ _INTERRUPTED = "interrupted"
 # The shortest wait for a read the sensor asks for (sensor_due).
 SENSOR_GAP_US = 500.0
 _SKIPPED = "skipped"
+
+
+def nothing_to_gate(plan: Plan, *, caps_hold: bool) -> bool:
+    """Whether nothing a sensor could show would make the scheduler close a pod of ``plan``
+    before its period ends: a work-conserving plan with one offline pod at most (never closed
+    for another's turn; online work preempts it through the timeslices) and no online pod
+    capped where ``caps_hold`` (a sensor that measures GPU time exactly; the rm enforcer's
+    launch counters do not). Looks between the period's steps would then only cost CPU (an
+    online pod and one trainer: 20 looks a second, BENCHMARKS.md 2026-12-07, fifty-sixth
+    session)."""
+    offline = sum(s.pod_class is PodClass.OFFLINE for s in plan.slices)
+    capped = any(s.cap is not None for s in plan.slices if s.pod_class is PodClass.ONLINE)
+    return plan.work_conserving and offline <= 1 and not (caps_hold and capped)
 
 
 @dataclass(slots=True)
@@ -417,7 +432,7 @@ class SliceScheduler:
         due = wake  # online caps; there are none when the holder is read alone
         wake = min(wake, self._advance_turns(plan, now))
         interrupts = self.stats.interrupts
-        if self._close_woken(plan, now):
+        if not self.nothing_to_gate(plan) and self._close_woken(plan, now):
             wake = min(wake, now + self.poll_us)
         if self.stats.interrupts != interrupts:
             # A turn was handed back: the new holder's end and looks replace the old one's.
@@ -447,8 +462,14 @@ class SliceScheduler:
             for s in plan.slices
         )
 
+    def nothing_to_gate(self, plan: Plan) -> bool:
+        """:func:`nothing_to_gate` for this scheduler's sensor (online caps hold only where it
+        measures GPU time exactly)."""
+        return nothing_to_gate(plan, caps_hold=self.sensor.exact)
+
     def _advance_turns(self, plan: Plan, now: float) -> float:
         """Move the offline turns along; return when to look again."""
+        quiet = self.nothing_to_gate(plan)
         while True:
             turn = self._current_turn()
             if turn is None:
@@ -456,7 +477,7 @@ class SliceScheduler:
                     self._open_turn(self._turns[self._turn_index], now, previous=None)
                     continue
                 # Until the period ends, a pod that wakes up may still claim the idle time.
-                return now + self.poll_us if plan.work_conserving else math.inf
+                return now + self.poll_us if plan.work_conserving and not quiet else math.inf
             used = self.sensor.gpu_time_us(turn.pod) - turn.start_gpu_us
             idle = now >= turn.owns_gpu_at and not self._busy(turn.pod)
             successor = self._peek_successor(plan, now, turn)
@@ -466,8 +487,9 @@ class SliceScheduler:
             end = min(by_budget, turn.deadline)
             if successor is None and not idle:
                 if plan.work_conserving:
-                    # Nobody else wants the GPU: keep it, and notice when it goes idle.
-                    return self._look_at(turn.pod, now)
+                    # Nobody else wants the GPU: keep it, and notice when it goes idle (where
+                    # another pod could then be given the GPU).
+                    return math.inf if quiet else self._look_at(turn.pod, now)
                 if end >= self._period_end:
                     # Runs to the period end; the next period decides who goes on.
                     return math.inf
@@ -476,8 +498,9 @@ class SliceScheduler:
                 if successor == turn.pod and not self._others_busy(plan, turn.pod):
                     # Its turn ends into a burst of its own: nothing is sent then, so its end
                     # is taken at the next look, not woken for (a trainer next to an online pod
-                    # would be looked at twice a period).
-                    return self._look_at(turn.pod, now)
+                    # would be looked at twice a period), or at the period's end where no
+                    # other pod could be given the GPU.
+                    return math.inf if quiet else self._look_at(turn.pod, now)
                 self._turn_end = (turn, successor, limit)
                 return min(end - lead, self._look_at(turn.pod, now))
             turn.end = _IDLE if idle else (_BUDGET if by_budget <= turn.deadline else _DEADLINE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 
@@ -9,7 +10,8 @@ import pytest
 
 from qpolicy.control import ControlLoop, PeriodicControl
 from qpolicy.enforcer import PodUsage
-from qpolicy.engine import Plan
+from qpolicy.enforcers.slicer import nothing_to_gate
+from qpolicy.engine import Plan, plan
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.runtime.virtual import EventLoop
 
@@ -46,15 +48,24 @@ def offline(name: str, share: int | None) -> PodSpec:
         (GpuPolicy.FIXED_SHARE, [offline("a", 70), offline("b", 30)], 400),
         # A lone capped pod is still opened and closed once a period.
         (GpuPolicy.FIXED_SHARE, [offline("a", 30)], 400),
-        # A lone pod that may use everything is never switched.
-        (GpuPolicy.BEST_EFFORT, [offline("a", None)], 50),
+        # A lone pod that may use everything is never switched: nothing to gate, the loop
+        # steps once a second.
+        (GpuPolicy.BEST_EFFORT, [offline("a", None)], 1000),
         (GpuPolicy.BEST_EFFORT, [offline(f"p{i}", None) for i in range(10)], 2000),
-        # Online pods run side by side: no turns, no stretch.
+        # Online pods run side by side with one offline pod: no turns, nothing to gate.
         (
             GpuPolicy.BURST_SHARE,
             [PodSpec("on", 0, PodClass.ONLINE, 30), offline("a", 70)],
-            50,
+            1000,
         ),
+        # ... but two offline pods take turns, whatever the online pod does.
+        (
+            GpuPolicy.BURST_SHARE,
+            [PodSpec("on", 0, PodClass.ONLINE, 30), offline("a", 40), offline("b", 30)],
+            400,
+        ),
+        # An online pod capped at its share (fixed-share) is closed when its cap is used.
+        (GpuPolicy.FIXED_SHARE, [PodSpec("on", 0, PodClass.ONLINE, 30)], 50),
     ],
 )
 def test_the_period_is_stretched_to_the_minimum_turn(
@@ -62,7 +73,9 @@ def test_the_period_is_stretched_to_the_minimum_turn(
 ) -> None:
     enforcer = RecordingEnforcer()
     enforcer.usage = {p.id: PodUsage(0, hungry=True) for p in pods}
-    loop = ControlLoop(GpuConfig(0, policy), pods, enforcer, min_turn_us=200_000)
+    # The rm enforcer's answer (its sensor measures no GPU time: online caps do not hold).
+    quiet = functools.partial(nothing_to_gate, caps_hold=False)
+    loop = ControlLoop(GpuConfig(0, policy), pods, enforcer, min_turn_us=200_000, quiet=quiet)
     # The first plan is a change: it runs one configured period, to measure demand again.
     assert loop.step().period_us == 50_000
     assert loop.step().period_us == period_ms * 1000
@@ -147,3 +160,26 @@ def test_a_bug_in_an_enforcer_is_contained_like_a_plan_that_fails() -> None:
     periodic.step()
     loop.run_until(3 * 50_000)
     assert enforcer.stood_down == 4 and periodic.failing == "RuntimeError('boom')"
+
+
+def test_nothing_to_gate_where_no_pod_can_be_closed_before_the_period_ends() -> None:
+    online = PodSpec("on", 0, PodClass.ONLINE, 30)
+    busy = {"on": 1.0, "a": 1.0, "b": 1.0}
+
+    def planned(policy: GpuPolicy, *pods: PodSpec) -> Plan:
+        return plan(GpuConfig(0, policy), list(pods), {p.id: busy[p.id] for p in pods})
+
+    one = planned(GpuPolicy.BURST_SHARE, online, offline("a", 70))
+    # Burst-share caps the online pod at its share while the trainer is busy: a cap the rm
+    # enforcer's launch counters cannot hold (no GPU time measured), the simulator's can.
+    assert any(s.cap is not None for s in one.slices)
+    assert nothing_to_gate(one, caps_hold=False)
+    assert not nothing_to_gate(one, caps_hold=True)
+    # Two offline pods take turns; fixed-share closes a pod whose share is used.
+    assert not nothing_to_gate(
+        planned(GpuPolicy.BURST_SHARE, online, offline("a", 40), offline("b", 30)),
+        caps_hold=False,
+    )
+    assert not nothing_to_gate(planned(GpuPolicy.FIXED_SHARE, offline("a", 70)), caps_hold=False)
+    assert nothing_to_gate(planned(GpuPolicy.BEST_EFFORT, offline("a", None)), caps_hold=True)
+    assert nothing_to_gate(planned(GpuPolicy.BEST_EFFORT, online), caps_hold=False)

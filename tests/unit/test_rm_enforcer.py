@@ -271,8 +271,12 @@ def rig(
     policy: GpuPolicy = GpuPolicy.FIXED_SHARE,
     min_turn_us: float | None = None,
     strategy: OnlineStrategy = DEFAULT,
+    quiet: bool = False,
 ) -> Rig:
-    """The daemon's wiring of one GPU: a 50 ms period, stepped as the daemon steps it."""
+    """The daemon's wiring of one GPU: a 50 ms period, stepped as the daemon steps it; with
+    ``quiet``, a steady plan with nothing to gate stretched to a second, as RmBackend wires
+    it, and the levers followed every daemon tick (100 ms; RmBackend: a tick at which the
+    probe's tracker moved)."""
     loop = VirtualLoop()
     driver = FakeDriver(loop)
     driver.install(monkeypatch)
@@ -285,10 +289,18 @@ def rig(
         files=FakeFiles(driver),  # type: ignore[arg-type]
     )
     enforcer = RmEnforcer(shared, resolver, strategy=strategy)
-    control = ControlLoop(GpuConfig(0, policy), pods, enforcer, min_turn_us=min_turn_us)
+    control = ControlLoop(
+        GpuConfig(0, policy),
+        pods,
+        enforcer,
+        min_turn_us=min_turn_us,
+        quiet=enforcer.scheduler.nothing_to_gate if quiet else None,
+    )
     periodic = PeriodicControl(loop, control)
     enforcer.scheduler.on_wake = periodic.wake
     loop.at(0.0, periodic.step)
+    if quiet:
+        loop.every(100_000, enforcer.follow_processes)
     return Rig(loop, driver, resolver, shared, enforcer, control)
 
 

@@ -16,7 +16,9 @@ Turns are the daemon's default minimum (400 ms since 2026-11-26); one more row r
 by side, in the same run: the loop with the sensor polled every 25 ms as before
 (``fixed_poll_us``; the other changes of 2026-11-25, no record write per switch and no burst
 crumbs, are in both), the loop as it is (a look only when a turn can end or a pod can change),
-and the daemon with no enforcer (its probe and publishing alone: the floor). Shares are checked
+and the daemon with no enforcer (its probe and publishing alone: the floor); and the same for
+``make bench-gpu``'s online rows (an online pod and one trainer, burst-share), where nothing is
+gated and the loop has stepped once a second since 2026-12-07 (quiet periods). Shares are checked
 in virtual time (tests/unit/test_rm_enforcer.py), not here: a window of wall time cuts a period
 anywhere.
 """
@@ -49,7 +51,7 @@ from qpolicy.daemon import Daemon, DaemonConfig, ProbeMode
 from qpolicy.enforcers.rm import enforcer as rm_enforcer
 from qpolicy.enforcers.rm import record
 from qpolicy.enforcers.rm.sensor import RmUsageSensor
-from qpolicy.model import GpuPolicy, PodClass, PodSpec
+from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
 from qpolicy.nvrm import abi, rmctl
 from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.state import StateStore
@@ -247,7 +249,11 @@ def measure(
     gsp_us: float = 1000.0,
     map_read_us: float = 50.0,
     min_turn_ms: float = DEFAULT_MIN_TURN_MS,
+    online: bool = False,
 ) -> dict[str, float]:
+    """The daemon's CPU with ``pods`` busy offline pods under best-effort, or, ``online``, the
+    online rows' shape of ``make bench-gpu``: an online pod (share 20) and a trainer (80) under
+    burst-share (``pods`` must then be 2)."""
     libc = _fake_rm(gsp_us)
     with tempfile.TemporaryDirectory(prefix="qpolicy-bench-daemon-") as tmp:
         root = Path(tmp) / "cgroup"
@@ -259,6 +265,10 @@ def measure(
         state_dir = Path(tmp) / "state"
 
         def add(state: Any) -> Any:
+            if online:
+                state = state.with_gpu(GpuConfig(0, GpuPolicy.BURST_SHARE))
+                state = state.with_pod(PodSpec("/p0", 0, PodClass.ONLINE, share=20))
+                return state.with_pod(PodSpec("/p1", 0, share=80))
             for i in range(pods):
                 state = state.with_pod(PodSpec(f"/p{i}", 0))
             return state
@@ -415,6 +425,19 @@ def run(seconds: float = 20.0, gsp_us: float = 1000.0, map_read_us: float = 50.0
             results["runs"][f"{pods} pods, {label}"] = measure(
                 pods, fixed_poll_us=fixed, seconds=seconds, gsp_us=gsp_us, map_read_us=map_read_us
             )
+    # make bench-gpu's online rows: nothing to gate there, so the loop steps once a second and
+    # looks at no pod in between (quiet periods, 2026-12-07); before, 20 steps a second.
+    for label, fixed in MODES.items():
+        if fixed == MODES["before: 25 ms polls"]:
+            continue  # the loop of before 2026-11-25 is not what this row compares with
+        results["runs"][f"online + trainer, {label}"] = measure(
+            2,
+            fixed_poll_us=fixed,
+            seconds=seconds,
+            gsp_us=gsp_us,
+            map_read_us=map_read_us,
+            online=True,
+        )
         if pods == 10:
             # The default before 2026-11-26 (c), same run: twice the turn switches.
             results["runs"]["10 pods, after, 200 ms turns"] = measure(

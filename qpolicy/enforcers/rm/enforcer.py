@@ -127,6 +127,7 @@ class RmEnforcer:
             handover="break-before-make",
         )
         self._poller: Repeating | None = None
+        self._applied: Plan | None = None  # the plan of the running period, as adjusted
         if fixed_poll_us is not None:
             self._poller = shared.loop.every(fixed_poll_us, self._poll)
         else:
@@ -161,8 +162,17 @@ class RmEnforcer:
             )
         adjusted = self.strategy.adjust(plan)
         self.scheduler.apply(adjusted)
+        self._applied = adjusted
+        self.follow_processes()
+
+    def follow_processes(self) -> None:
+        """Give TSGs and contexts made since the plan was applied (and those whose tenant set
+        its own since) what the plan wants them to have: the period's start does, and the
+        backend asks again when the tracker moves."""
+        if self._applied is None:
+            return
         self.control.refresh_timeslices()
-        self._set_preemption(adjusted)
+        self._set_preemption(self._applied)
 
     def _set_preemption(self, plan: Plan) -> None:
         """The strategy's compute preemption mode on offline pods given their class's timeslice
@@ -182,6 +192,7 @@ class RmEnforcer:
 
     def stand_down(self) -> None:
         """Open every pod and restore timeslices, and keep watching for the next plan."""
+        self._applied = None  # nothing to follow until then
         self.scheduler.release()
         self.control.preemption.release()
 
@@ -189,6 +200,7 @@ class RmEnforcer:
         """Open every channel this enforcer closed and restore timeslices (queued controls)."""
         if self._poller is not None:
             self._poller.cancel()
+        self._applied = None
         self.scheduler.release()
         self.control.preemption.release()
         if self.control in self.shared.controls:
