@@ -60,6 +60,9 @@ class ControlLoop:
         #: Periods stretched for ``min_turn_us`` or as quiet; the rest ran as configured (a plan
         #: that changed, or nothing to stretch).
         self.stretched = 0
+        #: Why the last plan's period is longer than configured: "turns" (each offline pod's
+        #: turn the minimum), "quiet" (nothing to gate), or None (as configured).
+        self.stretched_for: str | None = None
 
     def step(self, elapsed_us: float | None = None) -> Plan:
         """Close the period that ends now and start the next one.
@@ -80,11 +83,14 @@ class ControlLoop:
     def _stretched(self, p: Plan) -> Plan:
         # Only a plan that repeats the last one is stretched: after a change (a pod woke, went
         # idle, started), demand is still settling and must be measured again a period later.
+        self.stretched_for = None
         if not self._repeats(p):
             return p
         if self.quiet is not None and self.quiet(p):
+            why = "quiet"
             period = max(p.period_us, QUIET_PERIOD_US)
         elif self.min_turn_us is not None:
+            why = "turns"
             offline = [s for s in p.slices if s.pod_class is PodClass.OFFLINE and s.allocation > 0]
             edges = len(offline)
             if edges == 1 and not p.work_conserving and p.allocated < 1.0:
@@ -97,6 +103,7 @@ class ControlLoop:
         if period == p.period_us:
             return p
         self.stretched += 1
+        self.stretched_for = why
         return replace(p, period_us=period)
 
     def _repeats(self, p: Plan) -> bool:

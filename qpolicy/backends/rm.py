@@ -390,6 +390,8 @@ class RmBackend:
                     # end, so their turns repeat every (offline pods) such periods.
                     "period_us": self.period_us(index),
                     "configured_period_us": self._state.gpu(index).period_ms * 1000,
+                    # Why it is longer: "turns" (the minimum turn), "quiet" (nothing to gate).
+                    "stretched_for": driven.periodic.control.stretched_for,
                 }
                 for index, driven in sorted(self._gpus.items())
             },

@@ -120,7 +120,8 @@ def render(doc: dict[str, Any]) -> None:
 
 def print_period(gpu: object, view: object) -> None:
     """A period the rm enforcer stretched: fixed shares hold over its turns (and the rotation of
-    their order), not over the configured period, and a pod may wait most of it for its turn."""
+    their order), not over the configured period, and a pod may wait most of it for its turn;
+    or a quiet one, where nothing is gated and the loop only keeps demand and metrics."""
     if not isinstance(view, dict):
         return
     period, configured = view.get("period_us"), view.get("configured_period_us")
@@ -128,10 +129,15 @@ def print_period(gpu: object, view: object) -> None:
         return
     if period <= configured:
         return
+    why = (
+        ": nothing to gate (one offline pod at most, no online cap), so the loop steps once a "
+        "second"
+        if view.get("stretched_for") == "quiet"
+        else " so that each offline pod's turn lasts the daemon's --min-turn-ms"
+    )
     console.print(
         f"GPU {escape(str(gpu))}: period stretched to {period / 1000:g} ms (configured "
-        f"{configured / 1000:g} ms) so that each offline pod's turn lasts the daemon's "
-        "--min-turn-ms",
+        f"{configured / 1000:g} ms){why}",
         soft_wrap=True,
     )
 

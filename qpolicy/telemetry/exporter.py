@@ -111,7 +111,8 @@ class NodeCollector(Collector):
         period = GaugeMetricFamily(
             "qpolicy_gpu_period_seconds",
             "Scheduling period of each GPU in force: the configured one, or longer where the "
-            "enforcer stretched it so that each offline pod's turn is its minimum turn.",
+            "enforcer stretched it so that each offline pod's turn is its minimum turn, or to a "
+            "second where it has nothing to gate.",
             labels=["gpu"],
         )
         busy = GaugeMetricFamily(

@@ -815,9 +815,10 @@ def test_status_says_where_the_rm_enforcer_stretched_the_period(
     from qpolicy.cli import daemonstatus
 
     gpus = {
-        "0": {"period_us": 1_200_000, "configured_period_us": 50_000},
-        "1": {"period_us": 50_000, "configured_period_us": 50_000},
+        "0": {"period_us": 1_200_000, "configured_period_us": 50_000, "stretched_for": "turns"},
+        "1": {"period_us": 50_000, "configured_period_us": 50_000, "stretched_for": None},
         "2": {"period_us": None, "configured_period_us": 50_000},
+        "3": {"period_us": 1_000_000, "configured_period_us": 50_000, "stretched_for": "quiet"},
     }
     daemonstatus.render({"pid": 7, "enforcer": "rm", "sources": {}, "backend": {"gpus": gpus}})
     out = " ".join(capsys.readouterr().out.split())
@@ -826,6 +827,10 @@ def test_status_says_where_the_rm_enforcer_stretched_the_period(
         "lasts the daemon's --min-turn-ms" in out
     )
     assert "GPU 1" not in out and "GPU 2" not in out
+    assert (
+        "GPU 3: period stretched to 1000 ms (configured 50 ms): nothing to gate (one offline "
+        "pod at most, no online cap), so the loop steps once a second" in out
+    )
 
 
 def test_status_says_what_the_doctor_promises_online_work_on_each_gpu(

@@ -50,6 +50,7 @@ def test_an_online_pod_and_one_trainer_are_stepped_once_a_second_and_never_looke
     r.loop.run_until(3e6)
     assert r.control.last_plan is not None
     assert r.control.last_plan.period_us == QUIET_PERIOD_US
+    assert r.control.stretched_for == "quiet"
     calls, read_from, gpu_from = (
         len(r.driver.calls),
         len(polls),
@@ -85,6 +86,7 @@ def test_two_offline_pods_still_take_turns_and_are_looked_at(
     r.loop.run_until(3e6)
     assert r.control.last_plan is not None
     assert r.control.last_plan.period_us == 2 * MIN_TURN_US  # two turns of the minimum
+    assert r.control.stretched_for == "turns"
     calls, read_from = len(r.driver.calls), len(polls)
     r.loop.run_until(7e6)
     assert len(r.driver.calls) > calls  # hand-overs
