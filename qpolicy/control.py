@@ -24,10 +24,10 @@ log = logging.getLogger(__name__)
 STEADY_TOLERANCE = 0.02
 #: The period of a steady plan with nothing to gate (one offline pod at most, work conserving,
 #: no online cap) where switches are expensive: the loop's steps then only keep the demand
-#: and the metrics current, and a step 20 times a second cost the rm enforcer's daemon 0.4 %
-#: of a core (tools/bench/daemon.py, BENCHMARKS.md 2026-12-07, fifty-sixth session). A second
-#: offline pod, a pod that wakes with nothing planned, or a change of the desired state steps
-#: sooner (PeriodicControl.wake).
+#: and the metrics current. With the scheduler's looks, 20 a second cost the rm enforcer's
+#: daemon 0.8-0.9 % of a core (make bench daemon's online + trainer row, BENCHMARKS.md
+#: 2026-12-07, fifty-sixth session). A second offline pod, a pod that wakes with nothing
+#: planned, or a change of the desired state steps sooner (PeriodicControl.wake).
 QUIET_PERIOD_US = 1_000_000
 
 

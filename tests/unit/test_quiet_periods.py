@@ -42,8 +42,8 @@ def test_an_online_pod_and_one_trainer_are_stepped_once_a_second_and_never_looke
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, polls: list[float]
 ) -> None:
     """The bench's online row (burst-share 20 / 80): nothing is ever closed, so the loop's 20
-    steps and looks a second (2.0-2.4 % of a core on the GPU hosts' daemons, all of it the
-    loop's thread) bought nothing."""
+    steps and looks a second bought nothing (the whole daemon read 0.89-2.44 % of a core in
+    those rows on H100 hosts, 0.50-0.67 % with quiet periods: BENCHMARKS.md, 2026-12-07)."""
     r = rig(
         tmp_path, monkeypatch, ONLINE_AND_TRAINER, GpuPolicy.BURST_SHARE, MIN_TURN_US, quiet=True
     )
