@@ -70,7 +70,7 @@ def test_it_waits_until_the_status_lists_every_pod_with_its_class(tmp_path: Path
         if step is not None:
             _status(status, step)
 
-    took = annotated_pods.wait_until_listed(status, specs, clock=clock, sleep=sleep)
+    took = annotated_pods.wait_until(status, specs, listed=True, clock=clock, sleep=sleep)
     assert took == pytest.approx(4 * annotated_pods.POLL_S)
     assert writes == []
 
@@ -92,13 +92,15 @@ def test_a_pod_is_dropped_once_no_class_is_listed_for_it(tmp_path: Path) -> None
         clock.now += seconds
         _status(status, writes.pop(0))
 
-    took = annotated_pods.wait_until_dropped(status, specs, clock=clock, sleep=sleep)
+    took = annotated_pods.wait_until(status, specs, listed=False, clock=clock, sleep=sleep)
     assert took == pytest.approx(2 * annotated_pods.POLL_S)
     assert writes == []
     # Still a pod (of another class than asked, too): not dropped.
     _status(status, {"/b/trainer": "online"})
     writes.extend([{"/b/trainer": "online"}] * 20)
-    took = annotated_pods.wait_until_dropped(status, specs, timeout_s=0.5, clock=clock, sleep=sleep)
+    took = annotated_pods.wait_until(
+        status, specs, listed=False, timeout_s=0.5, clock=clock, sleep=sleep
+    )
     assert took is None
 
 
@@ -111,10 +113,12 @@ def test_a_daemon_that_never_lists_them_is_reported_not_waited_for(tmp_path: Pat
         clock.now += seconds
 
     specs = [PodSpec("/b/online", 0, PodClass.ONLINE)]
-    took = annotated_pods.wait_until_listed(status, specs, timeout_s=1.0, clock=clock, sleep=sleep)
+    took = annotated_pods.wait_until(
+        status, specs, listed=True, timeout_s=1.0, clock=clock, sleep=sleep
+    )
     assert took is None and clock.now == pytest.approx(1.0)
     status.write_text("{not json")
-    assert annotated_pods.listed(status) == {}
+    assert annotated_pods.status_pods(status) == {}
     assert annotated_pods.watch_status(status) is None
 
 
@@ -137,9 +141,11 @@ def test_the_running_daemon_learns_the_bench_pods_from_annotations_alone(
     with gpu.qpolicy_daemon(TRAINER_8192, cgroups, enforcer="none", annotated=annotated) as info:
         state_dir = Path(info["status_path"]).parent
         if not annotated:  # told by its state file: listed once it has read it
-            assert annotated_pods.wait_until_listed(Path(info["status_path"]), pods) is not None
+            assert (
+                annotated_pods.wait_until(Path(info["status_path"]), pods, listed=True) is not None
+            )
         stored = json.loads((state_dir / "state.json").read_text())
-        listed = annotated_pods.listed(Path(info["status_path"]))
+        listed = annotated_pods.status_pods(Path(info["status_path"]))
         written = {p.id: sorted(os.listxattr(cgroups.path(p.id.rsplit("/", 1)[1]))) for p in pods}
     assert info["exit_code"] == 0
     if annotated:

@@ -782,8 +782,8 @@ def qpolicy_daemon(
                     annotated_pods.annotate(directory, spec)
                 # How long the running daemon took to list them (its status is written once a
                 # second), and whether it watched or walked the hierarchy to learn of them.
-                info["annotations_listed_after_s"] = annotated_pods.wait_until_listed(
-                    status_path, pods
+                info["annotations_listed_after_s"] = annotated_pods.wait_until(
+                    status_path, pods, listed=True
                 )
                 info["annotations"] = annotated_pods.watch_status(status_path)
             yield info
@@ -817,8 +817,8 @@ def qpolicy_daemon(
                     annotated_pods.unannotate(directory)
                 # Annotations taken off end the pods: the daemon lets them go (and gives their
                 # TSGs their own timeslices back) as it would a pod deleted from its state file.
-                info["annotations_dropped_after_s"] = annotated_pods.wait_until_dropped(
-                    status_path, pods
+                info["annotations_dropped_after_s"] = annotated_pods.wait_until(
+                    status_path, pods, listed=False
                 )
             daemon.send_signal(signal.SIGTERM)
             try:

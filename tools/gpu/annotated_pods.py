@@ -58,7 +58,7 @@ def unannotate(directory: Path) -> None:
                     os.removexattr(directory, name)
 
 
-def listed(status_path: Path) -> dict[str, str]:
+def status_pods(status_path: Path) -> dict[str, str]:
     """The pods the daemon's status lists (id -> class); empty where it cannot be read."""
     try:
         pods = json.loads(status_path.read_text())["pods"]
@@ -77,60 +77,32 @@ def watch_status(status_path: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def wait_until_listed(
-    status_path: Path,
-    specs: Iterable[PodSpec],
-    *,
-    timeout_s: float = SEEN_TIMEOUT_S,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> float | None:
-    """Seconds until the daemon's status lists every pod of ``specs`` with its class, or None
-    where it had not within ``timeout_s``."""
-    wanted = {spec.id: str(spec.pod_class) for spec in specs}
-    return _wait(
-        status_path,
-        lambda seen: all(seen.get(pod) == pod_class for pod, pod_class in wanted.items()),
-        timeout_s,
-        clock,
-        sleep,
-    )
-
-
-def wait_until_dropped(
-    status_path: Path,
-    specs: Iterable[PodSpec],
-    *,
-    timeout_s: float = SEEN_TIMEOUT_S,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> float | None:
-    """Seconds until the daemon's status lists none of ``specs`` as a pod of a class (their
-    annotations taken off: ``removexattr``'s ``IN_ATTRIB``), or None where it still did after
-    ``timeout_s``. A cgroup whose processes still hold the GPU may stay listed as unmanaged."""
-    ids = {spec.id for spec in specs}
-    return _wait(
-        status_path,
-        lambda seen: not any(seen.get(pod) in CLASSES for pod in ids),
-        timeout_s,
-        clock,
-        sleep,
-    )
-
-
 CLASSES = frozenset(str(c) for c in PodClass)
 
 
-def _wait(
+def wait_until(
     status_path: Path,
-    done: Callable[[dict[str, str]], bool],
-    timeout_s: float,
-    clock: Callable[[], float],
-    sleep: Callable[[float], None],
+    specs: Iterable[PodSpec],
+    *,
+    listed: bool,
+    timeout_s: float = SEEN_TIMEOUT_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> float | None:
+    """Seconds until the daemon's status lists every pod of ``specs`` with its class
+    (``listed``), or none of them as a pod of a class (not ``listed``: their annotations taken
+    off, ``removexattr``'s ``IN_ATTRIB``; a cgroup whose processes still hold the GPU may stay
+    listed as unmanaged); None where it had not within ``timeout_s``."""
+    wanted = {spec.id: str(spec.pod_class) for spec in specs}
+
+    def done(seen: dict[str, str]) -> bool:
+        if listed:
+            return all(seen.get(pod) == pod_class for pod, pod_class in wanted.items())
+        return not any(seen.get(pod) in CLASSES for pod in wanted)
+
     start = clock()
     while True:
-        if done(listed(status_path)):
+        if done(status_pods(status_path)):
             return clock() - start
         if clock() - start >= timeout_s:
             return None
