@@ -273,12 +273,15 @@ class RmBackend:
         generation = self.probe.view.tracker.generation
         if generation != self._followed:
             # A process, TSG or channel came, or a tenant set a timeslice or preemption mode of
-            # its own (libcuda does, ~110 ms after making a TSG): the levers follow within a
-            # tick, not at the next period's start, which a stretched period puts up to seconds
-            # away.
+            # its own (libcuda does, ~110 ms after making a TSG): on a GPU in a quiet period the
+            # levers follow within a tick, not at the next period's start a second away. Other
+            # GPUs follow at their periods' starts, as before: following at every change there
+            # cost ten pods 0.1-0.25 % of a core with a GPU host's own nvidia-smi calls (six
+            # changes a second, make bench daemon, BENCHMARKS.md 2026-12-07).
             self._followed = generation
             for driven in self._gpus.values():
-                driven.enforcer.follow_processes()
+                if driven.periodic.control.stretched_for == "quiet":
+                    driven.enforcer.follow_processes()
         now = self.context.clock()
         if now - self._reconciled_at >= RECONCILE_EVERY_S:
             self._reconciled_at = now

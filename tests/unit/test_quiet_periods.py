@@ -131,8 +131,9 @@ def test_a_trainer_that_starts_in_a_quiet_period_gets_the_offline_timeslice_with
 def test_the_backend_follows_the_tracker_and_cuts_a_stretched_period_for_new_pods(
     tmp_path: Path,
 ) -> None:
-    """RmBackend: a tick at which the probe's tracker moved has each GPU's enforcer follow the
-    processes (once, not at every tick); a desired state with other pods on a GPU steps it
+    """RmBackend: a tick at which the probe's tracker moved has each GPU in a quiet period
+    follow the processes (once, not at every tick; others follow at their periods' starts, as
+    before); a desired state with other pods on a GPU steps it
     within a configured period, whatever its stretched period says; the quiet check is the
     scheduler's."""
     from qpolicy.backends.base import BackendContext
@@ -158,13 +159,17 @@ def test_the_backend_follows_the_tracker_and_cuts_a_stretched_period_for_new_pod
         woken: list[int] = []
         driven.enforcer.follow_processes = lambda: followed.append(1)  # type: ignore[method-assign]
         driven.periodic.wake = lambda: woken.append(1)  # type: ignore[method-assign]
+        # Not in a quiet period (its first, configured one): the period's start follows.
+        source.view.tracker.changed("alloc")
         backend.refresh()
+        assert followed == []
+        driven.periodic.control.stretched_for = "quiet"
         backend.refresh()
-        assert len(followed) == 1  # the first tick follows what is there
+        assert followed == []  # nothing moved since the last tick
         source.view.tracker.changed("alloc")
         backend.refresh()
         backend.refresh()
-        assert len(followed) == 2
+        assert len(followed) == 1
         # The same pods again: nothing to cut short; another pod: planned within a period.
         backend.sync(DesiredState(gpus={0: gpu}, pods=dict(pods)))
         assert woken == []

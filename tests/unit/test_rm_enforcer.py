@@ -275,8 +275,8 @@ def rig(
 ) -> Rig:
     """The daemon's wiring of one GPU: a 50 ms period, stepped as the daemon steps it; with
     ``quiet``, a steady plan with nothing to gate stretched to a second, as RmBackend wires
-    it, and the levers followed every daemon tick (100 ms; RmBackend: a tick at which the
-    probe's tracker moved)."""
+    it, and the levers followed at every daemon tick (100 ms) of a quiet period (RmBackend:
+    such a tick at which the probe's tracker moved)."""
     loop = VirtualLoop()
     driver = FakeDriver(loop)
     driver.install(monkeypatch)
@@ -300,7 +300,12 @@ def rig(
     enforcer.scheduler.on_wake = periodic.wake
     loop.at(0.0, periodic.step)
     if quiet:
-        loop.every(100_000, enforcer.follow_processes)
+
+        def tick() -> None:
+            if control.stretched_for == "quiet":
+                enforcer.follow_processes()
+
+        loop.every(100_000, tick)
     return Rig(loop, driver, resolver, shared, enforcer, control)
 
 

@@ -250,10 +250,13 @@ def measure(
     map_read_us: float = 50.0,
     min_turn_ms: float = DEFAULT_MIN_TURN_MS,
     online: bool = False,
+    churn_per_s: float = 0.0,
 ) -> dict[str, float]:
     """The daemon's CPU with ``pods`` busy offline pods under best-effort, or, ``online``, the
     online rows' shape of ``make bench-gpu``: an online pod (share 20) and a trainer (80) under
-    burst-share (``pods`` must then be 2)."""
+    burst-share (``pods`` must then be 2). ``churn_per_s``: changes a second to the probe's
+    tracker from outside the pods (the GPU hosts' own `nvidia-smi` calls moved it about six
+    times a second, BENCHMARKS.md 2026-12-07, fifty-fifth session)."""
     libc = _fake_rm(gsp_us)
     with tempfile.TemporaryDirectory(prefix="qpolicy-bench-daemon-") as tmp:
         root = Path(tmp) / "cgroup"
@@ -294,6 +297,15 @@ def measure(
         with mock.patch.object(rm_backend, "RmEnforcer", enforcer), counts.installed():
             runner = threading.Thread(target=agent.run)
             runner.start()
+            stop_churn = threading.Event()
+            if churn_per_s:
+
+                def churn() -> None:
+                    tracker = agent.probe.view.tracker if agent.probe is not None else None
+                    while tracker is not None and not stop_churn.wait(1.0 / churn_per_s):
+                        agent.loop.call_soon(lambda: tracker.changed("alloc"))
+
+                threading.Thread(target=churn, daemon=True).start()
             try:
                 time.sleep(3.0)  # start-up: first plans, timeslices, the period stretched
                 before = resource.getrusage(resource.RUSAGE_SELF)
@@ -308,6 +320,7 @@ def measure(
                 partial = counts.partial - partial
                 waits = wake.waits - waits
             finally:
+                stop_churn.set()
                 agent.stop()
                 runner.join(timeout=10)
     user = 100 * (after.ru_utime - before.ru_utime) / seconds
@@ -439,6 +452,15 @@ def run(seconds: float = 20.0, gsp_us: float = 1000.0, map_read_us: float = 50.0
             online=True,
         )
         if pods == 10:
+            # What a GPU host's own nvidia-smi calls add (six tracker changes a second).
+            results["runs"]["10 pods, after, tracker moved 6 times a second"] = measure(
+                pods,
+                fixed_poll_us=None,
+                seconds=seconds,
+                gsp_us=gsp_us,
+                map_read_us=map_read_us,
+                churn_per_s=6.0,
+            )
             # The default before 2026-11-26 (c), same run: twice the turn switches.
             results["runs"]["10 pods, after, 200 ms turns"] = measure(
                 pods,
