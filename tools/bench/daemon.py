@@ -432,44 +432,26 @@ def run(seconds: float = 20.0, gsp_us: float = 1000.0, map_read_us: float = 50.0
         "seconds": seconds,
         "runs": {},
     }
+    row = functools.partial(measure, seconds=seconds, gsp_us=gsp_us, map_read_us=map_read_us)
     for pods in (10, 2):
         # Interleaved, the same machine noise for each.
         for label, fixed in MODES.items():
-            results["runs"][f"{pods} pods, {label}"] = measure(
-                pods, fixed_poll_us=fixed, seconds=seconds, gsp_us=gsp_us, map_read_us=map_read_us
+            results["runs"][f"{pods} pods, {label}"] = row(pods, fixed_poll_us=fixed)
+        if pods == 10:
+            # What a GPU host's own nvidia-smi calls add (six tracker changes a second).
+            results["runs"]["10 pods, after, tracker moved 6 times a second"] = row(
+                pods, fixed_poll_us=None, churn_per_s=6.0
+            )
+            # The default before 2026-11-26 (c), same run: twice the turn switches.
+            results["runs"]["10 pods, after, 200 ms turns"] = row(
+                pods, fixed_poll_us=None, min_turn_ms=200.0
             )
     # make bench-gpu's online rows: nothing to gate there, so the loop steps once a second and
     # looks at no pod in between (quiet periods, 2026-12-07); before, 20 steps a second.
     for label, fixed in MODES.items():
         if fixed == MODES["before: 25 ms polls"]:
             continue  # the loop of before 2026-11-25 is not what this row compares with
-        results["runs"][f"online + trainer, {label}"] = measure(
-            2,
-            fixed_poll_us=fixed,
-            seconds=seconds,
-            gsp_us=gsp_us,
-            map_read_us=map_read_us,
-            online=True,
-        )
-        if pods == 10:
-            # What a GPU host's own nvidia-smi calls add (six tracker changes a second).
-            results["runs"]["10 pods, after, tracker moved 6 times a second"] = measure(
-                pods,
-                fixed_poll_us=None,
-                seconds=seconds,
-                gsp_us=gsp_us,
-                map_read_us=map_read_us,
-                churn_per_s=6.0,
-            )
-            # The default before 2026-11-26 (c), same run: twice the turn switches.
-            results["runs"]["10 pods, after, 200 ms turns"] = measure(
-                pods,
-                fixed_poll_us=None,
-                seconds=seconds,
-                gsp_us=gsp_us,
-                map_read_us=map_read_us,
-                min_turn_ms=200.0,
-            )
+        results["runs"][f"online + trainer, {label}"] = row(2, fixed_poll_us=fixed, online=True)
     results["virtual_time"] = virtual()
     ten = results["runs"]["10 pods, after: looks when due"]
     results["meets_target"] = ten["cpu_percent"] <= TARGET_PERCENT
