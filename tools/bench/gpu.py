@@ -775,7 +775,9 @@ def qpolicy_daemon(
         )
         scraper.start()
         # One cgroup per pod (desired_pods()); a second process of a pod runs in its pod's.
-        annotated_cgroups = [cgroups.path(p.name) for p in scenario.pods if p.pod is None]
+        annotated_cgroups = (
+            [cgroups.path(p.name) for p in scenario.pods if p.pod is None] if annotated else []
+        )
         try:
             if annotated:
                 for directory, spec in zip(annotated_cgroups, pods, strict=True):
