@@ -31,8 +31,8 @@ TABLE = "\n".join(
 
 
 def dash(text: str) -> str:
-    """Ranges as the README writes them; "~" here keeps the source ASCII."""
-    return text.replace("~", online_summary.DASH)
+    """Ranges and ratios as the README writes them; "~" and " x" here keep the source ASCII."""
+    return text.replace("~", online_summary.DASH).replace(" x", f" {online_summary.TIMES}")
 
 
 def test_the_readme_holds_the_summary_of_docs_online_table() -> None:
@@ -42,6 +42,44 @@ def test_the_readme_holds_the_summary_of_docs_online_table() -> None:
     assert len(runs) >= 36
     summary = online_summary.table(online_summary.groups(runs))
     assert summary in (ROOT / "README.md").read_text()
+
+
+def test_the_readme_quotes_the_tables_counts_and_ranges() -> None:
+    """The sentences under the README's summary count runs (behind native, ahead of MPS, ...):
+    a run added to the table that changes a count fails here until the README says it."""
+    runs = online_summary.parse((ROOT / "docs" / "online.md").read_text())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for sentence in online_summary.sentences(runs):
+        assert sentence in readme
+
+
+def test_the_sentences_follow_the_table() -> None:
+    runs = online_summary.parse(TABLE)
+    assert online_summary.sentences(runs) == [
+        dash("p50 ≤ 1.2 x solo was missed in every run above (1.45~1.70 x)"),
+        dash("(0.23~0.25 ms in every 8192 run on H200s)"),
+        "at p50 and p99 next to the 8192 trainer in every run",
+        "qpolicy's p50 is native's, give or take 0.04 ms",
+        "behind it in one of 3 runs, all on H100s (by 0.01 ms), level with it in one, "
+        "ahead in the others",
+        "its p99 was never behind native's",
+        "ahead of MPS at both in all 2 runs that measured it",
+    ]
+    # One more run behind native and MPS next to each trainer, and one that meets p50.
+    worse = TABLE.replace(
+        "text after",
+        "| H100, 8192 trainer | 0.50 / 3.00 | 0.45 / 0.54 | 1.73 / 2.90 | 1.19 / 1.33 | 99 % |\n"
+        "| H200, 2048 trainer | 0.70 / 1.00 | 0.40 / 0.50 | 0.60 / 0.80 | 0.65 / 1.20 | 97 % |\n",
+    ).replace("|\n\n|", "|\n|")
+    sentences = online_summary.sentences(online_summary.parse(worse))
+    assert sentences[0] == dash("p50 ≤ 1.2 x solo was met in one of 8 runs")
+    assert sentences[1] == dash("(0.05~0.25 ms in every 8192 run on both GPUs)")
+    assert sentences[2] == "at p50 and p99 next to the 8192 trainer in every run but one"
+    assert sentences[4] == dash(
+        "behind it in two of 4 runs (by 0.01~0.10 ms), level with it in one, ahead in the others"
+    )
+    assert sentences[5] == "its p99 was behind native's in one (by 0.20 ms)"
+    assert sentences[6] == "ahead of MPS at both in 2 of the 3 runs that measured it"
 
 
 def test_runs_are_grouped_and_spanned() -> None:

@@ -9,7 +9,9 @@ what this tool and its test catch.
 
     python3 tools/gpu/online_summary.py [docs/online.md]
 
-prints the summary table (markdown) as the README must hold it.
+prints the summary table (markdown) as the README must hold it, and the counts and ranges its
+sentences under the table quote (how many runs, how many behind native), worded as the README
+words them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEADER = "| Row | qpolicy p50 / p99 (ms) | Solo | Native | MPS | Trainer vs native |"
 KERNELS = {8192: "1.4 ms kernels", 2048: "24 µs kernels"}  # tools/gpu/kernel_shapes.py, 12F
 DASH = "\N{EN DASH}"  # ranges, as the README writes them
+TIMES = "\N{MULTIPLICATION SIGN}"
 PAIR = re.compile(r"^(\d+\.\d+) / (\d+\.\d+)(, unstable)?$")
 
 
@@ -149,6 +152,75 @@ def table(gs: Sequence[Group]) -> str:
     return "\n".join(out)
 
 
+_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _count(n: int) -> str:
+    return _WORDS[n] if n < len(_WORDS) else str(n)
+
+
+def _ms(values: Sequence[float]) -> str:
+    """Amounts in ms as the README lists them: "0.07, 0.09 and 0.26"."""
+    parts = [f"{v:.2f}" for v in sorted(values)]
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+def _ahead(run: Run) -> bool:
+    """qpolicy ahead of native, and of MPS where it ran, at p50 and at p99."""
+    others = [run.native] if run.mps is None else [run.native, run.mps]
+    return all(run.qpolicy[0] < o[0] and run.qpolicy[1] < o[1] for o in others)
+
+
+def sentences(runs: Sequence[Run]) -> list[str]:
+    """The counts and ranges of the README's sentences under the summary that a new run can
+    make stale, as the README words them, from the table's values (two decimals: a difference
+    the table rounds away is "level")."""
+    out = []
+    ratios = [r.qpolicy[0] / r.solo[0] for r in runs]
+    met = sum(ratio <= 1.2 for ratio in ratios)
+    if met:
+        out.append(f"p50 ≤ 1.2 {TIMES} solo was met in {_count(met)} of {len(runs)} runs")
+    else:
+        out.append(
+            f"p50 ≤ 1.2 {TIMES} solo was missed in every run above ({_span(ratios)} {TIMES})"
+        )
+    long = [r for r in runs if r.trainer == 8192]
+    if long:
+        over = [r.qpolicy[0] - r.solo[0] for r in long]
+        gpus = "both GPUs" if {r.gpu for r in long} == {"H100", "H200"} else f"{long[0].gpu}s"
+        out.append(f"({_span(over)} ms in every 8192 run on {gpus})")
+        behind = sum(not _ahead(r) for r in long)
+        out.append(
+            "at p50 and p99 next to the 8192 trainer in every run"
+            + (f" but {_count(behind)}" if behind else "")
+        )
+    short = [r for r in runs if r.trainer == 2048]
+    if short:
+        spread = max(abs(r.qpolicy[0] - r.native[0]) for r in short)
+        out.append(f"qpolicy's p50 is native's, give or take {spread:.2f} ms")
+        late = [r for r in short if r.qpolicy[0] > r.native[0]]
+        level = sum(r.qpolicy[0] == r.native[0] for r in short)
+        text = f"behind it in {_count(len(late))} of {len(short)} runs"
+        if late:
+            where = {r.gpu for r in late}
+            if len(where) == 1:
+                text += f", all on {where.pop()}s"
+            text += f" (by {_span([r.qpolicy[0] - r.native[0] for r in late])} ms)"
+        out.append(f"{text}, level with it in {_count(level)}, ahead in the others")
+        tail = [r.qpolicy[1] - r.native[1] for r in short if r.qpolicy[1] > r.native[1]]
+        if tail:
+            out.append(f"its p99 was behind native's in {_count(len(tail))} (by {_ms(tail)} ms)")
+        else:
+            out.append("its p99 was never behind native's")
+        mps = [r for r in short if r.mps is not None]
+        ahead = sum(r.qpolicy[0] < r.mps[0] and r.qpolicy[1] < r.mps[1] for r in mps if r.mps)
+        if ahead == len(mps):
+            out.append(f"ahead of MPS at both in all {len(mps)} runs that measured it")
+        else:
+            out.append(f"ahead of MPS at both in {ahead} of the {len(mps)} runs that measured it")
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     path = Path(args[0]) if args else ROOT / "docs" / "online.md"
@@ -158,6 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"online_summary: {path}: {e}", file=sys.stderr)
         return 1
     print(table(groups(runs)))
+    print("\nand, in the sentences under it:")
+    for sentence in sentences(runs):
+        print(f"- {sentence}")
     return 0
 
 
