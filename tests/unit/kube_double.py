@@ -229,6 +229,10 @@ class FakeApiServer:
             "configmaps", configmap, "MODIFIED" if key in self.objects["configmaps"] else "ADDED"
         )
 
+    def delete_configmap(self, namespace: str, name: str) -> None:
+        configmap = self.objects["configmaps"][f"{namespace}/{name}"]
+        self._put("configmaps", configmap, "DELETED")
+
     def gone(self) -> None:
         """The API server compacts its history: open watches get 410 Gone."""
         with self.lock:

@@ -394,6 +394,45 @@ def test_the_policy_comes_from_the_key_the_node_label_names_and_a_bad_value_keep
         kube.close()
 
 
+def test_the_policy_is_kept_while_the_api_server_is_down_and_a_deleted_configmap_is_best_effort(
+    api: FakeApiServer, cgroups: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.nodes[NODE] = node_json(NODE, {})
+    data = {"default": 'gpus:\n  "0": {policy: fixed-share, period_ms: 20}\n'}
+    api.put_configmap(configmap_json("qpolicy-policy", "qpolicy-system", data))
+    kube = source(api, cgroups, policy_configmap=("qpolicy-system", "qpolicy-policy")).start()
+    fixed = {0: GpuConfig(0, GpuPolicy.FIXED_SHARE, 20)}
+    try:
+        until(lambda: kube.gpus() == fixed and kube.up, kube.refresh, "the policy")
+        with caplog.at_level(logging.WARNING, logger="qpolicy.kube.source"):
+            api.down = True
+            api.drop()
+            until(lambda: not kube.up, kube.refresh, "up to fall")
+            # Retried with back-off while down (0.05 to 0.3 s here): each reason is logged once
+            # (the cut watch, then the refused connection), the policy kept.
+            time.sleep(1.5)
+            kube.refresh()
+        assert kube.gpus() == fixed
+        lines = [r.getMessage() for r in caplog.records if "policy ConfigMap" in r.getMessage()]
+        assert 1 <= len(lines) <= 2 and len(set(lines)) == len(lines), lines
+        assert all(line.endswith("keeping the last policy") for line in lines)
+        api.down = False
+        until(lambda: kube.up, kube.refresh, "up to come back")
+        edited = {"default": 'gpus:\n  "0": {policy: burst-share}\n'}
+        api.put_configmap(configmap_json("qpolicy-policy", "qpolicy-system", edited))
+        until(
+            lambda: kube.gpus() == {0: GpuConfig(0, GpuPolicy.BURST_SHARE)},
+            kube.refresh,
+            "the edit after the outage",
+        )
+        # Deleted: the GPUs it configured run best-effort (the state file may still say more).
+        api.delete_configmap("qpolicy-system", "qpolicy-policy")
+        until(lambda: kube.gpus() == {}, kube.refresh, "the deletion")
+        assert kube.up
+    finally:
+        kube.close()
+
+
 def test_a_pod_on_two_gpus_is_governed_on_the_lowest_and_the_log_says_so(
     api: FakeApiServer, cgroups: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
