@@ -47,6 +47,12 @@ class Node_:
         self.searches: list[int] = []
         #: Whether client handles can be checked without a log line (rmctl.ClientCheck).
         self.checks = False
+        #: The processes whose descriptors were listed (a readlink each: not for nothing).
+        self.files_read: list[int] = []
+
+    def files_of(self, pid: int) -> dict[int, Node]:
+        self.files_read.append(pid)
+        return self.files.get(pid, {})
 
     def unseen(self) -> UnseenProcesses:
         def search_clock() -> float:
@@ -68,7 +74,7 @@ class Node_:
             search_clock=search_clock,
             newest=lambda: 0xC1D00021,
             start_time=self.started.get,
-            files_of=lambda pid: self.files.get(pid, {}),
+            files_of=self.files_of,
             members=lambda root, pod: self.members.get(pod, []),
             cuda=lambda pid: pid in self.cuda,
             running=lambda pid, started: self.started.get(pid) == started and pid not in self.gone,
@@ -190,6 +196,8 @@ def test_processes_without_nvidia_files_or_already_governed_are_left_alone() -> 
     unseen.look(["/a"])
     unseen.advance(1.0)  # a search wrongly started would ask now
     assert unseen.unseen == {} and node.searches == []
+    # The governed processes' descriptors are not listed: the tracker answers for them.
+    assert sorted(node.files_read) == [1]
 
 
 def test_a_process_found_in_part_is_searched_again_by_the_next_daemon(tmp_path: Path) -> None:

@@ -194,10 +194,12 @@ class UnseenProcesses:
         wanted: dict[int, tuple[str, dict[int, Node]]] = {}
         for pod in pods:
             for pid in self._members(root, pod):
+                # The tracker first: a governed process's files need not be listed (a readlink
+                # per descriptor; a PyTorch process holds hundreds), and most are governed.
+                if governable(tracker, pid):
+                    continue
                 files = self._files_of(pid)
                 if not any(node in (Node.CTL, Node.GPU) for node in files.values()):
-                    continue
-                if governable(tracker, pid):
                     continue
                 unseen.setdefault(pod, []).append(pid)
                 wanted[pid] = (pod, files)
