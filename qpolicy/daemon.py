@@ -282,6 +282,7 @@ class Daemon:
             "backend": self.backend.status(),
         }
         path = self.config.state_dir / STATUS_NAME
+        tmp: str | None = None
         try:
             fd, tmp = tempfile.mkstemp(dir=self.config.state_dir, prefix=".status.", suffix=".tmp")
             with os.fdopen(fd, "w") as file:
@@ -292,6 +293,11 @@ class Daemon:
             os.replace(tmp, path)
         except OSError as error:
             log.debug("cannot write %s: %s", path, error)
+            if tmp is not None:
+                # Tried again every second: a full disk must not fill the directory with
+                # half-written copies.
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
     def _annotations_status(self) -> dict[str, Any]:
         """How cgroup annotations are kept: watched (inotify) or walked every second, and why."""

@@ -206,6 +206,77 @@ def test_the_daemon_writes_what_status_shows_and_removes_it_when_it_stops(
     assert not (tmp_path / "daemon-status.json").exists()
 
 
+class _Source:
+    """A pod source with nothing to say, whose close can fail."""
+
+    def __init__(self, name: str, fail: bool = False) -> None:
+        self.name, self.fail, self.closed = name, fail, False
+        self.up = True
+
+    def refresh(self) -> bool:
+        return False
+
+    def candidates(self) -> tuple[()]:
+        return ()
+
+    def gpus(self) -> dict[int, GpuConfig]:
+        return {}
+
+    def refused(self, refusals: Any) -> None:
+        pass
+
+    def names(self) -> dict[str, tuple[str, str]]:
+        return {}
+
+    def problems(self) -> dict[str, str]:
+        return {}
+
+    def close(self) -> None:
+        self.closed = True
+        if self.fail:
+            raise RuntimeError("the API client's pool would not shut down")
+
+
+def test_a_source_that_fails_to_close_keeps_nothing_else_from_being_given_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing, other = _Source("kubernetes", fail=True), _Source("other")
+    agent = Daemon(
+        DaemonConfig(state_dir=tmp_path, metrics_addr=None, probe=ProbeMode.OFF),
+        ObserveBackend,
+        sources=(failing, other),
+    )
+    agent.tick()
+    assert (tmp_path / STATUS_NAME).exists()
+    agent.close()
+    assert failing.closed and other.closed
+    assert "closing the kubernetes source: the API client's pool" in caplog.text
+    assert not (tmp_path / STATUS_NAME).exists()
+    # The node is free again: the next daemon takes its lock.
+    daemon(tmp_path, probe=ProbeMode.OFF).close()
+
+
+def test_a_status_file_that_cannot_be_written_does_not_stop_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    StateStore(tmp_path).update(lambda s: s.with_pod(PodSpec("/a", 0)))
+    agent = daemon(tmp_path, probe=ProbeMode.OFF)
+    import qpolicy.daemon as daemon_module
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(daemon_module.os, "replace", full)
+    agent.tick()  # logged at debug level, not raised
+    assert [p.pod for p in agent.snapshot().pods] == ["/a"]
+    assert not (tmp_path / STATUS_NAME).exists()
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".status.")]
+    monkeypatch.undo()
+    agent.tick()
+    assert [p["id"] for p in json.loads((tmp_path / STATUS_NAME).read_text())["pods"]] == ["/a"]
+    agent.close()
+
+
 def test_annotations_are_watched_and_the_watch_is_given_back_at_close(tmp_path: Path) -> None:
     """The daemon finds annotated cgroups by inotify (qpolicy.desired.annotationwatch), says so
     in its status, and closes the inotify descriptor when it stops."""
