@@ -25,6 +25,7 @@ kernels CTA took the online p50 0.00-0.05 ms lower, and next to the 8192 trainer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -331,10 +332,16 @@ def write_cache(state_dir: Path, report: dict[str, Any]) -> Path:
     path = cache_path(state_dir, int(report["gpu"]["index"]))
     state_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".doctor.", suffix=".tmp")
-    with os.fdopen(fd, "w") as file:
-        json.dump(report, file, indent=1)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as file:
+            json.dump(report, file, indent=1)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        # The cache keeps its last whole report; no half-written copy stays beside it.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 

@@ -705,6 +705,23 @@ def test_the_cache_round_trips_and_ignores_what_it_cannot_read(tmp_path: Path) -
     assert read_cache(tmp_path, 2) is None
 
 
+def test_a_cache_that_cannot_be_written_keeps_the_last_and_leaves_no_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = {"schema": 1, "gpu": {"index": 0}, "recommendation": {"lever": "timeslice"}}
+    write_cache(tmp_path, first)
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError, match="No space"):
+        write_cache(tmp_path, {**first, "recommendation": {"lever": "cta"}})
+    monkeypatch.undo()
+    assert read_cache(tmp_path, 0) == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["doctor-gpu0.json"]
+
+
 def test_the_command_refuses_what_cannot_work(tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("qpolicy")
     env = {**os.environ, "QPOLICY_STATE_DIR": str(tmp_path)}
