@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qpolicy.errors import PlanError, StateError, ValidationError
 from qpolicy.model import GpuConfig, GpuPolicy, PodClass, PodSpec
@@ -241,6 +243,66 @@ def test_decoding_names_the_source_and_the_bad_value(document: object, message: 
         decode_state(json.dumps(document).encode(), "/some/state.json")
     assert str(caught.value).startswith("/some/state.json: ")
     assert message in str(caught.value)
+
+
+_POLICIES = st.sampled_from(["best-effort", "fixed-share", "burst-share", "bs", "weird", ""])
+_GPU = st.fixed_dictionaries({"policy": _POLICIES}, optional={"period_ms": st.integers(-9, 10**7)})
+_POD = st.fixed_dictionaries(
+    {"gpu": st.integers(-1, 5)},
+    optional={
+        "class": st.sampled_from(["online", "offline", "Online", "x"]),
+        "share": st.integers(-5, 150) | st.none(),
+        "memory_bytes": st.integers(-5, 2**66) | st.none(),
+    },
+)
+_ANY = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_DOCUMENTS = st.fixed_dictionaries(
+    {
+        "schema": st.just(1) | _ANY,
+        "gpus": st.dictionaries(
+            st.sampled_from(["0", "1", "01", "-1", "x"]), _GPU | _ANY, max_size=3
+        ),
+        "pods": st.dictionaries(
+            st.sampled_from(["/a", "/b", "/a/b", "a/b", "/", "/a/", ""]), _POD | _ANY, max_size=4
+        ),
+    }
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_DOCUMENTS)
+def test_any_document_of_the_files_shape_decodes_or_is_refused_with_a_state_error(
+    document: dict[str, object],
+) -> None:
+    """What the daemon reads at run time never raises anything but StateError (which it logs,
+    keeping the last good state): hand edits, sums over 100, unknown values, wrong types."""
+    try:
+        raw = json.dumps(document).encode()
+    except ValueError:  # a float JSON cannot hold
+        return
+    try:
+        state = decode_state(raw, "x")
+    except StateError as error:
+        assert str(error).startswith("x: ")
+    else:
+        assert decode_state(encode_state(state), "x") == state
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_any_bytes_decode_or_are_refused_with_a_state_error(raw: bytes) -> None:
+    try:
+        state = decode_state(raw, "x")
+    except StateError as error:
+        assert str(error).startswith("x: ")  # names the file
+    else:
+        assert isinstance(state, DesiredState)
 
 
 def test_decoding_refuses_a_key_given_twice() -> None:
