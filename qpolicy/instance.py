@@ -63,7 +63,12 @@ def holder_of(path: Path) -> int | None:
         text = path.read_text().strip()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    if not text.isascii() or not text.isdigit():
+        return None  # "²" is a digit to isdigit, not to int
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts: no pid
+        return None
 
 
 def running_daemon(state_dir: Path) -> int | None:

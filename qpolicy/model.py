@@ -100,8 +100,11 @@ def _parse_int(text: str | int, what: str) -> int:
         return text
     stripped = text.strip()
     if not re.fullmatch(r"[+-]?[0-9]+", stripped):
-        raise ValidationError(f"invalid {what} {text!r}: expected an integer")
-    return int(stripped)
+        raise ValidationError(f"invalid {what} {text[:64]!r}: expected an integer")
+    try:
+        return int(stripped)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        raise ValidationError(f"invalid {what} {text[:32]!r}...: out of range") from None
 
 
 def parse_gpu_index(text: str | int) -> int:
@@ -160,8 +163,24 @@ _BYTE_UNITS = {
     "tib": 2**40,
     "pib": 2**50,
 }
-_MEMORY_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*")
+_MEMORY_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)(?:[eE]([+-]?[0-9]+))?\s*([a-zA-Z]*)\s*")
 MAX_MEMORY_BYTES = 2**63 - 1
+# Decimal places past a number's own digits, either way, beyond which no value qpolicy takes can
+# lie (2**63 has 19 digits; Kubernetes' smallest unit is 10**-9).
+_EXPONENT_SLACK = 40
+
+
+def exact_decimal(mantissa: str, exponent: str | None) -> Fraction:
+    """``mantissa`` (digits with an optional fraction) times ten to ``exponent``, exactly.
+
+    Values come from tenants (cgroup attributes, pod annotations): "1e100000000" built exactly
+    takes minutes and gigabytes, on the daemon's loop thread. An exponent past the mantissa's
+    own length by more than ``_EXPONENT_SLACK`` cannot give a value any parser here takes, so it
+    is refused (ValueError) before the number is built."""
+    power = int(exponent) if exponent else 0
+    if abs(power) > len(mantissa) + _EXPONENT_SLACK:
+        raise ValueError(f"exponent {power} out of range")
+    return Fraction(mantissa) * Fraction(10) ** power
 
 
 def _memory_unit(text: str, suffix: str) -> int:
@@ -192,7 +211,14 @@ def parse_memory(text: str | int) -> int:
                 f"invalid memory limit {text!r}: expected bytes or a Kubernetes quantity such as "
                 "8Gi, 8G, 512Mi or 1e9"
             )
-        exact = Fraction(match.group(1)) * _memory_unit(text, match.group(2))
+        try:
+            number = exact_decimal(match.group(1), match.group(2))
+        except ValueError:
+            raise ValidationError(
+                f"invalid memory limit {text[:64]!r}: must be from 1 byte to {MAX_MEMORY_BYTES} "
+                "bytes"
+            ) from None
+        exact = number * _memory_unit(text, match.group(3))
         if exact.denominator != 1:
             raise ValidationError(f"invalid memory limit {text!r}: not a whole number of bytes")
         value = int(exact)

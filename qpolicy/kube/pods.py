@@ -30,6 +30,7 @@ annotations, or when a container sets ``NVIDIA_VISIBLE_DEVICES``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from qpolicy.model import (
     MAX_SHARE,
     QUANTITY_SUFFIXES,
     PodClass,
+    exact_decimal,
     format_bytes,
     parse_gpu_index,
     parse_memory,
@@ -197,16 +199,18 @@ def quantity(value: object) -> Fraction:
     """A Kubernetes resource quantity (``500m``, ``1``, ``2Gi``, ``1e3``) as an exact number."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a quantity")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a quantity")  # JSON's Infinity and NaN, as parsed
     if isinstance(value, int | float):
         return Fraction(value)
     text = _text(value).strip()
     match = _QUANTITY.fullmatch(text)
     if match is None or match.group(3) not in _SUFFIXES:
-        raise ValueError(f"{text!r} is not a quantity")
-    number = Fraction(match.group(1))
-    if match.group(2) is not None:
-        number *= Fraction(10) ** int(match.group(2))
-    return number * _SUFFIXES[match.group(3)]
+        raise ValueError(f"{text[:64]!r} is not a quantity")
+    mantissa = match.group(1)
+    sign = -1 if mantissa.startswith("-") else 1
+    number = exact_decimal(mantissa.lstrip("+-"), match.group(2))
+    return sign * number * _SUFFIXES[match.group(3)]
 
 
 def _count(value: object, what: str) -> int:
