@@ -50,6 +50,10 @@ def parse_policy(text: str, where: str) -> dict[int, GpuConfig]:
         value: Any = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise StateError(f"{where}: not YAML: {' '.join(str(error).split())}") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise StateError(f"{where}: {error}") from None
+    except RecursionError:  # "[[[[..." nested deeper than the parser's recursion
+        raise StateError(f"{where}: nested too deeply") from None
     if value is None:
         return {}
     if not isinstance(value, dict) or set(value) != {"gpus"}:
