@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -11,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from qpolicy.errors import ValidationError
+from qpolicy.telemetry import exporter
 from qpolicy.telemetry.exporter import NodeCollector, parse_metrics_addr, serve
 from qpolicy.telemetry.view import (
     WAIT_BUCKETS_S,
@@ -184,6 +188,36 @@ def test_serving_over_http() -> None:
             assert "qpolicy_gpu_time_seconds_total{" not in response.read().decode()
     finally:
         server.close()
+
+
+def test_idle_connections_are_closed_and_bounded_and_scrapes_go_on(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A client that connects and sends nothing held a thread for as long as it stayed
+    connected (300 idle connections, 300 threads); in a cluster the port is open to every pod."""
+    monkeypatch.setattr(exporter, "MAX_CONNECTIONS", 20)
+    monkeypatch.setattr(exporter._QuietHandler, "timeout", 0.5)
+    before = threading.active_count()
+    server = serve("127.0.0.1:0", lambda: VIEW)
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
+    try:
+        deadline = time.monotonic() + 5
+        while server.server.turned_away < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.server.turned_away == 20
+        assert threading.active_count() <= before + 1 + 20
+        for connection in idle:
+            connection.settimeout(5)
+            assert connection.recv(1) == b""  # closed by the server: at once, or timed out
+        # The slots came back: scrapes are served again.
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            assert GPU_TIME_LINE in response.read().decode()
+    finally:
+        for connection in idle:
+            connection.close()
+        server.close()
+    assert "Traceback" not in capfd.readouterr().err  # a timed-out client is nobody's error
 
 
 def test_histograms_merge_only_with_equal_buckets() -> None:
