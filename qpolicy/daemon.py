@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from qpolicy.desired.source import DesiredSource, PodSource
 from qpolicy.errors import QPolicyError, ValidationError
 from qpolicy.instance import STATUS_NAME, InstanceLock
 from qpolicy.node import node_view, refused_pods
+from qpolicy.runtime.atomicfile import write_atomically
 from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.state import StateStore
 from qpolicy.telemetry.cgroups import cgroup2_mount
@@ -282,22 +282,12 @@ class Daemon:
             "backend": self.backend.status(),
         }
         path = self.config.state_dir / STATUS_NAME
-        tmp: str | None = None
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.config.state_dir, prefix=".status.", suffix=".tmp")
-            with os.fdopen(fd, "w") as file:
-                # dumps, not dump: dump streams through json's Python encoder, dumps runs the C
-                # one (5x less CPU, and this runs every second).
-                file.write(json.dumps(document))
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
+            # dumps, not dump: dump streams through json's Python encoder, dumps runs the C one
+            # (5x less CPU, and this runs every second). Not durable: rewritten every second.
+            write_atomically(path, json.dumps(document).encode(), prefix=".status.")
         except OSError as error:
             log.debug("cannot write %s: %s", path, error)
-            if tmp is not None:
-                # Tried again every second: a full disk must not fill the directory with
-                # half-written copies.
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
 
     def _annotations_status(self) -> dict[str, Any]:
         """How cgroup annotations are kept: watched (inotify) or walked every second, and why."""

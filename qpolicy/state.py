@@ -16,7 +16,6 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -37,6 +36,7 @@ from qpolicy.model import (
     parse_pod_id,
     parse_share,
 )
+from qpolicy.runtime.atomicfile import write_atomically
 
 SCHEMA_VERSION = 1
 STATE_DIR_ENV = "QPOLICY_STATE_DIR"
@@ -346,26 +346,7 @@ class StateStore:
             os.close(fd)
 
     def _write(self, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".state.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-                file.flush()
-                # mkstemp makes the file 0600; the daemon and `qpolicy status` of other users
-                # read it.
-                os.fchmod(file.fileno(), 0o644)
-                os.fsync(file.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        # The rename lives in the directory: without this a power cut may bring the old file back.
-        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, data, prefix=".state.", durable=True)
 
     @staticmethod
     def _access_error(

@@ -25,11 +25,8 @@ kernels CTA took the online p50 0.00-0.05 ms lower, and next to the 8192 trainer
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +41,7 @@ from qpolicy.enforcers.strategy import (
     read_doctor_cache,
 )
 from qpolicy.engine import OFFLINE_TIMESLICE_US, ONLINE_TIMESLICE_US
+from qpolicy.runtime.atomicfile import write_atomically
 
 CACHE_NAME = DOCTOR_CACHE_NAME
 SCHEMA = DOCTOR_SCHEMA
@@ -331,17 +329,7 @@ cache_path = doctor_cache_path
 def write_cache(state_dir: Path, report: dict[str, Any]) -> Path:
     path = cache_path(state_dir, int(report["gpu"]["index"]))
     state_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".doctor.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as file:
-            json.dump(report, file, indent=1)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        # The cache keeps its last whole report; no half-written copy stays beside it.
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, json.dumps(report, indent=1).encode(), prefix=".doctor.")
     return path
 
 
