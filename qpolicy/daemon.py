@@ -290,13 +290,19 @@ class Daemon:
             log.debug("cannot write %s: %s", path, error)
 
     def _annotations_status(self) -> dict[str, Any]:
-        """How cgroup annotations are kept: watched (inotify) or walked every second, and why."""
+        """How cgroup annotations are kept: watched (inotify) or walked, and why; how often the
+        whole hierarchy is walked, and what its last walk cost."""
         watch = self.desired.watch
         if watch is None:
             return {}
+        spacing = {
+            "directories": watch.directories,
+            "walk_ms": round(watch.walk_cost_s * 1000, 1),
+            "walk_every_s": round(watch.walk_every_s, 1),
+        }
         if watch.unwatched is not None:
-            return {"walked": watch.unwatched}
-        return {"watched_directories": watch.watches}
+            return {"walked": watch.unwatched, **spacing}
+        return {"watched_directories": watch.watches, **spacing}
 
     # -- running -------------------------------------------------------------------------------
 

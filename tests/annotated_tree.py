@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,15 +41,15 @@ def annotate(directory: Path, **values: str | bytes) -> None:
 
 
 def record_watch_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The directories the annotation watch walks from (os.walk's tops) from now on; a walk of
-    the test's own, by scan(), is not counted."""
-    tops: list[str] = []
-    real = os.walk
+    """The directories the annotation watch lists from now on, in order (a whole walk lists the
+    root first); a walk of the test's own, by scan(), is not counted."""
+    listed: list[str] = []
+    real = os.scandir
 
-    def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    def scandir(path: str) -> Any:
         if sys._getframe(1).f_code.co_filename == annotationwatch.__file__:
-            tops.append(top)
-        return real(top)
+            listed.append(path)
+        return real(path)
 
-    monkeypatch.setattr(annotationwatch.os, "walk", walk)
-    return tops
+    monkeypatch.setattr(annotationwatch.os, "scandir", scandir)
+    return listed

@@ -53,9 +53,14 @@ def render(doc: dict[str, Any]) -> None:
     )
     annotations = doc.get("annotations")
     if isinstance(annotations, dict) and annotations.get("walked"):
-        # The walk's cost grows with the cgroups on the node (qpolicy.desired.annotationwatch).
+        # The walk's cost grows with the cgroups on the node (qpolicy.desired.annotationwatch):
+        # it is spaced to a share of a core, so a big tree is walked less often.
+        every = annotations.get("walk_every_s")
+        cost = annotations.get("walk_ms")
+        often = f"every {every:g} s" if isinstance(every, (int, float)) else "every second"
+        took = f", {cost:g} ms a walk" if isinstance(cost, (int, float)) else ""
         console.print(
-            "[yellow]annotations: the cgroup hierarchy is walked every second[/yellow] ("
+            f"[yellow]annotations: the cgroup hierarchy is walked {often}[/yellow]{took} ("
             f"{escape(str(annotations['walked']))})",
             soft_wrap=True,
         )

@@ -97,16 +97,21 @@ class Inotify:
     def read(self) -> list[Event]:
         """Every event that has arrived, without waiting."""
         events: list[Event] = []
+        while batch := self.read_some():
+            events += batch
+        return events
+
+    def read_some(self) -> list[Event]:
+        """The events one read(2) returns (up to 64 KiB of them), without waiting; the rest
+        stay queued in the kernel, where a reader that falls behind sees ``IN_Q_OVERFLOW``
+        once ``fs.inotify.max_queued_events`` are waiting."""
         while True:
             try:
-                buffer = os.read(self.fileno(), _READ_BYTES)
+                return parse(os.read(self.fileno(), _READ_BYTES))
             except BlockingIOError:
-                return events
+                return []
             except InterruptedError:
                 continue
-            if not buffer:
-                return events
-            events += parse(buffer)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -36,7 +36,7 @@ def test_it_starts_with_what_a_walk_finds(root: Path) -> None:
     annotate(root / "kube" / "web", **{"class": "online", "share": "30"})
     annotate(root / "kube" / "bad", share="150")
     (root / "kube" / "plain" / "c1").mkdir(parents=True)
-    watch = AnnotationWatch(root)
+    watch = AnnotationWatch(root, timer=Clock())
     assert watch.annotations == scan(root)
     assert list(watch.annotations.pods) == ["/kube/web"]
     assert list(watch.annotations.errors) == ["/kube/bad"]
@@ -50,13 +50,13 @@ def test_a_refresh_with_nothing_changed_walks_nothing(root: Path, walks: list[st
     for i in range(60):  # a cgroup's control files: written to, never annotated
         (root / "kube" / "pod" / f"file{i}").write_text("")
     clock = Clock(1000.0)
-    watch = AnnotationWatch(root, clock=clock)
-    assert walks == [str(root)]
+    watch = AnnotationWatch(root, timer=Clock(), clock=clock)
+    assert walks == [str(root), str(root / "kube"), str(root / "kube" / "pod")]
     for _ in range(30):
         clock.now += 1.0
         (root / "kube" / "pod" / "file0").write_text("1")  # like cgroup.procs
         assert watch.refresh() is False
-    assert walks == [str(root)]
+    assert len(walks) == 3  # nothing listed again
     watch.close()
 
 
@@ -64,7 +64,8 @@ def test_an_attribute_written_on_a_directory_is_read_there_alone(
     root: Path, walks: list[str]
 ) -> None:
     (root / "kube" / "web").mkdir(parents=True)
-    watch = AnnotationWatch(root)
+    watch = AnnotationWatch(root, timer=Clock())
+    walked = len(walks)
     annotate(root / "kube" / "web", **{"class": "online"})
     assert watch.refresh() is True
     assert watch.annotations.pods == {"/kube/web": PodSpec("/kube/web", 0, PodClass.ONLINE)}
@@ -74,20 +75,22 @@ def test_an_attribute_written_on_a_directory_is_read_there_alone(
     os.removexattr(root / "kube" / "web", "user.qpolicy.share")
     os.removexattr(root / "kube" / "web", "user.qpolicy.class")
     assert watch.refresh() is True and watch.annotations.pods == {}
-    assert walks == [str(root)]
+    assert len(walks) == walked  # nothing listed again
     watch.close()
 
 
 def test_a_new_subtree_is_walked_alone_and_watched(root: Path, walks: list[str]) -> None:
     (root / "kube").mkdir()
-    watch = AnnotationWatch(root)
+    watch = AnnotationWatch(root, timer=Clock())
+    walked = len(walks)
     # A pod's slice and its containers made at once, before the watch reads its events.
     (root / "kube" / "pod1" / "ctr-a").mkdir(parents=True)
     (root / "kube" / "pod1" / "ctr-b").mkdir()
     annotate(root / "kube" / "pod1", share="20")
     assert watch.refresh() is True
     assert list(watch.annotations.pods) == ["/kube/pod1"]
-    assert walks == [str(root), str(root / "kube" / "pod1")]
+    pod = root / "kube" / "pod1"
+    assert sorted(walks[walked:]) == [str(pod), str(pod / "ctr-a"), str(pod / "ctr-b")]
     # Now watched: a container made later, annotated, is seen too.
     annotate(root / "kube" / "pod1" / "ctr-c", **{"class": "online"})
     assert watch.refresh() is True
@@ -99,7 +102,7 @@ def test_a_new_subtree_is_walked_alone_and_watched(root: Path, walks: list[str])
 def test_removed_and_renamed_directories_take_their_pods_with_them(root: Path) -> None:
     annotate(root / "kube" / "a" / "x", share="10")
     annotate(root / "kube" / "b", share="20")
-    watch = AnnotationWatch(root)
+    watch = AnnotationWatch(root, timer=Clock())
     shutil.rmtree(root / "kube" / "b")
     assert watch.refresh() is True
     assert list(watch.annotations.pods) == ["/kube/a/x"]
@@ -123,7 +126,7 @@ def test_any_sequence_of_changes_ends_where_a_walk_would(root: Path, walks: list
     five of them: the watch always equals a fresh walk, and never walked the whole tree again."""
     rng = random.Random(20261207)
     clock = Clock(1000.0)
-    watch = AnnotationWatch(root, clock=clock)
+    watch = AnnotationWatch(root, timer=Clock(), clock=clock)
     dirs = [root]
     values = {"class": ["online", "offline", "urgent"], "share": ["10", "30", "150"], "gpu": ["0"]}
     for step in range(300):
@@ -166,13 +169,13 @@ def test_any_sequence_of_changes_ends_where_a_walk_would(root: Path, walks: list
 
 def test_the_tree_is_walked_again_after_a_safety_interval(root: Path, walks: list[str]) -> None:
     clock = Clock(1000.0)
-    watch = AnnotationWatch(root, clock=clock)
+    watch = AnnotationWatch(root, timer=Clock(), clock=clock)
     clock.now += annotationwatch.RESCAN_EVERY_S - 1
     watch.refresh()
     assert walks == [str(root)]
     clock.now += 1
     watch.refresh()
-    assert walks == [str(root), str(root)]
+    assert walks == [str(root), str(root)]  # /, listed again
     watch.close()
 
 
@@ -181,8 +184,8 @@ class Overflowing(Inotify):
 
     overflow = False
 
-    def read(self) -> list[Event]:
-        events = super().read()
+    def read_some(self) -> list[Event]:
+        events = super().read_some()
         if Overflowing.overflow:
             Overflowing.overflow = False
             return [Event(-1, inotify.IN_Q_OVERFLOW, 0, "")]
@@ -190,12 +193,12 @@ class Overflowing(Inotify):
 
 
 def test_an_overflowed_queue_is_made_good_by_a_walk(root: Path, walks: list[str]) -> None:
-    watch = AnnotationWatch(root, inotify=Overflowing)
+    watch = AnnotationWatch(root, timer=Clock(), inotify=Overflowing)
     annotate(root / "lost", share="10")
     Overflowing.overflow = True  # its events dropped: only a walk can see /lost
-    assert watch.refresh() is True
+    assert watch.refresh() is True  # (the walks cost nothing by this timer: no wait)
     assert list(watch.annotations.pods) == ["/lost"]
-    assert walks == [str(root), str(root)]
+    assert walks.count(str(root)) == 2
     watch.close()
 
 
@@ -207,7 +210,7 @@ def test_without_inotify_the_tree_is_walked_every_second_and_the_reason_logged_o
 
     clock = Clock(1000.0)
     with caplog.at_level(logging.WARNING):
-        watch = AnnotationWatch(root, clock=clock, inotify=refused)
+        watch = AnnotationWatch(root, timer=Clock(), clock=clock, inotify=refused)
         annotate(root / "pod", share="10")
         assert watch.refresh() is False  # within the second
         clock.now += 1.0
@@ -215,8 +218,9 @@ def test_without_inotify_the_tree_is_walked_every_second_and_the_reason_logged_o
     assert list(watch.annotations.pods) == ["/pod"]
     assert watch.unwatched == "no inotify instance (Too many open files)"
     assert [r.getMessage() for r in caplog.records] == [
-        f"annotations: no inotify instance (Too many open files); walking {root} every 1 s"
-        " instead (raise fs.inotify.max_user_watches or max_user_instances to watch it)"
+        f"annotations: no inotify instance (Too many open files); walking {root} instead, every"
+        " 1 s or as often as 1 % of a core allows (raise fs.inotify.max_user_watches or"
+        " max_user_instances to watch it again)"
     ]
 
 
@@ -238,7 +242,7 @@ def test_a_watch_limit_reached_falls_back_to_walking_with_nothing_missed(root: P
     for name in ("a", "b", "c", "d"):
         annotate(root / name, share="10")
     clock = Clock(1000.0)
-    watch = AnnotationWatch(root, clock=clock, inotify=Limited)
+    watch = AnnotationWatch(root, timer=Clock(), clock=clock, inotify=Limited)
     assert watch.annotations == scan(root) and len(watch.annotations.pods) == 4
     assert watch.unwatched is not None and "No space left on device" in watch.unwatched
     assert watch.watches == 0
@@ -263,7 +267,7 @@ def test_parse_reads_names_and_nul_padding() -> None:
 
 def test_a_closed_watch_holds_no_descriptor(root: Path) -> None:
     before = len(os.listdir("/proc/self/fd"))
-    watch = AnnotationWatch(root)
+    watch = AnnotationWatch(root, timer=Clock())
     assert len(os.listdir("/proc/self/fd")) == before + 1
     watch.close()
     watch.close()  # twice is no error
@@ -284,3 +288,148 @@ def test_the_bench_builds_a_node_shaped_tree_and_checks_the_watch_against_a_walk
     assert row["entries"] == row["directories"] * 3
     assert set(row) >= {"walk_per_s_percent", "watch_idle_per_s_percent", "watch_new_pod_ms"}
     assert list(root.iterdir()) == []  # the tree is taken down
+
+
+class Stepping:
+    """A timer that moves ``step`` seconds each time it is read: work measured in reads."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_a_flood_of_new_cgroups_is_taken_in_slices_and_nothing_is_missed(
+    root: Path, walks: list[str]
+) -> None:
+    """A tenant makes 400 cgroups (some annotated) at once: each refresh lists a slice's worth
+    of them (the loop thread hands GPUs over meanwhile), and the slices end where a walk
+    would, without a whole walk."""
+    (root / "tenant").mkdir()
+    timer = Stepping(0.0001)  # 20 reads of the timer to a 2 ms slice
+    watch = AnnotationWatch(root, clock=Clock(1000.0), timer=timer)
+    walked = len(walks)
+    for group in range(20):
+        for leaf in range(19):
+            (root / "tenant" / f"g{group}" / f"c{leaf}").mkdir(parents=True)
+        annotate(root / "tenant" / f"g{group}", share="5")
+    per_refresh = []
+    for _ in range(200):
+        before = len(walks)
+        watch.refresh()
+        per_refresh.append(len(walks) - before)
+    assert watch.annotations == scan(root) and len(watch.annotations.pods) == 20
+    assert sorted(walks[walked:]) == sorted(
+        str(p) for p in (root / "tenant").rglob("*") if p.is_dir()
+    )  # each new directory listed once, nothing else
+    busy = [n for n in per_refresh if n]
+    assert max(busy) <= annotationwatch.SLICE_S / timer.step
+    assert len(busy) >= 400 / (annotationwatch.SLICE_S / timer.step)
+    assert watch.watches == 2 + 400
+    watch.close()
+
+
+def test_whole_walks_are_spaced_to_a_share_of_a_core_however_big_the_tree(
+    root: Path, walks: list[str]
+) -> None:
+    """Without inotify, a tree whose walk costs 60 ms by the timer is walked every 6 s, not
+    every second; an overflowed queue waits for the same share."""
+    for group in range(10):
+        for leaf in range(20):
+            (root / f"g{group}" / f"c{leaf}").mkdir(parents=True)
+
+    def refused() -> Inotify:
+        raise OSError(24, "Too many open files")
+
+    clock = Clock(1000.0)
+    timer = Stepping(0.0003)
+    watch = AnnotationWatch(root, clock=clock, timer=timer, inotify=refused)
+    assert watch.directories == 211
+    # A read of the timer a directory and a few around it: 211 x 0.3 ms, about 64 ms.
+    assert 0.06 <= watch.walk_cost_s <= 0.07
+    assert watch.walk_every_s == pytest.approx(watch.walk_cost_s / annotationwatch.WALK_SHARE)
+    starts, costs = [1000.0], []
+    for tick in range(600):  # a minute of the daemon's ticks
+        clock.now = 1000.0 + tick * 0.1
+        before = walks.count(str(root))
+        watch.refresh()
+        if walks.count(str(root)) > before:
+            starts.append(clock.now)
+            costs.append(watch.walk_cost_s)  # the walk before's
+    # Each walk started once the one before had taken 1 % of the time since its start.
+    for start, next_start, cost in zip(starts, starts[1:], costs, strict=False):
+        assert cost / annotationwatch.WALK_SHARE <= next_start - start <= cost / 0.008
+    assert len(starts) >= 5 and min(costs) >= 0.06
+    # A walk's work per refresh is one slice, not the whole walk at once.
+    assert watch.walk_cost_s / annotationwatch.SLICE_S > 20
+
+
+class Capped(Inotify):
+    """Real inotify that refuses more than ``cap`` watches, as max_user_watches does."""
+
+    cap = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added = 0
+
+    def add(self, path: str, mask: int) -> int:
+        self.added += 1
+        if self.added > Capped.cap:
+            raise OSError(28, "No space left on device", path)
+        return super().add(path, mask)
+
+
+def test_a_watch_given_up_at_a_limit_watches_again_once_the_limit_is_raised(
+    root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("a", "b", "c"):
+        annotate(root / name, share="10")
+    monkeypatch.setattr(Capped, "cap", 2)
+    clock = Clock(1000.0)
+    watch = AnnotationWatch(
+        root, clock=clock, timer=Clock(), inotify=Capped, limits=lambda: (128, Capped.cap)
+    )
+    assert watch.unwatched is not None and watch.watches == 0
+    assert len(watch.annotations.pods) == 3
+    clock.now += 5.0
+    watch.refresh()
+    assert watch.unwatched is not None  # the limit is as it was: not tried again
+    Capped.cap = 100
+    annotate(root / "d", share="10")
+    clock.now += 1.0
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert watch.refresh() is True
+    assert list(watch.annotations.pods) == ["/a", "/b", "/c", "/d"]
+    assert watch.unwatched is None and watch.watches == 5
+    assert [r.getMessage() for r in caplog.records] == [
+        f"annotations: inotify limits raised to (128, 100); watching {root} again"
+    ]
+    # Watched now: a new pod is seen at the next refresh, with no walk due.
+    annotate(root / "e", share="10")
+    clock.now += 0.1
+    assert watch.refresh() is True and "/e" in watch.annotations.pods
+    watch.close()
+
+
+def test_the_bench_times_a_tenants_tree_watched_and_walked(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make bench`'s tenant rows on a small tree: both ways end where a walk does (tenant()
+    asserts it), and the rows carry what the targets are judged on."""
+    from tools.bench import annotations as bench
+
+    monkeypatch.setattr(bench, "FILES", 2)
+    monkeypatch.setattr(bench, "TENANT_FILES", 2)
+    monkeypatch.setattr(bench, "TENANT_CGROUPS", 150)
+    monkeypatch.setattr(bench, "TENANT_SECONDS", 3)
+    rows = bench.tenant(root)
+    assert set(rows) == {"tenant, watched", "tenant, walked"}
+    for row in rows.values():
+        assert row["directories"] == 1 + 1 + 40 + 1 + 1 + 100 * 4 + 150 + 2
+        assert row["longest_refresh_ms"] > 0 and row["cpu_percent"] > 0
+        assert isinstance(row["meets_target"], bool)
+    assert list(root.iterdir()) == []

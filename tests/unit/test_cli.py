@@ -793,6 +793,15 @@ def test_daemon_status_says_when_annotations_are_walked_rather_than_watched(
         "annotations: the cgroup hierarchy is walked every second (no inotify instance (Too many"
         " open files))" in out
     )
+    daemonstatus.render(
+        {**doc, "annotations": {"walked": "watching /x: No space left on device",
+                                "directories": 5211, "walk_ms": 254.3, "walk_every_s": 25.4}}
+    )  # fmt: skip
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "annotations: the cgroup hierarchy is walked every 25.4 s, 254.3 ms a walk (watching /x:"
+        " No space left on device)" in out
+    )
     daemonstatus.render({**doc, "annotations": {"watched_directories": 40}})
     assert "annotations" not in capsys.readouterr().out
 
