@@ -121,6 +121,39 @@ def test_removed_and_renamed_directories_take_their_pods_with_them(root: Path) -
     watch.close()
 
 
+VALUES = {"class": ["online", "offline", "urgent"], "share": ["10", "30", "150"], "gpu": ["0"]}
+
+
+def _change(rng: random.Random, root: Path, dirs: list[Path], step: int) -> None:
+    """One random mkdir, rmdir, rename, setxattr or removexattr under ``root``."""
+    live = [d for d in dirs if d.exists()]
+    choice = rng.random()
+    if choice < 0.3 or len(live) < 3:
+        parent = rng.choice(live)
+        child = parent / f"d{step}"
+        child.mkdir()
+        dirs.append(child)
+        if rng.random() < 0.5:  # made and annotated at once
+            annotate(child, share=rng.choice(VALUES["share"]))
+    elif choice < 0.45:
+        victim = rng.choice([d for d in live if d != root])
+        shutil.rmtree(victim)
+    elif choice < 0.55:
+        moved = rng.choice([d for d in live if d != root])
+        target = moved.parent / f"r{step}"
+        moved.rename(target)
+        dirs.append(target)
+        dirs += [Path(p) for p, _, _ in os.walk(target)]
+    elif choice < 0.85:
+        key = rng.choice(list(VALUES))
+        annotate(rng.choice(live), **{key: rng.choice(VALUES[key])})
+    else:
+        target = rng.choice(live)
+        names = [n for n in os.listxattr(target) if n.startswith("user.qpolicy.")]
+        if names:
+            os.removexattr(target, rng.choice(names))
+
+
 def test_any_sequence_of_changes_ends_where_a_walk_would(root: Path, walks: list[str]) -> None:
     """300 random mkdir, rmdir, rename, setxattr and removexattr, a refresh after each one to
     five of them: the watch always equals a fresh walk, and never walked the whole tree again."""
@@ -128,34 +161,8 @@ def test_any_sequence_of_changes_ends_where_a_walk_would(root: Path, walks: list
     clock = Clock(1000.0)
     watch = AnnotationWatch(root, timer=Clock(), clock=clock)
     dirs = [root]
-    values = {"class": ["online", "offline", "urgent"], "share": ["10", "30", "150"], "gpu": ["0"]}
     for step in range(300):
-        live = [d for d in dirs if d.exists()]
-        choice = rng.random()
-        if choice < 0.3 or len(live) < 3:
-            parent = rng.choice(live)
-            child = parent / f"d{step}"
-            child.mkdir()
-            dirs.append(child)
-            if rng.random() < 0.5:  # made and annotated at once
-                annotate(child, share=rng.choice(values["share"]))
-        elif choice < 0.45:
-            victim = rng.choice([d for d in live if d != root])
-            shutil.rmtree(victim)
-        elif choice < 0.55:
-            moved = rng.choice([d for d in live if d != root])
-            target = moved.parent / f"r{step}"
-            moved.rename(target)
-            dirs.append(target)
-            dirs += [Path(p) for p, _, _ in os.walk(target)]
-        elif choice < 0.85:
-            key = rng.choice(list(values))
-            annotate(rng.choice(live), **{key: rng.choice(values[key])})
-        else:
-            target = rng.choice(live)
-            names = [n for n in os.listxattr(target) if n.startswith("user.qpolicy.")]
-            if names:
-                os.removexattr(target, rng.choice(names))
+        _change(rng, root, dirs, step)
         if rng.random() < 0.4:
             clock.now += 0.1  # 12 s in all: no safety walk comes due
             watch.refresh()
@@ -164,6 +171,37 @@ def test_any_sequence_of_changes_ends_where_a_walk_would(root: Path, walks: list
     assert watch.annotations == scan(root)
     assert watch.annotations.pods and watch.annotations.errors  # the run made both
     assert walks.count(str(root)) == 1
+    watch.close()
+
+
+def test_changes_amid_unfinished_slices_and_walks_end_where_a_walk_would(
+    root: Path, walks: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same random changes, but each refresh does a directory or two (a slice of four reads
+    of the timer), queues overflow now and then, and safety walks come due: events land
+    between the visits of a walk and of new subtrees. Whenever the refreshes have caught up,
+    the watch equals a fresh walk and watches every directory of the tree, and nothing else."""
+    rng = random.Random(20261208)
+    clock = Clock(1000.0)
+    timer = Stepping(annotationwatch.SLICE_S / 4)
+    monkeypatch.setattr(Overflowing, "overflow", False)
+    watch = AnnotationWatch(root, timer=timer, clock=clock, inotify=Overflowing)
+    dirs = [root]
+    for step in range(400):
+        _change(rng, root, dirs, step)
+        Overflowing.overflow = rng.random() < 0.03
+        clock.now += 0.5  # 200 s in all: safety walks come due
+        if rng.random() < 0.7:
+            watch.refresh()
+        if step % 25 == 24:
+            for _ in range(400):  # catch up
+                clock.now += 0.001
+                watch.refresh()
+            directories = sum(1 for _ in os.walk(root))
+            assert watch.annotations == scan(root), step
+            assert watch.watches == directories and watch.directories == directories, step
+    assert walks.count(str(root)) >= 4  # safety walks and overflows, with the changes amid
+    assert watch.annotations.pods and watch.annotations.errors
     watch.close()
 
 
