@@ -299,6 +299,7 @@ class Daemon:
             "directories": watch.directories,
             "walk_ms": round(watch.walk_cost_s * 1000, 1),
             "walk_every_s": round(watch.walk_every_s, 1),
+            "queue_overflows": watch.overflows,
         }
         if watch.unwatched is not None:
             return {"walked": watch.unwatched, **spacing}

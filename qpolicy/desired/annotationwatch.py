@@ -141,15 +141,18 @@ class AnnotationWatch:
         self.annotations = Annotations()
         # Why the hierarchy is walked rather than watched (None while watching).
         self.unwatched: str | None = None
-        # What the last whole walk cost (s of ``timer``).
+        # What the last whole walk cost (s of ``timer``); how often the event queue overflowed.
         self.walk_cost_s = 0.0
+        self.overflows = 0
         self._inotify: Inotify | None = None
         try:
             self._inotify = inotify()
         except OSError as error:
             self._give_up(f"no inotify instance ({error.strerror or error})")
         self._start_walk(self._clock())
-        self._work(float("inf"), None)  # the first walk whole: the daemon starts knowing its pods
+        # The first walk whole, so that the daemon starts knowing its pods; what changed meanwhile
+        # is in the queue for the first refresh (read here, a flood would never let it end).
+        self._work(float("inf"), None)
         self.annotations, self._changed = self._built(), False
 
     @property
@@ -184,9 +187,10 @@ class AnnotationWatch:
     def _work(self, deadline: float, now: float | None) -> None:
         """Events, for at most half the time to ``deadline`` (of ``timer``), so that a flood of
         them does not starve the directories they ask to visit; then a whole walk if one is due
-        at ``now``; then directories to visit, until done or ``deadline``."""
+        at ``now``; then directories to visit, until done or ``deadline``. ``now`` None: the
+        first walk, no events."""
         started = self._timer()
-        events_until = started + (deadline - started) / 2
+        events_until = started + (deadline - started) / 2 if now is not None else started
         while self._inotify is not None:
             if not self._pending:
                 if self._timer() >= events_until:
@@ -200,7 +204,7 @@ class AnnotationWatch:
                 if not self._pending:
                     break
             if not self._apply(self._pending.popleft()):
-                self._walk_wanted = True
+                self._overflowed()
             if self._timer() >= events_until:
                 break
         if now is not None and self._found is None and now >= self._next_walk_at():
@@ -211,6 +215,18 @@ class AnnotationWatch:
             self._walk_spent += self._timer() - started
             if not self._todo:
                 self._end_walk()
+
+    def _overflowed(self) -> None:
+        """The kernel dropped events: a whole walk, once its share of a core allows. Said once
+        until then (a flood overflows the queue again at every refresh that falls behind)."""
+        self.overflows += 1
+        if not self._walk_wanted:
+            self._walk_wanted = True
+            log.info(
+                "the cgroup watch's event queue overflowed: walking %s again in %.1f s",
+                self._top,
+                max(0.0, self._next_walk_at() - self._clock()),
+            )
 
     def _next_walk_at(self) -> float:
         if self._walk_wanted:
@@ -277,7 +293,6 @@ class AnnotationWatch:
     def _apply(self, event: Event) -> bool:
         """Takes one event in; False where only a walk of the whole hierarchy can."""
         if event.mask & IN_Q_OVERFLOW:
-            log.info("the cgroup watch's event queue overflowed: walking %s again", self._top)
             return False
         path = self._wds.get(event.wd)
         if path is None:

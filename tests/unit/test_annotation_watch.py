@@ -471,3 +471,33 @@ def test_the_bench_times_a_tenants_tree_watched_and_walked(
         assert row["longest_refresh_ms"] > 0 and row["cpu_percent"] > 0
         assert isinstance(row["meets_target"], bool)
     assert list(root.iterdir()) == []
+
+
+class AlwaysOverflowing(Inotify):
+    """Real inotify whose every read adds an overflow: a flood the watch cannot keep up with."""
+
+    def read_some(self) -> list[Event]:
+        return [*super().read_some(), Event(-1, inotify.IN_Q_OVERFLOW, 0, "")]
+
+
+def test_a_flood_that_keeps_overflowing_the_queue_is_said_once_a_walk(
+    root: Path, walks: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    for group in range(10):
+        (root / f"g{group}" / "c").mkdir(parents=True)
+    clock = Clock(1000.0)
+    timer = Stepping(0.0002)
+    with caplog.at_level(logging.INFO):
+        watch = AnnotationWatch(root, clock=clock, timer=timer, inotify=AlwaysOverflowing)
+        spacing = watch.walk_cost_s / annotationwatch.WALK_SHARE
+        for _ in range(600):  # a minute of ticks, each reading an overflow
+            clock.now += 0.1
+            watch.refresh()
+    walked = walks.count(str(root))
+    # One walk per spacing (the first at start), however many overflows were read.
+    assert watch.overflows >= 600
+    assert 60 / (spacing + 1) <= walked - 1 <= 60 / spacing + 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert walked - 1 <= len(messages) <= walked  # the last may be due after the minute
+    assert all("event queue overflowed" in m for m in messages)
+    watch.close()

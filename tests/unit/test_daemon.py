@@ -299,7 +299,12 @@ def test_annotations_are_watched_and_the_watch_is_given_back_at_close(tmp_path: 
     document = json.loads((state / "daemon-status.json").read_text())
     annotations = document["annotations"]
     assert annotations.pop("walk_ms") >= 0
-    assert annotations == {"watched_directories": 4, "directories": 4, "walk_every_s": 60.0}
+    assert annotations == {
+        "watched_directories": 4,
+        "directories": 4,
+        "walk_every_s": 60.0,
+        "queue_overflows": 0,
+    }
     agent.close()
     assert len(os.listdir("/proc/self/fd")) == fds
 
