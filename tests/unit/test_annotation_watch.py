@@ -501,3 +501,20 @@ def test_a_flood_that_keeps_overflowing_the_queue_is_said_once_a_walk(
     assert walked - 1 <= len(messages) <= walked  # the last may be due after the minute
     assert all("event queue overflowed" in m for m in messages)
     watch.close()
+
+
+def test_a_tenants_cgroups_nested_deeper_than_pythons_recursion_are_walked(root: Path) -> None:
+    """A delegated subtree 1 200 cgroups deep (cgroup.max.depth is "max" unless set): os.walk
+    recursed a frame a level and raised RecursionError, so every refresh of the desired state
+    failed, state file and Kubernetes included. The watch's walk keeps its own stack."""
+    deep = root
+    for _ in range(1200):
+        deep = deep / "a"
+        deep.mkdir()
+    annotate(deep, share="10")
+    watch = AnnotationWatch(root, timer=Clock())
+    assert list(watch.annotations.pods) == ["/a" * 1200]
+    assert watch.watches == 1201
+    annotate(deep / "b", share="20")
+    assert watch.refresh() is True and len(watch.annotations.pods) == 2
+    watch.close()
