@@ -53,3 +53,15 @@ def record_watch_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(annotationwatch.os, "scandir", scandir)
     return listed
+
+
+def remove_tree(top: Path) -> None:
+    """Removes ``top`` and all below it, however deep: shutil.rmtree (pytest's cleanup of old
+    temporary directories too) recurses a frame per level and raises past about 1 000."""
+    from qpolicy.runtime.dirtree import directories
+
+    for directory in reversed(list(directories(str(top)))):
+        for entry in os.scandir(directory):
+            if not entry.is_dir(follow_symlinks=False):
+                os.unlink(entry.path)
+        os.rmdir(directory)

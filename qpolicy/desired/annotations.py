@@ -28,6 +28,7 @@ from pathlib import Path
 
 from qpolicy.errors import ValidationError
 from qpolicy.model import PodClass, PodSpec, parse_gpu_index, parse_memory, parse_share
+from qpolicy.runtime.dirtree import directories
 
 NAMESPACES = ("trusted.qpolicy.", "user.qpolicy.")  # the first one present wins
 KEYS = ("class", "share", "memory", "gpu")
@@ -119,7 +120,7 @@ def scan(root: Path) -> Annotations:
     pods: dict[str, PodSpec] = {}
     errors: dict[str, str] = {}
     top = str(root)
-    for directory, _subdirs, _files in os.walk(top):
+    for directory in directories(top):
         path = path_under(directory, top)
         found = annotation_of(directory, path)
         if isinstance(found, PodSpec):

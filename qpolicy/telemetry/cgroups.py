@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from qpolicy.errors import QPolicyError
+from qpolicy.runtime.dirtree import directories
 
 PROC_MOUNTS = Path("/proc/self/mounts")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -130,7 +131,7 @@ class CgroupMap:
     def refresh(self) -> None:
         self._walked_at = self._clock()
         root = str(self.root)
-        for directory, _subdirs, _files in os.walk(root):
+        for directory in directories(root):
             try:
                 cgid = os.stat(directory).st_ino
             except OSError:

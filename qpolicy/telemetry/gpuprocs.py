@@ -13,19 +13,18 @@ import os
 from pathlib import Path
 
 from qpolicy.nvrm.abi import Node
+from qpolicy.runtime.dirtree import directories
 
 
 def processes_in(root: Path, cgroup: str) -> list[int]:
     """Every pid in cgroup ``cgroup`` (a path below the cgroup2 mount ``root``) and below it."""
     pids: list[int] = []
     top = root / cgroup.lstrip("/")
-    for directory, _subdirs, files in os.walk(top):
-        if "cgroup.procs" not in files:
-            continue
+    for directory in directories(str(top)):
         try:
             text = Path(directory, "cgroup.procs").read_text()
         except OSError:
-            continue  # removed while we walked
+            continue  # removed while we walked, or not a cgroup
         pids.extend(int(line) for line in text.split() if line.isdigit())
     return sorted(set(pids))
 

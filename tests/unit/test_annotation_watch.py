@@ -19,7 +19,7 @@ from qpolicy.desired.annotationwatch import AnnotationWatch
 from qpolicy.model import PodClass, PodSpec
 from qpolicy.runtime import inotify
 from qpolicy.runtime.inotify import Event, Inotify
-from tests.annotated_tree import Clock, annotate, record_watch_walks, xattr_root
+from tests.annotated_tree import Clock, annotate, record_watch_walks, remove_tree, xattr_root
 
 
 @pytest.fixture
@@ -511,10 +511,13 @@ def test_a_tenants_cgroups_nested_deeper_than_pythons_recursion_are_walked(root:
     for _ in range(1200):
         deep = deep / "a"
         deep.mkdir()
-    annotate(deep, share="10")
-    watch = AnnotationWatch(root, timer=Clock())
-    assert list(watch.annotations.pods) == ["/a" * 1200]
-    assert watch.watches == 1201
-    annotate(deep / "b", share="20")
-    assert watch.refresh() is True and len(watch.annotations.pods) == 2
-    watch.close()
+    try:
+        annotate(deep, share="10")
+        watch = AnnotationWatch(root, timer=Clock())
+        assert list(watch.annotations.pods) == ["/a" * 1200]
+        assert watch.watches == 1201
+        annotate(deep / "b", share="20")
+        assert watch.refresh() is True and len(watch.annotations.pods) == 2
+        watch.close()
+    finally:
+        remove_tree(root / "a")  # pytest's own cleanup could not
