@@ -5,9 +5,7 @@ test moves, and a record of the walks the annotation watch makes."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -44,14 +42,13 @@ def record_watch_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The directories the annotation watch lists from now on, in order (a whole walk lists the
     root first); a walk of the test's own, by scan(), is not counted."""
     listed: list[str] = []
-    real = os.scandir
+    real = annotationwatch.subdirectories
 
-    def scandir(path: str) -> Any:
-        if sys._getframe(1).f_code.co_filename == annotationwatch.__file__:
-            listed.append(path)
-        return real(path)
+    def subdirectories(directory: str) -> list[str] | None:
+        listed.append(directory)
+        return real(directory)
 
-    monkeypatch.setattr(annotationwatch.os, "scandir", scandir)
+    monkeypatch.setattr(annotationwatch, "subdirectories", subdirectories)
     return listed
 
 

@@ -52,6 +52,7 @@ from pathlib import Path
 
 from qpolicy.desired.annotations import Annotations, annotation_of
 from qpolicy.model import PodSpec
+from qpolicy.runtime.dirtree import subdirectories
 from qpolicy.runtime.inotify import (
     IN_ATTRIB,
     IN_CREATE,
@@ -264,10 +265,8 @@ class AnnotationWatch:
                 self._give_up(f"watching {directory}: {error.strerror or error}")
             else:
                 self._watched(path, wd)
-        try:
-            with os.scandir(directory) as entries:
-                subdirs = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
-        except OSError:
+        subdirs = subdirectories(directory)
+        if subdirs is None:
             return  # removed since it was listed (its watch, if any, goes with IN_IGNORED)
         self._children.setdefault(path, set())
         if path != "/":

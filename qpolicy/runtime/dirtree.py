@@ -13,6 +13,16 @@ import os
 from collections.abc import Iterator
 
 
+def subdirectories(directory: str) -> list[str] | None:
+    """The names of ``directory``'s subdirectories, in the order the kernel lists them, symbolic
+    links not followed; None where it cannot be listed (removed meanwhile, or unreadable)."""
+    try:
+        with os.scandir(directory) as entries:
+            return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return None
+
+
 def directories(top: str) -> Iterator[str]:
     """``top`` and every directory below it, each before its subdirectories (in the order the
     kernel lists them); symbolic links are not followed, and a directory removed or unreadable
@@ -20,10 +30,8 @@ def directories(top: str) -> Iterator[str]:
     stack = [top]
     while stack:
         directory = stack.pop()
-        try:
-            with os.scandir(directory) as entries:
-                below = [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
-        except OSError:
+        below = subdirectories(directory)
+        if below is None:
             continue
         yield directory
-        stack.extend(reversed(below))
+        stack.extend(os.path.join(directory, name) for name in reversed(below))
