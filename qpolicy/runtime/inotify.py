@@ -94,13 +94,6 @@ class Inotify:
         """Stops a watch; one the kernel already dropped (its inode gone) is no error."""
         _lib().inotify_rm_watch(self.fileno(), wd)
 
-    def read(self) -> list[Event]:
-        """Every event that has arrived, without waiting."""
-        events: list[Event] = []
-        while batch := self.read_some():
-            events += batch
-        return events
-
     def read_some(self) -> list[Event]:
         """The events one read(2) returns (up to 64 KiB of them), without waiting; the rest
         stay queued in the kernel, where a reader that falls behind sees ``IN_Q_OVERFLOW``

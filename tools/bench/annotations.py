@@ -142,17 +142,12 @@ class _OverflowOnce(Inotify):
         super().__init__()
         self.overflowed = False
 
-    def _overflow(self, events: list[Event]) -> list[Event]:
+    def read_some(self) -> list[Event]:
+        events = super().read_some()
         if self.overflowed:
             return events
         self.overflowed = True
         return [*events, Event(-1, IN_Q_OVERFLOW, 0, "")]
-
-    def read(self) -> list[Event]:
-        return self._overflow(super().read())
-
-    def read_some(self) -> list[Event]:
-        return self._overflow(super().read_some())
 
 
 def _refused() -> Inotify:
