@@ -191,31 +191,36 @@ class AnnotationWatch:
         at ``now``; then directories to visit, until done or ``deadline``. ``now`` None: the
         first walk, no events."""
         started = self._timer()
-        events_until = started + (deadline - started) / 2 if now is not None else started
-        while self._inotify is not None:
-            if not self._pending:
-                if self._timer() >= events_until:
-                    break
-                try:
-                    self._pending.extend(self._inotify.read_some())
-                except OSError as error:
-                    self._give_up(f"reading inotify events: {error.strerror or error}")
-                    self._walk_wanted = True
-                    break
-                if not self._pending:
-                    break
-            if not self._apply(self._pending.popleft()):
-                self._overflowed()
-            if self._timer() >= events_until:
-                break
-        if now is not None and self._found is None and now >= self._next_walk_at():
-            self._start_walk(now)
+        if now is not None:
+            self._take_events(started + (deadline - started) / 2)
+            if self._found is None and now >= self._next_walk_at():
+                self._start_walk(now)
         while self._todo and self._timer() < deadline:
             self._visit(self._todo.pop())
         if self._found is not None:
             self._walk_spent += self._timer() - started
             if not self._todo:
                 self._end_walk()
+
+    def _take_events(self, until: float) -> None:
+        """Events read and applied until there are none or ``until`` (of ``timer``); the rest
+        stay in the kernel's queue, or in ``_pending`` if already read."""
+        while self._inotify is not None:
+            if not self._pending:
+                if self._timer() >= until:
+                    return
+                try:
+                    self._pending.extend(self._inotify.read_some())
+                except OSError as error:
+                    self._give_up(f"reading inotify events: {error.strerror or error}")
+                    self._walk_wanted = True
+                    return
+                if not self._pending:
+                    return
+            if not self._apply(self._pending.popleft()):
+                self._overflowed()
+            if self._timer() >= until:
+                return
 
     def _overflowed(self) -> None:
         """The kernel dropped events: a whole walk, once its share of a core allows. Said once
