@@ -4,7 +4,9 @@ test moves, and a record of the walks the annotation watch makes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,18 @@ def remove_tree(top: Path) -> None:
             if not entry.is_dir(follow_symlinks=False):
                 os.unlink(entry.path)
         os.rmdir(directory)
+
+
+@contextlib.contextmanager
+def nested(top: Path, depth: int) -> Iterator[Path]:
+    """``depth`` directories nested one in another under ``top`` (made if need be); the deepest.
+    Removed afterwards by remove_tree: pytest's cleanup of old temporary directories could not."""
+    deep = top
+    try:
+        for _ in range(depth):
+            deep = deep / "a"
+            deep.mkdir(parents=True)
+        yield deep
+    finally:
+        if (top / "a").exists():
+            remove_tree(top / "a")

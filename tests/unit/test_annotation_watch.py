@@ -19,7 +19,7 @@ from qpolicy.desired.annotationwatch import AnnotationWatch
 from qpolicy.model import PodClass, PodSpec
 from qpolicy.runtime import inotify
 from qpolicy.runtime.inotify import Event, Inotify
-from tests.annotated_tree import Clock, annotate, record_watch_walks, remove_tree, xattr_root
+from tests.annotated_tree import Clock, annotate, nested, record_watch_walks, xattr_root
 
 
 @pytest.fixture
@@ -507,11 +507,7 @@ def test_a_tenants_cgroups_nested_deeper_than_pythons_recursion_are_walked(root:
     """A delegated subtree 1 200 cgroups deep (cgroup.max.depth is "max" unless set): os.walk
     recursed a frame a level and raised RecursionError, so every refresh of the desired state
     failed, state file and Kubernetes included. The watch's walk keeps its own stack."""
-    deep = root
-    for _ in range(1200):
-        deep = deep / "a"
-        deep.mkdir()
-    try:
+    with nested(root, 1200) as deep:
         annotate(deep, share="10")
         watch = AnnotationWatch(root, timer=Clock())
         assert list(watch.annotations.pods) == ["/a" * 1200]
@@ -519,5 +515,3 @@ def test_a_tenants_cgroups_nested_deeper_than_pythons_recursion_are_walked(root:
         annotate(deep / "b", share="20")
         assert watch.refresh() is True and len(watch.annotations.pods) == 2
         watch.close()
-    finally:
-        remove_tree(root / "a")  # pytest's own cleanup could not

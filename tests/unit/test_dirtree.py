@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,28 +14,9 @@ from qpolicy.runtime import dirtree
 from qpolicy.runtime.dirtree import directories
 from qpolicy.telemetry.cgroups import CgroupMap
 from qpolicy.telemetry.gpuprocs import processes_in
-from tests.annotated_tree import annotate, remove_tree, xattr_root
+from tests.annotated_tree import annotate, nested, xattr_root
 
 DEPTH = 1200  # past the recursion limit (1 000), and a path well within PATH_MAX
-
-
-@pytest.fixture
-def chain(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
-    """Makes ``DEPTH`` nested directories under a directory; the deepest. They are removed
-    after the test: pytest's cleanup of old temporary directories (shutil.rmtree) could not."""
-    made: list[Path] = []
-
-    def make(top: Path) -> Path:
-        deep = top
-        for _ in range(DEPTH):
-            deep = deep / "a"
-            deep.mkdir(parents=deep.parent == top)
-        made.append(top / "a")
-        return deep
-
-    yield make
-    for top in made:
-        remove_tree(top)
 
 
 def test_it_lists_each_directory_before_those_below_it_and_follows_no_link(tmp_path: Path) -> None:
@@ -71,25 +51,21 @@ def test_a_missing_top_and_a_directory_that_vanishes_are_skipped(
     assert sorted(directories(str(tmp_path))) == [str(tmp_path), str(tmp_path / "kept")]
 
 
-def test_a_tree_deeper_than_the_recursion_limit_is_walked(
-    tmp_path: Path, chain: Callable[[Path], Path]
-) -> None:
+def test_a_tree_deeper_than_the_recursion_limit_is_walked(tmp_path: Path) -> None:
     assert sys.getrecursionlimit() < DEPTH
-    deep = chain(tmp_path)
-    found = list(directories(str(tmp_path)))
-    assert len(found) == DEPTH + 1 and found[-1] == str(deep)
+    with nested(tmp_path, DEPTH) as deep:
+        found = list(directories(str(tmp_path)))
+        assert len(found) == DEPTH + 1 and found[-1] == str(deep)
 
 
-def test_the_walks_of_a_tenants_subtree_reach_its_deepest_cgroup(
-    tmp_path: Path, chain: Callable[[Path], Path]
-) -> None:
+def test_the_walks_of_a_tenants_subtree_reach_its_deepest_cgroup(tmp_path: Path) -> None:
     """The unseen-process look's walk of a pod, the cgroup map's walk for an unknown id, and
     scan() (the annotations without inotify's reference), on a pod 1 200 cgroups deep."""
     root = xattr_root(tmp_path / "cgroup")
-    deep = chain(root / "pod")
-    (deep / "cgroup.procs").write_text("4242\n")
-    annotate(deep, share="10")
-    assert processes_in(root, "/pod") == [4242]
-    cgroups = CgroupMap(root=root)
-    assert cgroups.path_of(deep.stat().st_ino) == "/pod" + "/a" * DEPTH
-    assert list(scan(root).pods) == ["/pod" + "/a" * DEPTH]
+    with nested(root / "pod", DEPTH) as deep:
+        (deep / "cgroup.procs").write_text("4242\n")
+        annotate(deep, share="10")
+        assert processes_in(root, "/pod") == [4242]
+        cgroups = CgroupMap(root=root)
+        assert cgroups.path_of(deep.stat().st_ino) == "/pod" + "/a" * DEPTH
+        assert list(scan(root).pods) == ["/pod" + "/a" * DEPTH]
