@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 
 # How often borrowed descriptors are checked against their processes and files.
 RECONCILE_EVERY_S = 1.0
-# How often pods are searched for processes the probe never saw (a walk of /proc per pod).
-UNSEEN_EVERY_S = 10.0
 # The share of the daemon's time RM is asked for such processes' handles while a search runs
 # (5 % of a core), given at each refresh for the time since the last, and at most
 # SEARCH_MOST_S at once. A fixed 5 ms a refresh took 8-10 % of a core while searching (an H200,
@@ -176,7 +174,6 @@ class RmBackend:
         self._state = DesiredState()
         self._gpus: dict[int, _Gpu] = {}
         self._reconciled_at = context.clock()
-        self._searched_at: float | None = None
         self._advanced_at: float | None = None
         # The tracker's generation the levers last followed (refresh()).
         self._followed = -1
@@ -289,10 +286,9 @@ class RmBackend:
         if self.guard is not None and now - self._guard_checked_at >= CHECK_EVERY_S:
             self._guard_checked_at = now
             self.guard.check()
-        if self._searched_at is None or now - self._searched_at >= UNSEEN_EVERY_S:
-            self._searched_at = now
-            pods = [p for p in self._state.pods if pod_id_kind(p) is PodIdKind.CGROUP]
-            self.unseen_processes.look(pods)
+        self.unseen_processes.refresh(
+            lambda: [p for p in self._state.pods if pod_id_kind(p) is PodIdKind.CGROUP]
+        )
         if self.unseen_processes.searching:
             # The first slice as for one tick.
             since = now - self._advanced_at if self._advanced_at is not None else TICK_S

@@ -180,6 +180,15 @@ def print_unseen(backend: dict[str, Any]) -> None:
         if isinstance(searching, list) and searching:
             pids = ", ".join(escape(str(pid)) for pid in searching)
             console.print(f"asking RM for the objects of pid(s) {pids}", soft_wrap=True)
+        look = searched.get("look")
+        if isinstance(look, dict) and look.get("spaced"):
+            # The pods' cgroups are their tenants' to make; looks are kept to a share of a core.
+            console.print(
+                f"[yellow]processes no probe saw are looked for every {look.get('every_s')} s"
+                f"[/yellow]: the pods' {look.get('cgroups')} cgroups took {look.get('ms')} ms "
+                "a look",
+                soft_wrap=True,
+            )
         refusals = searched.get("refusals")
         if isinstance(refusals, int) and refusals:
             # Only where client handles could not be checked first (rmctl.ClientCheck).

@@ -10,23 +10,25 @@ say which pods it does not fully enforce, rather than let them run ungoverned in
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from qpolicy.nvrm.abi import Node
 from qpolicy.runtime.dirtree import directories
 
 
-def processes_in(root: Path, cgroup: str) -> list[int]:
-    """Every pid in cgroup ``cgroup`` (a path below the cgroup2 mount ``root``) and below it."""
-    pids: list[int] = []
+def cgroup_procs(root: Path, cgroup: str) -> Iterator[list[int]]:
+    """The pids of each cgroup in cgroup ``cgroup`` (a path below the cgroup2 mount ``root``) and
+    below it, a list a cgroup, empty ones too: a caller can stop between any two, and a tenant's
+    subtree may hold thousands (qpolicy.enforcers.rm.unseen looks in slices)."""
     top = root / cgroup.lstrip("/")
     for directory in directories(str(top)):
         try:
             text = Path(directory, "cgroup.procs").read_text()
         except OSError:
-            continue  # removed while we walked, or not a cgroup
-        pids.extend(int(line) for line in text.split() if line.isdigit())
-    return sorted(set(pids))
+            yield []  # removed while we walked, or not a cgroup
+            continue
+        yield [int(line) for line in text.split() if line.isdigit()]
 
 
 def nvidia_files(pid: int, proc: Path = Path("/proc")) -> dict[int, Node]:

@@ -948,18 +948,23 @@ def test_status_says_which_processes_were_found_by_asking_rm_and_which_are_not_g
                 "searching": [42],
                 "not_found": [41],
                 "refusals": 12,
+                "look": {"cgroups": 5003, "ms": 266.1, "every_s": 26.6, "spaced": True},
             },
         },
     }
     daemonstatus.render(doc)
     out = " ".join(capsys.readouterr().out.split())
     assert "12 question(s) about client handles RM could not name" in out
+    # A tenant's many cgroups space the looks (qpolicy.enforcers.rm.unseen.LOOK_SHARE).
+    assert "looked for every 26.6 s: the pods' 5003 cgroups took 266.1 ms a look" in out
     assert "found by asking RM: 2 process(es) (40 channels) no probe saw allocate" in out
     assert "asking RM for the objects of pid(s) 42" in out
     assert "not governed: pod /kubepods.slice/a: pid(s) 41, 42 use the GPU" in out
     daemonstatus.render({**doc, "backend": {"gpus": {}}})
     quiet = capsys.readouterr().out
     assert "asking RM" not in quiet and "not governed" not in quiet
+    daemonstatus.render({**doc, "backend": {"gpus": {}, "searched": {"look": {"spaced": False}}}})
+    assert "looked for" not in capsys.readouterr().out
 
 
 def test_kmod_status_says_which_cgroups_keep_their_own_timeslices(

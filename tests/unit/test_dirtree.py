@@ -13,7 +13,7 @@ from qpolicy.desired.annotations import scan
 from qpolicy.runtime import dirtree
 from qpolicy.runtime.dirtree import directories
 from qpolicy.telemetry.cgroups import CgroupMap
-from qpolicy.telemetry.gpuprocs import processes_in
+from qpolicy.telemetry.gpuprocs import cgroup_procs
 from tests.annotated_tree import annotate, nested, xattr_root
 
 DEPTH = 1200  # past the recursion limit (1 000), and a path well within PATH_MAX
@@ -65,7 +65,7 @@ def test_the_walks_of_a_tenants_subtree_reach_its_deepest_cgroup(tmp_path: Path)
     with nested(root / "pod", DEPTH) as deep:
         (deep / "cgroup.procs").write_text("4242\n")
         annotate(deep, share="10")
-        assert processes_in(root, "/pod") == [4242]
+        assert [pids for pids in cgroup_procs(root, "/pod") if pids] == [[4242]]
         cgroups = CgroupMap(root=root)
         assert cgroups.path_of(deep.stat().st_ino) == "/pod" + "/a" * DEPTH
         assert list(scan(root).pods) == ["/pod" + "/a" * DEPTH]

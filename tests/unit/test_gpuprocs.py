@@ -19,7 +19,7 @@ from qpolicy.nvrm.abi import Node
 from qpolicy.runtime.realtime import RealtimeLoop
 from qpolicy.state import DesiredState
 from qpolicy.telemetry.cgroups import CgroupMap
-from qpolicy.telemetry.gpuprocs import is_mps_server, maps_libcuda, processes_in, uses_nvidia
+from qpolicy.telemetry.gpuprocs import cgroup_procs, is_mps_server, maps_libcuda, uses_nvidia
 from qpolicy.telemetry.probesource import ProbeSource
 from tests.unit.rm_double import RmDouble
 from tests.unit.test_telemetry_live import FakeProbe, process
@@ -39,7 +39,9 @@ def test_processes_of_a_subtree_and_which_hold_nvidia_files(tmp_path: Path) -> N
     (cgroup / "pod" / "ctr" / "cgroup.procs").write_text("30\n10\n")
     (cgroup / "other").mkdir()
     (cgroup / "other" / "cgroup.procs").write_text("99\n")
-    assert processes_in(cgroup, "/pod") == [10, 30]
+    (cgroup / "pod" / "gone").mkdir()  # no cgroup.procs: removed while walked
+    # A list a cgroup, the empty ones too (a look in slices can stop between any two).
+    assert sorted(cgroup_procs(cgroup, "/pod")) == [[], [], [30, 10]]
     proc = tmp_path / "proc"
     fake_proc(proc, 10, "/dev/null", "/dev/nvidiactl")
     fake_proc(proc, 30, "/dev/nvidia-uvm", "socket:[1234]")

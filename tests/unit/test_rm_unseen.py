@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from qpolicy.enforcers.rm import handles
-from qpolicy.enforcers.rm.unseen import UnseenProcesses, governable
+from qpolicy.enforcers.rm.unseen import LOOK_EVERY_S, LOOK_SHARE, UnseenProcesses, governable
 from qpolicy.nvrm import discover
 from qpolicy.nvrm.abi import Node
 from qpolicy.nvrm.tracker import Tracker
+from qpolicy.telemetry.gpuprocs import cgroup_procs
 from tests.unit.rm_double import RmDouble, traced_process
 
 PID = 4242
@@ -54,7 +57,7 @@ class Node_:
         self.files_read.append(pid)
         return self.files.get(pid, {})
 
-    def unseen(self) -> UnseenProcesses:
+    def unseen(self, **overrides: Any) -> UnseenProcesses:
         def search_clock() -> float:
             self.search_now += 1e-6  # each look at the clock a microsecond later
             return self.search_now
@@ -65,21 +68,26 @@ class Node_:
                 self.searches.append(pid)
             return self.rm.asker(pid, fd)
 
+        given: dict[str, Any] = {
+            "askers": askers,
+            "search_clock": search_clock,
+            "newest": lambda: 0xC1D00021,
+            "start_time": self.started.get,
+            "files_of": self.files_of,
+            "members": lambda root, pod: [self.members.get(pod, [])],  # one cgroup a pod
+            "cuda": lambda pid: pid in self.cuda,
+            "running": lambda pid, started: (
+                self.started.get(pid) == started and pid not in self.gone
+            ),
+            "client_check": lambda: self.rm if self.checks else None,
+            "wall": lambda: self.wall,
+        }
         made = UnseenProcesses(
             lambda: self.tracker,
             lambda: Path("/sys/fs/cgroup"),
             lambda pid: 55,
             lambda: self.now,
-            askers=askers,
-            search_clock=search_clock,
-            newest=lambda: 0xC1D00021,
-            start_time=self.started.get,
-            files_of=self.files_of,
-            members=lambda root, pod: self.members.get(pod, []),
-            cuda=lambda pid: pid in self.cuda,
-            running=lambda pid, started: self.started.get(pid) == started and pid not in self.gone,
-            client_check=lambda: self.rm if self.checks else None,
-            wall=lambda: self.wall,
+            **{**given, **overrides},
         )
         made.mark = self.mark
         return made
@@ -454,3 +462,172 @@ def test_a_process_older_than_the_mark_is_found_below_it_where_handles_can_be_ch
     assert unseen.status()["not_found"] == ([] if checks else [PID])
     # Without checks, the two handles above the mark (0x20, 0x1f), missing, were asked.
     assert node.rm.logged == (0 if checks else 2 * 3)
+
+
+class Stepping:
+    """A timer each reading of which is ``step`` s after the one before: a slice's work is
+    counted in readings, not in this machine's speed."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def looked(unseen: UnseenProcesses, node: Node_, pods: list[str]) -> int:
+    """Refreshes, a tick apart, until the look started by the first has ended; how many."""
+    refreshes = 0
+    while True:
+        unseen.refresh(lambda: pods)
+        refreshes += 1
+        if not unseen.looking:
+            return refreshes
+        node.now += 0.1
+
+
+def test_a_look_through_a_tenants_many_cgroups_works_in_slices() -> None:
+    """A pod's cgroups are its tenant's to make (5 000 held the daemon's loop 266 ms a look, in
+    one go): a look lists a few a refresh, at most LOOK_SLICE_S of it, keeps what the last look
+    found meanwhile, and makes the mark it leaves only once it has looked through them all."""
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    listed = [0]  # cgroups listed, by refresh
+    made: list[int] = []
+
+    def members(root: Path, pod: str) -> Iterator[list[int]]:
+        for index in range(400):
+            listed[-1] += 1
+            yield [PID] if index == 399 else []
+
+    def newest() -> int:
+        made.append(0xC1D00021)
+        return made[-1]
+
+    unseen = node.unseen(members=members, timer=Stepping(0.0005), newest=newest)
+    refreshes = 0
+    while True:
+        unseen.refresh(lambda: ["/a"])
+        refreshes += 1
+        if not unseen.looking:
+            break
+        assert unseen.unseen == {} and not unseen.searching and made == []
+        assert unseen.mark_to_write == 0xC1D00010 and unseen.status()["look"]["looking"]
+        listed.append(0)
+        node.now += 0.1
+    # Four or five cgroups a refresh (a reading of the timer each, 0.5 ms apart, to 2 ms).
+    assert max(listed) <= 5 and sum(listed) == 400 and refreshes >= 80
+    assert unseen.unseen == {"/a": [PID]} and unseen.searching and made == [0xC1D00021]
+    look = unseen.status()["look"]
+    assert look["cgroups"] == 400 and not look["looking"]
+    assert look["ms"] == pytest.approx(1e3 * unseen.look_cost_s, abs=0.01)
+    assert 0.2 <= unseen.look_cost_s <= 0.3  # a reading a cgroup, two a slice
+    while unseen.searching:
+        unseen.advance(1.0)
+    assert governable(node.tracker, PID) and unseen.mark_to_write == 0xC1D00021
+
+
+def test_a_process_in_a_deep_cgroup_of_a_wide_pod_is_found_a_few_cgroups_a_refresh(
+    tmp_path: Path,
+) -> None:
+    """The real walk (gpuprocs.cgroup_procs) gives a look each cgroup, the empty ones too: a
+    pod of 300 empty cgroups and one process at the bottom is listed over many refreshes."""
+    pod = tmp_path / "pod"
+    for index in range(300):
+        leaf = pod / f"group{index // 30}" / f"leaf{index}"
+        leaf.mkdir(parents=True)
+        (leaf / "cgroup.procs").write_text("")
+    (pod / "group9" / "leaf299" / "deeper").mkdir()
+    (pod / "group9" / "leaf299" / "deeper" / "cgroup.procs").write_text(f"{PID}\n")
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    unseen = node.unseen(
+        members=lambda root, name: cgroup_procs(tmp_path, name), timer=Stepping(0.0005)
+    )
+    assert looked(unseen, node, ["/pod"]) >= 300 // 5
+    assert unseen.unseen == {"/pod": [PID]} and unseen.searching
+    assert unseen.status()["look"]["cgroups"] == 1 + 10 + 300 + 1
+
+
+@pytest.mark.parametrize(("cgroups", "step", "spaced"), [(3, 1e-5, False), (400, 0.0005, True)])
+def test_looks_start_every_ten_seconds_or_spaced_to_a_share_of_a_core(
+    cgroups: int, step: float, spaced: bool
+) -> None:
+    """A look that cost more than LOOK_SHARE of LOOK_EVERY_S starts the next one as long after
+    its own start as keeps looks at that share: a tenant's cgroups cost the loop 1 % of a core
+    at most, however many."""
+    node = Node_()
+    node.members = {}
+    starts: list[tuple[float, float]] = []  # when a look started, what the last one cost
+
+    def members(root: Path, pod: str) -> Iterator[list[int]]:
+        starts.append((node.now, unseen.look_cost_s))
+        yield from ([] for _ in range(cgroups))
+
+    unseen = node.unseen(members=members, timer=Stepping(step))
+    while node.now < 120:
+        unseen.refresh(lambda: ["/a"])
+        node.now = round(node.now + 0.1, 6)
+    every = max(LOOK_EVERY_S, unseen.look_cost_s / LOOK_SHARE)
+    assert (every > LOOK_EVERY_S) is spaced and unseen.status()["look"]["spaced"] is spaced
+    assert unseen.status()["look"]["every_s"] == round(every, 1)
+    assert len(starts) >= 4
+    for (before, _), (start, cost) in itertools.pairwise(starts):
+        # On the tick grid: at the first refresh the last look's cost allows.
+        wait = max(LOOK_EVERY_S, cost / LOOK_SHARE)
+        assert wait <= start - before < wait + 0.1 + 1e-6, (start - before, cost)
+
+
+def test_while_a_second_look_runs_the_mark_left_is_the_first_looks() -> None:
+    """A finished look's mark holds while the next one walks (the processes before it were
+    found and searched); the next look's own replaces it once that look has ended."""
+    node = Node_()
+    node.members = {}
+    newest = [0xC1D00021]
+    cgroups = [1]
+
+    def members(root: Path, pod: str) -> Iterator[list[int]]:
+        yield from ([] for _ in range(cgroups[0]))
+
+    unseen = node.unseen(members=members, timer=Stepping(0.0005), newest=lambda: newest[0])
+    looked(unseen, node, ["/a"])
+    assert unseen.mark_to_write == 0xC1D00021
+    newest[0], cgroups[0] = 0xC1D00040, 100
+    node.now += LOOK_EVERY_S
+    unseen.refresh(lambda: ["/a"])
+    assert unseen.looking and unseen.mark_to_write == 0xC1D00021
+    looked(unseen, node, ["/a"])
+    assert unseen.mark_to_write == 0xC1D00040
+    # Closed amid a look, the last finished look's mark stays the one to leave.
+    newest[0] = 0xC1D00050
+    node.now += 2 * LOOK_EVERY_S
+    unseen.refresh(lambda: ["/a"])
+    assert unseen.looking
+    unseen.close()
+    assert not unseen.looking and unseen.mark_to_write == 0xC1D00040
+
+
+def test_the_bench_times_looks_through_a_tenants_tree_whole_and_in_slices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make bench unseen` on a small tree: both ways list every cgroup of the 100 pods, the
+    slices hold a refresh for less than the whole look, and the rows carry what the targets are
+    judged on."""
+    from tools.bench import annotations as tree
+    from tools.bench import unseen as bench
+
+    monkeypatch.setattr(tree, "FILES", 2)
+    monkeypatch.setattr(tree, "TENANT_FILES", 2)
+    monkeypatch.setattr(tree, "TENANT_CGROUPS", 1500)
+    monkeypatch.setattr(bench, "SECONDS", 30)
+    root = tmp_path / "tenant"
+    tree._tenant_tree(root)
+    whole, sliced = bench.measure(root, sliced=False), bench.measure(root, sliced=True)
+    # The 100 pods' cgroups and 3 containers each, the tenant's 1 500 and its 15 groups.
+    assert whole["cgroups"] == sliced["cgroups"] == 100 * 4 + 1500 + 15
+    assert whole["looks"] == 3 and 1 <= sliced["looks"] <= 3
+    assert sliced["longest_refresh_ms"] < whole["longest_refresh_ms"]
+    for row in (whole, sliced):
+        assert row["cpu_percent"] > 0 and row["look_ms"] > 0

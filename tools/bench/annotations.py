@@ -60,7 +60,14 @@ TARGET_TENANT_PERCENT = 1.5
 
 def _cgroup(path: Path) -> None:
     path.mkdir(parents=True)
-    for index in range(FILES):
+    _files(path, FILES)
+
+
+def _files(path: Path, count: int) -> None:
+    """A cgroup's control files, ``cgroup.procs`` among them (empty: no process in it), which
+    the rm enforcer's look for unseen processes reads (tools/bench/unseen.py)."""
+    (path / "cgroup.procs").touch()
+    for index in range(1, count):
         (path / f"control.{index}").touch()
 
 
@@ -160,8 +167,7 @@ def _tenant_tree(root: Path) -> int:
     for index in range(TENANT_CGROUPS):
         group = tenant / f"group{index // 100}" / f"leaf{index}"
         group.mkdir(parents=True)
-        for name in range(TENANT_FILES):
-            (group / f"control.{name}").touch()
+        _files(group, TENANT_FILES)
     return sum(1 for _ in os.walk(root))
 
 

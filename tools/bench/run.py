@@ -1,7 +1,7 @@
 """`make bench`: run the benchmarks, print a summary, write bench-results/<name>.json.
 
 python tools/bench/run.py [engine] [sim] [targets] [exporter] [probe] [probemaps] [daemon]
-    [annotations]
+    [annotations] [unseen]
 """
 
 from __future__ import annotations
@@ -13,7 +13,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools.bench import annotations, daemon, engine, exporter, probe, probemaps, sim, targets
+from tools.bench import (
+    annotations,
+    daemon,
+    engine,
+    exporter,
+    probe,
+    probemaps,
+    sim,
+    targets,
+    unseen,
+)
 from tools.bench.common import machine
 
 BENCHES = {
@@ -25,6 +35,7 @@ BENCHES = {
     "probemaps": probemaps.run,
     "daemon": daemon.run,
     "annotations": annotations.run,
+    "unseen": unseen.run,
 }
 
 

@@ -3,21 +3,21 @@
 The rm enforcer learns a process's RM clients, TSGs and channels from the RM_ALLOC traffic the probe
 sees. A process that allocated them while no daemon ran (it started before qpolicy was installed, or
 while the daemon restarted, after the last handles a previous daemon wrote) would run ungoverned for
-the rest of its life. Every :data:`~qpolicy.backends.rm.UNSEEN_EVERY_S` the pods' cgroups are walked
-for processes that hold NVIDIA device files and that the tracker cannot govern: none of their
-clients was seen allocated, or channels were seen under a client whose allocation was not (events
-the probe lost). Each that has libcuda mapped (a process without it has no CUDA context) is searched
-once: RM is asked about the client handles made since the previous daemon's mark (from the handles
-file: a client that daemon made itself, after which its probe saw every client made; see
-:attr:`UnseenProcesses.mark_to_write`) and those objects were seen made under
-(:mod:`qpolicy.nvrm.discover`), in slices, 5 % of the daemon's time, and what is found is added to
-the tracker, from when on the process is governed like any other. Each client handle is checked
-first, by making a client at it on the daemon's own ``/dev/nvidiactl`` (rmctl.ClientCheck, which
-writes no kernel log line; the answers are shared by the searches), and only those a client holds
-are asked; the search then goes on below the mark, through every client handle, newest first (with
-no mark, the first daemon on a node, from the start). Where no check can be made (no
-``/dev/nvidiactl`` to open) only the range above a mark is asked, each question about a client
-handle that does not exist writes a kernel log line, and the daemon's refusals are bounded
+the rest of its life. Every :data:`LOOK_EVERY_S` the pods' cgroups are walked (a look, in slices,
+spaced to a share of a core: :meth:`UnseenProcesses.refresh`) for processes that hold NVIDIA device
+files and that the tracker cannot govern: none of their clients was seen allocated, or channels were
+seen under a client whose allocation was not (events the probe lost). Each that has libcuda mapped
+(a process without it has no CUDA context) is searched once: RM is asked about the client handles
+made since the previous daemon's mark (from the handles file: a client that daemon made itself,
+after which its probe saw every client made; see :attr:`UnseenProcesses.mark_to_write`) and those
+objects were seen made under (:mod:`qpolicy.nvrm.discover`), in slices, 5 % of the daemon's time,
+and what is found is added to the tracker, from when on the process is governed like any other. Each
+client handle is checked first, by making a client at it on the daemon's own ``/dev/nvidiactl``
+(rmctl.ClientCheck, which writes no kernel log line; the answers are shared by the searches), and
+only those a client holds are asked; the search then goes on below the mark, through every client
+handle, newest first (with no mark, the first daemon on a node, from the start). Where no check can
+be made (no ``/dev/nvidiactl`` to open) only the range above a mark is asked, each question about a
+client handle that does not exist writes a kernel log line, and the daemon's refusals are bounded
 (:data:`REFUSALS`). A process the search finds no channels of (it holds no GPU work, or its objects
 lie where the search does not look) stays listed as unseen, and is logged once.
 """
@@ -25,9 +25,11 @@ lie where the search does not look) stays listed as unseen, and is logged once.
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,7 +37,7 @@ from qpolicy.enforcers.rm.record import process_running, process_start_time
 from qpolicy.nvrm import discover, rmctl
 from qpolicy.nvrm.abi import Node
 from qpolicy.nvrm.tracker import Tracker
-from qpolicy.telemetry.gpuprocs import maps_libcuda, nvidia_files, processes_in
+from qpolicy.telemetry.gpuprocs import cgroup_procs, maps_libcuda, nvidia_files
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,18 @@ log = logging.getLogger(__name__)
 #: refusal logs nothing and is not counted). Call 24B: 300 clients freed between two
 #: processes' start and the search, asked on their three control descriptors each, spent it.
 REFUSALS = 1024
+
+#: How often the pods' cgroups are looked through for processes the tracker cannot govern (from
+#: one look's start to the next's), unless a look costs more than ``LOOK_SHARE`` of it.
+LOOK_EVERY_S = 10.0
+#: What a look may spend of one refresh of the daemon's loop, the thread that also hands the
+#: GPUs over; the rest waits for the next refresh. The cgroups under a pod are its tenant's to
+#: make (a pod running systemd, rootless containers): one of 5 000 cgroups held the loop 266 ms a
+#: look, in one go, every 10 s (BENCHMARKS.md, 2026-12-07, fifty-eighth session).
+LOOK_SLICE_S = 0.002
+#: The share of a core looks may take, however many cgroups: a look that cost 250 ms starts 25 s
+#: after the one before started, not 10 s.
+LOOK_SHARE = 0.01
 
 
 class ClientChecker(Protocol):
@@ -104,6 +118,20 @@ def governable(tracker: Tracker, pid: int) -> bool:
 
 
 @dataclass
+class _Look:
+    """A look under way: the pods' cgroups still to list, and what was found so far."""
+
+    cgroups: Iterator[tuple[str, list[int]]]  # (pod, the pids of one of its cgroups)
+    pending: deque[tuple[str, int]] = field(default_factory=deque)  # listed, not yet checked
+    #: Per pid checked: its NVIDIA device files if it uses the GPU and the tracker cannot govern
+    #: it, else None (each pid's descriptors are listed once, under however many pods).
+    checked: dict[int, dict[int, Node] | None] = field(default_factory=dict)
+    unseen: dict[str, set[int]] = field(default_factory=dict)
+    visited: int = 0  # cgroups listed
+    spent: float = 0.0  # of the timer
+
+
+@dataclass
 class _Active:
     pod: str
     started: int  # the process's start time, which with its pid names it
@@ -126,11 +154,12 @@ class UnseenProcesses:
         newest: Callable[[], int | None] | None = None,
         start_time: Callable[[int], int | None] | None = None,
         files_of: Callable[[int], dict[int, Node]] | None = None,
-        members: Callable[[Path, str], list[int]] | None = None,
+        members: Callable[[Path, str], Iterable[list[int]]] | None = None,
         cuda: Callable[[int], bool] | None = None,
         running: Callable[[int, int], bool] | None = None,
         client_check: Callable[[], ClientChecker | None] | None = None,
         wall: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         # The defaults are looked up when called (tests replace the module's functions).
         self._tracker = tracker
@@ -144,11 +173,20 @@ class UnseenProcesses:
         self._newest = newest or (lambda: rmctl.newest_client_handle())
         self._start_time = start_time or (lambda pid: process_start_time(pid))
         self._files_of = files_of or (lambda pid: nvidia_files(pid))
-        self._members = members or (lambda root, pod: processes_in(root, pod))
+        # A pod's cgroups' pids, a list a cgroup (a look can stop between any two).
+        self._members = members or (lambda root, pod: cgroup_procs(root, pod))
         self._cuda = cuda or (lambda pid: maps_libcuda(pid))
         self._running = running or (lambda pid, started: process_running(pid, started))
         self._open_check = client_check or open_client_check
         self._wall = wall
+        # Measures a look's slices and what a whole look cost (``clock`` schedules the looks).
+        self._timer = timer
+        self._look: _Look | None = None
+        self._look_started: float | None = None  # of ``clock``
+        #: What the last finished look cost (s of the timer) and how many cgroups it listed.
+        self.look_cost_s = 0.0
+        self.cgroups = 0
+        self.looks = 0  # finished
         #: Opened at the first search; None: not yet, False: could not be.
         self._check: FreeClients | bool | None = None
         #: Per pod: its processes using the GPU that the tracker cannot govern (yet).
@@ -179,30 +217,115 @@ class UnseenProcesses:
     def searching(self) -> bool:
         return bool(self._active)
 
+    @property
+    def looking(self) -> bool:
+        """A look is under way (started, not all its cgroups listed yet)."""
+        return self._look is not None
+
+    @property
+    def look_every_s(self) -> float:
+        """From one look's start to the next's: ``LOOK_EVERY_S``, or as long as keeps looks at
+        ``LOOK_SHARE`` of a core."""
+        return max(LOOK_EVERY_S, self.look_cost_s / LOOK_SHARE)
+
+    def refresh(self, pods: Callable[[], Iterable[str]]) -> None:
+        """The loop's share of the looks: one is started when due (``pods``: the cgroup paths to
+        look through, asked then), and every refresh walks on for at most ``LOOK_SLICE_S``."""
+        now = self._clock()
+        if self._look is None and (
+            self._look_started is None or now - self._look_started >= self.look_every_s
+        ):
+            self._look_started = now
+            self.start_look(pods())
+        if self._look is not None:
+            self.continue_look(LOOK_SLICE_S)
+
     def look(self, pods: Iterable[str]) -> None:
-        """Walk ``pods`` (cgroup paths) for processes the tracker cannot govern; start a search
-        for each not searched before."""
+        """A whole look at once: walk ``pods`` (cgroup paths) for processes the tracker cannot
+        govern; start a search for each not searched before."""
+        self.start_look(pods)
+        self.continue_look(math.inf)
+
+    def start_look(self, pods: Iterable[str]) -> None:
+        """Starts a look through ``pods`` (one under way is given up); :meth:`continue_look`
+        walks it. The pods are those of the start: one configured meanwhile waits for the next."""
+        root = self._cgroup_root()
+        if root is None:
+            self._look = None
+            return
+        pods = list(pods)
+
+        def cgroups() -> Iterator[tuple[str, list[int]]]:
+            for pod in pods:
+                for pids in self._members(root, pod):
+                    yield pod, pids
+
+        self._look = _Look(cgroups())
+
+    def continue_look(self, budget_s: float) -> bool:
+        """Walks the look under way on for about ``budget_s`` (of the timer): its cgroups, then
+        its processes' descriptors, a cgroup or a process at a time. At its end the unseen
+        processes are known and their searches started. True where no look is under way now."""
+        look = self._look
+        if look is None:
+            return True
+        started = self._timer()
+        deadline = started + budget_s
+        tracker = self._tracker()
+        while True:
+            if look.pending:
+                pod, pid = look.pending.popleft()
+                if pid not in look.checked:
+                    look.checked[pid] = self._unseen_files(tracker, pid)
+                if look.checked[pid] is not None:
+                    look.unseen.setdefault(pod, set()).add(pid)
+            else:
+                try:
+                    pod, pids = next(look.cgroups)
+                except StopIteration:
+                    break
+                look.visited += 1
+                look.pending.extend((pod, pid) for pid in pids)
+            if self._timer() >= deadline:
+                look.spent += self._timer() - started
+                return False
+        look.spent += self._timer() - started
+        self._look = None
+        self.look_cost_s, self.cgroups = look.spent, look.visited
+        self.looks += 1
+        self._end_look(look)
+        return True
+
+    def _unseen_files(self, tracker: Tracker, pid: int) -> dict[int, Node] | None:
+        """``pid``'s NVIDIA device files if it uses the GPU and ``tracker`` cannot govern it."""
+        # The tracker first: a governed process's files need not be listed (a readlink per
+        # descriptor; a PyTorch process holds hundreds), and most are governed.
+        if governable(tracker, pid):
+            return None
+        files = self._files_of(pid)
+        if not any(node in (Node.CTL, Node.GPU) for node in files.values()):
+            return None
+        return files
+
+    def _end_look(self, look: _Look) -> None:
+        """Starts a search for each process the look found that was not searched before."""
+        # The mark is made as the look ends: every client made after it this daemon's probe
+        # sees made (it is up before the first look starts), and the processes before it that
+        # no probe saw are what the look found, searched before the mark is written on
+        # (mark_to_write). A look's slices can span seconds: a mark made at its start would
+        # leave the clients made meanwhile out of the searches' range.
         made = self._newest()
         if made is not None:
             self.own_mark = made
-        root = self._cgroup_root()
-        if root is None:
-            return
         self._looked = True
         tracker = self._tracker()
-        unseen: dict[str, list[int]] = {}
+        unseen = {pod: sorted(pids) for pod, pids in look.unseen.items()}
         wanted: dict[int, tuple[str, dict[int, Node]]] = {}
-        for pod in pods:
-            for pid in self._members(root, pod):
-                # The tracker first: a governed process's files need not be listed (a readlink
-                # per descriptor; a PyTorch process holds hundreds), and most are governed.
-                if governable(tracker, pid):
-                    continue
-                files = self._files_of(pid)
-                if not any(node in (Node.CTL, Node.GPU) for node in files.values()):
-                    continue
-                unseen.setdefault(pod, []).append(pid)
-                wanted[pid] = (pod, files)
+        for pod, pids in unseen.items():
+            for pid in pids:
+                files = look.checked[pid]
+                if files is not None:
+                    wanted[pid] = (pod, files)
         for pid in [p for p in self._active if p not in wanted]:
             self._active.pop(pid).search.close()  # exited, or governed by now
         for pid, (pod, files) in wanted.items():
@@ -364,6 +487,16 @@ class UnseenProcesses:
 
     def status(self) -> dict[str, Any]:
         return {
+            # The looks through the pods' cgroups: how many the last listed, what it cost, and
+            # how often they start (longer than LOOK_EVERY_S where a tenant's cgroups are many).
+            "look": {
+                "looks": self.looks,
+                "cgroups": self.cgroups,
+                "ms": round(self.look_cost_s * 1e3, 2),
+                "every_s": round(self.look_every_s, 1),
+                "spaced": self.look_every_s > LOOK_EVERY_S,
+                "looking": self.looking,
+            },
             "found_processes": self.found_processes,
             "found_channels": self.found_channels,
             "last_found_at": self.last_found_at,
@@ -387,6 +520,7 @@ class UnseenProcesses:
         for active in self._active.values():
             active.search.close()
         self._active.clear()
+        self._look = None
         if isinstance(self._check, FreeClients):
             self._check.checker.close()
         self._check = None
