@@ -258,6 +258,7 @@ class Daemon:
             "probe_error": self.probe_error,
             "probe_lost_events": self._view.probe_lost_events,
             "annotations": self._annotations_status(),
+            "cgroup_ids": self._cgroup_ids_status(),
             "pods": [
                 {
                     "gpu": pod.gpu,
@@ -304,6 +305,20 @@ class Daemon:
         if watch.unwatched is not None:
             return {"walked": watch.unwatched, **spacing}
         return {"watched_directories": watch.watches, **spacing}
+
+    def _cgroup_ids_status(self) -> dict[str, Any]:
+        """How the paths of the cgroup ids the probe reports are found: opened by id, or by
+        walking the hierarchy (spaced to a share of a core), and what a walk cost."""
+        if self.probe is None:
+            return {}
+        cgroups = self.probe.view.cgroups
+        return {
+            "by_id": cgroups.by_id,
+            "opened": cgroups.opened,
+            "walks": cgroups.walks,
+            "walk_ms": round(cgroups.walk_cost_s * 1000, 1),
+            "walk_every_s": round(cgroups.walk_every_s, 1),
+        }
 
     # -- running -------------------------------------------------------------------------------
 

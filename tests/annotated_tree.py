@@ -79,3 +79,16 @@ def nested(top: Path, depth: int) -> Iterator[Path]:
     finally:
         if (top / "a").exists():
             remove_tree(top / "a")
+
+
+def small_tenant_tree(root: Path, monkeypatch: pytest.MonkeyPatch, cgroups: int) -> Path:
+    """The benches' tenant tree (tools/bench/annotations.py) at a size a test can afford: two
+    files a cgroup and ``cgroups`` of the tenant's own, made at ``root``. Returns the container
+    cgroup that holds the tenant's."""
+    from tools.bench import annotations as bench
+
+    monkeypatch.setattr(bench, "FILES", 2)
+    monkeypatch.setattr(bench, "TENANT_FILES", 2)
+    monkeypatch.setattr(bench, "TENANT_CGROUPS", cgroups)
+    bench._tenant_tree(root)
+    return root / "kubepods.slice" / "kubepods-pod1.slice" / "cri-containerd-0.scope"

@@ -64,6 +64,16 @@ def render(doc: dict[str, Any]) -> None:
             f"{escape(str(annotations['walked']))})",
             soft_wrap=True,
         )
+    ids = doc.get("cgroup_ids")
+    if isinstance(ids, dict) and ids.get("by_id") is False and ids.get("walks"):
+        # Each cgroup id the probe reports that is not known yet walks the hierarchy
+        # (qpolicy.telemetry.cgroups): a tenant's many cgroups make each walk long.
+        console.print(
+            f"[yellow]cgroup ids are found by walking the hierarchy[/yellow] ({ids['walks']} "
+            f"walks, {ids.get('walk_ms')} ms the last, at most every {ids.get('walk_every_s')} "
+            "s): opening cgroups by id needs CAP_DAC_READ_SEARCH and Linux 5.5",
+            soft_wrap=True,
+        )
     pods = doc.get("pods", [])
     if pods:
         table = Table("pod", "GPU", "class", "GPU time", "throttled", "planned", "closed",

@@ -7,10 +7,11 @@ instance, watches added and removed, and the events that arrived, read without w
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import struct
 from dataclasses import dataclass
+
+from qpolicy.runtime.libc import libc
 
 # <sys/inotify.h>
 IN_ATTRIB = 0x00000004
@@ -55,22 +56,12 @@ def parse(buffer: bytes) -> list[Event]:
     return events
 
 
-_libc: ctypes.CDLL | None = None
-
-
-def _lib() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return _libc
-
-
 class Inotify:
     """One inotify instance. Raises OSError where the kernel refuses one (EMFILE: the user's
     ``fs.inotify.max_user_instances`` are taken) or a watch (ENOSPC: ``max_user_watches``)."""
 
     def __init__(self) -> None:
-        fd = _lib().inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        fd = libc().inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             code = ctypes.get_errno()
             raise OSError(code, f"inotify_init1: {os.strerror(code)}")
@@ -84,7 +75,7 @@ class Inotify:
     def add(self, path: str, mask: int) -> int:
         """Watches ``path`` for ``mask``; the watch descriptor (the same one again for an inode
         already watched)."""
-        wd = _lib().inotify_add_watch(self.fileno(), os.fsencode(path), ctypes.c_uint32(mask))
+        wd = libc().inotify_add_watch(self.fileno(), os.fsencode(path), ctypes.c_uint32(mask))
         if wd < 0:
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code), path)
@@ -92,7 +83,7 @@ class Inotify:
 
     def remove(self, wd: int) -> None:
         """Stops a watch; one the kernel already dropped (its inode gone) is no error."""
-        _lib().inotify_rm_watch(self.fileno(), wd)
+        libc().inotify_rm_watch(self.fileno(), wd)
 
     def read_some(self) -> list[Event]:
         """The events one read(2) returns (up to 64 KiB of them), without waiting; the rest

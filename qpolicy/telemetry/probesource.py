@@ -138,6 +138,7 @@ class ProbeSource:
         close = getattr(self.probe, "close", None)
         if close is not None:
             close()
+        self.view.cgroups.close()
 
     def activity(self, counters: bool = True) -> Mapping[int, CgroupActivity]:
         """Per cgroup id that the probe has seen: its path, driver activity and GPUs.

@@ -695,6 +695,13 @@ def test_the_daemon_row_says_what_its_cpu_window_paid_for() -> None:
     assert gpu.turns_cell(
         {"window_turns": {"periods": 1, "periods_stretched": 0, "turn_ends": {}}}
     ) == ("; turns ended: none; periods 1 (0 stretched)")
+    # How the daemon found its cgroup ids' paths (its status at the end; runs before 2026-12-07's
+    # fifty-ninth session kept none).
+    ids = {"by_id": True, "opened": 12, "walks": 0, "walk_ms": 0.0, "walk_every_s": 0.5}
+    assert gpu.turns_cell({"cgroup_ids": ids}) == "; cgroup ids opened by id (12 opened, 0 walks)"
+    walked = {**ids, "by_id": False, "opened": 0, "walks": 2}
+    assert gpu.turns_cell({"cgroup_ids": walked}) == "; cgroup ids walked for (0 opened, 2 walks)"
+    assert gpu.turns_cell({"cgroup_ids": None}) == ""
 
 
 class NoCgroups:

@@ -806,6 +806,24 @@ def test_daemon_status_says_when_annotations_are_walked_rather_than_watched(
     assert "annotations" not in capsys.readouterr().out
 
 
+def test_daemon_status_says_when_cgroup_ids_are_walked_for(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from qpolicy.cli import daemonstatus
+
+    doc = {"pid": 7, "enforcer": "rm", "sources": {}}
+    walked = {"by_id": False, "opened": 0, "walks": 3, "walk_ms": 201.5, "walk_every_s": 20.2}
+    daemonstatus.render({**doc, "cgroup_ids": walked})
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "cgroup ids are found by walking the hierarchy (3 walks, 201.5 ms the last, at most every"
+        " 20.2 s): opening cgroups by id needs CAP_DAC_READ_SEARCH and Linux 5.5" in out
+    )
+    for quiet in ({**walked, "by_id": True}, {**walked, "walks": 0}, {}):
+        daemonstatus.render({**doc, "cgroup_ids": quiet})
+        assert "cgroup ids" not in capsys.readouterr().out
+
+
 def test_status_says_which_pods_the_cta_strategy_set(capsys: pytest.CaptureFixture[str]) -> None:
     from qpolicy.cli import daemonstatus
 

@@ -399,6 +399,16 @@ def test_probe_activity_is_attributed_to_the_pod_owning_the_cgroup(tmp_path: Pat
     stray = pods["/batch"]
     assert (stray.pod_class, stray.gpu, stray.share_target) == ("unmanaged", "1", None)
     assert stray.activity.ioctls == {"CARD_INFO": 1}
+    # A process in a cgroup the map never learnt: found by a walk here (a test's directory
+    # cannot be opened by id), and the status says how.
+    (root / "late").mkdir()
+    late = os.stat(root / "late").st_ino
+    probe.pending = [open_record(30, late, 8, "/dev/nvidia0", minor=0)]
+    agent.tick()
+    assert cgroups.known_path(late) == "/late"
+    ids = json.loads((tmp_path / "state" / STATUS_NAME).read_text())["cgroup_ids"]
+    assert ids.pop("walk_ms") >= 0
+    assert ids == {"by_id": False, "opened": 0, "walks": 1, "walk_every_s": 0.5}
     agent.close()
 
 

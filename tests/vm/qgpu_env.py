@@ -130,6 +130,19 @@ def remove_tree(path: Path) -> None:
             time.sleep(0.05)
 
 
+@contextmanager
+def cgroup_tree(prefix: str) -> Iterator[Path]:
+    """A cgroup of the test's own under the VM's cgroup2 root, removed with everything below it
+    (their processes killed) afterwards."""
+    ensure_cgroup2()
+    path = CGROUP_ROOT / f"{prefix}-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+
+
 def in_cgroup(cg: Cgroup, args: list[str], nice: int = 0) -> Gpuload:
     """gpuload started inside ``cg`` (it moves itself before exec), ``nice`` added to its nice
     value."""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
 import statistics
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +49,22 @@ def summary_ms(samples_ns: list[int]) -> dict[str, float]:
         "min_ms": ordered[0] / 1e6,
         "runs": len(ordered),
     }
+
+
+class SimClock:
+    """A simulated clock the bench moves itself (the daemon's ticks), from 1000 s."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextlib.contextmanager
+def tmpfs_dir(prefix: str) -> Iterator[Path]:
+    """A temporary directory on tmpfs where there is one: a tree's reads are then the kernel's
+    dentry work, as on cgroupfs, not the disk's."""
+    shm = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=shm if shm.is_dir() else None) as tmp:
+        yield Path(tmp)

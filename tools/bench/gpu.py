@@ -799,6 +799,8 @@ def qpolicy_daemon(
                 # Its status at the end: GPU checks, turns handed back, and turn ends and
                 # periods over its whole life (the CPU window's own are in window_turns).
                 info["gpu_status"] = gpu_status
+                # How the paths of the probe's cgroup ids were found: by id, or by walks.
+                info["cgroup_ids"] = status.get("cgroup_ids")
             except (OSError, ValueError, KeyError, TypeError):
                 info["online_strategy"] = None
             try:
@@ -1394,6 +1396,10 @@ def turns_cell(daemon: dict[str, Any]) -> str:
             by_cgroup = counts.get("tracker_changes_by_cgroup")
             if by_cgroup:
                 cell += f" (in {_listed(by_cgroup)})"
+    ids = daemon.get("cgroup_ids")
+    if isinstance(ids, dict) and "by_id" in ids:
+        how = "opened by id" if ids["by_id"] else "walked for"
+        cell += f"; cgroup ids {how} ({ids.get('opened')} opened, {ids.get('walks')} walks)"
     return cell
 
 

@@ -1,7 +1,7 @@
 """`make bench`: run the benchmarks, print a summary, write bench-results/<name>.json.
 
 python tools/bench/run.py [engine] [sim] [targets] [exporter] [probe] [probemaps] [daemon]
-    [annotations] [unseen]
+    [annotations] [unseen] [cgroupids]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.bench import (
     annotations,
+    cgroupids,
     daemon,
     engine,
     exporter,
@@ -36,6 +37,7 @@ BENCHES = {
     "daemon": daemon.run,
     "annotations": annotations.run,
     "unseen": unseen.run,
+    "cgroupids": cgroupids.run,
 }
 
 
