@@ -20,6 +20,7 @@ from qpolicy.model import PodClass, PodSpec
 from qpolicy.runtime import inotify
 from qpolicy.runtime.inotify import Event, Inotify
 from tests.annotated_tree import Clock, annotate, nested, record_watch_walks, xattr_root
+from tests.timers import Stepping
 
 
 @pytest.fixture
@@ -326,17 +327,6 @@ def test_the_bench_builds_a_node_shaped_tree_and_checks_the_watch_against_a_walk
     assert row["entries"] == row["directories"] * 3
     assert set(row) >= {"walk_per_s_percent", "watch_idle_per_s_percent", "watch_new_pod_ms"}
     assert list(root.iterdir()) == []  # the tree is taken down
-
-
-class Stepping:
-    """A timer that moves ``step`` seconds each time it is read: work measured in reads."""
-
-    def __init__(self, step: float) -> None:
-        self.now, self.step = 0.0, step
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
 
 
 def test_a_flood_of_new_cgroups_is_taken_in_slices_and_nothing_is_missed(

@@ -19,6 +19,8 @@ from qpolicy.nvrm import discover
 from qpolicy.nvrm.abi import Node
 from qpolicy.nvrm.tracker import Tracker
 from qpolicy.telemetry.gpuprocs import cgroup_procs
+from tests.annotated_tree import small_tenant_tree
+from tests.timers import Stepping
 from tests.unit.rm_double import RmDouble, traced_process
 
 PID = 4242
@@ -464,19 +466,6 @@ def test_a_process_older_than_the_mark_is_found_below_it_where_handles_can_be_ch
     assert node.rm.logged == (0 if checks else 2 * 3)
 
 
-class Stepping:
-    """A timer each reading of which is ``step`` s after the one before: a slice's work is
-    counted in readings, not in this machine's speed."""
-
-    def __init__(self, step: float) -> None:
-        self.now = 0.0
-        self.step = step
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
-
-
 def looked(unseen: UnseenProcesses, node: Node_, pods: list[str]) -> int:
     """Refreshes, a tick apart, until the look started by the first has ended; how many."""
     refreshes = 0
@@ -615,15 +604,11 @@ def test_the_bench_times_looks_through_a_tenants_tree_whole_and_in_slices(
     """`make bench unseen` on a small tree: both ways list every cgroup of the 100 pods, the
     slices hold a refresh for less than the whole look, and the rows carry what the targets are
     judged on."""
-    from tools.bench import annotations as tree
     from tools.bench import unseen as bench
 
-    monkeypatch.setattr(tree, "FILES", 2)
-    monkeypatch.setattr(tree, "TENANT_FILES", 2)
-    monkeypatch.setattr(tree, "TENANT_CGROUPS", 1500)
     monkeypatch.setattr(bench, "SECONDS", 30)
     root = tmp_path / "tenant"
-    tree._tenant_tree(root)
+    small_tenant_tree(root, monkeypatch, 1500)
     whole, sliced = bench.measure(root, sliced=False), bench.measure(root, sliced=True)
     # The 100 pods' cgroups and 3 containers each, the tenant's 1 500 and its 15 groups.
     assert whole["cgroups"] == sliced["cgroups"] == 100 * 4 + 1500 + 15

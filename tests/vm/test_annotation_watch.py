@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from qpolicy.desired.annotations import scan
 from qpolicy.desired.annotationwatch import AnnotationWatch
 from qpolicy.model import PodClass, PodSpec
 from tests.annotated_tree import record_watch_walks
-from tests.vm.qgpu_env import CGROUP_ROOT, ensure_cgroup2, remove_tree
+from tests.vm.qgpu_env import CGROUP_ROOT, cgroup_tree
 
 
 @pytest.fixture
@@ -27,13 +26,8 @@ def walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.fixture
 def slice_() -> Iterator[Path]:
-    ensure_cgroup2()
-    path = CGROUP_ROOT / f"qpolicy-watch-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
-    try:
+    with cgroup_tree("qpolicy-watch") as path:
         yield path
-    finally:
-        remove_tree(path)
 
 
 def test_cgroupfs_changes_reach_the_watch_and_nothing_else_wakes_it(

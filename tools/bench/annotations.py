@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +44,7 @@ from typing import Any
 from qpolicy.desired.annotations import scan
 from qpolicy.desired.annotationwatch import AnnotationWatch
 from qpolicy.runtime.inotify import IN_Q_OVERFLOW, Event, Inotify
+from tools.bench.common import SimClock, tmpfs_dir
 
 PODS = (10, 100, 300)
 SYSTEM_CGROUPS = 40
@@ -134,14 +134,6 @@ def measure(base: Path, pods: int) -> dict[str, Any]:
     }
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class _OverflowOnce(Inotify):
     """Real inotify whose first read reports that the queue overflowed."""
 
@@ -173,7 +165,7 @@ def _tenant_tree(root: Path) -> int:
 
 def measure_tenant(root: Path, inotify: Callable[[], Inotify]) -> dict[str, float]:
     """Two simulated minutes of the daemon's refreshes of ``root``'s watch."""
-    clock = _Clock()
+    clock = SimClock()
     watch = AnnotationWatch(root, clock=clock, inotify=inotify)
     try:
         longest = total = 0.0
@@ -212,20 +204,15 @@ def tenant(base: Path) -> dict[str, dict[str, Any]]:
 
 
 def run() -> dict[str, Any]:
-    # tmpfs where there is one: the tree's reads are then the kernel's dentry work, as on
-    # cgroupfs, not the disk's.
-    shm = Path("/dev/shm")
-    with tempfile.TemporaryDirectory(
-        prefix="qpolicy-bench-annotations-", dir=shm if shm.is_dir() else None
-    ) as tmp:
+    with tmpfs_dir("qpolicy-bench-annotations-") as tmp:
         try:
             os.setxattr(tmp, "user.qpolicy.x", b"1")
         except OSError as error:
             return {"skipped": f"{tmp} takes no user.* extended attributes ({error.strerror})"}
-        scenarios = {f"{pods} pods": measure(Path(tmp), pods) for pods in PODS}
+        scenarios = {f"{pods} pods": measure(tmp, pods) for pods in PODS}
         for row in scenarios.values():
             row["meets_target"] = row["watch_idle_per_s_percent"] <= TARGET_PERCENT
-        scenarios.update(tenant(Path(tmp)))
+        scenarios.update(tenant(tmp))
     return {
         "target_percent": TARGET_PERCENT,
         "target_refresh_ms": TARGET_REFRESH_MS,

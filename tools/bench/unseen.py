@@ -22,7 +22,6 @@ the annotation watch's tenant rows: a refresh at most 5 ms, the looks at most 1.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 from qpolicy.enforcers.rm.unseen import LOOK_EVERY_S, UnseenProcesses
 from qpolicy.nvrm.tracker import Tracker
 from tools.bench import annotations
+from tools.bench.common import SimClock, tmpfs_dir
 
 SECONDS = 120
 TARGET_REFRESH_MS = annotations.TARGET_REFRESH_MS
@@ -37,17 +37,9 @@ TARGET_PERCENT = annotations.TARGET_TENANT_PERCENT
 PODS = 100
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def measure(root: Path, sliced: bool) -> dict[str, Any]:
     """Two simulated minutes of the daemon's refreshes, looking through the node's pods."""
-    clock = _Clock()
+    clock = SimClock()
     tracker = Tracker()
     unseen = UnseenProcesses(
         lambda: tracker,
@@ -84,11 +76,8 @@ def measure(root: Path, sliced: bool) -> dict[str, Any]:
 
 
 def run() -> dict[str, Any]:
-    shm = Path("/dev/shm")
-    with tempfile.TemporaryDirectory(
-        prefix="qpolicy-bench-unseen-", dir=shm if shm.is_dir() else None
-    ) as tmp:
-        root = Path(tmp) / "tenant"
+    with tmpfs_dir("qpolicy-bench-unseen-") as tmp:
+        root = tmp / "tenant"
         annotations._tenant_tree(root)
         try:
             before = measure(root, sliced=False)
