@@ -616,3 +616,29 @@ def test_the_bench_times_looks_through_a_tenants_tree_whole_and_in_slices(
     assert sliced["longest_refresh_ms"] < whole["longest_refresh_ms"]
     for row in (whole, sliced):
         assert row["cpu_percent"] > 0 and row["look_ms"] > 0
+
+
+def test_a_process_found_while_a_later_look_walks_is_not_listed_unseen_by_it() -> None:
+    """A look's slices can span seconds: a process it checked early (not governed then) and a
+    search found before the look ended is governed, so that look neither lists it as unseen
+    nor searches it again."""
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    cgroups = [1]
+
+    def members(root: Path, pod: str) -> Iterator[list[int]]:
+        yield [PID]  # the process's cgroup first, then the rest of the pod's
+        yield from ([] for _ in range(cgroups[0]))
+
+    unseen = node.unseen(members=members, timer=Stepping(0.0005))
+    unseen.look(["/a"])
+    assert unseen.unseen == {"/a": [PID]} and unseen.searching
+    cgroups[0] = 100
+    unseen.start_look(["/a"])
+    assert not unseen.continue_look(0.002)  # the process checked; the look goes on
+    while unseen.searching:
+        unseen.advance(1.0)
+    assert governable(node.tracker, PID) and unseen.unseen == {}
+    while not unseen.continue_look(0.002):
+        pass
+    assert unseen.unseen == {} and not unseen.searching and node.searches == [PID]

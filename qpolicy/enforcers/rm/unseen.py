@@ -319,7 +319,13 @@ class UnseenProcesses:
             self.own_mark = made
         self._looked = True
         tracker = self._tracker()
-        unseen = {pod: sorted(pids) for pod, pids in look.unseen.items()}
+        # A process checked early in the look may have been found by a search since (a look's
+        # slices can span seconds): governed now, it is neither unseen nor searched again.
+        listed = {
+            pod: [p for p in pids if not governable(tracker, p)]
+            for pod, pids in look.unseen.items()
+        }
+        unseen = {pod: sorted(pids) for pod, pids in listed.items() if pids}
         wanted: dict[int, tuple[str, dict[int, Node]]] = {}
         for pod, pids in unseen.items():
             for pid in pids:
