@@ -642,3 +642,31 @@ def test_a_process_found_while_a_later_look_walks_is_not_listed_unseen_by_it() -
     while not unseen.continue_look(0.002):
         pass
     assert unseen.unseen == {} and not unseen.searching and node.searches == [PID]
+
+
+def test_a_search_takes_the_descriptors_a_process_holds_when_it_starts() -> None:
+    """The look lists a process's descriptors when it checks it, perhaps seconds before the look
+    ends; one closed since may name another file by then. The search, which sends RM's controls
+    through each, takes them as they are when it starts."""
+    node = Node_()
+    node.rm.add_process(trace_tracker(PID).processes[PID])
+    borrowed: list[int] = []
+
+    def askers(pid: int, fd: int) -> tuple[discover.Asker, Callable[[], None]]:
+        borrowed.append(fd)
+        return node.rm.asker(pid, fd)
+
+    def members(root: Path, pod: str) -> Iterator[list[int]]:
+        yield [PID]
+        yield from ([] for _ in range(100))
+
+    unseen = node.unseen(members=members, askers=askers, timer=Stepping(0.0005))
+    unseen.start_look(["/a"])
+    assert not unseen.continue_look(0.002) and node.files_read == [PID]
+    del node.files[PID][17]  # closed while the look went on
+    while not unseen.continue_look(0.002):
+        pass
+    assert node.files_read == [PID, PID] and unseen.searching
+    while unseen.searching:
+        unseen.advance(1.0)
+    assert borrowed and 17 not in borrowed and governable(node.tracker, PID)

@@ -374,6 +374,12 @@ class UnseenProcesses:
                     pid,
                 )
                 continue
+            # Its descriptors as they are now: the look listed them when it checked the process,
+            # perhaps seconds ago, and one closed since may name another file; the search sends
+            # RM's controls through each.
+            files = self._files_of(pid)
+            if not any(node in (Node.CTL, Node.GPU) for node in files.values()):
+                continue  # closed them since: the next look sees
             # The client made above is freed again: the search starts just below it. Where none
             # can be made here, the newest this daemon's probe saw made will do.
             newest = discover.client_before(made) if made is not None else tracker.newest_client
