@@ -10,7 +10,7 @@ say which pods it does not fully enforce, rather than let them run ungoverned in
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from qpolicy.nvrm.abi import Node
@@ -49,10 +49,15 @@ def nvidia_files(pid: int, proc: Path = Path("/proc")) -> dict[int, Node]:
     return files
 
 
+def holds_rm_files(files: Mapping[int, Node]) -> bool:
+    """Whether any of ``files`` (fd -> which, as :func:`nvidia_files` gives them) can carry RM
+    clients: /dev/nvidiactl and /dev/nvidiaN do; nvidia-uvm and nvidia-caps do not."""
+    return any(node in (Node.CTL, Node.GPU) for node in files.values())
+
+
 def uses_nvidia(pid: int, proc: Path = Path("/proc")) -> bool:
     """Whether ``pid`` holds an NVIDIA device file open (gone or unreadable: no)."""
-    # /dev/nvidiactl and /dev/nvidiaN carry RM clients; nvidia-uvm and nvidia-caps do not.
-    return any(node in (Node.CTL, Node.GPU) for node in nvidia_files(pid, proc).values())
+    return holds_rm_files(nvidia_files(pid, proc))
 
 
 def maps_libcuda(pid: int, proc: Path = Path("/proc")) -> bool:

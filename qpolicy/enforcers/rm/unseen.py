@@ -37,7 +37,7 @@ from qpolicy.enforcers.rm.record import process_running, process_start_time
 from qpolicy.nvrm import discover, rmctl
 from qpolicy.nvrm.abi import Node
 from qpolicy.nvrm.tracker import Tracker
-from qpolicy.telemetry.gpuprocs import cgroup_procs, maps_libcuda, nvidia_files
+from qpolicy.telemetry.gpuprocs import cgroup_procs, holds_rm_files, maps_libcuda, nvidia_files
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +123,9 @@ class _Look:
 
     cgroups: Iterator[tuple[str, list[int]]]  # (pod, the pids of one of its cgroups)
     pending: deque[tuple[str, int]] = field(default_factory=deque)  # listed, not yet checked
-    #: Per pid checked: its NVIDIA device files if it uses the GPU and the tracker cannot govern
-    #: it, else None (each pid's descriptors are listed once, under however many pods).
-    checked: dict[int, dict[int, Node] | None] = field(default_factory=dict)
+    #: Per pid checked: whether it uses the GPU and the tracker cannot govern it (each pid's
+    #: descriptors are listed once, under however many pods).
+    checked: dict[int, bool] = field(default_factory=dict)
     unseen: dict[str, set[int]] = field(default_factory=dict)
     visited: int = 0  # cgroups listed
     spent: float = 0.0  # of the timer
@@ -276,8 +276,8 @@ class UnseenProcesses:
             if look.pending:
                 pod, pid = look.pending.popleft()
                 if pid not in look.checked:
-                    look.checked[pid] = self._unseen_files(tracker, pid)
-                if look.checked[pid] is not None:
+                    look.checked[pid] = self._ungoverned(tracker, pid)
+                if look.checked[pid]:
                     look.unseen.setdefault(pod, set()).add(pid)
             else:
                 try:
@@ -296,16 +296,11 @@ class UnseenProcesses:
         self._end_look(look)
         return True
 
-    def _unseen_files(self, tracker: Tracker, pid: int) -> dict[int, Node] | None:
-        """``pid``'s NVIDIA device files if it uses the GPU and ``tracker`` cannot govern it."""
+    def _ungoverned(self, tracker: Tracker, pid: int) -> bool:
+        """Whether ``pid`` uses the GPU and ``tracker`` cannot govern it."""
         # The tracker first: a governed process's files need not be listed (a readlink per
         # descriptor; a PyTorch process holds hundreds), and most are governed.
-        if governable(tracker, pid):
-            return None
-        files = self._files_of(pid)
-        if not any(node in (Node.CTL, Node.GPU) for node in files.values()):
-            return None
-        return files
+        return not governable(tracker, pid) and holds_rm_files(self._files_of(pid))
 
     def _end_look(self, look: _Look) -> None:
         """Starts a search for each process the look found that was not searched before."""
@@ -326,15 +321,10 @@ class UnseenProcesses:
             for pod, pids in look.unseen.items()
         }
         unseen = {pod: sorted(pids) for pod, pids in listed.items() if pids}
-        wanted: dict[int, tuple[str, dict[int, Node]]] = {}
-        for pod, pids in unseen.items():
-            for pid in pids:
-                files = look.checked[pid]
-                if files is not None:
-                    wanted[pid] = (pod, files)
+        wanted = {pid: pod for pod, pids in unseen.items() for pid in pids}
         for pid in [p for p in self._active if p not in wanted]:
             self._active.pop(pid).search.close()  # exited, or governed by now
-        for pid, (pod, files) in wanted.items():
+        for pid, pod in wanted.items():
             started = self._start_time(pid)
             if started is None or pid in self._active or (pid, started) in self._done:
                 continue
@@ -378,7 +368,7 @@ class UnseenProcesses:
             # perhaps seconds ago, and one closed since may name another file; the search sends
             # RM's controls through each.
             files = self._files_of(pid)
-            if not any(node in (Node.CTL, Node.GPU) for node in files.values()):
+            if not holds_rm_files(files):
                 continue  # closed them since: the next look sees
             # The client made above is freed again: the search starts just below it. Where none
             # can be made here, the newest this daemon's probe saw made will do.
