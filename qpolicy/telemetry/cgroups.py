@@ -107,6 +107,14 @@ def cgroup_of_process(pid: int, root: Path, proc: Path = Path("/proc")) -> int |
     return None
 
 
+def _cgroup_path(directory: str, root: str) -> str | None:
+    """The cgroup path (``/a/b``) of ``directory`` under the mount ``root``; None outside it."""
+    rel = os.path.relpath(directory, root)
+    if rel == ".." or rel.startswith("../"):
+        return None
+    return "/" if rel == "." else "/" + rel
+
+
 class OpensById(Protocol):
     """:class:`CgroupsById`'s interface (tests stand in for the kernel's answers)."""
 
@@ -170,10 +178,7 @@ class CgroupsById:
             os.close(fd)
         if target.endswith(" (deleted)"):
             return None  # removed while it was opened
-        rel = os.path.relpath(target, self.root)
-        if rel == ".." or rel.startswith("../"):
-            return None
-        return "/" if rel == "." else "/" + rel
+        return _cgroup_path(target, str(self.root))
 
     def close(self) -> None:
         if self._mount_fd >= 0:
@@ -277,5 +282,6 @@ class CgroupMap:
                 cgid = os.stat(directory).st_ino
             except OSError:
                 continue  # removed while we walked
-            rel = os.path.relpath(directory, root)
-            self._paths[cgid] = "/" if rel == "." else "/" + rel
+            path = _cgroup_path(directory, root)
+            if path is not None:
+                self._paths[cgid] = path
